@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything the tests need into ./.venv and runs them all: the pytest suite, then a short
+# smoke run of every fuzz harness. Used by .ci/run; works on a fresh machine with only Python 3.11+.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+# Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+.venv/bin/python -m pytest "$@"
+
+FUZZ_RUNS=${FUZZ_RUNS:-20000}
+for harness in fuzz/*_fuzz.py; do
+    [ -e "$harness" ] || continue
+    name=$(basename "$harness" _fuzz.py)
+    echo "fuzz smoke: $harness ($FUZZ_RUNS runs)"
+    .venv/bin/python "$harness" -runs="$FUZZ_RUNS" -max_total_time=60 "fuzz/corpus/$name"
+done

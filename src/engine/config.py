@@ -1,0 +1,78 @@
+"""Broker configuration: users, virtual hosts and limits. Loaded from a TOML file by the CLI."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["User", "Limits", "Config"]
+
+
+@dataclass(slots=True)
+class User:
+    name: str
+    password: str
+    #: RabbitMQ's default: the built-in guest user may only connect from a loopback address.
+    loopback_only: bool = False
+    #: vhosts this user may open; empty means all.
+    vhosts: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Limits:
+    max_frame_size: int = 16 * 1024 * 1024 + 64 * 1024  # a 16 MiB body plus headers
+    max_header_count: int = 1000
+    max_header_line: int = 64 * 1024
+    max_body_size: int = 16 * 1024 * 1024
+    #: bytes queued for one connection above which the broker stops delivering to it and
+    #: pauses reading from it; below half it resumes.
+    max_outbound_buffer: int = 4 * 1024 * 1024
+    #: heart-beat we offer (ms): (can send every, want to receive every)
+    heartbeat: tuple[int, int] = (10_000, 10_000)
+    heartbeat_grace: float = 1.5
+    default_prefetch: int = 0  # 0 = unlimited, as RabbitMQ's STOMP adapter
+
+
+@dataclass(slots=True)
+class Config:
+    users: dict[str, User] = field(
+        default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True)}
+    )
+    vhosts: tuple[str, ...] = ("/",)
+    default_vhost: str = "/"
+    limits: Limits = field(default_factory=Limits)
+    #: allow connections with no login at all (as the user named here); None = refuse them
+    anonymous_user: str | None = "guest"
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> "Config":
+        cfg = cls()
+        if "users" in data:
+            cfg.users = {
+                name: User(
+                    name,
+                    str(u["password"]),
+                    loopback_only=bool(u.get("loopback_only", False)),
+                    vhosts=tuple(u.get("vhosts", ())),
+                )
+                for name, u in data["users"].items()
+            }
+        if "vhosts" in data:
+            cfg.vhosts = tuple(data["vhosts"])
+            if cfg.default_vhost not in cfg.vhosts:
+                cfg.vhosts = (cfg.default_vhost, *cfg.vhosts)
+        if "anonymous_user" in data:
+            cfg.anonymous_user = data["anonymous_user"] or None
+        limits = data.get("limits", {})
+        for key, value in limits.items():
+            if not hasattr(cfg.limits, key):
+                raise ValueError(f"unknown limit {key!r}")
+            setattr(cfg.limits, key, tuple(value) if isinstance(value, list) else value)
+        return cfg
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Config":
+        with open(path, "rb") as fh:
+            return cls.from_mapping(tomllib.load(fh))

@@ -1,0 +1,154 @@
+"""STOMP events: one slotted class per frame command, shared by both roles and directions.
+
+Headers are a ``dict[str, str]`` in wire order; when the peer repeats a header the first
+occurrence wins (STOMP 1.2 section "Repeated Header Entries"). Header values are already
+unescaped. ``body`` is raw bytes. The ``content-length`` header is kept as received; on
+send the codec writes one when the body is non-empty and the caller did not set it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Event",
+    "Frame",
+    "Connect",
+    "Connected",
+    "Send",
+    "Subscribe",
+    "Unsubscribe",
+    "Ack",
+    "Nack",
+    "Begin",
+    "Commit",
+    "Abort",
+    "Disconnect",
+    "Message",
+    "Receipt",
+    "Error",
+    "Heartbeat",
+    "HeartbeatDue",
+    "PeerTimedOut",
+    "ConnectionClosed",
+    "COMMAND_TO_EVENT",
+]
+
+
+class Event:
+    """Base of everything ``next_event`` returns and ``send`` accepts."""
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class Frame(Event):
+    """A STOMP frame; the subclass names the command."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    command = ""  # class attribute, set on each subclass
+
+
+@dataclass(slots=True)
+class Connect(Frame):
+    """CONNECT, or STOMP when ``use_stomp_command`` is true (1.1+ clients may send either)."""
+
+    use_stomp_command: bool = False
+    command = "CONNECT"
+
+
+@dataclass(slots=True)
+class Connected(Frame):
+    command = "CONNECTED"
+
+
+@dataclass(slots=True)
+class Send(Frame):
+    command = "SEND"
+
+
+@dataclass(slots=True)
+class Subscribe(Frame):
+    command = "SUBSCRIBE"
+
+
+@dataclass(slots=True)
+class Unsubscribe(Frame):
+    command = "UNSUBSCRIBE"
+
+
+@dataclass(slots=True)
+class Ack(Frame):
+    command = "ACK"
+
+
+@dataclass(slots=True)
+class Nack(Frame):
+    command = "NACK"
+
+
+@dataclass(slots=True)
+class Begin(Frame):
+    command = "BEGIN"
+
+
+@dataclass(slots=True)
+class Commit(Frame):
+    command = "COMMIT"
+
+
+@dataclass(slots=True)
+class Abort(Frame):
+    command = "ABORT"
+
+
+@dataclass(slots=True)
+class Disconnect(Frame):
+    command = "DISCONNECT"
+
+
+@dataclass(slots=True)
+class Message(Frame):
+    command = "MESSAGE"
+
+
+@dataclass(slots=True)
+class Receipt(Frame):
+    command = "RECEIPT"
+
+
+@dataclass(slots=True)
+class Error(Frame):
+    command = "ERROR"
+
+
+@dataclass(slots=True)
+class Heartbeat(Event):
+    """An EOL heart-beat: received from the peer, or passed to ``send`` to emit one."""
+
+
+@dataclass(slots=True)
+class HeartbeatDue(Event):
+    """Our outgoing heart-beat deadline passed: the caller should ``send(Heartbeat(), now)``."""
+
+
+@dataclass(slots=True)
+class PeerTimedOut(Event):
+    """Nothing arrived from the peer within its negotiated heart-beat period times the grace factor."""
+
+
+@dataclass(slots=True)
+class ConnectionClosed(Event):
+    """The peer closed its side (``receive_data(b"")``) at a frame boundary."""
+
+
+COMMAND_TO_EVENT: dict[str, type[Frame]] = {
+    cls.command: cls
+    for cls in (
+        Connect, Connected, Send, Subscribe, Unsubscribe, Ack, Nack, Begin, Commit,
+        Abort, Disconnect, Message, Receipt, Error,
+    )
+}
+COMMAND_TO_EVENT["STOMP"] = Connect
