@@ -21,5 +21,8 @@ for harness in fuzz/*_fuzz.py; do
     [ -e "$harness" ] || continue
     name=$(basename "$harness" _fuzz.py)
     echo "fuzz smoke: $harness ($FUZZ_RUNS runs)"
-    .venv/bin/python "$harness" -runs="$FUZZ_RUNS" -max_total_time=60 "fuzz/corpus/$name"
+    # New inputs go to a scratch directory so the committed seed corpus stays as it is.
+    scratch=$(mktemp -d)
+    .venv/bin/python "$harness" -runs="$FUZZ_RUNS" -max_total_time=60 -artifact_prefix="$scratch/" "$scratch" "fuzz/corpus/$name"
+    rm -rf "$scratch"
 done

@@ -1,0 +1,33 @@
+"""stompproto: a sans-IO STOMP 1.0/1.1/1.2 codec for the client and server roles.
+
+    conn = Connection(role=SERVER)
+    conn.receive_data(data, now)            # b"" = EOF
+    while (ev := conn.next_event()) is not NEED_DATA:
+        ...                                  # Connect, Send, Heartbeat, ConnectionClosed, ...
+    out = conn.send(conn.connected_frame(heart_beat=(10000, 10000)), now)
+
+Wire decisions: LF or CRLF line ends for every version; headers never trimmed (as
+RabbitMQ); first repeated header wins; one ``Heartbeat`` event per EOL between frames;
+see ``_readers``, ``_state`` and ``_connection`` for the rest.
+"""
+
+from ._connection import (
+    NEED_DATA, SUPPORTED_VERSIONS, Connection, negotiate_heartbeat, negotiate_version,
+    parse_heartbeat,
+)
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._events import (
+    Abort, Ack, Begin, Commit, Connect, Connected, ConnectionClosed, Disconnect, Error, Event,
+    Frame, Heartbeat, HeartbeatDue, Message, Nack, PeerTimedOut, Receipt, Send, Subscribe,
+    Unsubscribe,
+)
+from ._state import CLIENT, SERVER, Role, State
+
+__all__ = [
+    "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "SUPPORTED_VERSIONS",
+    "negotiate_heartbeat", "negotiate_version", "parse_heartbeat",
+    "Event", "Frame", "Connect", "Connected", "Send", "Subscribe", "Unsubscribe", "Ack", "Nack",
+    "Begin", "Commit", "Abort", "Disconnect", "Message", "Receipt", "Error",
+    "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
+    "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
+]
