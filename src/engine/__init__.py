@@ -1,0 +1,41 @@
+"""sansmq's broker core: deterministic, time-injected, single-threaded.
+
+Servers drive a :class:`Broker` through the driver contract (``connection_made``, ``data_received``,
+``connection_lost``, ``handle_timer``/``get_timer``, ``drain``, ``data_sent``, ``synced``) and execute
+the actions ``drain()`` returns. ``engine.testing`` runs the same broker in a simulated network.
+"""
+
+from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
+from ._broker import Broker
+from ._message import Entry, Message
+from ._model import (
+    AccessRefused,
+    Consumer,
+    Exchange,
+    Model,
+    ModelError,
+    NotFound,
+    PreconditionFailed,
+    Queue,
+    ResourceLocked,
+    VHost,
+)
+from .config import Config, Limits, User
+from .store import (
+    BindingDef,
+    ExchangeDef,
+    MemoryStore,
+    QueueDef,
+    Recovered,
+    Store,
+    StoredMessage,
+    StoreError,
+)
+
+__all__ = [
+    "Broker", "Config", "Limits", "User",
+    "Action", "Write", "Close", "PauseReading", "ResumeReading", "Sync",
+    "Store", "MemoryStore", "StoreError", "ExchangeDef", "QueueDef", "BindingDef", "StoredMessage", "Recovered",
+    "Model", "VHost", "Exchange", "Queue", "Consumer", "Message", "Entry",
+    "ModelError", "NotFound", "AccessRefused", "PreconditionFailed", "ResourceLocked",
+]

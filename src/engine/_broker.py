@@ -1,0 +1,229 @@
+"""``Broker``: the driver contract. Owns the model, the sessions, the timers and the action queue.
+
+Every driver call sets ``now``, runs the session or timer work, then settles: queues touched are
+dispatched once, session timers re-registered, and a store write since the last Sync opens a sync
+token. ``drain()`` hands back the actions in the order they were produced.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
+from ._model import Model
+from ._session import Session
+from ._timers import TimerQueue
+from .config import Config
+from .store import Store
+
+__all__ = ["Broker", "register_protocol"]
+
+SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
+#: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
+SESSION_TYPES: dict[str, SessionFactory] = {}
+
+
+def register_protocol(name: str, factory: SessionFactory) -> None:
+    """Plug in a session type (the AMQP and WebSocket sessions of later issues register here)."""
+    SESSION_TYPES[name] = factory
+
+
+def _register_sessions() -> None:
+    from ._stomp_session import StompSession  # imported late: it imports this module's users
+
+    SESSION_TYPES.setdefault("stomp", StompSession)
+
+
+class Broker:
+    """All broker state behind the synchronous driver contract (see DESIGN.md section 2).
+
+    ``now`` arguments are wall-clock seconds since the epoch, injected by the server; the broker
+    never reads a clock and draws randomness only from ``rng``. ``sync_failed(token, now)`` is an
+    extension a server may call when ``store.sync`` raised.
+    """
+
+    def __init__(self, config: Config, store: Store, rng: random.Random) -> None:
+        self.config = config
+        self.store = store
+        self.rng = rng
+        self.now = 0.0
+        self.timers = TimerQueue()
+        self.model = Model(store, self.timers)
+        self.sessions: dict[int, Session] = {}
+        self._out: list[Action | list[Any]] = []  # a list item is a pending Write: [conn_id, chunks]
+        self._last_write: list[Any] | None = None
+        self._sync_token = 0
+        self._open_token: int | None = None
+        self._synced_token = 0
+        #: sessions holding receipts until a token is synced, in the order they started holding
+        self.holding: dict[Session, None] = {}
+        #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
+        self.timer_dirty: dict[Session, None] = {}
+        self._store_writes_seen = 0
+        self._name_seq = 0
+        #: exceptions raised by session code (a bug); the connection concerned was closed
+        self.internal_errors: list[Exception] = []
+        _register_sessions()
+        self.model.restore(store.recover())
+        for name in config.vhosts:
+            self.model.add_vhost(name, persist=False)
+        self.model.add_vhost(config.default_vhost, persist=False)
+
+    # -- driver contract --------------------------------------------------------------------------
+    def connection_made(self, conn_id: int, protocol: str, peer: tuple[Any, ...], now: float) -> None:
+        self._enter(now)
+        factory = SESSION_TYPES.get(protocol)
+        if factory is None or conn_id in self.sessions:
+            self._emit(Close(conn_id))
+            return
+        session = factory(self, conn_id, peer)
+        self.sessions[conn_id] = session
+        self._guarded(session, session.start)
+        self._settle()
+
+    def data_received(self, conn_id: int, data: bytes, now: float) -> None:
+        self._enter(now)
+        session = self.sessions.get(conn_id)
+        if session is not None:
+            self._guarded(session, session.data_received, data)
+        self._settle()
+
+    def connection_lost(self, conn_id: int, now: float) -> None:
+        self._enter(now)
+        session = self.sessions.get(conn_id)
+        if session is not None:
+            session.lost()
+        self._settle()
+
+    def handle_timer(self, now: float) -> None:
+        self._enter(now)
+        while (due := self.timers.pop_due(now)) is not None:
+            fn, arg = due
+            session = arg if isinstance(arg, Session) else None
+            if session is not None:
+                self._guarded(session, fn, arg, now)
+            else:
+                fn(arg, now)
+            self.model.dispatch()
+        self._settle()
+
+    def get_timer(self) -> float | None:
+        return self.timers.next_deadline()
+
+    def drain(self) -> list[Write | Close | PauseReading | ResumeReading | Sync]:
+        self._check_store_writes()
+        if self._open_token is not None:
+            self._out.append(Sync(self._open_token))
+            self._open_token = None
+        out: list[Any] = []
+        for item in self._out:
+            if isinstance(item, list):
+                chunks = item[1]
+                out.append(Write(item[0], chunks[0] if len(chunks) == 1 else b"".join(chunks)))
+            else:
+                out.append(item)
+        self._out = []
+        self._last_write = None
+        return out
+
+    def data_sent(self, conn_id: int, nbytes: int) -> None:
+        session = self.sessions.get(conn_id)
+        if session is not None:
+            session.bytes_sent(nbytes)
+            self._settle()
+
+    def synced(self, token: int, now: float) -> None:
+        self._enter(now)
+        if token > self._synced_token:
+            self._synced_token = token
+        for session in list(self.holding):
+            self._guarded(session, session.release_held, self._synced_token)
+        self._settle()
+
+    def sync_failed(self, token: int, now: float) -> None:
+        """Extension: ``store.sync(token)`` raised. Connections waiting on it get an ERROR and close,
+        so no client is told a message is safe when it may not be."""
+        self._enter(now)
+        for session in list(self.holding):
+            self._guarded(session, session.fail_held, token)
+        self._settle()
+
+    # -- for sessions --------------------------------------------------------------------------
+    def write(self, conn_id: int, data: bytes) -> None:
+        last = self._last_write
+        if last is not None and last[0] == conn_id:
+            last[1].append(data)
+            return
+        last = [conn_id, [data]]
+        self._out.append(last)
+        self._last_write = last
+
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+        self._last_write = None
+
+    def close_connection(self, conn_id: int) -> None:
+        self._emit(Close(conn_id))
+        self.sessions.pop(conn_id, None)
+
+    def pause_reading(self, conn_id: int) -> None:
+        self._emit(PauseReading(conn_id))
+
+    def resume_reading(self, conn_id: int) -> None:
+        self._emit(ResumeReading(conn_id))
+
+    def sync_token_for_writes(self) -> int:
+        """The token whose Sync will cover every store write made so far (opening one if needed)."""
+        self._check_store_writes()
+        if self._open_token is None:
+            # nothing unsynced since the last Sync: the last emitted token covers it
+            return self._sync_token
+        return self._open_token
+
+    def is_synced(self, token: int) -> bool:
+        return token <= self._synced_token
+
+    def new_name(self, prefix: str) -> str:
+        """An unguessable but reproducible name (from the injected rng)."""
+        self._name_seq += 1
+        return f"{prefix}{self._name_seq}-{self.rng.getrandbits(48):012x}"
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _guarded(self, session: "Session", fn: Callable[..., None], *args: Any) -> None:
+        """A bug met while serving one connection closes that connection, not the broker.
+        The exception is kept in ``internal_errors`` (``engine.testing`` re-raises it)."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - isolation boundary
+            self.internal_errors.append(exc)
+            del self.internal_errors[:-100]
+            if not session.closed:
+                try:
+                    session.abort("internal error")
+                except Exception as exc2:  # noqa: BLE001
+                    self.internal_errors.append(exc2)
+                    session.closed = True
+                    self.sessions.pop(session.conn_id, None)
+                    self._emit(Close(session.conn_id))
+
+    def _check_store_writes(self) -> None:
+        writes = self.model.store_writes
+        if writes != self._store_writes_seen:
+            self._store_writes_seen = writes
+            if self._open_token is None:
+                self._sync_token += 1
+                self._open_token = self._sync_token
+
+    def _enter(self, now: float) -> None:
+        # time never goes backwards inside the engine, whatever the server's clock does
+        if now > self.now:
+            self.now = now
+        self.model.now = self.now
+
+    def _settle(self) -> None:
+        self.model.dispatch()
+        while self.timer_dirty:
+            session = next(iter(self.timer_dirty))
+            del self.timer_dirty[session]
+            session.refresh_timer()

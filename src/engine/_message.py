@@ -1,0 +1,68 @@
+"""Messages and their per-queue entries (protocol-neutral).
+
+A ``Message`` is immutable content shared by every queue it was routed to; an ``Entry`` is its place
+in one queue: how often it was delivered and returned, whether it is ready/unacked/gone, its own
+expiry and the one timer of its current phase (expiry while ready, ack timeout while unacked).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Message", "Entry", "READY", "UNACKED", "GONE"]
+
+READY, UNACKED, GONE = 0, 1, 2
+
+
+class Message:
+    __slots__ = (
+        "id",
+        "exchange",
+        "routing_key",
+        "headers",
+        "body",
+        "priority",
+        "expires_at",
+        "persistent",
+        "ack_timeout",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        exchange: str,
+        routing_key: str,
+        headers: dict[str, Any],
+        body: bytes,
+        priority: int = 0,
+        expires_at: float | None = None,
+        persistent: bool = False,
+        ack_timeout: float | None = None,
+    ) -> None:
+        self.id = id
+        self.exchange = exchange
+        self.routing_key = routing_key
+        #: application headers and standard properties (content-type, reply-to, ...), str -> value
+        self.headers = headers
+        self.body = body
+        self.priority = priority
+        #: absolute expiry (seconds since the epoch) or None
+        self.expires_at = expires_at
+        self.persistent = persistent
+        #: seconds a delivery may stay unacked before it is taken back, or None
+        self.ack_timeout = ack_timeout
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id}, exchange={self.exchange!r}, key={self.routing_key!r}, body={self.body[:32]!r})"
+
+
+class Entry:
+    __slots__ = ("msg", "count", "state", "expires", "timer")
+
+    def __init__(self, msg: Message, count: int = 0, expires: float | None = None) -> None:
+        self.msg = msg
+        #: deliveries that were returned (nack, timeout, disconnect): redelivered when > 0
+        self.count = count
+        self.state = READY
+        self.expires = expires
+        self.timer: tuple[float, int] | None = None

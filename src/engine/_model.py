@@ -1,0 +1,760 @@
+"""The protocol-neutral broker model (RabbitMQ's): vhosts, exchanges, queues, bindings, consumers.
+
+Sessions (STOMP now, AMQP later) drive it through a handful of operations — declare, bind, publish,
+consume, ack/nack, cancel — and receive deliveries through their ``ConsumerOwner`` interface. The
+model never formats a frame. Dispatch is deferred: operations mark queues dirty and the broker calls
+``dispatch()`` once per driver call, so delivery order depends only on the order of inputs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable, Protocol
+
+from ._message import GONE, READY, UNACKED, Entry, Message
+from ._routing import ROUTER_TYPES, Router
+from ._timers import TimerQueue
+from .store import BindingDef, ExchangeDef, QueueDef, Recovered, Store
+
+__all__ = [
+    "Model",
+    "VHost",
+    "Exchange",
+    "Queue",
+    "Consumer",
+    "ConsumerOwner",
+    "ModelError",
+    "NotFound",
+    "AccessRefused",
+    "PreconditionFailed",
+    "ResourceLocked",
+    "STANDARD_EXCHANGES",
+]
+
+
+class ModelError(Exception):
+    """A refused operation; ``code`` follows AMQP reply codes so every protocol can map it."""
+
+    code = 541
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class NotFound(ModelError):
+    code = 404
+
+
+class AccessRefused(ModelError):
+    code = 403
+
+
+class ResourceLocked(ModelError):
+    code = 405
+
+
+class PreconditionFailed(ModelError):
+    code = 406
+
+
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+
+class ConsumerOwner(Protocol):
+    """What a session implements to receive deliveries."""
+
+    #: True while the owner's outbound buffer is over its limit: no deliveries then.
+    blocked: bool
+
+    def deliver(self, consumer: "Consumer", tag: int, entry: Entry) -> None: ...
+
+    def consumer_cancelled(self, consumer: "Consumer") -> None:
+        """The queue went away under the consumer (deleted)."""
+
+    def delivery_timed_out(self, consumer: "Consumer", tag: int) -> None:
+        """An ack timeout took ``tag`` back; a late ack for it should be tolerated."""
+
+
+class Exchange:
+    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router")
+
+    def __init__(self, vhost: "VHost", name: str, type: str, durable: bool, auto_delete: bool,
+                 internal: bool, args: dict[str, Any] | None) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.type = type
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.args = args
+        self.router: Router = ROUTER_TYPES[type]()
+
+    def __repr__(self) -> str:
+        return f"Exchange({self.name!r}, {self.type})"
+
+
+class Consumer:
+    """One consumer on one queue. Sessions subclass it to add their own fields (keep ``__slots__``)."""
+
+    __slots__ = ("queue", "owner", "prefetch", "auto_ack", "unacked")
+
+    def __init__(self, queue: "Queue", owner: ConsumerOwner, prefetch: int = 0, auto_ack: bool = False) -> None:
+        self.queue = queue
+        self.owner = owner
+        self.prefetch = prefetch  # 0 = unlimited
+        self.auto_ack = auto_ack
+        #: delivery tag -> entry, in delivery order; None until the first unacked delivery
+        self.unacked: dict[int, Entry] | None = None
+
+    def ready(self) -> bool:
+        if self.owner.blocked:
+            return False
+        return not self.prefetch or self.unacked is None or len(self.unacked) < self.prefetch
+
+
+class Queue:
+    """A queue. Idle queues are small: containers are created on first use and dropped when empty."""
+
+    __slots__ = (
+        "vhost", "name", "durable", "auto_delete", "exclusive_owner", "args",
+        "_q0", "_hi", "count", "consumers", "_rr", "bindings",
+    )
+
+    def __init__(self, vhost: "VHost", name: str, durable: bool = False, auto_delete: bool = False,
+                 exclusive_owner: Any = None, args: dict[str, Any] | None = None) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.exclusive_owner = exclusive_owner
+        self.args = args
+        self._q0: deque[Entry] | None = None  # priority 0
+        self._hi: dict[int, deque[Entry]] | None = None  # priorities 1..9, created per used level
+        #: ready (not unacked, not expired) messages
+        self.count = 0
+        self.consumers: list[Consumer] | None = None
+        self._rr = 0
+        #: bindings to this queue: (exchange, key, args); needed to unbind on delete
+        self.bindings: list[tuple[Exchange, str, dict[str, Any] | None]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, ready={self.count})"
+
+    # -- ready list ---------------------------------------------------------------------------
+    def _level(self, priority: int) -> deque[Entry]:
+        if priority <= 0:
+            if self._q0 is None:
+                self._q0 = deque()
+            return self._q0
+        if self._hi is None:
+            self._hi = {}
+        level = self._hi.get(priority)
+        if level is None:
+            level = self._hi[priority] = deque()
+        return level
+
+    def push(self, entry: Entry) -> None:
+        self._level(entry.msg.priority).append(entry)
+        self.count += 1
+
+    def push_front(self, entry: Entry) -> None:
+        self._level(entry.msg.priority).appendleft(entry)
+        self.count += 1
+
+    def pop(self) -> Entry | None:
+        """The next ready entry (highest priority first, FIFO within a level), skipping gone ones."""
+        while self.count:
+            level = None
+            if self._hi:
+                for prio in sorted(self._hi, reverse=True):
+                    level = self._hi[prio]
+                    if level:
+                        break
+                    del self._hi[prio]
+                    level = None
+                if not self._hi:
+                    self._hi = None
+            if level is None:
+                level = self._q0
+            assert level
+            entry = level.popleft()
+            if entry.state != READY:
+                continue  # removed in place (expired) and skipped lazily
+            self.count -= 1
+            self._trim()
+            return entry
+        self._trim()
+        return None
+
+    def _trim(self) -> None:
+        if self._q0 is not None and not self._q0:
+            self._q0 = None
+        if self._hi is not None and not any(self._hi.values()):
+            self._hi = None
+
+    def drop_gone_heads(self, priority: int) -> None:
+        """Free entries removed in place (expired) once they reach the head of their level."""
+        if not self.count:
+            self._q0 = self._hi = None
+            return
+        level = self._q0 if priority <= 0 else (self._hi or {}).get(priority)
+        while level and level[0].state != READY:
+            level.popleft()
+        self._trim()
+
+    def ready_entries(self) -> list[Entry]:
+        out: list[Entry] = []
+        if self._hi:
+            for prio in sorted(self._hi, reverse=True):
+                out.extend(e for e in self._hi[prio] if e.state == READY)
+        if self._q0:
+            out.extend(e for e in self._q0 if e.state == READY)
+        return out
+
+    def consumer_count(self) -> int:
+        return len(self.consumers) if self.consumers else 0
+
+    def unacked_count(self) -> int:
+        return sum(len(c.unacked) for c in self.consumers or () if c.unacked)
+
+
+#: queue arguments holding a non-negative integer (milliseconds or a count)
+_INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-expires")
+
+
+def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Validate and normalise queue arguments (protocols may hand them over as strings)."""
+    if not args:
+        return None
+    out = dict(args)
+    for name in _INT_QUEUE_ARGS:
+        if name in out:
+            try:
+                value = int(out[name])
+            except (TypeError, ValueError):
+                raise PreconditionFailed(f"invalid arg '{name}': {out[name]!r} is not an integer") from None
+            if value < 0 or (name == "x-expires" and value == 0):
+                raise PreconditionFailed(f"invalid arg '{name}': {value} is out of range")
+            out[name] = value
+    for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        if name in out:
+            out[name] = str(out[name])
+    return out
+
+
+class VHost:
+    __slots__ = ("name", "exchanges", "queues")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+
+
+class Model:
+    """All broker state. ``now`` is set by the broker before every operation."""
+
+    def __init__(self, store: Store, timers: TimerQueue) -> None:
+        self.store = store
+        self.timers = timers
+        self.now = 0.0
+        self.vhosts: dict[str, VHost] = {}
+        self._dirty: dict[Queue, None] = {}
+        self._next_tag = 0
+        self._next_msg_id = 0
+        #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
+        #: a Queue needs no slot for it)
+        self._unused_timers: dict[Queue, tuple[float, int]] = {}
+        #: writes to a store that needs sync (the broker turns new ones into a sync token)
+        self.store_writes = 0
+
+    # -- ids --------------------------------------------------------------------------------------
+    def next_message_id(self) -> int:
+        self._next_msg_id += 1
+        return self._next_msg_id
+
+    def _store_write(self) -> None:
+        if self.store.needs_sync:
+            self.store_writes += 1
+
+    # -- vhosts and exchanges ------------------------------------------------------------------------
+    def add_vhost(self, name: str, persist: bool = True) -> VHost:
+        vhost = self.vhosts.get(name)
+        if vhost is not None:
+            return vhost
+        vhost = self.vhosts[name] = VHost(name)
+        if persist:
+            self.store.add_vhost(name)
+            self._store_write()
+        vhost.exchanges[""] = Exchange(vhost, "", "direct", True, False, False, None)
+        for xname, xtype in STANDARD_EXCHANGES:
+            vhost.exchanges[xname] = Exchange(vhost, xname, xtype, True, False, False, None)
+        return vhost
+
+    def declare_exchange(self, vhost: VHost, name: str, type: str, durable: bool = True,
+                         auto_delete: bool = False, internal: bool = False,
+                         args: dict[str, Any] | None = None, passive: bool = False) -> Exchange:
+        x = vhost.exchanges.get(name)
+        if x is not None:
+            if not passive and x.type != type:
+                raise PreconditionFailed(f"inequivalent arg 'type' for exchange '{name}'")
+            return x
+        if passive:
+            raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if type not in ROUTER_TYPES:
+            raise PreconditionFailed(f"invalid exchange type '{type}'")
+        if durable:
+            self.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
+            self._store_write()
+        x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
+        return x
+
+    def delete_exchange(self, vhost: VHost, name: str) -> None:
+        x = vhost.exchanges.get(name)
+        if x is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
+        if name == "" or name.startswith("amq."):
+            raise AccessRefused(f"cannot delete exchange '{name}'")
+        for dest, key, args in list(x.router.bindings()):
+            self.unbind(vhost, dest, x, key, args)
+        for other in vhost.exchanges.values():  # bindings where x is the destination
+            for dest, key, args in list(other.router.bindings()):
+                if dest is x:
+                    self.unbind(vhost, x, other, key, args)
+        del vhost.exchanges[name]
+        if x.durable:
+            self.store.delete_exchange(vhost.name, name)
+            self._store_write()
+
+    # -- queues ----------------------------------------------------------------------------------
+    def declare_queue(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
+                      exclusive_owner: Any = None, args: dict[str, Any] | None = None,
+                      passive: bool = False) -> Queue:
+        q = vhost.queues.get(name)
+        if q is not None:
+            if q.exclusive_owner is not None and q.exclusive_owner is not exclusive_owner:
+                raise ResourceLocked(f"cannot obtain exclusive access to locked queue '{name}'")
+            self.touch(q)
+            return q
+        if passive:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
+        args = _check_queue_args(args)
+        if durable:  # store first: a failing store leaves no half-declared queue behind
+            self.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
+            self._store_write()
+        q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
+        if args and "x-expires" in args:
+            self._arm_unused(q)
+        return q
+
+    def touch(self, q: Queue) -> None:
+        """A redeclare counts as use: restart an ``x-expires`` countdown."""
+        if q in self._unused_timers:
+            self._arm_unused(q)
+
+    def _arm_unused(self, q: Queue) -> None:
+        """(Re)start the ``x-expires`` countdown of a queue nobody consumes from."""
+        self.timers.cancel(self._unused_timers.pop(q, None))
+        if q.consumers is None and q.args and "x-expires" in q.args:
+            ms = q.args["x-expires"]
+            self._unused_timers[q] = self.timers.add(self.now + ms / 1000.0, self._on_unused, q)
+
+    def _on_unused(self, q: Queue, now: float) -> None:
+        self._unused_timers.pop(q, None)
+        if q.consumers is None:
+            self.delete_queue(q)
+
+    def delete_queue(self, q: Queue) -> int:
+        """Delete ``q``: its consumers are cancelled, its messages dropped. Returns messages dropped."""
+        vhost = q.vhost
+        if vhost.queues.get(q.name) is not q:
+            return 0
+        del vhost.queues[q.name]
+        self.timers.cancel(self._unused_timers.pop(q, None))
+        for exchange, key, args in list(q.bindings or ()):
+            exchange.router.remove(q, key, args)
+        q.bindings = None
+        for consumer in list(q.consumers or ()):
+            for entry in (consumer.unacked or {}).values():
+                self._forget(q, entry)
+            consumer.unacked = None
+            consumer.owner.consumer_cancelled(consumer)
+        q.consumers = None
+        dropped = 0
+        while (entry := q.pop()) is not None:
+            dropped += 1
+            self._forget(q, entry)
+        if q.durable:
+            self.store.delete_queue(vhost.name, q.name)
+            self._store_write()
+        self._dirty.pop(q, None)
+        return dropped
+
+    def purge(self, q: Queue) -> int:
+        n = 0
+        while (entry := q.pop()) is not None:
+            n += 1
+            self._forget(q, entry)
+        return n
+
+    # -- bindings ----------------------------------------------------------------------------------
+    def bind(self, vhost: VHost, dest: Queue | Exchange, source: Exchange, key: str,
+             args: dict[str, Any] | None = None) -> None:
+        if source.name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if source.router.has(dest, key, args):
+            return
+        if source.durable and dest.durable:
+            self.store.add_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key, args))
+            self._store_write()
+        source.router.add(dest, key, args)
+        if isinstance(dest, Queue):
+            if dest.bindings is None:
+                dest.bindings = []
+            dest.bindings.append((source, key, args))
+
+    def unbind(self, vhost: VHost, dest: Queue | Exchange, source: Exchange, key: str,
+               args: dict[str, Any] | None = None) -> None:
+        if not source.router.remove(dest, key, args):
+            return
+        if isinstance(dest, Queue) and dest.bindings:
+            for i, (x, k, a) in enumerate(dest.bindings):
+                if x is source and k == key and a == args:
+                    del dest.bindings[i]
+                    break
+            if not dest.bindings:
+                dest.bindings = None
+        if source.durable and dest.durable:
+            self.store.delete_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key, args))
+            self._store_write()
+
+    # -- publishing ----------------------------------------------------------------------------------
+    def route(self, vhost: VHost, exchange: Exchange, key: str, headers: dict[str, Any] | None) -> list[Queue]:
+        """Queues a message published to ``exchange`` with ``key`` reaches (exchange-to-exchange
+        bindings followed, each exchange visited once so binding cycles terminate)."""
+        if exchange.name == "":
+            q = vhost.queues.get(key)
+            return [q] if q is not None else []
+        found: dict[Any, None] = {}
+        exchange.router.route(key, headers, found)
+        queues: dict[Queue, None] = {}
+        visited = {exchange.name}
+        pending = list(found)
+        while pending:
+            dest = pending.pop(0)
+            if isinstance(dest, Queue):
+                queues[dest] = None
+            elif dest.name not in visited:
+                visited.add(dest.name)
+                more: dict[Any, None] = {}
+                dest.router.route(key, headers, more)
+                pending.extend(more)
+        return list(queues)
+
+    def publish(self, vhost: VHost, exchange_name: str, msg: Message) -> int:
+        """Route and enqueue ``msg``; returns how many queues took it. Raises NotFound."""
+        exchange = vhost.exchanges.get(exchange_name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+        queues = self.route(vhost, exchange, msg.routing_key, msg.headers)
+        for q in queues:
+            self.enqueue(q, msg)
+        return len(queues)
+
+    def enqueue(self, q: Queue, msg: Message, count: int = 0, persist: bool = True) -> None:
+        """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
+        queue's relative TTL is not re-applied (the clock is not known yet)."""
+        expires = msg.expires_at
+        args = q.args
+        if args and persist:
+            ttl = args.get("x-message-ttl")
+            if ttl is not None:
+                qexp = self.now + ttl / 1000.0
+                expires = qexp if expires is None else min(expires, qexp)
+        entry = Entry(msg, count, expires)
+        if persist and msg.persistent and q.durable:
+            self.store.enqueue(q.vhost.name, q.name, msg)
+            self._store_write()
+        if expires is not None and expires <= self.now:
+            self._expire(q, entry)
+            return
+        q.push(entry)
+        if expires is not None:
+            entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
+        if args:
+            max_len = args.get("x-max-length")
+            if max_len is not None:
+                while q.count > max_len:
+                    head = q.pop()
+                    if head is None:
+                        break
+                    self._remove_ready(q, head, "maxlen")
+        self._dirty[q] = None
+
+    # -- consuming ---------------------------------------------------------------------------------
+    def consume(self, q: Queue, consumer: Consumer) -> Consumer:
+        if q.exclusive_owner is not None and q.exclusive_owner is not consumer.owner:
+            raise ResourceLocked(f"queue '{q.name}' is exclusive to another connection")
+        if q.consumers is None:
+            q.consumers = []
+            self.timers.cancel(self._unused_timers.pop(q, None))
+        q.consumers.append(consumer)
+        self._dirty[q] = None
+        return consumer
+
+    def cancel(self, consumer: Consumer, requeue: bool = True) -> None:
+        """Remove the consumer; its unacked messages go back in delivery order. An auto-delete queue
+        whose last consumer this was is deleted."""
+        q = consumer.queue
+        if q.consumers and consumer in q.consumers:
+            q.consumers.remove(consumer)
+            if not q.consumers:
+                q.consumers = None
+                q._rr = 0
+        self.return_unacked(consumer, requeue)
+        if q.consumers is None:
+            if q.auto_delete:
+                self.delete_queue(q)
+            elif q.args and "x-expires" in q.args:
+                self._arm_unused(q)
+
+    def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
+        unacked = consumer.unacked
+        consumer.unacked = None
+        if not unacked:
+            return
+        q = consumer.queue
+        for entry in reversed(list(unacked.values())):  # push_front in reverse keeps original order
+            self._return(q, entry, requeue)
+
+    def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
+        """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
+        taken = self._take(consumer, tag, multiple)
+        if taken is None:
+            return False
+        for entry in taken:
+            self._forget(consumer.queue, entry)
+        return True
+
+    def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
+        taken = self._take(consumer, tag, multiple)
+        if taken is None:
+            return False
+        q = consumer.queue
+        for entry in reversed(taken):
+            self._return(q, entry, requeue)
+        return True
+
+    def has_tag(self, consumer: Consumer, tag: int) -> bool:
+        return consumer.unacked is not None and tag in consumer.unacked
+
+    def _take(self, consumer: Consumer, tag: int, multiple: bool) -> list[Entry] | None:
+        unacked = consumer.unacked
+        if unacked is None or tag not in unacked:
+            return None
+        if not multiple:
+            taken = [unacked.pop(tag)]
+        else:
+            taken = []
+            for t in list(unacked):
+                taken.append(unacked.pop(t))
+                if t == tag:
+                    break
+        if not unacked:
+            consumer.unacked = None
+        for entry in taken:
+            if entry.timer is not None:
+                self.timers.cancel(entry.timer)
+                entry.timer = None
+        self._dirty[consumer.queue] = None  # prefetch window opened
+        return taken
+
+    def _return(self, q: Queue, entry: Entry, requeue: bool) -> None:
+        if entry.timer is not None:
+            self.timers.cancel(entry.timer)
+            entry.timer = None
+        if not requeue:
+            self._remove_unacked(q, entry, "rejected")
+            return
+        if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
+            entry.state = GONE
+            return
+        entry.count += 1
+        entry.state = READY
+        if entry.msg.persistent and q.durable:
+            self.store.update_delivery(q.vhost.name, q.name, entry.msg.id, entry.count)
+            self._store_write()
+        if entry.expires is not None:
+            if entry.expires <= self.now:
+                self._expire(q, entry)
+                return
+            entry.timer = self.timers.add(entry.expires, self._on_expiry, (q, entry))
+        q.push_front(entry)
+        self._dirty[q] = None
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def mark_dirty(self, q: Queue) -> None:
+        self._dirty[q] = None
+
+    def owner_unblocked(self, consumers: Iterable[Consumer]) -> None:
+        for c in consumers:
+            self._dirty[c.queue] = None
+
+    def dispatch(self) -> None:
+        """Deliver what can be delivered on every queue touched since the last call."""
+        while self._dirty:
+            q = next(iter(self._dirty))
+            del self._dirty[q]
+            self._dispatch_queue(q)
+
+    def _dispatch_queue(self, q: Queue) -> None:
+        now = self.now
+        while q.count and q.consumers:
+            consumers = q.consumers
+            n = len(consumers)
+            chosen = None
+            start = q._rr
+            for i in range(n):
+                idx = (start + i) % n
+                c = consumers[idx]
+                if c.ready():
+                    chosen = c
+                    q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
+                    break
+            if chosen is None:
+                return
+            entry = q.pop()
+            if entry is None:
+                return
+            if entry.timer is not None:
+                self.timers.cancel(entry.timer)
+                entry.timer = None
+            if entry.expires is not None and entry.expires <= now:
+                self._expire(q, entry)
+                continue
+            self._next_tag += 1
+            tag = self._next_tag
+            if chosen.auto_ack:
+                entry.state = GONE
+                self._forget(q, entry)
+            else:
+                entry.state = UNACKED
+                if chosen.unacked is None:
+                    chosen.unacked = {}
+                chosen.unacked[tag] = entry
+                if entry.msg.ack_timeout is not None:
+                    entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (chosen, tag))
+            chosen.owner.deliver(chosen, tag, entry)
+
+    # -- leaving a queue ---------------------------------------------------------------------------
+    def _forget(self, q: Queue, entry: Entry) -> None:
+        entry.state = GONE
+        if entry.timer is not None:
+            self.timers.cancel(entry.timer)
+            entry.timer = None
+        if entry.msg.persistent and q.durable:
+            self.store.remove(q.vhost.name, q.name, entry.msg.id)
+            self._store_write()
+
+    def _remove_ready(self, q: Queue, entry: Entry, reason: str) -> None:
+        self._forget(q, entry)
+        self._dead_letter(q, entry, reason)
+
+    def _remove_unacked(self, q: Queue, entry: Entry, reason: str) -> None:
+        self._forget(q, entry)
+        self._dead_letter(q, entry, reason)
+
+    def _expire(self, q: Queue, entry: Entry) -> None:
+        self._forget(q, entry)
+        self._dead_letter(q, entry, "expired")
+
+    def _on_expiry(self, arg: tuple[Queue, Entry], now: float) -> None:
+        q, entry = arg
+        entry.timer = None
+        if entry.state == READY:
+            q.count -= 1  # the entry stays in its deque, marked gone, and is skipped by pop()
+            self._expire(q, entry)
+            q.drop_gone_heads(entry.msg.priority)
+
+    def _on_ack_timeout(self, arg: tuple[Consumer, int], now: float) -> None:
+        consumer, tag = arg
+        unacked = consumer.unacked
+        if unacked is None or tag not in unacked:
+            return
+        entry = unacked.pop(tag)
+        entry.timer = None
+        if not unacked:
+            consumer.unacked = None
+        consumer.owner.delivery_timed_out(consumer, tag)
+        self._return(consumer.queue, entry, True)
+
+    def _dead_letter(self, q: Queue, entry: Entry, reason: str) -> None:
+        args = q.args
+        if not args or "x-dead-letter-exchange" not in args:
+            return
+        vhost = q.vhost
+        dlx = vhost.exchanges.get(str(args["x-dead-letter-exchange"]))
+        if dlx is None:
+            return
+        msg = entry.msg
+        headers = dict(msg.headers)
+        if "x-first-death-reason" not in headers:
+            headers["x-first-death-reason"] = reason
+            headers["x-first-death-queue"] = q.name
+            headers["x-first-death-exchange"] = msg.exchange
+        headers["x-last-death-reason"] = reason
+        headers["x-last-death-queue"] = q.name
+        key = str(args.get("x-dead-letter-routing-key", msg.routing_key))
+        # per-message expiry does not survive dead-lettering (RabbitMQ removes the expiration)
+        headers.pop("expiration", None)
+        dead = Message(self.next_message_id(), dlx.name, key, headers, msg.body, msg.priority,
+                       None, msg.persistent, msg.ack_timeout)
+        for target in self.route(vhost, dlx, key, headers):
+            if target is q and reason == "expired":
+                continue  # a cycle that would expire the message forever
+            self.enqueue(target, dead)
+
+    # -- recovery -------------------------------------------------------------------------------
+    def restore(self, rec: Recovered) -> None:
+        """Rebuild durable state read back from the store (without writing it again)."""
+        for name in rec.vhosts:
+            self.add_vhost(name, persist=False)
+        for xd in rec.exchanges:
+            vhost = self.add_vhost(xd.vhost, persist=False)
+            if xd.name not in vhost.exchanges:
+                vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete, xd.internal, xd.args)
+        for qd in rec.queues:
+            vhost = self.add_vhost(qd.vhost, persist=False)
+            if qd.name not in vhost.queues:
+                vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+        for bd in rec.bindings:
+            vhost = self.vhosts.get(bd.vhost)
+            if vhost is None:
+                continue
+            source = vhost.exchanges.get(bd.source)
+            dest = vhost.exchanges.get(bd.dest) if bd.dest_is_exchange else vhost.queues.get(bd.dest)
+            if source is None or dest is None:
+                continue
+            if source.router.add(dest, bd.key, bd.args) and isinstance(dest, Queue):
+                if dest.bindings is None:
+                    dest.bindings = []
+                dest.bindings.append((source, bd.key, bd.args))
+        max_id = self._next_msg_id
+        for (vname, qname), stored in rec.messages.items():
+            vhost = self.vhosts.get(vname)
+            q = vhost.queues.get(qname) if vhost else None
+            if q is None:
+                continue
+            for sm in stored:
+                max_id = max(max_id, sm.message.id)
+                self.enqueue(q, sm.message, sm.delivery_count, persist=False)
+        self._next_msg_id = max_id

@@ -1,0 +1,267 @@
+"""Exchange routers: direct, fanout, topic (a word trie plus ocamlmq-style prefixes) and headers.
+
+A router maps a routing key (and message headers) to destinations: queues or exchanges. Results
+are dicts used as ordered sets, so routing order follows binding insertion order and never hash
+order. Routers know nothing of STOMP or AMQP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = [
+    "Router",
+    "DirectRouter",
+    "FanoutRouter",
+    "TopicRouter",
+    "HeadersRouter",
+    "ROUTER_TYPES",
+    "PREFIX_ARG",
+]
+
+#: binding argument that turns a topic binding key into a plain string prefix (``/topic/foo*``)
+PREFIX_ARG = "x-sansmq-prefix"
+
+ArgsKey = tuple[tuple[str, Any], ...]
+
+
+def args_key(args: dict[str, Any] | None) -> ArgsKey:
+    """A hashable, order-independent identity for binding arguments."""
+    if not args:
+        return ()
+    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool)) else repr(v)) for k, v in args.items()))
+
+
+class Router:
+    """Base: keeps the binding list (for listing/removal); subclasses index it for routing."""
+
+    __slots__ = ("_bindings",)
+
+    def __init__(self) -> None:
+        # (dest, key, args_key) -> args; insertion ordered
+        self._bindings: dict[tuple[Any, str, ArgsKey], dict[str, Any] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._bindings)
+
+    def bindings(self) -> Iterable[tuple[Any, str, dict[str, Any] | None]]:
+        for (dest, key, _), args in self._bindings.items():
+            yield dest, key, args
+
+    def has(self, dest: Any, key: str, args: dict[str, Any] | None = None) -> bool:
+        return (dest, key, args_key(args)) in self._bindings
+
+    def add(self, dest: Any, key: str, args: dict[str, Any] | None = None) -> bool:
+        ident = (dest, key, args_key(args))
+        if ident in self._bindings:
+            return False
+        self._bindings[ident] = args
+        self._index(dest, key, args)
+        return True
+
+    def remove(self, dest: Any, key: str, args: dict[str, Any] | None = None) -> bool:
+        ident = (dest, key, args_key(args))
+        if ident not in self._bindings:
+            return False
+        del self._bindings[ident]
+        self._unindex(dest, key, args)
+        return True
+
+    def remove_dest(self, dest: Any) -> list[tuple[str, dict[str, Any] | None]]:
+        """Drop every binding to ``dest``; returns what was removed."""
+        gone = [(k, a) for (d, k, _), a in self._bindings.items() if d is dest]
+        for key, args in gone:
+            self.remove(dest, key, args)
+        return gone
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        raise NotImplementedError
+
+    def _index(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        pass
+
+    def _unindex(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        pass
+
+
+class DirectRouter(Router):
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_key: dict[str, dict[Any, int]] = {}
+
+    def _index(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        dests = self._by_key.setdefault(key, {})
+        dests[dest] = dests.get(dest, 0) + 1  # same dest may be bound twice with different args
+
+    def _unindex(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        dests = self._by_key[key]
+        dests[dest] -= 1
+        if not dests[dest]:
+            del dests[dest]
+            if not dests:
+                del self._by_key[key]
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        dests = self._by_key.get(key)
+        if dests:
+            out.update(dict.fromkeys(dests))
+
+
+class FanoutRouter(Router):
+    __slots__ = ("_dests",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dests: dict[Any, int] = {}
+
+    def _index(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        self._dests[dest] = self._dests.get(dest, 0) + 1
+
+    def _unindex(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        self._dests[dest] -= 1
+        if not self._dests[dest]:
+            del self._dests[dest]
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        out.update(dict.fromkeys(self._dests))
+
+
+class _Node:
+    __slots__ = ("children", "dests")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] | None = None
+        self.dests: dict[Any, int] | None = None
+
+
+class TopicRouter(Router):
+    """AMQP topic matching on a trie of dot-separated words (``*`` one word, ``#`` zero or more),
+    plus plain string prefixes for bindings carrying :data:`PREFIX_ARG`."""
+
+    __slots__ = ("_root", "_prefixes", "_prefix_lengths")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._root = _Node()
+        self._prefixes: dict[str, dict[Any, int]] | None = None
+        self._prefix_lengths: list[int] = []
+
+    def _index(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        if args and args.get(PREFIX_ARG):
+            if self._prefixes is None:
+                self._prefixes = {}
+            dests = self._prefixes.setdefault(key, {})
+            dests[dest] = dests.get(dest, 0) + 1
+            self._prefix_lengths = sorted({len(p) for p in self._prefixes})
+            return
+        node = self._root
+        for word in key.split("."):
+            if node.children is None:
+                node.children = {}
+            nxt = node.children.get(word)
+            if nxt is None:
+                nxt = node.children[word] = _Node()
+            node = nxt
+        if node.dests is None:
+            node.dests = {}
+        node.dests[dest] = node.dests.get(dest, 0) + 1
+
+    def _unindex(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
+        if args and args.get(PREFIX_ARG):
+            assert self._prefixes is not None
+            dests = self._prefixes[key]
+            dests[dest] -= 1
+            if not dests[dest]:
+                del dests[dest]
+                if not dests:
+                    del self._prefixes[key]
+                    self._prefix_lengths = sorted({len(p) for p in self._prefixes})
+            return
+        path = [self._root]
+        words = key.split(".")
+        for word in words:
+            path.append(path[-1].children[word])  # type: ignore[index]
+        leaf = path[-1]
+        assert leaf.dests is not None
+        leaf.dests[dest] -= 1
+        if not leaf.dests[dest]:
+            del leaf.dests[dest]
+        # prune empty nodes bottom-up so an unsubscribed topic costs nothing
+        for depth in range(len(words), 0, -1):
+            node = path[depth]
+            if node.dests:
+                break
+            node.dests = None
+            if node.children:
+                break
+            parent = path[depth - 1]
+            del parent.children[words[depth - 1]]  # type: ignore[union-attr]
+            if not parent.children:
+                parent.children = None
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        if self._root.children:
+            _match(self._root, key.split("."), 0, out)
+        if self._prefixes:
+            for length in self._prefix_lengths:
+                if length > len(key):
+                    break
+                dests = self._prefixes.get(key[:length])
+                if dests:
+                    out.update(dict.fromkeys(dests))
+
+
+def _match(node: _Node, words: list[str], i: int, out: dict[Any, None]) -> None:
+    children = node.children
+    if i == len(words):
+        if node.dests:
+            out.update(dict.fromkeys(node.dests))
+        if children:
+            nxt = children.get("#")
+            if nxt is not None:
+                _match(nxt, words, i, out)
+        return
+    if not children:
+        return
+    nxt = children.get(words[i])
+    if nxt is not None:
+        _match(nxt, words, i + 1, out)
+    nxt = children.get("*")
+    if nxt is not None:
+        _match(nxt, words, i + 1, out)
+    nxt = children.get("#")
+    if nxt is not None:
+        for j in range(i, len(words) + 1):
+            _match(nxt, words, j, out)
+
+
+class HeadersRouter(Router):
+    """``x-match: all`` (default) or ``any`` over the binding arguments not starting with ``x-``."""
+
+    __slots__ = ()
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        headers = headers or {}
+        for (dest, _, _), args in self._bindings.items():
+            if dest in out:
+                continue
+            if _headers_match(args or {}, headers):
+                out[dest] = None
+
+
+def _headers_match(args: dict[str, Any], headers: dict[str, Any]) -> bool:
+    mode = str(args.get("x-match", "all"))
+    pairs = [(k, v) for k, v in args.items() if not k.startswith("x-")]
+    if mode.startswith("any"):
+        return any(k in headers and (v is None or headers[k] == v) for k, v in pairs)
+    return all(k in headers and (v is None or headers[k] == v) for k, v in pairs)
+
+
+ROUTER_TYPES: dict[str, type[Router]] = {
+    "direct": DirectRouter,
+    "fanout": FanoutRouter,
+    "topic": TopicRouter,
+    "headers": HeadersRouter,
+}

@@ -1,0 +1,158 @@
+"""What every protocol session shares: outbound accounting (back-pressure), its codec timer in the
+broker's timer queue, receipts held until the store is synced, and closing."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+from ._model import Consumer
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+__all__ = ["Session"]
+
+
+class Session:
+    __slots__ = (
+        "broker", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
+        "held", "__weakref__",
+    )
+
+    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
+        self.broker = broker
+        self.conn_id = conn_id
+        self.peer = peer
+        #: over the outbound limit: no deliveries, reading paused
+        self.blocked = False
+        self.closed = False
+        #: bytes handed to the server and not yet reported sent
+        self.outbound = 0
+        self.timer_key: tuple[float, int] | None = None
+        self.timer_deadline: float | None = None
+        #: (sync token, thunk) waiting for the store; None when nothing is held
+        self.held: deque[tuple[int, Callable[[], None]]] | None = None
+
+    # -- to implement ----------------------------------------------------------------------------
+    def start(self) -> None:
+        pass
+
+    def data_received(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def lost(self) -> None:
+        """The transport is gone: tear down without a Close action."""
+        if not self.closed:
+            self.teardown()
+            self._finish()
+        self.broker.sessions.pop(self.conn_id, None)
+
+    def teardown(self) -> None:
+        """Release everything the connection holds in the model (requeue its unacked messages)."""
+
+    def codec_timer(self) -> float | None:
+        return None
+
+    def handle_codec_timer(self, now: float) -> None:
+        pass
+
+    def consumers(self) -> list[Consumer]:
+        return []
+
+    def fail_held(self, token: int) -> None:
+        pass
+
+    def abort(self, reason: str) -> None:
+        """Close after an internal error (protocols override this to tell the peer first)."""
+        self.close()
+
+    # -- output -----------------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if not data or self.closed:
+            return
+        self.broker.write(self.conn_id, data)
+        self.outbound += len(data)
+        if not self.blocked and self.outbound > self.broker.config.limits.max_outbound_buffer:
+            self.blocked = True
+            self.broker.pause_reading(self.conn_id)
+
+    def bytes_sent(self, nbytes: int) -> None:
+        self.outbound = max(0, self.outbound - nbytes)
+        if self.blocked and self.outbound <= self.broker.config.limits.max_outbound_buffer // 2:
+            self.blocked = False
+            self.broker.resume_reading(self.conn_id)
+            self.broker.model.owner_unblocked(self.consumers())
+
+    def close(self) -> None:
+        """Tear down, then tell the server to flush and close."""
+        if self.closed:
+            return
+        self.teardown()
+        self._finish()
+        self.broker.close_connection(self.conn_id)
+
+    def _finish(self) -> None:
+        self.closed = True
+        self.held = None
+        self.broker.holding.pop(self, None)
+        self.broker.timer_dirty.pop(self, None)
+        self.broker.timers.cancel(self.timer_key)
+        self.timer_key = None
+
+    # -- timers -----------------------------------------------------------------------------------
+    def refresh_timer(self) -> None:
+        if self.closed:
+            return
+        deadline = self.codec_timer()
+        current = self.timer_deadline
+        if deadline == current:
+            return
+        if deadline is not None and current is not None and deadline > current:
+            return  # deadlines only moved later: let the registered timer fire early and re-arm then
+        self.broker.timers.cancel(self.timer_key)
+        self.timer_key = None
+        self.timer_deadline = deadline
+        if deadline is not None:
+            self.timer_key = self.broker.timers.add(deadline, Session._fire, self)
+
+    @staticmethod
+    def _fire(session: "Session", now: float) -> None:
+        session.timer_key = None
+        fired = session.timer_deadline
+        session.timer_deadline = None
+        if session.closed:
+            return
+        session.handle_codec_timer(now)
+        if not session.closed:
+            deadline = session.codec_timer()
+            if deadline is not None and deadline <= now and deadline == fired:
+                return  # the codec did not move its deadline; do not spin on it
+            session.refresh_timer()
+
+    # -- receipts held for the store ----------------------------------------------------------------
+    def after_sync(self, wrote: bool, thunk: Callable[[], None]) -> None:
+        """Run ``thunk`` (send a receipt, close...) once every store write it depends on is synced.
+        Items queue behind earlier held ones so a connection's receipts stay in order."""
+        broker = self.broker
+        if not broker.store.needs_sync or (not wrote and not self.held):
+            thunk()
+            return
+        token = broker.sync_token_for_writes() if wrote else 0
+        if self.held:
+            token = max(token, self.held[-1][0])
+        elif broker.is_synced(token):
+            thunk()
+            return
+        if self.held is None:
+            self.held = deque()
+        self.held.append((token, thunk))
+        broker.holding[self] = None
+
+    def release_held(self, synced: int) -> None:
+        held = self.held
+        while held and not self.closed and held[0][0] <= synced:
+            held.popleft()[1]()
+        if not self.held:
+            self.held = None
+            self.broker.holding.pop(self, None)

@@ -1,0 +1,672 @@
+"""The STOMP session: a server-role stompproto codec glued to the protocol-neutral model.
+
+Frames become model operations (declare/bind/publish/consume/ack); deliveries become MESSAGE frames.
+Any protocol error sends an ERROR frame and closes this connection only; whatever it held in the
+model (unacked messages, subscriptions, temporary queues) is released first.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import TYPE_CHECKING, Any, Callable
+
+from stompproto import (
+    NEED_DATA,
+    SERVER,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Connection,
+    ConnectionClosed,
+    Disconnect,
+    Error,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    Message as MessageFrame,
+    Nack,
+    PeerTimedOut,
+    LocalProtocolError,
+    Receipt,
+    RemoteProtocolError,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
+
+from ._message import Entry, Message
+from ._model import Consumer, ModelError, Queue, VHost
+from ._routing import PREFIX_ARG
+from ._session import Session
+from ._stomp_dest import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
+from .config import User
+from .store import StoreError
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+__all__ = ["StompSession", "StompSubscription", "SERVER_NAME"]
+
+SERVER_NAME = "sansmq/0.1.0"
+ACK_MODES = ("auto", "client", "client-individual")
+#: SEND headers that only steer this frame and are not part of the message
+_TRANSPORT_HEADERS = ("destination", "receipt", "transaction", "content-length")
+#: SEND headers that change how the broker treats the message
+_STEERING = frozenset(("priority", "expires", "ttl", "expiration", "ack-timeout"))
+#: MESSAGE headers only the broker sets
+_RESERVED_MESSAGE_HEADERS = frozenset(
+    ("subscription", "destination", "message-id", "ack", "redelivered", "x-delivery-count", "content-length")
+)
+#: late acks for deliveries an ack timeout took back are ignored, up to this many per connection
+_TIMED_OUT_MEMORY = 1024
+#: queue arguments a SEND/SUBSCRIBE may give when it declares a queue (RabbitMQ's STOMP headers)
+_QUEUE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-length",
+               "x-expires")
+
+
+class StompError(Exception):
+    """Send an ERROR frame with this message and close the connection."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.receipt: str | None = None
+
+
+class StompSubscription(Consumer):
+    __slots__ = ("id", "destination", "ack_mode", "owns_queue")
+
+    def __init__(self, queue: Queue, owner: "StompSession", prefetch: int, sub_id: str, destination: str,
+                 ack_mode: str, owns_queue: bool) -> None:
+        super().__init__(queue, owner, prefetch, ack_mode == "auto")
+        self.id = sub_id
+        self.destination = destination
+        self.ack_mode = ack_mode
+        #: the queue exists for this subscription only (non-durable topic/exchange): delete it with us
+        self.owns_queue = owns_queue
+
+
+def _is_loopback(peer: tuple[Any, ...]) -> bool:
+    if not peer:
+        return False
+    host = str(peer[0])
+    if host == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def _num(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        result = float(value)
+    except ValueError:
+        return None
+    return result if result == result else None  # NaN
+
+
+class StompSession(Session):
+    __slots__ = (
+        "conn", "vhost", "user", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
+    )
+
+    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(broker, conn_id, peer)
+        limits = broker.config.limits
+        self.conn = Connection(
+            role=SERVER,
+            max_frame_size=limits.max_frame_size,
+            max_header_count=limits.max_header_count,
+            max_header_line=limits.max_header_line,
+            max_body_size=limits.max_body_size,
+            heartbeat_grace=limits.heartbeat_grace,
+        )
+        self.vhost: VHost | None = None
+        self.user: User | None = None
+        self.version = "1.0"
+        self.subs: dict[str, StompSubscription] = {}
+        self.txs: dict[str, list[Frame]] | None = None
+        #: /temp-queue/<t> -> its queue
+        self.temp: dict[str, Queue] | None = None
+        self.timed_out: dict[int, None] | None = None
+        self._disconnecting = False
+
+    def __repr__(self) -> str:
+        return f"StompSession(conn_id={self.conn_id})"
+
+    # -- input ------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closed or self._disconnecting:
+            return
+        self._guard(self.conn.receive_data, data, self.broker.now)
+        self.broker.timer_dirty[self] = None
+
+    def _guard(self, feed: Callable[..., None], *args: Any) -> None:
+        """Feed the codec, handle every event it yields; turn failures into ERROR + close."""
+        try:
+            feed(*args)
+            self._pump()
+        except RemoteProtocolError as exc:
+            self._fail_remote(exc)
+        except StompError as exc:
+            self._fail(exc.message, exc.detail, exc.receipt)
+        except ModelError as exc:
+            self._fail(_model_error_title(exc), exc.text)
+        except StoreError as exc:
+            self._fail("store failure", str(exc))
+
+    def _pump(self) -> None:
+        conn = self.conn
+        while not self.closed and not self._disconnecting:
+            event = conn.next_event()
+            if event is NEED_DATA:
+                return
+            handler = _HANDLERS.get(type(event))
+            if handler is None:
+                raise StompError(f"unexpected frame {getattr(event, 'command', type(event).__name__)}")
+            if self.vhost is None and not isinstance(event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
+                raise StompError("not connected", "send CONNECT first")
+            try:
+                handler(self, event)
+            except StompError as exc:
+                if isinstance(event, Frame):
+                    exc.receipt = event.headers.get("receipt")
+                raise
+
+    def _fail_remote(self, exc: RemoteProtocolError) -> None:
+        hint = exc.hint
+        if hint is None:
+            hint = Error({"message": str(exc)[:200] or "protocol error"})
+        self._send_quietly(hint)
+        self.close()
+
+    def _fail(self, message: str, detail: str = "", receipt: str | None = None) -> None:
+        headers = {"message": message}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        body = (detail or message).encode()
+        headers["content-type"] = "text/plain"
+        self._send_quietly(Error(headers, body))
+        self.close()
+
+    def _send_quietly(self, event: Any) -> None:
+        try:
+            self.write(self.conn.send(event, self.broker.now))
+        except (LocalProtocolError, RemoteProtocolError):
+            pass
+
+    def send(self, event: Any) -> None:
+        self.write(self.conn.send(event, self.broker.now))
+
+    # -- timers -----------------------------------------------------------------------------------
+    def codec_timer(self) -> float | None:
+        return self.conn.get_timer()
+
+    def handle_codec_timer(self, now: float) -> None:
+        self._guard(self.conn.handle_timer, now)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def consumers(self) -> list[Consumer]:
+        return list(self.subs.values())
+
+    def teardown(self) -> None:
+        model = self.broker.model
+        subs = self.subs
+        self.subs = {}
+        for sub in subs.values():
+            model.cancel(sub, requeue=True)
+            if sub.owns_queue:
+                model.delete_queue(sub.queue)
+        for q in (self.temp or {}).values():
+            model.delete_queue(q)
+        self.temp = None
+        self.txs = None
+
+    def abort(self, reason: str) -> None:
+        self._fail(reason)
+
+    def fail_held(self, token: int) -> None:
+        if self.held and self.held[0][0] <= token:
+            self._fail("store failure", "the message store could not persist this connection's data")
+
+    # -- frames -----------------------------------------------------------------------------------
+    def _on_connect(self, frame: Connect) -> None:
+        config = self.broker.config
+        headers = frame.headers
+        self.version = self.conn.version or "1.0"
+        login = headers.get("login")
+        user: User | None
+        if login is None:
+            name = config.anonymous_user
+            user = None if name is None else config.users.get(name, User(name, "", False))
+        else:
+            user = config.users.get(login)
+            given = headers.get("passcode", "").encode()
+            if user is not None and not hmac.compare_digest(user.password.encode(), given):
+                user = None
+        host = headers.get("host")
+        vhost_name = host if host in config.vhosts else config.default_vhost
+        if user is None or (user.loopback_only and not _is_loopback(self.peer)) or (
+            user.vhosts and vhost_name not in user.vhosts
+        ):
+            raise StompError("Access refused", "Access refused for the given credentials")
+        self.user = user
+        self.vhost = self.broker.model.add_vhost(vhost_name, persist=False)
+        out = {"version": self.version}
+        if self.version != "1.0":
+            send_ms, want_ms = config.limits.heartbeat
+            out["heart-beat"] = f"{send_ms},{want_ms}"
+        out["server"] = SERVER_NAME
+        out["session"] = f"session-{self.conn_id}"
+        self.send(Connected(out))
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close()
+
+    def _on_timed_out(self, event: PeerTimedOut) -> None:
+        self.close()
+
+    def _on_heartbeat(self, event: Heartbeat) -> None:
+        pass
+
+    def _on_heartbeat_due(self, event: HeartbeatDue) -> None:
+        self.send(Heartbeat())
+
+    def _on_disconnect(self, frame: Disconnect) -> None:
+        self._disconnecting = True
+        self.teardown()
+        receipt = frame.headers.get("receipt")
+
+        def finish() -> None:
+            if receipt is not None:
+                self.send(Receipt({"receipt-id": receipt}))
+            self.close()
+
+        # the receipt promises every earlier frame took effect: wait for whatever is unsynced
+        self.after_sync(True, finish)
+
+    def _receipt(self, frame: Frame, wrote: bool, extra: dict[str, str] | None = None) -> None:
+        receipt = frame.headers.get("receipt")
+        if receipt is None:
+            return
+        headers = {"receipt-id": receipt}
+        if extra:
+            headers.update(extra)
+        self.after_sync(wrote, lambda: self.send(Receipt(headers)))
+
+    def _transactional(self, frame: Frame, apply: Callable[[Frame], dict[str, str] | None]) -> None:
+        """Run ``apply`` now (it may return extra receipt headers), or buffer the frame when it
+        names a transaction."""
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            before = self.broker.model.store_writes
+            extra = apply(frame)
+            if not self.closed:
+                self._receipt(frame, self.broker.model.store_writes != before, extra)
+            return
+        if self.txs is None or tx not in self.txs:
+            raise StompError("Bad transaction", f"transaction '{tx}' is not active")
+        self.txs[tx].append(frame)
+        self._receipt(frame, False)
+
+    def _on_send(self, frame: Send) -> None:
+        self._transactional(frame, self._apply_send)
+
+    def _on_ack(self, frame: Ack) -> None:
+        self._transactional(frame, self._apply_ack)
+
+    def _on_nack(self, frame: Nack) -> None:
+        self._transactional(frame, self._apply_ack)
+
+    def _on_begin(self, frame: Begin) -> None:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise StompError("Missing transaction", "BEGIN needs a transaction header")
+        if self.txs is None:
+            self.txs = {}
+        if tx in self.txs:
+            raise StompError("Bad transaction", f"transaction '{tx}' is already active")
+        self.txs[tx] = []
+        self._receipt(frame, False)
+
+    def _end_tx(self, frame: Frame) -> list[Frame]:
+        tx = frame.headers.get("transaction")
+        if tx is None or self.txs is None or tx not in self.txs:
+            raise StompError("Bad transaction", f"transaction '{tx}' is not active")
+        frames = self.txs.pop(tx)
+        if not self.txs:
+            self.txs = None
+        return frames
+
+    def _on_commit(self, frame: Commit) -> None:
+        frames = self._end_tx(frame)
+        before = self.broker.model.store_writes
+        for buffered in frames:
+            if isinstance(buffered, Send):
+                self._apply_send(buffered)
+            else:
+                self._apply_ack(buffered)
+            if self.closed:
+                return
+        self._receipt(frame, self.broker.model.store_writes != before)
+
+    def _on_abort(self, frame: Abort) -> None:
+        self._end_tx(frame)
+        self._receipt(frame, False)
+
+    # -- SEND -------------------------------------------------------------------------------------
+    def _apply_send(self, frame: Frame) -> dict[str, str] | None:
+        headers = frame.headers
+        dest = self._parse(headers.get("destination"))
+        if dest.kind == "control":
+            return self._control(dest)
+        model = self.broker.model
+        vhost = self.vhost
+        assert vhost is not None
+        now = self.broker.now
+        msg_headers = {k: v for k, v in headers.items() if k not in _TRANSPORT_HEADERS}
+        reply_to = msg_headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            q = self._temp_queue(reply_to[12:])
+            msg_headers["reply-to"] = f"/reply-queue/{q.name}"
+        exchange, key = self._publish_target(dest, headers)
+        priority = 0
+        expires_at = None
+        ack_timeout = None
+        if not _STEERING.isdisjoint(msg_headers):  # rare: skip the parsing on the common path
+            prio = _num(msg_headers.get("priority"))
+            if prio is not None:
+                priority = max(0, min(9, int(prio)))
+                msg_headers["priority"] = str(priority)
+            for name, relative in (("expires", False), ("ttl", True), ("expiration", True)):
+                value = _num(msg_headers.get(name))
+                if value is None:
+                    continue
+                when = now + value / 1000.0 if relative else value / 1000.0
+                expires_at = when if expires_at is None else min(expires_at, when)
+            ack_timeout = _num(msg_headers.get("ack-timeout"))
+            if ack_timeout is not None and ack_timeout <= 0:
+                ack_timeout = None
+        persistent = msg_headers.get("persistent", "").lower() == "true"
+        msg = Message(model.next_message_id(), exchange, key, msg_headers, frame.body, priority,
+                      expires_at, persistent, ack_timeout)
+        try:
+            model.publish(vhost, exchange, msg)
+        except ModelError as exc:
+            raise StompError(_model_error_title(exc), exc.text) from None
+        return None
+
+    def _publish_target(self, dest: Destination, headers: dict[str, str]) -> tuple[str, str]:
+        vhost = self.vhost
+        assert vhost is not None
+        kind = dest.kind
+        if kind == "queue":
+            self._declare(dest.name, headers)
+            return "", dest.name
+        if kind == "amq-queue":
+            if dest.name not in vhost.queues:
+                raise StompError("not_found", f"no queue '{dest.name}' in vhost '{vhost.name}'")
+            return "", dest.name
+        if kind == "topic":
+            return "amq.topic", dest.key
+        if kind == "exchange":
+            if dest.name not in vhost.exchanges:
+                raise StompError("not_found", f"no exchange '{dest.name}' in vhost '{vhost.name}'")
+            return dest.name, dest.key
+        if kind == "temp-queue":
+            return "", self._temp_queue(dest.name).name
+        if kind == "reply-queue":
+            return "", dest.name
+        raise StompError("Invalid destination", f"cannot send to '{kind}' destinations")
+
+    def _declare(self, name: str, headers: dict[str, str]) -> Queue:
+        vhost = self.vhost
+        assert vhost is not None
+        q = vhost.queues.get(name)
+        if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
+            self.broker.model.touch(q)
+            return q  # already declared: the common path of every SEND to /queue/q
+        args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
+        try:
+            return self.broker.model.declare_queue(vhost, name, durable=True, args=args)
+        except ModelError as exc:
+            raise StompError(_model_error_title(exc), exc.text) from None
+
+    def _temp_queue(self, suffix: str) -> Queue:
+        """This connection's ``/temp-queue/<suffix>``: an exclusive auto-delete queue subscribed as
+        subscription id ``/temp-queue/<suffix>``."""
+        if self.temp is None:
+            self.temp = {}
+        q = self.temp.get(suffix)
+        if q is not None:
+            return q
+        assert self.vhost is not None
+        model = self.broker.model
+        q = model.declare_queue(self.vhost, self.broker.new_name("amq.gen-"), durable=False,
+                                auto_delete=False, exclusive_owner=self)
+        self.temp[suffix] = q
+        sub_id = f"/temp-queue/{suffix}"
+        if sub_id not in self.subs:
+            sub = StompSubscription(q, self, self.broker.config.limits.default_prefetch, sub_id, sub_id,
+                                    "auto", False)
+            self.subs[sub_id] = sub
+            model.consume(q, sub)
+        return q
+
+    def _control(self, dest: Destination) -> dict[str, str]:
+        vhost = self.vhost
+        assert vhost is not None
+        model = self.broker.model
+        what, _, target = dest.name.partition("/")
+        extra: dict[str, str]
+        if what == "count-msgs" and target.startswith("queue/"):
+            q = vhost.queues.get(target[6:])
+            extra = {"num-messages": str(q.count if q else 0)}
+        elif what == "count-subscribers" and target.startswith("queue/"):
+            q = vhost.queues.get(target[6:])
+            extra = {"num-subscribers": str(q.consumer_count() if q else 0)}
+        elif what == "count-subscribers" and target.startswith("topic/"):
+            topic = vhost.exchanges["amq.topic"]
+            queues = model.route(vhost, topic, target[6:], None)
+            extra = {"num-subscribers": str(sum(q.consumer_count() for q in queues))}
+        else:
+            raise StompError("Invalid destination", f"unknown control destination '/control/{dest.name}'")
+        return extra
+
+    # -- SUBSCRIBE / UNSUBSCRIBE ---------------------------------------------------------------------
+    def _on_subscribe(self, frame: Subscribe) -> None:
+        headers = frame.headers
+        destination = headers.get("destination")
+        dest = self._parse(destination)
+        assert destination is not None
+        sub_id = headers.get("id", destination)
+        if sub_id in self.subs:
+            raise StompError("Duplicated subscription identifier", f"subscription '{sub_id}' already exists")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise StompError("Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}")
+        prefetch = self.broker.config.limits.default_prefetch
+        for name in ("prefetch-count", "prefetch"):
+            value = _num(headers.get(name))
+            if value is not None:
+                prefetch = max(0, int(value))
+                break
+        before = self.broker.model.store_writes
+        q, owns = self._subscription_queue(dest, sub_id, headers)
+        sub = StompSubscription(q, self, prefetch, sub_id, destination, ack_mode, owns)
+        try:
+            self.broker.model.consume(q, sub)
+        except ModelError as exc:
+            raise StompError(_model_error_title(exc), exc.text) from None
+        self.subs[sub_id] = sub
+        self._receipt(frame, self.broker.model.store_writes != before)
+
+    def _subscription_queue(self, dest: Destination, sub_id: str, headers: dict[str, str]) -> tuple[Queue, bool]:
+        vhost = self.vhost
+        assert vhost is not None
+        model = self.broker.model
+        kind = dest.kind
+        if kind == "queue":
+            return self._declare(dest.name, headers), False
+        if kind in ("amq-queue", "reply-queue"):
+            q = vhost.queues.get(dest.name)
+            if q is None:
+                raise StompError("not_found", f"no queue '{dest.name}' in vhost '{vhost.name}'")
+            return q, False
+        if kind == "temp-queue":
+            return self._temp_queue(dest.name), False
+        if kind not in ("topic", "exchange"):
+            raise StompError("Invalid destination", f"cannot subscribe to '{kind}' destinations")
+        exchange = vhost.exchanges.get(dest.name)
+        if exchange is None:
+            raise StompError("not_found", f"no exchange '{dest.name}' in vhost '{vhost.name}'")
+        key, bind_args = dest.key, None
+        if kind == "topic" and is_prefix_topic(key):
+            key, bind_args = key[:-1], {PREFIX_ARG: True}
+        durable = kind == "topic" and _durable(headers)
+        if durable:
+            if "id" not in headers:
+                raise StompError("Missing id", "a durable subscription needs an id header")
+            auto_delete = headers.get("auto-delete", "false").lower() == "true"
+            args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
+            q = model.declare_queue(vhost, _durable_queue_name(sub_id), durable=True,
+                                    auto_delete=auto_delete, args=args)
+            owns = False
+        else:
+            args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
+            q = model.declare_queue(vhost, self.broker.new_name("stomp-sub-"), durable=False,
+                                    auto_delete=True, exclusive_owner=self, args=args)
+            owns = True
+        model.bind(vhost, q, exchange, key, bind_args)
+        return q, owns
+
+    def _on_unsubscribe(self, frame: Unsubscribe) -> None:
+        headers = frame.headers
+        sub_id = headers.get("id", headers.get("destination"))
+        if sub_id is None:
+            raise StompError("Missing id", "UNSUBSCRIBE needs an id header")
+        model = self.broker.model
+        before = model.store_writes
+        sub = self.subs.pop(sub_id, None)
+        durable = _durable(headers)
+        if sub is None and not durable:
+            raise StompError("Subscription not found", f"no subscription '{sub_id}'")
+        if sub is not None:
+            model.cancel(sub, requeue=True)
+            if sub.owns_queue:
+                model.delete_queue(sub.queue)
+        if durable:
+            assert self.vhost is not None
+            q = self.vhost.queues.get(_durable_queue_name(sub_id))
+            if q is not None:
+                model.delete_queue(q)
+        self._receipt(frame, model.store_writes != before)
+
+    # -- ACK / NACK ---------------------------------------------------------------------------------
+    def _apply_ack(self, frame: Frame) -> None:  # returns no receipt headers
+        headers = frame.headers
+        ack_id = headers.get("id") if self.version == "1.2" else None
+        if ack_id is None:
+            ack_id = headers.get("message-id", headers.get("id"))
+        if ack_id is None:
+            raise StompError("Missing ack id", f"{frame.command} needs an id (1.2) or message-id header")
+        sub_id, sep, tag_text = ack_id.rpartition("@@")
+        sub = self.subs.get(sub_id[2:]) if sep and sub_id.startswith("T_") else None
+        tag = int(tag_text) if tag_text.isdigit() else -1
+        model = self.broker.model
+        if sub is None or not model.has_tag(sub, tag):
+            if self.timed_out is not None and tag in self.timed_out:
+                return  # the ack timeout already took it back
+            raise StompError("Unknown ack id", f"no unacknowledged message with id '{ack_id}'")
+        multiple = sub.ack_mode == "client"
+        if isinstance(frame, Ack):
+            model.ack(sub, tag, multiple)
+        else:
+            requeue = headers.get("requeue", "true").lower() != "false"
+            model.nack(sub, tag, multiple, requeue)
+
+    # -- deliveries (ConsumerOwner) ----------------------------------------------------------------
+    def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
+        assert isinstance(consumer, StompSubscription)
+        msg = entry.msg
+        message_id = f"T_{consumer.id}@@{tag}"
+        if consumer.destination.startswith("/temp-queue/"):
+            destination = consumer.destination
+        else:
+            destination = destination_for(msg.exchange, msg.routing_key)
+        headers = {"subscription": consumer.id, "destination": destination, "message-id": message_id}
+        if consumer.ack_mode != "auto" and self.version == "1.2":
+            headers["ack"] = message_id
+        if entry.count:
+            headers["redelivered"] = "true"
+            headers["x-delivery-count"] = str(entry.count)
+        for name, value in msg.headers.items():
+            if name not in headers and name not in _RESERVED_MESSAGE_HEADERS:
+                headers[name] = value
+        headers["content-length"] = str(len(msg.body))
+        try:
+            self.send(MessageFrame(headers, msg.body))
+        except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
+            self.broker.internal_errors.append(exc)
+            self.abort("internal error")  # the delivery counts as unacked and is requeued by the teardown
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        assert isinstance(consumer, StompSubscription)
+        if self.subs.get(consumer.id) is consumer:
+            del self.subs[consumer.id]
+
+    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+        if self.timed_out is None:
+            self.timed_out = {}
+        self.timed_out[tag] = None
+        if len(self.timed_out) > _TIMED_OUT_MEMORY:
+            del self.timed_out[next(iter(self.timed_out))]
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _parse(self, destination: str | None) -> Destination:
+        try:
+            return parse_destination(destination)
+        except BadDestination as exc:
+            raise StompError("Invalid destination", str(exc)) from None
+
+
+def _durable(headers: dict[str, str]) -> bool:
+    return headers.get("durable", "").lower() == "true" or headers.get("persistent", "").lower() == "true"
+
+
+def _durable_queue_name(sub_id: str) -> str:
+    return f"stomp-subscription-{sub_id}"
+
+
+def _model_error_title(exc: ModelError) -> str:
+    return {404: "not_found", 403: "access_refused", 405: "resource_locked", 406: "precondition_failed"}.get(
+        exc.code, "internal_error"
+    )
+
+
+_HANDLERS: dict[type, Callable[[StompSession, Any], None]] = {
+    Connect: StompSession._on_connect,
+    Send: StompSession._on_send,
+    Subscribe: StompSession._on_subscribe,
+    Unsubscribe: StompSession._on_unsubscribe,
+    Ack: StompSession._on_ack,
+    Nack: StompSession._on_nack,
+    Begin: StompSession._on_begin,
+    Commit: StompSession._on_commit,
+    Abort: StompSession._on_abort,
+    Disconnect: StompSession._on_disconnect,
+    ConnectionClosed: StompSession._on_closed,
+    PeerTimedOut: StompSession._on_timed_out,
+    Heartbeat: StompSession._on_heartbeat,
+    HeartbeatDue: StompSession._on_heartbeat_due,
+}

@@ -1,0 +1,417 @@
+"""Deterministic simulation tools for testing code that runs on the broker.
+
+``SimNetwork(broker, seed)`` connects client-role stompproto connections to a :class:`Broker` in
+memory, with a clock only the test moves (``net.now``, ``net.advance(seconds)``). Bytes can be cut
+into rng-chosen chunks in both directions, a client can stop reading (its bytes are never reported
+sent, so back-pressure builds), close cleanly or drop. ``FakeStore`` is a store that needs syncing,
+logs every operation, can fail a sync and can "crash" (keep only what was synced).
+
+    net = SimNetwork(Broker(Config(), MemoryStore(), random.Random(1)), seed=1)
+    alice = net.connect()
+    alice.stomp_connect()
+    alice.send(Subscribe({"destination": "/queue/a", "id": "1"}))
+    net.run_until_idle()
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from stompproto import (
+    CLIENT,
+    NEED_DATA,
+    Connect,
+    Connected,
+    Connection,
+    Error,
+    Event,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    RemoteProtocolError,
+)
+
+from ._actions import Close, PauseReading, ResumeReading, Sync, Write
+from ._broker import Broker
+from ._message import Message
+from .store import BindingDef, ExchangeDef, MemoryStore, QueueDef, StoreError
+
+__all__ = ["SimNetwork", "SimClient", "FakeStore"]
+
+DEFAULT_START = 1_700_000_000.0
+
+
+class FakeStore(MemoryStore):
+    """A MemoryStore that (by default) needs sync, records every operation, and fails on demand.
+
+    ``crash()`` returns the store a restarted broker would find: only operations covered by a
+    successful ``sync`` survive.
+    """
+
+    def __init__(self, needs_sync: bool = True) -> None:
+        super().__init__()
+        self.needs_sync = needs_sync
+        self.ops: list[tuple[str, tuple[Any, ...]]] = []
+        self.synced_ops = 0
+        self.sync_calls: list[int] = []
+        self._fail_syncs = 0
+        self._fail_writes = 0
+
+    def fail_next_sync(self, count: int = 1) -> None:
+        self._fail_syncs += count
+
+    def fail_next_write(self, count: int = 1) -> None:
+        """The next ``count`` entity/message operations raise StoreError (nothing recorded)."""
+        self._fail_writes += count
+
+    def _log(self, name: str, *args: Any) -> None:
+        if self._fail_writes:
+            self._fail_writes -= 1
+            raise StoreError(f"injected write failure ({name})")
+        self.ops.append((name, args))
+        getattr(MemoryStore, name)(self, *args)
+
+    def add_vhost(self, name: str) -> None:
+        self._log("add_vhost", name)
+
+    def delete_vhost(self, name: str) -> None:
+        self._log("delete_vhost", name)
+
+    def add_exchange(self, xdef: ExchangeDef) -> None:
+        self._log("add_exchange", xdef)
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        self._log("delete_exchange", vhost, name)
+
+    def add_queue(self, qdef: QueueDef) -> None:
+        self._log("add_queue", qdef)
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        self._log("delete_queue", vhost, name)
+
+    def add_binding(self, bdef: BindingDef) -> None:
+        self._log("add_binding", bdef)
+
+    def delete_binding(self, bdef: BindingDef) -> None:
+        self._log("delete_binding", bdef)
+
+    def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
+        self._log("enqueue", vhost, queue, msg)
+
+    def remove(self, vhost: str, queue: str, msg_id: int) -> None:
+        self._log("remove", vhost, queue, msg_id)
+
+    def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
+        self._log("update_delivery", vhost, queue, msg_id, delivery_count)
+
+    def sync(self, token: int) -> None:
+        self.sync_calls.append(token)
+        if self._fail_syncs:
+            self._fail_syncs -= 1
+            raise StoreError(f"injected sync failure (token {token})")
+        self.synced_ops = len(self.ops)
+
+    def crash(self) -> "FakeStore":
+        survivor = FakeStore(self.needs_sync)
+        for name, args in self.ops[: self.synced_ops]:
+            survivor._log(name, *args)
+        survivor.synced_ops = len(survivor.ops)
+        return survivor
+
+
+class SimClient:
+    """A client-role STOMP connection living in a :class:`SimNetwork`."""
+
+    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+                 auto_heartbeat: bool) -> None:
+        self.net = net
+        self.conn_id = conn_id
+        self.peer = peer
+        self.conn = Connection(CLIENT)
+        #: every event received, in order
+        self.received: list[Event] = []
+        self._cursor = 0
+        #: False: bytes from the broker pile up unread and are never reported sent
+        self.reading = reading
+        self.auto_heartbeat = auto_heartbeat
+        self.paused = False  # the broker asked the "server" to stop reading from us
+        self.server_closed = False  # the broker closed the connection
+        self.gone = False  # transport closed (either side)
+        self.error: RemoteProtocolError | None = None
+        self._to_broker = bytearray()
+        self._from_broker = bytearray()
+
+    def __repr__(self) -> str:
+        return f"SimClient(conn_id={self.conn_id})"
+
+    # -- sending ----------------------------------------------------------------------------------
+    def send(self, event: Event) -> None:
+        """Serialise ``event`` with the client codec; the bytes travel on ``run_until_idle``."""
+        self.send_raw(self.conn.send(event, self.net.now))
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue raw bytes (bypassing the client codec: for bad input)."""
+        if not self.gone:
+            self._to_broker += data
+
+    def stomp_connect(self, headers: dict[str, str] | None = None, version: str = "1.2") -> Frame:
+        """Send CONNECT, run the network, return the CONNECTED (or ERROR) frame."""
+        h = {"accept-version": version, "host": "/", "heart-beat": "0,0"}
+        h.update(headers or {})
+        self.send(Connect(h))
+        self.net.run_until_idle()
+        for ev in self.received:
+            if isinstance(ev, (Connected, Error)):
+                return ev
+        raise AssertionError("no CONNECTED or ERROR received")
+
+    # -- receiving --------------------------------------------------------------------------------
+    def events(self) -> list[Event]:
+        """Events received since the last call (heart-beats included)."""
+        new = self.received[self._cursor:]
+        self._cursor = len(self.received)
+        return new
+
+    def frames(self, cls: type[Frame] | None = None) -> list[Frame]:
+        """Every frame received so far, optionally of one class only (heart-beats excluded)."""
+        return [e for e in self.received if isinstance(e, Frame) and (cls is None or isinstance(e, cls))]
+
+    def start_reading(self) -> None:
+        self.reading = True
+
+    def stop_reading(self) -> None:
+        self.reading = False
+
+    @property
+    def unread(self) -> int:
+        return len(self._from_broker)
+
+    # -- transport ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Clean close: EOF reaches the broker, then the transport goes."""
+        if self.gone:
+            return
+        self.net._flush_client(self)
+        self.gone = True
+        self.net._deliver_eof(self)
+
+    def drop(self) -> None:
+        """Abrupt loss: the broker only learns ``connection_lost``."""
+        if self.gone:
+            return
+        self.gone = True
+        self._to_broker.clear()
+        self.net._lost(self)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _feed(self, data: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            self.conn.receive_data(data, self.net.now)
+            self._read_events()
+        except RemoteProtocolError as exc:
+            self.error = exc
+
+    def _read_events(self) -> None:
+        while True:
+            ev = self.conn.next_event()
+            if ev is NEED_DATA:
+                return
+            if isinstance(ev, HeartbeatDue):
+                if self.auto_heartbeat and not self.gone:
+                    self.send(Heartbeat())
+                continue
+            self.received.append(ev)
+
+    def _timer(self) -> float | None:
+        if self.gone or self.error is not None:
+            return None
+        return self.conn.get_timer()
+
+    def _fire(self, now: float) -> None:
+        self.conn.handle_timer(now)
+        try:
+            self._read_events()
+        except RemoteProtocolError as exc:
+            self.error = exc
+
+
+class SimNetwork:
+    """An in-memory network and clock around one broker. Fully deterministic for a given seed."""
+
+    def __init__(self, broker: Broker, seed: int = 0, *, start: float = DEFAULT_START,
+                 max_chunk: int | None = None, auto_sync: bool = True, strict: bool = True) -> None:
+        self.broker = broker
+        #: re-raise exceptions the broker caught in session code (it closes the connection)
+        self.strict = strict
+        self.rng = random.Random(seed)
+        self._now = start
+        #: cut every transfer into rng-chosen chunks of 1..max_chunk bytes (None: whole)
+        self.max_chunk = max_chunk
+        #: run store.sync for every Sync action (False: tokens wait in ``pending_syncs``)
+        self.auto_sync = auto_sync
+        self.pending_syncs: list[int] = []
+        self.clients: dict[int, SimClient] = {}
+        #: every action the broker emitted, as comparable tuples (for determinism checks)
+        self.log: list[tuple[Any, ...]] = []
+        self._next_conn = 0
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    # -- connections ---------------------------------------------------------------------------------
+    def connect(self, peer: tuple[Any, ...] | None = None, protocol: str = "stomp", *, reading: bool = True,
+                auto_heartbeat: bool = True) -> SimClient:
+        self._next_conn += 1
+        conn_id = self._next_conn
+        if peer is None:
+            peer = ("127.0.0.1", 40000 + conn_id)
+        client = SimClient(self, conn_id, peer, reading, auto_heartbeat)
+        self.clients[conn_id] = client
+        self.broker.connection_made(conn_id, protocol, peer, self._now)
+        self._process(self.broker.drain())
+        return client
+
+    # -- running -------------------------------------------------------------------------------------
+    def run_until_idle(self, max_rounds: int = 100_000) -> None:
+        """Move bytes both ways and complete syncs until nothing moves (time does not advance)."""
+        for _ in range(max_rounds):
+            moved = False
+            for client in list(self.clients.values()):
+                if client._to_broker and not client.gone and not client.paused and not client.server_closed:
+                    self._flush_client(client)
+                    moved = True
+                if client._from_broker and client.reading:
+                    self._read(client)
+                    moved = True
+            actions = self.broker.drain()
+            if actions:
+                self._process(actions)
+                moved = True
+            if not moved:
+                return
+        raise RuntimeError("network did not become idle")
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward, firing broker and client timers in deadline order."""
+        target = self._now + seconds
+        self.run_until_idle()
+        while True:
+            due = self.broker.get_timer()
+            for client in self.clients.values():
+                t = client._timer()
+                if t is not None and (due is None or t < due):
+                    due = t
+            if due is None or due > target:
+                break
+            self._now = max(self._now, due)
+            if (bt := self.broker.get_timer()) is not None and bt <= self._now:
+                self.broker.handle_timer(self._now)
+            for client in list(self.clients.values()):
+                t = client._timer()
+                if t is not None and t <= self._now:
+                    client._fire(self._now)
+            self.run_until_idle()
+        self._now = target
+        self.run_until_idle()
+
+    def complete_syncs(self) -> None:
+        """Run the store's sync for every pending token (when ``auto_sync`` is off)."""
+        pending, self.pending_syncs = self.pending_syncs, []
+        for token in pending:
+            self._sync(token)
+        self.run_until_idle()
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _chunks(self, data: bytes) -> list[bytes]:
+        if self.max_chunk is None or len(data) <= 1:
+            return [data]
+        out, i = [], 0
+        while i < len(data):
+            n = self.rng.randint(1, self.max_chunk)
+            out.append(data[i:i + n])
+            i += n
+        return out
+
+    def _flush_client(self, client: SimClient) -> None:
+        data = bytes(client._to_broker)
+        client._to_broker.clear()
+        offset = 0
+        for chunk in self._chunks(data):
+            if client.server_closed or client.gone:
+                return
+            if client.paused:
+                client._to_broker[:0] = data[offset:]  # the rest waits for ResumeReading
+                return
+            offset += len(chunk)
+            self.broker.data_received(client.conn_id, chunk, self._now)
+            self._process(self.broker.drain())
+
+    def _read(self, client: SimClient) -> None:
+        data = bytes(client._from_broker)
+        client._from_broker.clear()
+        for chunk in self._chunks(data):
+            client._feed(chunk)
+            if not client.gone:
+                self.broker.data_sent(client.conn_id, len(chunk))
+        if client.server_closed and not client.gone:
+            client.gone = True
+            self._lost(client)
+
+    def _deliver_eof(self, client: SimClient) -> None:
+        if not client.server_closed:
+            self.broker.data_received(client.conn_id, b"", self._now)
+            self._process(self.broker.drain())
+        self._lost(client)
+
+    def _lost(self, client: SimClient) -> None:
+        self.broker.connection_lost(client.conn_id, self._now)
+        self._process(self.broker.drain())
+
+    def _sync(self, token: int) -> None:
+        try:
+            self.broker.store.sync(token)
+        except StoreError:
+            self.broker.sync_failed(token, self._now)
+        else:
+            self.broker.synced(token, self._now)
+        self._process(self.broker.drain())
+
+    def _process(self, actions: list[Any]) -> None:
+        if self.strict and self.broker.internal_errors:
+            raise self.broker.internal_errors.pop(0)
+        syncs: list[int] = []
+        for action in actions:
+            if isinstance(action, Write):
+                self.log.append(("write", action.conn_id, action.data))
+                client = self.clients.get(action.conn_id)
+                if client is not None and not client.gone:
+                    client._from_broker += action.data
+            elif isinstance(action, Close):
+                self.log.append(("close", action.conn_id))
+                client = self.clients.get(action.conn_id)
+                if client is not None:
+                    client.server_closed = True
+                    if client.reading and not client.gone:
+                        self._read(client)
+                    elif client.gone:
+                        pass
+            elif isinstance(action, PauseReading):
+                self.log.append(("pause", action.conn_id))
+                if (client := self.clients.get(action.conn_id)) is not None:
+                    client.paused = True
+            elif isinstance(action, ResumeReading):
+                self.log.append(("resume", action.conn_id))
+                if (client := self.clients.get(action.conn_id)) is not None:
+                    client.paused = False
+            elif isinstance(action, Sync):
+                self.log.append(("sync", action.token))
+                syncs.append(action.token)
+        for token in syncs:
+            if self.auto_sync:
+                self._sync(token)
+            else:
+                self.pending_syncs.append(token)

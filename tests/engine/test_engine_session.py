@@ -1,0 +1,251 @@
+"""STOMP session behaviour: receipts, transactions, auth, vhosts, heart-beats, protocol errors,
+back-pressure, unknown protocols."""
+
+from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
+
+from engine import Close, Config, Limits, User
+from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
+
+
+def test_receipts_on_every_frame_kind():
+    net = new_net()
+    c = connected(net)
+    subscribe(c, "/queue/q", "1", ack="client-individual", receipt="sub")
+    send(c, "/queue/q", b"x", receipt="send")
+    net.run_until_idle()
+    [m] = [e for e in c.events() if isinstance(e, Message)]
+    ack(c, m, receipt="ack")
+    c.send(Begin({"transaction": "t", "receipt": "begin"}))
+    c.send(Abort({"transaction": "t", "receipt": "abort"}))
+    c.send(Begin({"transaction": "t2", "receipt": "begin2"}))
+    c.send(Commit({"transaction": "t2", "receipt": "commit"}))
+    unsubscribe(c, "1", receipt="unsub")
+    c.send(Disconnect({"receipt": "bye"}))
+    net.run_until_idle()
+    ids = [r.headers["receipt-id"] for r in c.received if isinstance(r, Receipt)]
+    assert ids == ["sub", "send", "ack", "begin", "abort", "begin2", "commit", "unsub", "bye"]
+    assert c.server_closed and c.gone
+
+
+def test_transactions_buffer_until_commit_and_abort_discards():
+    net = new_net()
+    c, p = connected(net), connected(net)
+    subscribe(c, "/queue/q", "1", ack="client-individual")
+    net.run_until_idle()
+    p.send(Begin({"transaction": "tx"}))
+    send(p, "/queue/q", b"a", transaction="tx")
+    send(p, "/queue/q", b"b", transaction="tx")
+    send(p, "/queue/q", b"now")
+    net.run_until_idle()
+    assert bodies(c) == [b"now"]
+    p.send(Commit({"transaction": "tx"}))
+    net.run_until_idle()
+    got = messages(c)
+    assert [m.body for m in got] == [b"a", b"b"]
+    # transactional acks: aborted ones do not happen
+    c.send(Begin({"transaction": "t1"}))
+    ack(c, got[0], transaction="t1")
+    c.send(Abort({"transaction": "t1"}))
+    c.send(Begin({"transaction": "t2"}))
+    ack(c, got[1], transaction="t2")
+    c.send(Commit({"transaction": "t2"}))
+    net.run_until_idle()
+    q = net.broker.model.vhosts["/"].queues["q"]
+    assert q.unacked_count() == 2  # "now" and "a"
+    p.send(Begin({"transaction": "open"}))
+    send(p, "/queue/q", b"never", transaction="open")
+    net.run_until_idle()
+    p.drop()  # connection death aborts open transactions
+    net.run_until_idle()
+    assert messages(c) == []
+
+
+def test_unknown_transaction_is_an_error():
+    net = new_net()
+    c = connected(net)
+    send(c, "/queue/q", b"x", transaction="nope")
+    net.run_until_idle()
+    assert errors(c)[0].headers["message"] == "Bad transaction"
+    assert c.server_closed
+    d = connected(net)
+    d.send(Commit({"transaction": "nope"}))
+    net.run_until_idle()
+    assert errors(d) and d.server_closed
+
+
+def test_auth_users_and_guest_loopback_only():
+    cfg = Config()
+    cfg.users["alice"] = User("alice", "secret")
+    net = new_net(cfg)
+    assert isinstance(net.connect().stomp_connect({"login": "alice", "passcode": "secret"}), Connected)
+    bad = net.connect()
+    err = bad.stomp_connect({"login": "alice", "passcode": "wrong"})
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused"
+    net.run_until_idle()
+    assert bad.server_closed
+    remote_guest = net.connect(peer=("10.1.2.3", 5555))
+    err = remote_guest.stomp_connect({"login": "guest", "passcode": "guest"})
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused"
+    remote_alice = net.connect(peer=("10.1.2.3", 5556))
+    assert isinstance(remote_alice.stomp_connect({"login": "alice", "passcode": "secret"}), Connected)
+    v6 = net.connect(peer=("::1", 5557, 0, 0))
+    assert isinstance(v6.stomp_connect({"login": "guest", "passcode": "guest"}), Connected)
+    anon_local = net.connect()
+    assert isinstance(anon_local.stomp_connect(), Connected)  # anonymous = guest, from loopback
+    anon_remote = net.connect(peer=("192.168.0.9", 1))
+    assert isinstance(anon_remote.stomp_connect(), Error)
+
+
+def test_anonymous_refused_when_disabled():
+    cfg = Config(anonymous_user=None)
+    net = new_net(cfg)
+    assert isinstance(net.connect().stomp_connect(), Error)
+
+
+def test_vhost_selection_isolates_queues():
+    cfg = Config(vhosts=("/", "blue"))
+    cfg.users["bob"] = User("bob", "pw", vhosts=("blue",))
+    net = new_net(cfg)
+    blue = connected(net, headers={"host": "blue"})
+    default = connected(net, headers={"host": "unknown-host"})
+    send(blue, "/queue/q", b"blue")
+    send(default, "/queue/q", b"default")
+    net.run_until_idle()
+    vhosts = net.broker.model.vhosts
+    assert vhosts["blue"].queues["q"].count == 1 and vhosts["/"].queues["q"].count == 1
+    subscribe(blue, "/queue/q", "1")
+    net.run_until_idle()
+    assert bodies(blue) == [b"blue"]
+    bob_ok = net.connect()
+    assert isinstance(bob_ok.stomp_connect({"login": "bob", "passcode": "pw", "host": "blue"}), Connected)
+    bob_bad = net.connect()
+    assert isinstance(bob_bad.stomp_connect({"login": "bob", "passcode": "pw", "host": "/"}), Error)
+
+
+def test_heartbeat_timeout_closes_and_requeues():
+    net = new_net()
+    c = net.connect(auto_heartbeat=False)
+    frame = c.stomp_connect({"heart-beat": "1000,1000"})
+    assert frame.headers["heart-beat"] == "10000,10000"
+    subscribe(c, "/queue/q", "1", ack="client-individual")
+    net.run_until_idle()
+    p = connected(net)
+    send(p, "/queue/q", b"x")
+    net.run_until_idle()
+    assert bodies(c) == [b"x"]
+    net.advance(14.0)  # negotiated 10 s from the client, times grace 1.5 = 15 s
+    assert not c.server_closed
+    net.advance(1.5)
+    assert c.server_closed
+    q = net.broker.model.vhosts["/"].queues["q"]
+    assert q.count == 1 and q.ready_entries()[0].count == 1
+
+
+def test_heartbeats_keep_connection_alive_and_broker_sends_them():
+    net = new_net()
+    c = connected(net, headers={"heart-beat": "5000,5000"})
+    net.advance(60)
+    assert not c.server_closed
+    beats = [e for e in c.received if isinstance(e, Heartbeat)]
+    assert 5 <= len(beats) <= 7  # the broker offered 10 s sends, the client asked for 5: every 10 s
+    assert net.broker.get_timer() is not None
+
+
+def test_bad_input_from_one_client_does_not_affect_another():
+    net = new_net()
+    good, bad = connected(net), connected(net)
+    subscribe(good, "/queue/q", "1", ack="client-individual")
+    subscribe(bad, "/queue/q", "1", ack="client-individual")
+    net.run_until_idle()
+    p = connected(net)
+    send(p, "/queue/q", b"1")
+    send(p, "/queue/q", b"2")
+    net.run_until_idle()
+    [mb] = messages(bad)
+    bad.send_raw(b"GARBAGE\n\n\x00")
+    net.run_until_idle()
+    assert bad.server_closed and errors(bad)
+    got = messages(good)
+    assert [m.body for m in got] == [b"1", mb.body]  # bad's unacked message moved over
+    ack(good, got[-1], receipt="fine")
+    net.run_until_idle()
+    assert receipts(good)[0].headers["receipt-id"] == "fine"
+
+
+def test_frame_before_connect_and_oversized_frame():
+    cfg = Config(limits=Limits(max_body_size=100, max_frame_size=1000))
+    net = new_net(cfg)
+    c = net.connect()
+    c.send_raw(b"SEND\ndestination:/queue/q\n\nx\x00")  # the client codec would refuse it
+    net.run_until_idle()
+    assert c.server_closed and errors(c)
+    d = connected(net)
+    send(d, "/queue/q", b"y" * 500)
+    net.run_until_idle()
+    assert d.server_closed and errors(d)
+
+
+def test_unknown_protocol_is_closed():
+    net = new_net()
+    net.broker.connection_made(99, "gopher", ("127.0.0.1", 1), net.now)
+    assert net.broker.drain() == [Close(99)]
+
+
+def test_back_pressure_stops_delivery_to_slow_consumer():
+    cfg = Config(limits=Limits(max_outbound_buffer=2000))
+    net = new_net(cfg)
+    slow = connected(net)
+    fast = connected(net)
+    subscribe(slow, "/queue/q", "1")  # auto ack too
+    net.run_until_idle()
+    slow.stop_reading()
+    p = connected(net)
+    for i in range(200):
+        send(p, "/queue/q", b"x" * 100)
+    net.run_until_idle()
+    assert slow.paused  # PauseReading was emitted for it
+    assert slow.unread < 2000 + 400
+    subscribe(fast, "/queue/q", "1")
+    net.run_until_idle()
+    n_fast = len(messages(fast))
+    slow.start_reading()
+    net.run_until_idle()
+    n_slow = len(messages(slow))
+    assert not slow.paused
+    assert n_fast + n_slow == 200
+    assert n_fast > 150
+
+
+def test_disconnect_frame_requeues_and_closes():
+    net = new_net()
+    c = connected(net)
+    subscribe(c, "/queue/q", "1", ack="client")
+    send(c, "/queue/q", b"x")
+    net.run_until_idle()
+    assert bodies(c) == [b"x"]
+    c.send(Disconnect({}))
+    net.run_until_idle()
+    assert c.server_closed
+    assert net.broker.model.vhosts["/"].queues["q"].count == 1
+
+
+def test_bug_in_session_code_closes_only_that_connection(monkeypatch):
+    from engine._stomp_session import _HANDLERS
+
+    def boom(self, frame):
+        raise RuntimeError("bug")
+
+    net = new_net(strict=False)
+    victim, bystander = connected(net), connected(net)
+    subscribe(bystander, "/queue/q", "1")
+    net.run_until_idle()
+    monkeypatch.setitem(_HANDLERS, Begin, boom)
+    victim.send(Begin({"transaction": "t"}))
+    net.run_until_idle()
+    assert victim.server_closed
+    assert isinstance(net.broker.internal_errors[-1], RuntimeError)
+    assert errors(victim)[0].headers["message"] == "internal error"
+    p = connected(net)
+    send(p, "/queue/q", b"still works")
+    net.run_until_idle()
+    assert bodies(bystander) == [b"still works"]
