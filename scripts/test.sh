@@ -11,6 +11,9 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
+# Headless Chromium (Debian's package) and @stomp/stompjs for the real-browser WebSocket tests.
+bash scripts/install-browser-deps.sh
+
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
