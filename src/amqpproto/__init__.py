@@ -1,0 +1,56 @@
+"""amqpproto: a sans-IO AMQP 0-9-1 codec (with RabbitMQ's extensions), both roles.
+
+    conn = Connection(CLIENT, frame_max=131072, channel_max=2047, heartbeat=60)
+    sock.send(conn.send(ProtocolHeader(), now=t))
+    conn.receive_data(data, now=t)            # b"" = EOF
+    ev = conn.next_event()                    # one event, or NEED_DATA
+    sock.send(conn.send(BasicPublish(routing_key="q", body=b"hi", channel=1), now=t))
+
+Events. Methods are the generated slotted dataclasses in ``amqpproto.spec`` (re-exported here),
+one per method, whose last field is ``channel`` -- no wrapper object, so the hot path allocates
+one event per message. basic.publish/deliver/return/get-ok also carry ``properties``
+(``BasicProperties``, 14 optional fields; pre-encoded bytes are accepted on send) and ``body``:
+a whole message is one event both ways; frames are assembled on receive and split at the
+negotiated frame_max on send. Other events: ProtocolHeader, Heartbeat, HeartbeatDue,
+PeerTimedOut, ConnectionClosed.
+
+Tuning. ``conn.tune()`` (server) proposes our limits, ``conn.tune_ok(tune)`` (client) negotiates;
+the negotiated ``frame_max``/``channel_max``/``heartbeat`` apply once tune-ok has passed.
+
+Timers. ``get_timer()`` is the next absolute deadline, ``handle_timer(now)`` queues HeartbeatDue
+(send ``Heartbeat()``) or PeerTimedOut. Deadlines move only with the ``now`` given to
+``receive_data``/``send``; the codec never reads a clock.
+
+Errors. LocalProtocolError: we tried to send something invalid (state unchanged).
+RemoteProtocolError(msg, reply_code, hint): the peer did; ``hint`` is the ConnectionClose (hard
+error), ChannelClose (soft error, the channel alone is affected) or ProtocolHeader (wrong
+protocol header) to send; ``fatal`` says the stream cannot be parsed further.
+"""
+
+from . import spec
+from ._connection import Connection
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ._events import (
+    CLIENT,
+    NEED_DATA,
+    SERVER,
+    ConnectionClosed,
+    Heartbeat,
+    HeartbeatDue,
+    PeerTimedOut,
+    ProtocolHeader,
+    Role,
+)
+from ._readers import read_array, read_table, read_value
+from ._sasl import amqplain_response, parse_sasl_response, plain_response
+from ._writers import write_array, write_table, write_value
+from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
+
+__all__ = [
+    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA",
+    "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
+    "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
+    "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",
+    "plain_response", "amqplain_response", "parse_sasl_response", "spec",
+    *spec.__all__,
+]

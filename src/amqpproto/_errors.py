@@ -1,0 +1,37 @@
+"""The two error types: whose fault it is, and what to send before closing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProtocolError(Exception):
+    """Base class. ``reply_code`` is the AMQP reply code; ``hint`` the event to send, if any."""
+
+    def __init__(self, msg: str, reply_code: int = 0, hint: Any = None, *,
+                 fatal: bool = False) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.reply_code = reply_code
+        self.hint = hint
+        self.fatal = fatal
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.msg!r}, reply_code={self.reply_code})"
+
+
+class LocalProtocolError(ProtocolError):
+    """The caller tried to send something the protocol or the current state forbids."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bad data. ``hint`` is the Close event to send (ConnectionClose for hard
+    errors, ChannelClose for soft ones, ProtocolHeader for a wrong protocol header), or None
+    when the right reaction is to drop the socket.
+
+    ``fatal`` is True when the byte stream cannot be parsed any further (framing errors, a
+    wrong protocol header): send the hint and close the socket. Otherwise (a hard error in a
+    well-formed frame) the connection keeps parsing, discarding everything but the close
+    handshake, so ``hint`` can be sent and the peer's close-ok awaited; after a soft error only
+    that channel is affected.
+    """
