@@ -1,0 +1,149 @@
+"""Programmatic entry points: build a broker, pick an adapter, run it (blocking or in a thread)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from engine import Broker, Config, MemoryStore
+
+from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
+
+__all__ = ["SERVER_KINDS", "make_server", "make_broker", "run", "running", "Running"]
+
+SERVER_KINDS = ("asyncio", "threads", "trio")
+
+ListenerSpec = Listener | tuple[str, str, int]
+
+
+def _listeners(specs: Sequence[ListenerSpec]) -> list[Listener]:
+    return [s if isinstance(s, Listener) else Listener(*s) for s in specs]
+
+
+def make_broker(config: Any = None, *, seed: int | None = None) -> BrokerLike:
+    """A real ``engine.Broker`` with an in-memory store (``config``: an engine ``Config``)."""
+    return Broker(config if config is not None else Config(), MemoryStore(), random.Random(seed))
+
+
+def make_server(
+    server: str, broker: BrokerLike, listeners: Sequence[ListenerSpec]
+) -> Driver:
+    """An adapter instance, not yet serving; call ``serve_forever()`` then ``stop()``."""
+    # imported on demand: trio is an optional dependency
+    if server == "asyncio":
+        from ._asyncio import AsyncioServer as cls
+    elif server == "threads":
+        from ._threads import ThreadsServer as cls  # type: ignore[assignment]
+    elif server == "trio":
+        from ._trio import TrioServer as cls  # type: ignore[assignment]
+    else:
+        raise ValueError(f"unknown server kind {server!r}; expected one of {SERVER_KINDS}")
+    return cls(broker, _listeners(listeners))
+
+
+def run(
+    server: str = "asyncio",
+    listeners: Sequence[ListenerSpec] = (("stomp", "127.0.0.1", 61613),),
+    *,
+    config: Any = None,
+    broker: BrokerLike | None = None,
+    ready: ReadyCallback | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Serve in the calling thread until SIGINT/SIGTERM (main thread only), then shut down
+    gracefully and return. A broker built here (from ``config``) has its store closed on return.
+    For in-process tests prefer :func:`running`, which can be stopped from the test."""
+    own = broker is None
+    if broker is None:
+        broker = make_broker(config)
+    srv = make_server(server, broker, listeners)
+    if handle_signals and threading.current_thread() is threading.main_thread():
+
+        def on_signal(signum: int, frame: object) -> None:
+            log.info("%s: shutting down", signal.Signals(signum).name)
+            srv.stop()
+
+        # Installed before the loop starts, so asyncio.run / trio.run leave SIGINT to us.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+    try:
+        srv.serve_forever(ready)
+    finally:
+        if own:
+            broker.store.close()
+    log.info("stopped")
+
+
+@dataclass(slots=True)
+class Running:
+    """A server running in a background thread (see :func:`running`)."""
+
+    server: Driver
+    broker: BrokerLike
+    thread: threading.Thread
+    bound: list[Listener] = field(default_factory=list)
+
+    def address(self, protocol: str = "stomp") -> tuple[str, int]:
+        """(host, port) actually bound for the first listener of ``protocol``."""
+        for lst in self.bound:
+            if lst.protocol == protocol:
+                return lst.host, lst.port
+        raise KeyError(protocol)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.stop()
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError("server thread did not stop")
+
+
+@contextlib.contextmanager
+def running(
+    server: str = "asyncio",
+    listeners: Sequence[ListenerSpec] = (("stomp", "127.0.0.1", 0),),
+    *,
+    config: Any = None,
+    broker: BrokerLike | None = None,
+    timeout: float = 10.0,
+) -> Iterator[Running]:
+    """Run a server in a daemon thread; yields once every listener is bound; stops on exit.
+
+    All broker calls happen in that thread: touch ``Running.broker`` only after ``stop()``.
+    """
+    if broker is None:
+        broker = make_broker(config)
+    srv = make_server(server, broker, listeners)
+    bound_event = threading.Event()
+    errors: list[BaseException] = []
+    handle = Running(srv, broker, threading.Thread())
+
+    def on_ready(bound: list[Listener]) -> None:
+        handle.bound = bound
+        bound_event.set()
+
+    def target() -> None:
+        try:
+            srv.serve_forever(on_ready)
+        except BaseException as exc:  # surfaced to the caller below
+            errors.append(exc)
+        finally:
+            bound_event.set()
+
+    handle.thread = threading.Thread(target=target, name=f"sansmq-{server}", daemon=True)
+    handle.thread.start()
+    if not bound_event.wait(timeout):
+        srv.stop()
+        raise TimeoutError(f"{server} server did not start within {timeout}s")
+    if errors:
+        raise errors[0]
+    try:
+        yield handle
+    finally:
+        if handle.thread.is_alive():
+            handle.stop(timeout)
+        if errors:
+            raise errors[0]

@@ -1,0 +1,64 @@
+"""Socket chores shared by the adapters: binding listeners and accepting without spinning."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Sequence
+
+from ._driver import Listener, log
+
+__all__ = ["READ_SIZE", "BACKLOG", "ACCEPT_RETRY_DELAY", "accept_ready", "bind_listeners"]
+
+#: bytes per read: big chunks keep the per-call overhead of the broker low.
+READ_SIZE = 256 * 1024
+#: listen() backlog; the kernel caps it at net.core.somaxconn.
+BACKLOG = 4096
+#: after accept() fails for lack of resources (EMFILE...) the listeners rest this long.
+ACCEPT_RETRY_DELAY = 0.1
+#: connections accepted per readiness event, so a storm of them cannot starve the others
+ACCEPT_BATCH = 256
+
+
+def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, Listener]]:
+    """Listening, non-blocking sockets (one per listener) with the addresses actually bound.
+
+    Done here for all adapters so that port 0, IPv6 literals and the backlog behave the same.
+    On failure the sockets opened so far are closed and the OSError propagates.
+    """
+    out: list[tuple[socket.socket, Listener]] = []
+    try:
+        for lst in listeners:
+            family, _, _, _, addr = socket.getaddrinfo(
+                lst.host, lst.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            sock = socket.create_server(addr, family=family, backlog=BACKLOG)
+            sock.setblocking(False)
+            host, port = sock.getsockname()[:2]
+            out.append((sock, Listener(lst.protocol, host, port)))
+    except BaseException:
+        for sock, _ in out:
+            sock.close()
+        raise
+    return out
+
+
+def accept_ready(lsock: socket.socket) -> tuple[list[tuple[socket.socket, Any]], bool]:
+    """Accept what is pending on a non-blocking listener: ([(sock, peer)...], exhausted).
+
+    ``exhausted`` means accept() failed (typically out of file descriptors): the caller must stop
+    polling that listener for ACCEPT_RETRY_DELAY, or a level-triggered poll spins on it.
+    Accepted sockets are non-blocking with TCP_NODELAY.
+    """
+    out: list[tuple[socket.socket, Any]] = []
+    for _ in range(ACCEPT_BATCH):
+        try:
+            sock, peer = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError as exc:
+            log.warning("accept failed: %s", exc)
+            return out, True
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        out.append((sock, peer))
+    return out, False

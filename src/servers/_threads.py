@@ -1,0 +1,233 @@
+"""threads+epoll adapter: one I/O thread owns the broker and every socket.
+
+The thread polls a level-triggered ``select.epoll`` with the broker's timer as the timeout.
+Sockets are non-blocking; each connection keeps one ``bytearray`` of unsent bytes. The fsync
+worker thread (and :meth:`stop`, from any thread or a signal handler) reach the I/O thread
+through a queue plus an eventfd. data_sent is the return value of ``socket.send``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import queue
+import select
+import socket
+import time
+from typing import Any, Callable
+
+from ._driver import Driver, Listener, ReadyCallback
+from ._sockets import ACCEPT_RETRY_DELAY, READ_SIZE, accept_ready, bind_listeners
+
+__all__ = ["ThreadsServer"]
+
+IN, OUT, ERR, HUP = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR, select.EPOLLHUP
+
+
+class _Conn:
+    __slots__ = ("conn_id", "sock", "fd", "out", "reading", "closing", "eof", "mask")
+
+    def __init__(self, conn_id: int, sock: socket.socket) -> None:
+        self.conn_id = conn_id
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.out = bytearray()
+        self.reading = True
+        self.closing = False
+        self.eof = False
+        self.mask = IN
+
+
+class ThreadsServer(Driver):
+    kind = "threads"
+
+    def __init__(self, broker: Any, listeners: list[Listener]) -> None:
+        super().__init__(broker, listeners)
+        self.conns: dict[int, _Conn] = {}  # by conn_id
+        self._by_fd: dict[int, _Conn] = {}
+        self._listen: dict[int, tuple[socket.socket, str]] = {}
+        self._closing: dict[int, float] = {}  # conn_id -> monotonic deadline to force the close
+        self._accept_retry = 0.0  # monotonic time to poll the listeners again (0: polling)
+        self._ep = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._run = True
+        self._syncer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sansmq-sync")
+
+    # -- cross-thread ----------------------------------------------------------------------------
+    def _post(self, fn: Callable[[], None]) -> None:
+        self._inbox.put(fn)
+        os.eventfd_write(self._wake, 1)
+
+    def stop(self) -> None:
+        self._post(self._request_stop)
+
+    def _request_stop(self) -> None:
+        self._run = False
+
+    # -- primitives ------------------------------------------------------------------------------
+    def _update(self, conn: _Conn) -> None:
+        mask = (IN if conn.reading else 0) | (OUT if conn.out else 0)
+        if mask != conn.mask:
+            conn.mask = mask
+            self._ep.modify(conn.fd, mask)
+
+    def _send(self, conn_id: int, data: bytes) -> None:
+        conn = self.conns.get(conn_id)
+        if conn is not None:
+            waiting = bool(conn.out)  # already waiting for EPOLLOUT: just keep the order
+            conn.out += data
+            if not waiting:
+                self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        try:
+            n = conn.sock.send(conn.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        del conn.out[:n]
+        self.sent(conn.conn_id, n)
+        if conn.closing and not conn.out:
+            self._drop(conn)
+        else:
+            self._update(conn)
+
+    def _close(self, conn_id: int) -> None:
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.closing:
+            return
+        conn.closing = True
+        conn.reading = False
+        if conn.out:
+            self._update(conn)
+            self._closing[conn_id] = time.monotonic() + self.close_timeout  # insertion = time order
+        else:
+            self._drop(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        """Close the socket now; the broker hears connection_lost at the next pump()."""
+        if self.conns.pop(conn.conn_id, None) is None:
+            return
+        self._closing.pop(conn.conn_id, None)
+        del self._by_fd[conn.fd]
+        self._ep.unregister(conn.fd)
+        conn.sock.close()
+        self.gone(conn.conn_id)
+
+    def _pause(self, conn_id: int) -> None:
+        conn = self.conns.get(conn_id)
+        if conn is not None and not conn.closing:
+            conn.reading = False
+            self._update(conn)
+
+    def _resume(self, conn_id: int) -> None:
+        conn = self.conns.get(conn_id)
+        if conn is not None and not conn.closing and not conn.eof:
+            conn.reading = True
+            self._update(conn)
+
+    def _start_sync(self, token: int) -> None:
+        fut = self._syncer.submit(self.broker.store.sync, token)
+        fut.add_done_callback(lambda f: self._post(lambda: self._sync_done(token, f.exception())))
+
+    def _arm_timer(self, deadline: float | None) -> None:
+        pass  # the poll loop reads self._deadline before every poll
+
+    # -- events ----------------------------------------------------------------------------------
+    def _accept(self, lsock: socket.socket, protocol: str) -> None:
+        accepted, exhausted = accept_ready(lsock)
+        if exhausted:
+            self._ep.modify(lsock.fileno(), 0)
+            self._accept_retry = time.monotonic() + ACCEPT_RETRY_DELAY
+        for sock, peer in accepted:
+            conn = _Conn(self.new_conn_id(), sock)
+            self.conns[conn.conn_id] = conn
+            self._by_fd[conn.fd] = conn
+            self._ep.register(conn.fd, IN)
+            self.call(self.broker.connection_made, conn.conn_id, protocol, peer, time.time())
+
+    def _on_event(self, conn: _Conn, ev: int) -> None:
+        if ev & ERR or (ev & HUP and not conn.reading):
+            self._drop(conn)
+        else:
+            if ev & OUT and conn.out:
+                self._flush(conn)
+            if ev & (IN | HUP) and conn.reading and conn.conn_id in self.conns:
+                try:
+                    data = conn.sock.recv(READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self._drop(conn)
+                else:
+                    if not data:  # peer half-closed: stop polling for input
+                        conn.reading, conn.eof = False, True
+                        self._update(conn)
+                    self.broker.data_received(conn.conn_id, data, time.time())
+        self.pump()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def serve_forever(self, ready: ReadyCallback | None = None) -> None:
+        try:
+            bound = bind_listeners(self.listeners)
+            for lsock, lst in bound:
+                self._listen[lsock.fileno()] = (lsock, lst.protocol)
+                self._ep.register(lsock.fileno(), IN)
+            self._ep.register(self._wake, IN)
+            self.pump()
+            self._announce([lst for _, lst in bound], ready)
+            self._loop()
+        finally:
+            for lsock, _ in self._listen.values():
+                lsock.close()
+            conns = list(self.conns.values())
+            for conn in conns:
+                conn.sock.close()
+            self.conns.clear()
+            self._by_fd.clear()
+            self._stop_all([c.conn_id for c in conns])
+            self._syncer.shutdown(wait=True)
+            self._ep.close()
+            os.close(self._wake)
+
+    def _poll_timeout(self) -> float:
+        """Seconds until the broker's timer, a forced close or an accept retry (-1: none)."""
+        mono = [self._accept_retry, next(iter(self._closing.values()), 0.0)]
+        due = [when - time.monotonic() for when in mono if when]
+        if self._deadline is not None:
+            due.append(self._deadline - time.time())
+        return max(0.0, min(due)) if due else -1.0
+
+    def _expire_closing(self) -> None:
+        now = time.monotonic()
+        expired = [cid for cid, when in self._closing.items() if when <= now]
+        for cid in expired:
+            self._drop(self.conns[cid])
+        if expired:
+            self.pump()
+
+    def _loop(self) -> None:
+        ep, by_fd, listen, wake = self._ep, self._by_fd, self._listen, self._wake
+        while self._run:
+            for fd, ev in ep.poll(self._poll_timeout(), 1024):
+                conn = by_fd.get(fd)
+                if conn is not None:
+                    self._on_event(conn, ev)
+                elif fd == wake:
+                    os.eventfd_read(wake)
+                    while not self._inbox.empty():
+                        self._inbox.get_nowait()()
+                elif fd in listen:
+                    self._accept(*listen[fd])
+            if self._closing:
+                self._expire_closing()
+            if self._accept_retry and time.monotonic() >= self._accept_retry:
+                self._accept_retry = 0.0
+                for fd in listen:
+                    ep.modify(fd, IN)
+            if self._deadline is not None and time.time() >= self._deadline:
+                self._deadline = None  # pump() re-arms from get_timer()
+                self.call(self.broker.handle_timer, time.time())

@@ -1,0 +1,103 @@
+"""The ``sansmq`` command line: ``sansmq serve [--server KIND] [--stomp HOST:PORT] ...``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from engine.config import Config
+
+from ._driver import Listener
+from ._run import SERVER_KINDS, run
+
+__all__ = ["main", "parse_address", "build_parser"]
+
+#: one row per wire protocol the broker speaks: (protocol string given to the broker, default
+#: port, listening unless disabled?). A new listener (e.g. ("amqp", 5672, True)) is one more row.
+PROTOCOLS: tuple[tuple[str, int, bool], ...] = (
+    ("stomp", 61613, True),
+    ("ws", 15674, True),  # STOMP over WebSocket on path /ws, as RabbitMQ's Web-STOMP
+)
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_address(text: str, default_port: int) -> tuple[str, int]:
+    """``HOST:PORT``, ``HOST``, ``:PORT`` or ``[v6]:PORT`` -> (host, port)."""
+    host, port = text, str(default_port)
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or (len(text) > end + 1 and text[end + 1] != ":"):
+            raise ValueError(f"bad address {text!r}")
+        host = text[1:end]
+        if len(text) > end + 2:
+            port = text[end + 2 :]
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"bad port in {text!r}")
+    return host or DEFAULT_HOST, int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sansmq", description="sansmq message broker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--server", choices=SERVER_KINDS, default="asyncio", help="I/O driver")
+    for proto, port, enabled in PROTOCOLS:
+        default = f"{DEFAULT_HOST}:{port}" if enabled else ""
+        serve.add_argument(
+            f"--{proto}",
+            metavar="HOST:PORT",
+            default=default,
+            help=f"{proto} listener (default {default or 'off'}; '' disables it)",
+        )
+        serve.add_argument(
+            f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener"
+        )
+    serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error", "critical"],
+    )
+    return parser
+
+
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    listeners = []
+    for proto, port, _ in PROTOCOLS:
+        value = getattr(args, proto)
+        if value:
+            try:
+                listeners.append(Listener(proto, *parse_address(value, port)))
+            except ValueError as exc:
+                parser.error(str(exc))
+    if not listeners:
+        parser.error("no listener enabled")
+    try:
+        config = Config.from_file(args.config) if args.config else Config()
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # TOMLDecodeError: a ValueError
+        parser.error(f"cannot load config {args.config}: {exc}")
+    try:
+        run(args.server, listeners, config=config)
+    except OSError as exc:  # typically: address in use / cannot bind
+        logging.getLogger("sansmq").error("cannot serve: %s", exc)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(name)s: %(message)s",
+    )
+    if args.command == "serve":
+        return _serve(args, parser)
+    parser.error(f"unknown command {args.command!r}")
+    return 2

@@ -1,0 +1,268 @@
+"""End-to-end helpers: a real `sansmq serve` subprocess per (module, server kind), real clients.
+
+The server runs as ``python -m servers serve --stomp 127.0.0.1:0`` so that it has its own GIL (a
+second core); the bound port is read from its log line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import stomp
+from stomp.listener import ConnectionListener
+
+
+LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
+
+#: a config for most modules: quick heart-beats, default size limits
+BASE_CONFIG = """
+[limits]
+heartbeat = [250, 500]
+"""
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``pred`` until truthy (returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+class ServerProcess:
+    """A broker subprocess; ``cmd`` must end up printing the listener log line on stderr."""
+
+    def __init__(self, cmd: list[str], kind: str) -> None:
+        self.kind = kind
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            match = wait_until(self._listening, 20, f"the {kind} server's listening line")
+        except BaseException:
+            self.proc.kill()  # never leave a stray server behind a failed start
+            self.proc.wait()
+            raise
+        assert match.group(1) == "stomp" and match.group(4) == kind
+        self.addr = (match.group(2), int(match.group(3)))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def _listening(self) -> re.Match[str] | None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited early: {self.lines}")
+        for line in list(self.lines):
+            if m := LISTEN_RE.fullmatch(line):
+                return m
+        return None
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}")
+
+
+def start_server(kind: str, config_path: Path, *extra: str) -> ServerProcess:
+    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0"]
+    return ServerProcess([*cmd, "--config", str(config_path), *extra], kind)
+
+
+# -- stomp.py ----------------------------------------------------------------------------------
+class Collector(ConnectionListener):
+    """Records what a stomp.py connection receives; waits are bounded."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.messages: list[Any] = []
+        self.receipts: list[str] = []
+        self.receipt_frames: list[Any] = []
+        self.errors: list[Any] = []
+        self.disconnected = False
+        self.heartbeat_timeouts = 0
+
+    def _add(self, where: list[Any], item: Any) -> None:
+        with self.cond:
+            where.append(item)
+            self.cond.notify_all()
+
+    def on_message(self, frame: Any) -> None:
+        self._add(self.messages, frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.cond:
+            self.receipt_frames.append(frame)
+        self._add(self.receipts, frame.headers["receipt-id"])
+
+    def on_error(self, frame: Any) -> None:
+        self._add(self.errors, frame)
+
+    def on_disconnected(self) -> None:
+        with self.cond:
+            self.disconnected = True
+            self.cond.notify_all()
+
+    def on_heartbeat_timeout(self) -> None:
+        with self.cond:
+            self.heartbeat_timeouts += 1
+            self.cond.notify_all()
+
+    def wait(self, pred: Callable[[], Any], timeout: float = 10.0, what: str = "frames") -> None:
+        with self.cond:
+            if not self.cond.wait_for(pred, timeout):
+                raise AssertionError(
+                    f"timed out waiting for {what}: {len(self.messages)} messages, "
+                    f"receipts {self.receipts}, errors {[e.body for e in self.errors]}"
+                )
+
+    def wait_messages(self, n: int, timeout: float = 10.0) -> list[Any]:
+        self.wait(lambda: len(self.messages) >= n, timeout, f"{n} messages")
+        return self.messages[:n]
+
+    def wait_receipt(self, rid: str, timeout: float = 10.0) -> None:
+        self.wait(lambda: rid in self.receipts, timeout, f"receipt {rid}")
+
+    def bodies(self) -> list[str]:
+        with self.cond:
+            return [m.body for m in self.messages]
+
+
+CONNECTION_CLASSES = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
+
+
+def connect(
+    addr: tuple[str, int], version: str = "1.2", heartbeats: tuple[int, int] = (0, 0), **kw: Any
+) -> tuple[Any, Collector]:
+    cls = CONNECTION_CLASSES[version]
+    if version != "1.0":
+        kw["heartbeats"] = heartbeats
+    conn = cls([addr], reconnect_attempts_max=1, timeout=5, **kw)
+    coll = Collector()
+    conn.set_listener("c", coll)
+    conn.connect("guest", "guest", wait=True)
+    return conn, coll
+
+
+def ack_args(version: str, frame: Any) -> dict[str, Any]:
+    """stomp.py's ack()/nack() arguments for a MESSAGE frame in each protocol version."""
+    h = frame.headers
+    if version == "1.0":
+        return {"id": h["message-id"]}
+    if version == "1.1":
+        return {"id": h["message-id"], "subscription": h["subscription"]}
+    return {"id": h["ack"]}
+
+
+def close_quietly(conn: Any) -> None:
+    try:
+        if conn.is_connected():
+            conn.disconnect()
+    except Exception:  # noqa: BLE001 - teardown of an already broken connection
+        pass
+
+
+# -- raw STOMP over a socket -------------------------------------------------------------------
+def frame(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    lines = [command, *(f"{k}:{v}" for k, v in (headers or {}).items())]
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
+
+
+class RawStomp:
+    """A bare socket speaking STOMP by hand, for what a polite client library cannot do."""
+
+    def __init__(self, addr: tuple[str, int], timeout: float = 10.0, rcvbuf: int = 0) -> None:
+        self.sock = socket.socket()
+        if rcvbuf:  # before connect(), so the TCP window is negotiated small
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(addr)
+        self.buf = bytearray()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        self.send(frame(command, headers, body))
+
+    def connect(self, version: str = "1.2", heartbeat: str = "0,0") -> dict[str, str]:
+        self.send_frame(
+            "CONNECT",
+            {"accept-version": version, "host": "/", "login": "guest", "passcode": "guest",
+             "heart-beat": heartbeat},
+        )
+        command, headers, _ = self.read_frame()
+        assert command == "CONNECTED", (command, headers)
+        return headers
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError(bytes(self.buf[:200]))
+        self.buf += chunk
+
+    def read_frame(self) -> tuple[str, dict[str, str], bytes]:
+        """The next frame (heart-beat EOLs skipped); EOFError if the server closed first."""
+        while True:
+            while self.buf[:1] in (b"\n", b"\r"):
+                del self.buf[:1]
+            end = self.buf.find(b"\n\n")
+            if end >= 0:
+                break
+            self._fill()
+        head = self.buf[:end].decode().replace("\r", "").split("\n")
+        headers: dict[str, str] = {}
+        for line in head[1:]:
+            k, _, v = line.partition(":")
+            headers.setdefault(k, v)
+        start = end + 2
+        if "content-length" in headers:
+            stop = start + int(headers["content-length"])
+            while len(self.buf) < stop + 1:
+                self._fill()
+        else:
+            while (stop := self.buf.find(b"\x00", start)) < 0:
+                self._fill()
+        body = bytes(self.buf[start:stop])
+        del self.buf[: stop + 1]
+        return head[0], headers, body
+
+    def read_until_closed(self) -> bytes:
+        """Everything the server sends until it closes (socket timeout = failure)."""
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+        data = bytes(self.buf)
+        self.buf.clear()
+        return data
+
+    def close(self) -> None:
+        self.sock.close()

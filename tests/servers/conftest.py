@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+import servers
+from fakebroker import LineBroker
+
+
+@pytest.fixture(params=servers.SERVER_KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def fake(kind: str) -> Iterator[tuple[servers.Running, LineBroker]]:
+    broker = LineBroker()
+    with servers.running(kind, [("stomp", "127.0.0.1", 0)], broker=broker) as srv:
+        yield srv, broker
+    assert len(broker.threads) == 1, "broker called from more than one thread"
+    assert not broker.late_calls, broker.late_calls

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+
+from servers.cli import build_parser, parse_address
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:61613", ("127.0.0.1", 61613)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+        ("localhost", ("localhost", 1234)),
+        (":5000", ("127.0.0.1", 5000)),
+        ("[::1]:61613", ("::1", 61613)),
+        ("[::]", ("::", 1234)),
+        ("::1", ("::1", 1234)),  # a bare IPv6 literal is a host
+    ],
+)
+def test_parse_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text, 1234) == expected
+
+
+@pytest.mark.parametrize("text", ["host:port", "h:70000", "[::1", "[::1]x", "h:-1", "h:"])
+def test_parse_address_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_address(text, 1234)
+
+
+def test_parser_defaults_and_disable() -> None:
+    args = build_parser().parse_args(["serve"])
+    assert (args.server, args.stomp, args.config, args.log_level) == (
+        "asyncio",
+        "127.0.0.1:61613",
+        None,
+        "info",
+    )
+    assert build_parser().parse_args(["serve"]).ws == "127.0.0.1:15674"  # Web-STOMP's port
+    assert build_parser().parse_args(["serve", "--ws", ":15674"]).ws == ":15674"
+    assert build_parser().parse_args(["serve", "--no-stomp"]).stomp == ""
+    assert build_parser().parse_args(["serve", "--stomp", ""]).stomp == ""
+    args = build_parser().parse_args(["serve", "--server", "trio", "--log-level", "DEBUG"])
+    assert (args.server, args.log_level) == ("trio", "debug")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--server", "gevent"])
