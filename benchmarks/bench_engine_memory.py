@@ -7,8 +7,14 @@ Measured with tracemalloc as the allocation delta of creating N of each, divided
     (Queue object + its name + its slot in the vhost's queue dict);
   * queue subscription: a STOMP SUBSCRIBE to /queue/<q> on an existing queue (the subscription
     object, its id, the queue's consumer list, the session's subscription dict slot);
-  * topic subscription: a STOMP SUBSCRIBE to /topic/<k> (its own auto-delete queue, the binding in
-    the topic trie and the subscription), measured on N // 10 to keep the run short.
+  * topic subscription: a STOMP SUBSCRIBE to /topic/<k> handled by the session (a light
+    subscription bound straight into the amq.topic router, see engine._light: the subscription
+    object, its id string, its session dict slot, and for "own key" its key string and router slot),
+    once with a key per subscription and once with every subscription on one key. Everything the
+    SUBSCRIBE frame carried is created inside the measurement, so it counts when it is kept.
+  * the same own-key subscriptions again after each received one message and acked it (the lazy
+    buffer must be gone again), measured on N // 10; likewise one prefix (/topic/p<i>*) and one
+    wildcard pattern (/topic/w.<i>.*, informational: trie nodes, over the target) per subscription.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import random
 import sys
 import tracemalloc
 
-from engine import Broker, Config, MemoryStore
+from engine import Broker, Config, Limits, MemoryStore
 from engine._stomp_session import StompSession, StompSubscription
 
 
@@ -38,7 +44,7 @@ def measure(label: str, n: int, build) -> float:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    broker = Broker(Config(), MemoryStore(), random.Random(0))
+    broker = Broker(Config(limits=Limits(max_subscriptions=n + 1)), MemoryStore(), random.Random(0))
     model = broker.model
     vhost = model.vhosts["/"]
     names = [f"q{i}" for i in range(n)]  # names exist before measuring: count them separately below
@@ -70,8 +76,8 @@ def main() -> None:
 
     session2 = StompSession(broker, 2, ("127.0.0.1", 2))
     session2.vhost = vhost
-    m = max(1, n // 10)
-    from stompproto import Subscribe
+    m = n
+    from stompproto import Ack, Send, Subscribe
 
     def topic_subs(count: int):
         for i in range(count):
@@ -92,10 +98,49 @@ def main() -> None:
         return None
 
     per_shared = measure("topic sub, shared key", m, shared_topic_subs)
+    del session2, session3
+    broker.model.vhosts["/"].exchanges["amq.topic"].router = type(vhost.exchanges["amq.topic"].router)()
+
+    session4 = StompSession(broker, 4, ("127.0.0.1", 4))
+    broker.sessions[4] = session4
+    session4.data_received(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+    broker.drain()
+    k = max(1, n // 10)
+
+    def used_topic_subs(count: int):
+        for i in range(count):
+            session4._on_subscribe(Subscribe({"destination": f"/topic/u.{i}", "id": f"u{i}",
+                                              "ack": "client-individual"}))
+            session4._apply_send(Send({"destination": f"/topic/u.{i}"}, b"x"))
+            model.dispatch()
+            session4._apply_ack(Ack({"id": f"T_u{i}@@{model._next_tag}"}))
+            model.dispatch()
+            if i % 1000 == 0:
+                broker.drain()  # the MESSAGE frames are written and gone
+                session4.outbound = 0
+        broker.drain()
+        return None
+
+    per_used = measure("topic sub, after 1 msg", k, used_topic_subs)
+    assert all(sub.buf is None for sub in session4.subs.values())  # type: ignore[union-attr]
+
+    def own_pattern_subs(fmt: str):
+        def build(count: int):
+            s = StompSession(broker, 5, ("127.0.0.1", 5))
+            s.vhost = vhost
+            for i in range(count):
+                s._on_subscribe(Subscribe({"destination": fmt.format(i), "id": f"p{i}"}))
+            return s
+        return build
+
+    per_prefix = measure("topic sub, own prefix", k, own_pattern_subs("/topic/p{}*"))
+    # informational (no target): a trie node chain per own wildcard pattern
+    measure("topic sub, own wildcard", k, own_pattern_subs("/topic/w.{}.*"))
     print()
     target = 300
     for label, value in (("idle queue incl. name", per_queue), ("queue subscription", per_sub), ("topic sub, own key", per_topic),
-                         ("topic sub, shared key", per_shared)):
+                         ("topic sub, shared key", per_shared), ("topic sub, after 1 msg", per_used),
+                         ("topic sub, own prefix", per_prefix)):
         print(f"{label:<24} {value:8.1f} B  {'OK' if value <= target else 'OVER'} (target <= {target} B)")
 
 

@@ -31,8 +31,10 @@ def register_protocol(name: str, factory: SessionFactory) -> None:
 
 def _register_sessions() -> None:
     from ._stomp_session import StompSession  # imported late: it imports this module's users
+    from ._ws_session import WsSession
 
     SESSION_TYPES.setdefault("stomp", StompSession)
+    SESSION_TYPES.setdefault("ws", WsSession)
 
 
 class Broker:
@@ -50,6 +52,7 @@ class Broker:
         self.now = 0.0
         self.timers = TimerQueue()
         self.model = Model(store, self.timers)
+        self.model.light_limit = config.limits.max_topic_buffer
         self.sessions: dict[int, Session] = {}
         self._out: list[Action | list[Any]] = []  # a list item is a pending Write: [conn_id, chunks]
         self._last_write: list[Any] | None = None

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable, Protocol
 
+from ._light import AUTO_ACK, LightBuffer, LightConsumer
 from ._message import GONE, READY, UNACKED, Entry, Message
-from ._routing import ROUTER_TYPES, Router
+from ._routing import ROUTER_TYPES, Router, TopicRouter
 from ._timers import TimerQueue
 from .store import BindingDef, ExchangeDef, QueueDef, Recovered, Store
 
@@ -274,6 +275,11 @@ class Model:
         self._unused_timers: dict[Queue, tuple[float, int]] = {}
         #: writes to a store that needs sync (the broker turns new ones into a sync token)
         self.store_writes = 0
+        #: most messages a light subscription holds (ready + unacked) before dropping (see _light)
+        self.light_limit = 10_000
+        #: light subscriptions that dropped messages -> how many; and the total over all of them
+        self.light_dropped: dict[LightConsumer, int] = {}
+        self.light_dropped_total = 0
 
     # -- ids --------------------------------------------------------------------------------------
     def next_message_id(self) -> int:
@@ -438,20 +444,22 @@ class Model:
             self._store_write()
 
     # -- publishing ----------------------------------------------------------------------------------
-    def route(self, vhost: VHost, exchange: Exchange, key: str, headers: dict[str, Any] | None) -> list[Queue]:
-        """Queues a message published to ``exchange`` with ``key`` reaches (exchange-to-exchange
-        bindings followed, each exchange visited once so binding cycles terminate)."""
+    def route(self, vhost: VHost, exchange: Exchange, key: str,
+              headers: dict[str, Any] | None) -> list[Queue | LightConsumer]:
+        """Queues (and light subscriptions) a message published to ``exchange`` with ``key``
+        reaches (exchange-to-exchange bindings followed, each exchange visited once so binding
+        cycles terminate)."""
         if exchange.name == "":
             q = vhost.queues.get(key)
             return [q] if q is not None else []
         found: dict[Any, None] = {}
         exchange.router.route(key, headers, found)
-        queues: dict[Queue, None] = {}
+        queues: dict[Queue | LightConsumer, None] = {}
         visited = {exchange.name}
         pending = list(found)
         while pending:
             dest = pending.pop(0)
-            if isinstance(dest, Queue):
+            if isinstance(dest, (Queue, LightConsumer)):
                 queues[dest] = None
             elif dest.name not in visited:
                 visited.add(dest.name)
@@ -470,9 +478,12 @@ class Model:
             self.enqueue(q, msg)
         return len(queues)
 
-    def enqueue(self, q: Queue, msg: Message, count: int = 0, persist: bool = True) -> None:
+    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True) -> None:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
         queue's relative TTL is not re-applied (the clock is not known yet)."""
+        if isinstance(q, LightConsumer):
+            self._light_enqueue(q, msg)
+            return
         expires = msg.expires_at
         args = q.args
         if args and persist:
@@ -511,9 +522,13 @@ class Model:
         self._dirty[q] = None
         return consumer
 
-    def cancel(self, consumer: Consumer, requeue: bool = True) -> None:
+    def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True) -> None:
         """Remove the consumer; its unacked messages go back in delivery order. An auto-delete queue
-        whose last consumer this was is deleted."""
+        whose last consumer this was is deleted. A light subscription is unbound and its messages
+        dropped (its queue would be auto-deleted)."""
+        if isinstance(consumer, LightConsumer):
+            self._light_cancel(consumer)
+            return
         q = consumer.queue
         if q.consumers and consumer in q.consumers:
             q.consumers.remove(consumer)
@@ -585,6 +600,9 @@ class Model:
         if not requeue:
             self._remove_unacked(q, entry, "rejected")
             return
+        if isinstance(q, LightConsumer):
+            self._light_return(q, entry)
+            return
         if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
             entry.state = GONE
             return
@@ -614,7 +632,10 @@ class Model:
         while self._dirty:
             q = next(iter(self._dirty))
             del self._dirty[q]
-            self._dispatch_queue(q)
+            if isinstance(q, LightConsumer):
+                self._light_dispatch(q)
+            else:
+                self._dispatch_queue(q)
 
     def _dispatch_queue(self, q: Queue) -> None:
         now = self.now
@@ -654,6 +675,112 @@ class Model:
                 if entry.msg.ack_timeout is not None:
                     entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (chosen, tag))
             chosen.owner.deliver(chosen, tag, entry)
+
+    # -- light subscriptions (see _light) ----------------------------------------------------------
+    @staticmethod
+    def supports_light(exchange: Exchange) -> bool:
+        """Whether light subscriptions can bind to ``exchange`` (topic routers index them)."""
+        return isinstance(exchange.router, TopicRouter)
+
+    def bind_light(self, sub: LightConsumer) -> None:
+        router = sub.exchange.router
+        assert isinstance(router, TopicRouter)
+        router.add_light(sub, sub.key, sub.prefix)
+
+    def _light_cancel(self, sub: LightConsumer) -> None:
+        router = sub.exchange.router
+        if isinstance(router, TopicRouter):  # the exchange may have been deleted meanwhile
+            router.remove_light(sub, sub.key, sub.prefix)
+        buf = sub.buf
+        sub.buf = None
+        self._dirty.pop(sub, None)  # type: ignore[call-overload]
+        self.light_dropped.pop(sub, None)
+        if buf is None:
+            return
+        for entry in buf.ready:
+            self._light_discard(entry)
+        for entry in (buf.unacked or {}).values():
+            self._light_discard(entry)
+
+    def _light_discard(self, entry: Entry) -> None:
+        entry.state = GONE
+        if entry.timer is not None:
+            self.timers.cancel(entry.timer)
+            entry.timer = None
+
+    def _light_enqueue(self, sub: LightConsumer, msg: Message) -> None:
+        expires = msg.expires_at
+        if expires is not None and expires <= self.now:
+            return
+        buf = sub.buf
+        if buf is None:
+            buf = sub.buf = LightBuffer()
+        elif buf.held() >= self.light_limit:
+            self.light_dropped[sub] = self.light_dropped.get(sub, 0) + 1
+            self.light_dropped_total += 1
+            if not buf.ready:
+                return  # everything held is an unacked delivery: drop the newcomer
+            self._light_discard(buf.ready.popleft())  # drop-head
+        entry = Entry(msg, 0, expires)
+        buf.push(entry)
+        if expires is not None:
+            entry.timer = self.timers.add(expires, self._on_light_expiry, (sub, entry))
+        self._dirty[sub] = None  # type: ignore[index]
+
+    def _on_light_expiry(self, arg: tuple[LightConsumer, Entry], now: float) -> None:
+        sub, entry = arg
+        entry.timer = None
+        if entry.state != READY or sub.buf is None:
+            return
+        entry.state = GONE  # left in place; skipped by dispatch, freed once it reaches the head
+        ready = sub.buf.ready
+        while ready and ready[0].state != READY:
+            ready.popleft()
+        sub.trim()
+
+    def _light_return(self, sub: LightConsumer, entry: Entry) -> None:
+        """A nacked or timed-out delivery goes back first in line (it was taken out of
+        ``unacked`` already)."""
+        entry.count += 1
+        if entry.expires is not None and entry.expires <= self.now:
+            entry.state = GONE
+            sub.trim()
+            return
+        entry.state = READY
+        if sub.buf is None:
+            sub.buf = LightBuffer()
+        sub.buf.push_front(entry)
+        if entry.expires is not None:
+            entry.timer = self.timers.add(entry.expires, self._on_light_expiry, (sub, entry))
+        self._dirty[sub] = None  # type: ignore[index]
+
+    def _light_dispatch(self, sub: LightConsumer) -> None:
+        now = self.now
+        buf = sub.buf
+        while buf is not None and buf.ready and sub.ready():
+            entry = buf.ready.popleft()
+            if entry.state != READY:
+                continue  # expired in place
+            if entry.timer is not None:
+                self.timers.cancel(entry.timer)
+                entry.timer = None
+            if entry.expires is not None and entry.expires <= now:
+                entry.state = GONE
+                continue
+            self._next_tag += 1
+            tag = self._next_tag
+            if sub.flags & AUTO_ACK:
+                entry.state = GONE
+            else:
+                entry.state = UNACKED
+                if buf.unacked is None:
+                    buf.unacked = {}
+                buf.unacked[tag] = entry
+                if entry.msg.ack_timeout is not None:
+                    entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (sub, tag))
+            sub.owner.deliver(sub, tag, entry)  # type: ignore[arg-type]
+            buf = sub.buf  # the owner may have gone (and cancelled us) while delivering
+        sub.trim()
 
     # -- leaving a queue ---------------------------------------------------------------------------
     def _forget(self, q: Queue, entry: Entry) -> None:

@@ -138,23 +138,79 @@ class _Node:
 
 class TopicRouter(Router):
     """AMQP topic matching on a trie of dot-separated words (``*`` one word, ``#`` zero or more),
-    plus plain string prefixes for bindings carrying :data:`PREFIX_ARG`."""
+    plus plain string prefixes for bindings carrying :data:`PREFIX_ARG`.
 
-    __slots__ = ("_root", "_prefixes", "_prefix_lengths")
+    Light subscriptions (``_light.LightConsumer``) are indexed without an entry in the binding
+    registry: one with a wildcard-free key sits in ``_exact``, a prefix one in ``_light_prefixes``
+    (key -> the subscription, or an ordered set of them once a second one shares the key), so an
+    idle subscription costs one dict slot and its key string; wildcard ones go into the trie."""
+
+    __slots__ = ("_root", "_prefixes", "_prefix_lengths", "_exact", "_light_prefixes")
+
+    # _prefix_lengths: length -> how many prefix keys (of either table) have it, sorted by length
+    # (a new length is rare), so adding or removing a prefix never rescans all of them
 
     def __init__(self) -> None:
         super().__init__()
         self._root = _Node()
         self._prefixes: dict[str, dict[Any, int]] | None = None
-        self._prefix_lengths: list[int] = []
+        self._prefix_lengths: dict[int, int] = {}
+        self._exact: dict[str, Any] | None = None
+        self._light_prefixes: dict[str, Any] | None = None
+
+    def add_light(self, sub: Any, key: str, prefix: bool) -> None:
+        if prefix:
+            if self._light_prefixes is None:
+                self._light_prefixes = {}
+            if _table_add(self._light_prefixes, key, sub):
+                self._count_length(key, 1)
+        elif _has_wildcard(key):
+            self._index(sub, key, None)
+        else:
+            if self._exact is None:
+                self._exact = {}
+            _table_add(self._exact, key, sub)
+
+    def remove_light(self, sub: Any, key: str, prefix: bool) -> None:
+        if prefix:
+            if self._light_prefixes is not None and _table_remove(self._light_prefixes, key, sub):
+                self._count_length(key, -1)
+                if not self._light_prefixes:
+                    self._light_prefixes = None
+        elif _has_wildcard(key):
+            if self._trie_has(sub, key):
+                self._unindex(sub, key, None)
+        elif self._exact is not None:
+            _table_remove(self._exact, key, sub)
+            if not self._exact:
+                self._exact = None
+
+    def _trie_has(self, sub: Any, key: str) -> bool:
+        node: _Node | None = self._root
+        for word in key.split("."):
+            node = node.children.get(word) if node is not None and node.children else None
+        return node is not None and node.dests is not None and sub in node.dests
+
+    def _count_length(self, key: str, delta: int) -> None:
+        lengths = self._prefix_lengths
+        n = lengths.get(len(key), 0) + delta
+        if n:
+            new = len(key) not in lengths
+            lengths[len(key)] = n
+            if new:
+                self._prefix_lengths = dict(sorted(lengths.items()))
+        else:
+            del lengths[len(key)]  # deleting keeps the others in order
 
     def _index(self, dest: Any, key: str, args: dict[str, Any] | None) -> None:
         if args and args.get(PREFIX_ARG):
             if self._prefixes is None:
                 self._prefixes = {}
-            dests = self._prefixes.setdefault(key, {})
+            dests = self._prefixes.get(key)
+            if dests is None:
+                dests = self._prefixes[key] = {}
+                self._count_length(key, 1)
             dests[dest] = dests.get(dest, 0) + 1
-            self._prefix_lengths = sorted({len(p) for p in self._prefixes})
             return
         node = self._root
         for word in key.split("."):
@@ -177,7 +233,7 @@ class TopicRouter(Router):
                 del dests[dest]
                 if not dests:
                     del self._prefixes[key]
-                    self._prefix_lengths = sorted({len(p) for p in self._prefixes})
+                    self._count_length(key, -1)
             return
         path = [self._root]
         words = key.split(".")
@@ -204,13 +260,63 @@ class TopicRouter(Router):
     def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
         if self._root.children:
             _match(self._root, key.split("."), 0, out)
-        if self._prefixes:
+        if self._exact is not None:
+            _table_route(self._exact, key, out)
+        if self._prefix_lengths:
+            prefixes, light = self._prefixes, self._light_prefixes
             for length in self._prefix_lengths:
                 if length > len(key):
                     break
-                dests = self._prefixes.get(key[:length])
-                if dests:
-                    out.update(dict.fromkeys(dests))
+                head = key[:length]
+                if prefixes:
+                    dests = prefixes.get(head)
+                    if dests:
+                        out.update(dict.fromkeys(dests))
+                if light:
+                    _table_route(light, head, out)
+
+
+def _table_add(table: dict[str, Any], key: str, sub: Any) -> bool:
+    """Add ``sub`` under ``key`` (a lone subscription is stored bare, more in an ordered set);
+    True when the key is new."""
+    current = table.get(key)
+    if current is None:
+        table[key] = sub
+        return True
+    if type(current) is dict:
+        current[sub] = None
+    elif current is not sub:
+        table[key] = {current: None, sub: None}
+    return False
+
+
+def _table_remove(table: dict[str, Any], key: str, sub: Any) -> bool:
+    """Remove ``sub`` from under ``key``; True when the key is gone."""
+    current = table.get(key)
+    if current is None:
+        return False
+    if type(current) is dict:
+        current.pop(sub, None)
+        if len(current) == 1:
+            table[key] = next(iter(current))
+        return False
+    if current is sub:
+        del table[key]
+        return True
+    return False
+
+
+def _table_route(table: dict[str, Any], key: str, out: dict[Any, None]) -> None:
+    subs = table.get(key)
+    if subs is not None:
+        if type(subs) is dict:
+            out.update(subs)
+        else:
+            out[subs] = None
+
+
+def _has_wildcard(key: str) -> bool:
+    return ("*" in key or "#" in key) and any(w == "*" or w == "#" for w in key.split("."))
 
 
 def _match(node: _Node, words: list[str], i: int, out: dict[Any, None]) -> None:

@@ -4,28 +4,40 @@ broker's timer queue, receipts held until the store is synced, and closing."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ._model import Consumer
 
 if TYPE_CHECKING:
     from ._broker import Broker
 
-__all__ = ["Session"]
+__all__ = ["Carrier", "Session"]
+
+
+class Carrier(Protocol):
+    """A session whose transport carries another session's bytes (STOMP inside WebSocket)."""
+
+    def carry(self, data: bytes) -> None:
+        """Send one chunk of the nested protocol's output (framed, counted against back-pressure)."""
+
+    def carried_closed(self) -> None:
+        """The nested session closed itself: end the outer protocol, then close the connection."""
 
 
 class Session:
     __slots__ = (
         "broker", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
-        "held", "__weakref__",
+        "held", "held_paused", "out_paused", "carrier", "__weakref__",
     )
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         self.broker = broker
         self.conn_id = conn_id
         self.peer = peer
-        #: over the outbound limit: no deliveries, reading paused
+        #: over the outbound limit: no deliveries (reading goes on, so the client's ACKs still arrive)
         self.blocked = False
+        #: reading paused because replies alone (receipts, errors) passed twice the outbound limit
+        self.out_paused = False
         self.closed = False
         #: bytes handed to the server and not yet reported sent
         self.outbound = 0
@@ -33,6 +45,10 @@ class Session:
         self.timer_deadline: float | None = None
         #: (sync token, thunk) waiting for the store; None when nothing is held
         self.held: deque[tuple[int, Callable[[], None]]] | None = None
+        #: reading paused because too many receipts wait for the store (Limits.max_pending_receipts)
+        self.held_paused = False
+        #: set when this session runs inside another one's transport: output and close go through it
+        self.carrier: Carrier | None = None
 
     # -- to implement ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -71,17 +87,30 @@ class Session:
     def write(self, data: bytes) -> None:
         if not data or self.closed:
             return
+        if self.carrier is not None:
+            self.carrier.carry(data)
+            return
         self.broker.write(self.conn_id, data)
         self.outbound += len(data)
-        if not self.blocked and self.outbound > self.broker.config.limits.max_outbound_buffer:
+        limit = self.broker.config.limits.max_outbound_buffer
+        if self.outbound > limit:
             self.blocked = True
-            self.broker.pause_reading(self.conn_id)
+            # Deliveries have stopped, so only answers to the client's own frames still grow the
+            # buffer: a client that sends but never reads is paused before that grows unbounded.
+            if not self.out_paused and self.outbound > 2 * limit:
+                self.out_paused = True
+                if not self.held_paused:
+                    self.broker.pause_reading(self.conn_id)
 
     def bytes_sent(self, nbytes: int) -> None:
         self.outbound = max(0, self.outbound - nbytes)
-        if self.blocked and self.outbound <= self.broker.config.limits.max_outbound_buffer // 2:
+        limit = self.broker.config.limits.max_outbound_buffer
+        if self.out_paused and self.outbound <= limit:
+            self.out_paused = False
+            if not self.held_paused:
+                self.broker.resume_reading(self.conn_id)
+        if self.blocked and self.outbound <= limit // 2:
             self.blocked = False
-            self.broker.resume_reading(self.conn_id)
             self.broker.model.owner_unblocked(self.consumers())
 
     def close(self) -> None:
@@ -90,7 +119,10 @@ class Session:
             return
         self.teardown()
         self._finish()
-        self.broker.close_connection(self.conn_id)
+        if self.carrier is not None:
+            self.carrier.carried_closed()
+        else:
+            self.broker.close_connection(self.conn_id)
 
     def _finish(self) -> None:
         self.closed = True
@@ -148,6 +180,11 @@ class Session:
             self.held = deque()
         self.held.append((token, thunk))
         broker.holding[self] = None
+        if not self.held_paused and len(self.held) > broker.config.limits.max_pending_receipts:
+            # a client pipelining receipts faster than the store syncs: stop reading it
+            self.held_paused = True
+            if not self.out_paused:
+                broker.pause_reading(self.conn_id)
 
     def release_held(self, synced: int) -> None:
         held = self.held
@@ -156,3 +193,9 @@ class Session:
         if not self.held:
             self.held = None
             self.broker.holding.pop(self, None)
+        if self.held_paused and not self.closed and (
+            not held or len(held) <= self.broker.config.limits.max_pending_receipts // 2
+        ):
+            self.held_paused = False
+            if not self.out_paused:
+                self.broker.resume_reading(self.conn_id)

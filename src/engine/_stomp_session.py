@@ -38,6 +38,7 @@ from stompproto import (
     Unsubscribe,
 )
 
+from ._light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ._message import Entry, Message
 from ._model import Consumer, ModelError, Queue, VHost
 from ._routing import PREFIX_ARG
@@ -49,7 +50,7 @@ from .store import StoreError
 if TYPE_CHECKING:
     from ._broker import Broker
 
-__all__ = ["StompSession", "StompSubscription", "SERVER_NAME"]
+__all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVER_NAME"]
 
 SERVER_NAME = "sansmq/0.1.0"
 ACK_MODES = ("auto", "client", "client-individual")
@@ -89,6 +90,54 @@ class StompSubscription(Consumer):
         self.ack_mode = ack_mode
         #: the queue exists for this subscription only (non-durable topic/exchange): delete it with us
         self.owns_queue = owns_queue
+
+
+#: StompLightSubscription flag: ack mode client-individual (else client, unless auto)
+_INDIVIDUAL = FIRST_FREE_FLAG
+
+
+class StompLightSubscription(LightConsumer):
+    """A non-durable topic subscription without a queue of its own (see ``_light``)."""
+
+    __slots__ = ("id",)
+
+    #: only temp-queue subscriptions need their destination back
+    destination = ""
+    owns_queue = False
+
+    def __init__(self, owner: "StompSession", exchange: Any, key: str, prefix: bool, prefetch: int,
+                 sub_id: str, ack_mode: str) -> None:
+        super().__init__(owner, exchange, key, prefix, prefetch, ack_mode == "auto",
+                         _INDIVIDUAL if ack_mode == "client-individual" else 0)
+        self.id = sub_id
+
+    @property
+    def ack_mode(self) -> str:
+        """Kept in ``flags`` (one slot less per subscription)."""
+        if self.flags & AUTO_ACK:
+            return "auto"
+        return "client-individual" if self.flags & _INDIVIDUAL else "client"
+
+
+AnySubscription = StompSubscription | StompLightSubscription
+
+
+class _Tx:
+    """Frames buffered by an open transaction and their size, for the per-transaction caps."""
+
+    __slots__ = ("frames", "size")
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.size = 0
+
+
+def _requested_heartbeat(value: str | None) -> tuple[int, int]:
+    """The client's ``heart-beat`` header (the codec has already rejected malformed ones)."""
+    if not value:
+        return 0, 0
+    cx, _, cy = value.partition(",")
+    return int(cx), int(cy)
 
 
 def _is_loopback(peer: tuple[Any, ...]) -> bool:
@@ -134,8 +183,8 @@ class StompSession(Session):
         self.vhost: VHost | None = None
         self.user: User | None = None
         self.version = "1.0"
-        self.subs: dict[str, StompSubscription] = {}
-        self.txs: dict[str, list[Frame]] | None = None
+        self.subs: dict[str, AnySubscription] = {}
+        self.txs: dict[str, _Tx] | None = None
         #: /temp-queue/<t> -> its queue
         self.temp: dict[str, Queue] | None = None
         self.timed_out: dict[int, None] | None = None
@@ -217,7 +266,7 @@ class StompSession(Session):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def consumers(self) -> list[Consumer]:
-        return list(self.subs.values())
+        return list(self.subs.values())  # type: ignore[arg-type]
 
     def teardown(self) -> None:
         model = self.broker.model
@@ -264,7 +313,11 @@ class StompSession(Session):
         self.vhost = self.broker.model.add_vhost(vhost_name, persist=False)
         out = {"version": self.version}
         if self.version != "1.0":
-            send_ms, want_ms = config.limits.heartbeat
+            # As RabbitMQ: grant the periods the client asks for, but never faster than our floor.
+            client_send, client_want = _requested_heartbeat(headers.get("heart-beat"))
+            floor_send, floor_want = config.limits.heartbeat
+            send_ms = max(client_want, floor_send) if client_want else 0
+            want_ms = max(client_send, floor_want) if client_send else 0
             out["heart-beat"] = f"{send_ms},{want_ms}"
         out["server"] = SERVER_NAME
         out["session"] = f"session-{self.conn_id}"
@@ -316,7 +369,13 @@ class StompSession(Session):
             return
         if self.txs is None or tx not in self.txs:
             raise StompError("Bad transaction", f"transaction '{tx}' is not active")
-        self.txs[tx].append(frame)
+        buffered = self.txs[tx]
+        limits = self.broker.config.limits
+        buffered.size += len(frame.body) + sum(len(k) + len(v) for k, v in frame.headers.items())
+        if len(buffered.frames) >= limits.max_tx_frames or buffered.size > limits.max_tx_bytes:
+            raise StompError("Transaction too large",
+                             f"transaction '{tx}' exceeds {limits.max_tx_frames} frames or {limits.max_tx_bytes} bytes")
+        buffered.frames.append(frame)
         self._receipt(frame, False)
 
     def _on_send(self, frame: Send) -> None:
@@ -336,14 +395,17 @@ class StompSession(Session):
             self.txs = {}
         if tx in self.txs:
             raise StompError("Bad transaction", f"transaction '{tx}' is already active")
-        self.txs[tx] = []
+        limit = self.broker.config.limits.max_transactions
+        if len(self.txs) >= limit:
+            raise StompError("Too many transactions", f"at most {limit} open transactions per connection")
+        self.txs[tx] = _Tx()
         self._receipt(frame, False)
 
     def _end_tx(self, frame: Frame) -> list[Frame]:
         tx = frame.headers.get("transaction")
         if tx is None or self.txs is None or tx not in self.txs:
             raise StompError("Bad transaction", f"transaction '{tx}' is not active")
-        frames = self.txs.pop(tx)
+        frames = self.txs.pop(tx).frames
         if not self.txs:
             self.txs = None
         return frames
@@ -451,11 +513,13 @@ class StompSession(Session):
         if q is not None:
             return q
         assert self.vhost is not None
+        sub_id = f"/temp-queue/{suffix}"
+        if sub_id not in self.subs:
+            self._check_subscription_limit()
         model = self.broker.model
         q = model.declare_queue(self.vhost, self.broker.new_name("amq.gen-"), durable=False,
                                 auto_delete=False, exclusive_owner=self)
         self.temp[suffix] = q
-        sub_id = f"/temp-queue/{suffix}"
         if sub_id not in self.subs:
             sub = StompSubscription(q, self, self.broker.config.limits.default_prefetch, sub_id, sub_id,
                                     "auto", False)
@@ -492,6 +556,7 @@ class StompSession(Session):
         sub_id = headers.get("id", destination)
         if sub_id in self.subs:
             raise StompError("Duplicated subscription identifier", f"subscription '{sub_id}' already exists")
+        self._check_subscription_limit()
         ack_mode = headers.get("ack", "auto")
         if ack_mode not in ACK_MODES:
             raise StompError("Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}")
@@ -502,6 +567,12 @@ class StompSession(Session):
                 prefetch = max(0, int(value))
                 break
         before = self.broker.model.store_writes
+        light = self._light_subscription(dest, sub_id, headers, prefetch, ack_mode)
+        if light is not None:
+            self.broker.model.bind_light(light)
+            self.subs[sub_id] = light
+            self._receipt(frame, False)
+            return
         q, owns = self._subscription_queue(dest, sub_id, headers)
         sub = StompSubscription(q, self, prefetch, sub_id, destination, ack_mode, owns)
         try:
@@ -510,6 +581,29 @@ class StompSession(Session):
             raise StompError(_model_error_title(exc), exc.text) from None
         self.subs[sub_id] = sub
         self._receipt(frame, self.broker.model.store_writes != before)
+
+    def _check_subscription_limit(self) -> None:
+        limit = self.broker.config.limits.max_subscriptions
+        if len(self.subs) >= limit:
+            raise StompError("Too many subscriptions", f"at most {limit} subscriptions per connection")
+
+    def _light_subscription(self, dest: Destination, sub_id: str, headers: dict[str, str], prefetch: int,
+                            ack_mode: str) -> StompLightSubscription | None:
+        """A light subscription for a non-durable topic (or topic-exchange) destination without
+        queue arguments; None when it needs a real queue."""
+        kind = dest.kind
+        if kind not in ("topic", "exchange") or (kind == "topic" and _durable(headers)):
+            return None
+        if any(k in headers for k in _QUEUE_ARGS):
+            return None
+        assert self.vhost is not None
+        exchange = self.vhost.exchanges.get(dest.name)
+        if exchange is None or not self.broker.model.supports_light(exchange):
+            return None  # the queue path reports a missing exchange
+        key, prefix = dest.key, False
+        if kind == "topic" and is_prefix_topic(key):
+            key, prefix = key[:-1], True
+        return StompLightSubscription(self, exchange, key, prefix, prefetch, sub_id, ack_mode)
 
     def _subscription_queue(self, dest: Destination, sub_id: str, headers: dict[str, str]) -> tuple[Queue, bool]:
         vhost = self.vhost
@@ -597,7 +691,7 @@ class StompSession(Session):
 
     # -- deliveries (ConsumerOwner) ----------------------------------------------------------------
     def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
-        assert isinstance(consumer, StompSubscription)
+        assert isinstance(consumer, (StompSubscription, StompLightSubscription))
         msg = entry.msg
         message_id = f"T_{consumer.id}@@{tag}"
         if consumer.destination.startswith("/temp-queue/"):

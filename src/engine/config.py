@@ -29,10 +29,25 @@ class Limits:
     #: bytes queued for one connection above which the broker stops delivering to it and
     #: pauses reading from it; below half it resumes.
     max_outbound_buffer: int = 4 * 1024 * 1024
-    #: heart-beat we offer (ms): (can send every, want to receive every)
-    heartbeat: tuple[int, int] = (10_000, 10_000)
+    #: shortest heart-beat periods (ms) the broker agrees to: (send every, receive every). CONNECTED
+    #: grants the periods the client asks for, as RabbitMQ does, but never below these.
+    heartbeat: tuple[int, int] = (100, 100)
     heartbeat_grace: float = 1.5
     default_prefetch: int = 0  # 0 = unlimited, as RabbitMQ's STOMP adapter
+    # -- per-connection bounds: a breach sends ERROR and closes that connection only -----------
+    #: subscriptions (incl. /temp-queue ones) one connection may hold
+    max_subscriptions: int = 10_000
+    #: transactions one connection may have open at once
+    max_transactions: int = 100
+    #: frames one open transaction may buffer, and their bytes (bodies + header text)
+    max_tx_frames: int = 10_000
+    max_tx_bytes: int = 64 * 1024 * 1024
+    #: receipts held for the store's sync above which the broker pauses reading from the
+    #: connection (resumed at half); bounds what a client pipelining receipts can pin
+    max_pending_receipts: int = 10_000
+    #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
+    #: oldest ready one (RabbitMQ would keep queueing; see engine._light)
+    max_topic_buffer: int = 10_000
 
 
 @dataclass(slots=True)

@@ -11,6 +11,9 @@ logs every operation, can fail a sync and can "crash" (keep only what was synced
     alice.stomp_connect()
     alice.send(Subscribe({"destination": "/queue/a", "id": "1"}))
     net.run_until_idle()
+
+``net.connect_ws(path, subprotocols)`` does the same over protocol ``"ws"`` (STOMP over WebSocket):
+a :class:`WsSimClient` runs the opening handshake and sends each STOMP frame as one message.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from stompproto import (
     RemoteProtocolError,
 )
 
+import wsframe
+
 from ._actions import Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
 from ._message import Message
 from .store import BindingDef, ExchangeDef, MemoryStore, QueueDef, StoreError
 
-__all__ = ["SimNetwork", "SimClient", "FakeStore"]
+__all__ = ["SimNetwork", "SimClient", "WsSimClient", "FakeStore"]
 
 DEFAULT_START = 1_700_000_000.0
 
@@ -275,6 +280,22 @@ class SimNetwork:
         self._process(self.broker.drain())
         return client
 
+    def connect_ws(self, path: str = "/ws", subprotocols: tuple[str, ...] = ("v12.stomp",), *,
+                   peer: tuple[Any, ...] | None = None, reading: bool = True, auto_heartbeat: bool = True,
+                   deflate: bool = False) -> "WsSimClient":
+        """Connect over protocol ``"ws"`` and run the opening handshake (see ``client.accepted``)."""
+        self._next_conn += 1
+        conn_id = self._next_conn
+        if peer is None:
+            peer = ("127.0.0.1", 40000 + conn_id)
+        client = WsSimClient(self, conn_id, peer, reading, auto_heartbeat, deflate)
+        self.clients[conn_id] = client
+        self.broker.connection_made(conn_id, "ws", peer, self._now)
+        self._process(self.broker.drain())
+        client.send_ws(wsframe.Request(host="localhost", path=path, subprotocols=list(subprotocols)))
+        self.run_until_idle()
+        return client
+
     # -- running -------------------------------------------------------------------------------------
     def run_until_idle(self, max_rounds: int = 100_000) -> None:
         """Move bytes both ways and complete syncs until nothing moves (time does not advance)."""
@@ -415,3 +436,88 @@ class SimNetwork:
                 self._sync(token)
             else:
                 self.pending_syncs.append(token)
+
+
+class WsSimClient(SimClient):
+    """A STOMP client over a client-role WebSocket (made by ``SimNetwork.connect_ws``).
+
+    ``send(frame)`` sends each STOMP frame as one text message (binary when not UTF-8);
+    ``send_message(payload)`` sends arbitrary STOMP bytes as one message (split or merged frames),
+    ``send_ws(event)`` any WebSocket event. Every WebSocket event received is in ``ws_events``;
+    message payloads also feed the client's STOMP codec (``received``). Pings are answered, and a
+    server Close is answered.
+    """
+
+    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+                 auto_heartbeat: bool, deflate: bool) -> None:
+        super().__init__(net, conn_id, peer, reading, auto_heartbeat)
+        self.ws = wsframe.Connection(
+            wsframe.CLIENT, rng=net.rng.randbytes,
+            permessage_deflate=wsframe.PerMessageDeflate() if deflate else None,
+        )
+        self.ws_events: list[wsframe.Event] = []
+        self.ws_error: wsframe.RemoteProtocolError | None = None
+        #: answer the server's Close (as browsers do); False simulates a client that never answers
+        self.answer_close = True
+
+    def __repr__(self) -> str:
+        return f"WsSimClient(conn_id={self.conn_id})"
+
+    def _first(self, cls: type) -> Any:
+        return next((e for e in self.ws_events if isinstance(e, cls)), None)
+
+    @property
+    def accepted(self) -> wsframe.AcceptConnection | None:
+        return self._first(wsframe.AcceptConnection)
+
+    @property
+    def rejected(self) -> wsframe.RejectConnection | None:
+        return self._first(wsframe.RejectConnection)
+
+    @property
+    def close_frame(self) -> wsframe.CloseConnection | None:
+        """The server's Close frame, if one arrived."""
+        return self._first(wsframe.CloseConnection)
+
+    def data_messages(self) -> list[wsframe.TextMessage | wsframe.BytesMessage]:
+        return [e for e in self.ws_events if isinstance(e, (wsframe.TextMessage, wsframe.BytesMessage))]
+
+    # -- sending ----------------------------------------------------------------------------------
+    def send(self, event: Event) -> None:
+        self.send_message(self.conn.send(event, self.net.now))
+
+    def send_message(self, payload: bytes, binary: bool = False) -> None:
+        if binary:
+            self.send_ws(wsframe.BytesMessage(payload))
+            return
+        try:
+            self.send_ws(wsframe.TextMessage(payload.decode("utf-8")))
+        except UnicodeDecodeError:
+            self.send_ws(wsframe.BytesMessage(payload))
+
+    def send_ws(self, event: wsframe.Event) -> None:
+        self.send_raw(self.ws.send(event))
+
+    def ws_close(self, code: int = 1000) -> None:
+        """Start the closing handshake (the transport stays until the server closes it)."""
+        self.send_ws(wsframe.CloseConnection(code))
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _feed(self, data: bytes) -> None:
+        if self.ws_error is not None:
+            return
+        ws = self.ws
+        try:
+            ws.receive_data(data)
+            while (ev := ws.next_event()) is not wsframe.NEED_DATA:
+                self.ws_events.append(ev)
+                if isinstance(ev, (wsframe.TextMessage, wsframe.BytesMessage)):
+                    payload = ev.data.encode("utf-8") if isinstance(ev, wsframe.TextMessage) else ev.data
+                    super()._feed(payload)
+                elif isinstance(ev, wsframe.Ping) and not self.gone:
+                    self.send_ws(ev.response())
+                elif (isinstance(ev, wsframe.CloseConnection) and self.answer_close
+                      and ws.state is wsframe.ConnectionState.SERVER_CLOSING):
+                    self.send_ws(ev.response())
+        except wsframe.RemoteProtocolError as exc:
+            self.ws_error = exc

@@ -1,6 +1,8 @@
 """STOMP session behaviour: receipts, transactions, auth, vhosts, heart-beats, protocol errors,
 back-pressure, unknown protocols."""
 
+import pytest
+
 from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
 
 from engine import Close, Config, Limits, User
@@ -126,16 +128,16 @@ def test_heartbeat_timeout_closes_and_requeues():
     net = new_net()
     c = net.connect(auto_heartbeat=False)
     frame = c.stomp_connect({"heart-beat": "1000,1000"})
-    assert frame.headers["heart-beat"] == "10000,10000"
+    assert frame.headers["heart-beat"] == "1000,1000"  # granted as asked (RabbitMQ does the same)
     subscribe(c, "/queue/q", "1", ack="client-individual")
     net.run_until_idle()
     p = connected(net)
     send(p, "/queue/q", b"x")
     net.run_until_idle()
     assert bodies(c) == [b"x"]
-    net.advance(14.0)  # negotiated 10 s from the client, times grace 1.5 = 15 s
+    net.advance(1.4)  # negotiated 1 s from the client, times grace 1.5 = 1.5 s
     assert not c.server_closed
-    net.advance(1.5)
+    net.advance(0.2)
     assert c.server_closed
     q = net.broker.model.vhosts["/"].queues["q"]
     assert q.count == 1 and q.ready_entries()[0].count == 1
@@ -147,8 +149,18 @@ def test_heartbeats_keep_connection_alive_and_broker_sends_them():
     net.advance(60)
     assert not c.server_closed
     beats = [e for e in c.received if isinstance(e, Heartbeat)]
-    assert 5 <= len(beats) <= 7  # the broker offered 10 s sends, the client asked for 5: every 10 s
+    assert 11 <= len(beats) <= 13  # the client asked for one every 5 s
     assert net.broker.get_timer() is not None
+
+
+@pytest.mark.parametrize(
+    ("asked", "granted"),
+    [("0,0", "0,0"), ("500,0", "0,2000"), ("0,500", "3000,0"), ("5000,7000", "7000,5000")],
+)
+def test_heartbeat_grant_is_the_request_floored_by_the_limits(asked, granted):
+    net = new_net(Config(limits=Limits(heartbeat=(3000, 2000))))
+    c = net.connect()
+    assert c.stomp_connect({"heart-beat": asked}).headers["heart-beat"] == granted
 
 
 def test_bad_input_from_one_client_does_not_affect_another():
@@ -203,7 +215,7 @@ def test_back_pressure_stops_delivery_to_slow_consumer():
     for i in range(200):
         send(p, "/queue/q", b"x" * 100)
     net.run_until_idle()
-    assert slow.paused  # PauseReading was emitted for it
+    assert not slow.paused  # still read, so its ACKs would arrive; only deliveries stopped
     assert slow.unread < 2000 + 400
     subscribe(fast, "/queue/q", "1")
     net.run_until_idle()
@@ -214,6 +226,41 @@ def test_back_pressure_stops_delivery_to_slow_consumer():
     assert not slow.paused
     assert n_fast + n_slow == 200
     assert n_fast > 150
+
+
+def test_blocked_consumer_acks_are_still_read():
+    """A consumer over its outbound limit gets no deliveries, but its ACKs are read and applied."""
+    net = new_net(Config(limits=Limits(max_outbound_buffer=2000)))
+    slow = connected(net)
+    subscribe(slow, "/queue/q", "1", ack="client-individual")
+    p = connected(net)
+    send(p, "/queue/q", b"first")
+    net.run_until_idle()
+    (first,) = messages(slow)
+    slow.stop_reading()
+    for _ in range(100):
+        send(p, "/queue/q", b"x" * 100)
+    net.run_until_idle()
+    q = net.broker.model.vhosts["/"].queues["q"]
+    assert q.count > 50 and q.count + q.unacked_count() == 101  # blocked: most wait in the queue
+    ack(slow, first)
+    net.run_until_idle()
+    assert q.count + q.unacked_count() == 100  # the ACK was read and applied while still blocked
+    assert not slow.paused
+
+
+def test_client_that_never_reads_its_receipts_is_paused():
+    net = new_net(Config(limits=Limits(max_outbound_buffer=2000)))
+    c = connected(net)
+    c.stop_reading()
+    for i in range(400):  # one read per frame, so the pause can take effect between reads
+        send(c, "/queue/r", b"x", receipt=f"r{i}")
+        net.run_until_idle()
+    assert c.paused
+    assert c.unread <= 2 * 2000 + 200  # replies stop once twice the limit is buffered
+    c.start_reading()
+    net.run_until_idle()
+    assert not c.paused and len(receipts(c)) == 400
 
 
 def test_disconnect_frame_requeues_and_closes():

@@ -1,0 +1,246 @@
+"""STOMP over WebSocket, RabbitMQ Web-STOMP compatible: the ``"ws"`` protocol.
+
+The server hands this session the raw bytes of a socket accepted on the WebSocket listener. A
+server-role ``wsframe`` connection runs the HTTP upgrade and the framing; once the upgrade is
+accepted, an unchanged :class:`StompSession` runs inside it with this session as its *carrier*
+(``Session.carrier``): every message payload (text or binary) is fed to the STOMP codec, which
+buffers across messages, and every chunk the STOMP session writes goes out as one message. Bytes
+are counted after framing, so back-pressure sees what the socket really has to carry.
+
+Handshake policy (as RabbitMQ's Web-STOMP plugin):
+
+- paths ``/ws`` (and ``/stomp/websocket``, the raw-WebSocket path of the SockJS endpoint); any other
+  path gets 404; an HTTP request that is not an upgrade gets 426 (the codec's answer), a malformed
+  upgrade the codec's 400/405/426.
+- subprotocol: the highest of ``v12.stomp``/``v11.stomp``/``v10.stomp`` the client offered; none
+  offered means plain STOMP with no ``Sec-WebSocket-Protocol`` in the answer. ``amqp`` is reserved
+  for an AMQP-over-WebSocket session not written yet: an offer of ``amqp`` without any STOMP
+  subprotocol is refused with 400. Other unknown-only offers are accepted without a subprotocol
+  (the client then fails the connection itself, RFC 6455 4.1).
+- permessage-deflate is accepted when offered (browsers always offer it).
+- a connection that has not completed its upgrade request within ``HANDSHAKE_TIMEOUT`` is closed.
+
+Closing: when the STOMP session closes (DISCONNECT after its RECEIPT, ERROR, heart-beat timeout) a
+Close 1000 goes out and the connection closes when the client's Close answers it (or at EOF, or after
+``CLOSE_TIMEOUT``): closing TCP at once would make the client's Close meet a reset and browsers report
+an unclean close (RFC 6455 7.1.1: the server should wait for the client to answer). A client Close (or EOF) is fed to the STOMP session
+as a transport EOF (its unacked messages are requeued), then the Close is answered. A WebSocket-level
+error sends the codec's Close hint (1002, 1007, 1009) and closes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from wsframe import (
+    AMQP_SUBPROTOCOL,
+    NEED_DATA,
+    SERVER,
+    STOMP_SUBPROTOCOLS,
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    CloseReason,
+    Connection,
+    ConnectionState,
+    LocalProtocolError,
+    Ping,
+    Pong,
+    RejectConnection,
+    RemoteProtocolError,
+    Request,
+    TextMessage,
+    choose_subprotocol,
+)
+
+from ._model import Consumer
+from ._session import Session
+from ._stomp_session import StompSession
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+__all__ = ["WsSession", "WS_PATHS"]
+
+#: request paths (query string ignored) that upgrade to STOMP over WebSocket
+WS_PATHS = ("/ws", "/stomp/websocket")
+#: seconds a connection may take to complete its upgrade request (slow or silent clients)
+HANDSHAKE_TIMEOUT = 30.0
+#: seconds to wait for the client's answer to our Close before closing the TCP connection anyway
+CLOSE_TIMEOUT = 5.0
+#: states in which the server may still send messages
+_CAN_SEND = frozenset((ConnectionState.OPEN, ConnectionState.CLIENT_CLOSING))
+
+
+class WsSession(Session):
+    """The carrier: a WebSocket connection around an inner STOMP session (created on upgrade)."""
+
+    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline")
+
+    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(broker, conn_id, peer)
+        size = broker.config.limits.max_frame_size
+        # a STOMP frame may take one message of up to max_frame_size; bigger is a 1009
+        self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=broker.rng.randbytes)
+        self.inner: Session | None = None
+        #: the client's Close, once received (answered when the inner session has closed)
+        self.peer_close: CloseConnection | None = None
+        self.handshake_deadline: float | None = broker.now + HANDSHAKE_TIMEOUT
+        #: set once our Close is out: when to stop waiting for the client's answer
+        self.close_deadline: float | None = None
+
+    def __repr__(self) -> str:
+        return f"WsSession(conn_id={self.conn_id})"
+
+    def start(self) -> None:
+        self.broker.timer_dirty[self] = None  # arm the handshake deadline
+
+    # -- input ------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        ws = self.ws
+        try:
+            ws.receive_data(data)
+            while not self.closed:
+                event = ws.next_event()
+                if event is NEED_DATA:
+                    return
+                _HANDLERS[type(event)](self, event)
+        except RemoteProtocolError as exc:
+            self._fail(exc.hint)
+
+    def _on_request(self, request: Request) -> None:
+        if request.path.partition("?")[0] not in WS_PATHS:
+            self._reject(404, b"no WebSocket endpoint here; STOMP is on /ws\n")
+            return
+        offered = request.subprotocols
+        subprotocol = choose_subprotocol(offered, STOMP_SUBPROTOCOLS)
+        if subprotocol is None and AMQP_SUBPROTOCOL in offered:
+            self._reject(400, b"AMQP over WebSocket is not supported yet; offer v12.stomp\n")
+            return
+        self._send(AcceptConnection(subprotocol=subprotocol))
+        self.handshake_deadline = None
+        self.broker.timer_dirty[self] = None
+        inner = StompSession(self.broker, self.conn_id, self.peer)
+        inner.carrier = self
+        inner.blocked = self.blocked
+        self.inner = inner
+        inner.start()
+
+    def _on_text(self, message: TextMessage) -> None:
+        self._feed_inner(message.data.encode("utf-8"))
+
+    def _on_bytes(self, message: BytesMessage) -> None:
+        self._feed_inner(bytes(message.data))
+
+    def _feed_inner(self, payload: bytes) -> None:
+        inner = self.inner
+        if inner is not None and payload:  # b"" would read as EOF
+            inner.data_received(payload)
+
+    def _on_ping(self, ping: Ping) -> None:
+        if self.ws.state in _CAN_SEND:  # not once our Close is out: nothing may follow it
+            self._send(ping.response())
+
+    def _on_pong(self, pong: Pong) -> None:
+        pass
+
+    def _on_close(self, close: CloseConnection) -> None:
+        # a Close frame, or code 1006 for EOF without one: for STOMP both are the transport ending
+        self.peer_close = close
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.data_received(b"")  # closes through carried_closed, unless it is finishing a DISCONNECT
+        elif not self.closed:
+            self.carried_closed()
+
+    # -- timers (the inner session keeps its own heart-beat timer) ---------------------------------------
+    def codec_timer(self) -> float | None:
+        return self.handshake_deadline if self.close_deadline is None else self.close_deadline
+
+    def handle_codec_timer(self, now: float) -> None:
+        deadline = self.codec_timer()
+        if deadline is not None and now >= deadline:
+            self.handshake_deadline = self.close_deadline = None
+            # no complete request to answer (HTTP cannot respond before one), or no answer to our Close
+            self.close()
+
+    # -- the carrier side of the inner session ---------------------------------------------------------
+    def carry(self, data: bytes) -> None:
+        if self.closed or self.ws.state not in _CAN_SEND:
+            return  # the client's Close or EOF came first: nothing more can reach it
+        try:
+            event: TextMessage | BytesMessage = TextMessage(data.decode("utf-8"))
+        except UnicodeDecodeError:  # a text message must be valid UTF-8 (RFC 6455 8.1)
+            event = BytesMessage(data)
+        self._send(event)
+
+    def carried_closed(self) -> None:
+        if self.closed:
+            return
+        state = self.ws.state
+        if state is ConnectionState.OPEN:
+            # the model has already released the inner session; only the socket waits for the answer
+            self._send(CloseConnection(CloseReason.NORMAL_CLOSURE))
+            self.close_deadline = self.broker.now + CLOSE_TIMEOUT
+            self.broker.timer_dirty[self] = None
+            return
+        if state is ConnectionState.CLIENT_CLOSING and self.peer_close is not None:
+            self._send(self.peer_close.response())
+        self.close()
+
+    # -- output and back-pressure ---------------------------------------------------------------------
+    def _send(self, event: Any) -> None:
+        self.write(self.ws.send(event))
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.inner is not None:
+            self.inner.blocked = self.blocked  # the model asks the inner session (the consumer owner)
+
+    def bytes_sent(self, nbytes: int) -> None:
+        # Session.bytes_sent only marks the consumers' queues dirty; they dispatch after this returns
+        super().bytes_sent(nbytes)
+        if self.inner is not None:
+            self.inner.blocked = self.blocked
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def consumers(self) -> list[Consumer]:
+        return self.inner.consumers() if self.inner is not None else []
+
+    def teardown(self) -> None:
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.lost()  # as on a TCP drop: released in the model, nothing written
+
+    def abort(self, reason: str) -> None:
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.abort(reason)  # STOMP ERROR, then Close 1000 through carried_closed
+        if not self.closed:
+            if self.ws.state in _CAN_SEND:
+                self._send(CloseConnection(CloseReason.INTERNAL_ERROR, reason[:100]))
+            self.close()
+
+    def _reject(self, status: int, body: bytes) -> None:
+        self._send(RejectConnection(status, body=body))
+        self.close()
+
+    def _fail(self, hint: CloseConnection | RejectConnection | None) -> None:
+        if hint is not None:
+            try:
+                self._send(hint)
+            except LocalProtocolError:
+                pass
+        self.close()
+
+
+_HANDLERS: dict[type, Callable[[WsSession, Any], None]] = {
+    Request: WsSession._on_request,
+    TextMessage: WsSession._on_text,
+    BytesMessage: WsSession._on_bytes,
+    Ping: WsSession._on_ping,
+    Pong: WsSession._on_pong,
+    CloseConnection: WsSession._on_close,
+}
