@@ -35,6 +35,9 @@ def _register_sessions() -> None:
 
     SESSION_TYPES.setdefault("stomp", StompSession)
     SESSION_TYPES.setdefault("ws", WsSession)
+    from ._amqp_session import AmqpSession
+
+    SESSION_TYPES.setdefault("amqp", AmqpSession)
 
 
 class Broker:

@@ -227,7 +227,9 @@ class Queue:
 
 
 #: queue arguments holding a non-negative integer (milliseconds or a count)
-_INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-expires")
+_INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-expires", "x-delivery-limit")
+#: x-overflow values (RabbitMQ's): what a full x-max-length queue does with a new message
+_OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
 def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -247,7 +249,36 @@ def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
         if name in out:
             out[name] = str(out[name])
+    if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
+        raise PreconditionFailed(f"invalid arg 'x-overflow': {out['x-overflow']!r}")
     return out
+
+
+def _consumer_priority(c: Any) -> int:
+    return getattr(c, "priority", 0)
+
+
+def _x_death(previous: Any, queue: str, reason: str, msg: Message, expiration: Any,
+             now: float) -> list[dict[str, Any]]:
+    """The ``x-death`` header as RabbitMQ writes it: one table per (queue, reason), most recent
+    first, each with a count of how often the message died that way."""
+    deaths = [d for d in previous if isinstance(d, dict)] if isinstance(previous, list) else []
+    count = 1
+    for i, d in enumerate(deaths):
+        if d.get("queue") == queue and d.get("reason") == reason:
+            count = int(d.get("count", 0)) + 1
+            del deaths[i]
+            break
+    keys = [msg.routing_key]
+    cc = msg.headers.get("CC")
+    if isinstance(cc, list):
+        keys.extend(str(k) for k in cc)
+    death: dict[str, Any] = {"count": count, "reason": reason, "queue": queue,
+                             "time": int(now),  # seconds; AMQP sessions send it as a timestamp
+                             "exchange": msg.exchange, "routing-keys": keys}
+    if expiration is not None:
+        death["original-expiration"] = expiration
+    return [death, *deaths]
 
 
 class VHost:
@@ -273,6 +304,9 @@ class Model:
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self._unused_timers: dict[Queue, tuple[float, int]] = {}
+        #: queues with consumers of different priorities (AMQP x-priority); their consumers are
+        #: kept sorted, highest first, and dispatch serves the highest ready level first
+        self._prio_queues: dict[Queue, None] = {}
         #: writes to a store that needs sync (the broker turns new ones into a sync token)
         self.store_writes = 0
         #: most messages a light subscription holds (ready + unacked) before dropping (see _light)
@@ -386,15 +420,19 @@ class Model:
             return 0
         del vhost.queues[q.name]
         self.timers.cancel(self._unused_timers.pop(q, None))
-        for exchange, key, args in list(q.bindings or ()):
+        bound = list(q.bindings or ())
+        for exchange, key, args in bound:
             exchange.router.remove(q, key, args)
         q.bindings = None
+        for exchange, _, _ in bound:
+            self._auto_delete(exchange)
         for consumer in list(q.consumers or ()):
             for entry in (consumer.unacked or {}).values():
                 self._forget(q, entry)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
+        self._prio_queues.pop(q, None)
         dropped = 0
         while (entry := q.pop()) is not None:
             dropped += 1
@@ -442,6 +480,12 @@ class Model:
         if source.durable and dest.durable:
             self.store.delete_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key, args))
             self._store_write()
+        self._auto_delete(source)
+
+    def _auto_delete(self, x: Exchange) -> None:
+        """An auto-delete exchange goes when its last binding (as a source) does."""
+        if x.auto_delete and x.vhost.exchanges.get(x.name) is x and next(iter(x.router.bindings()), None) is None:
+            self.delete_exchange(x.vhost, x.name)
 
     # -- publishing ----------------------------------------------------------------------------------
     def route(self, vhost: VHost, exchange: Exchange, key: str,
@@ -478,14 +522,21 @@ class Model:
             self.enqueue(q, msg)
         return len(queues)
 
-    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True) -> None:
+    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True) -> bool:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
-        queue's relative TTL is not re-applied (the clock is not known yet)."""
+        queue's relative TTL is not re-applied (the clock is not known yet). False when a full queue
+        with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
         if isinstance(q, LightConsumer):
             self._light_enqueue(q, msg)
-            return
+            return True
         expires = msg.expires_at
         args = q.args
+        if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
+            max_len = args.get("x-max-length")
+            if max_len is not None and q.count >= max_len:
+                if args["x-overflow"] == "reject-publish-dlx":
+                    self._dead_letter(q, Entry(msg, count), "maxlen")
+                return False
         if args and persist:
             ttl = args.get("x-message-ttl")
             if ttl is not None:
@@ -497,7 +548,7 @@ class Model:
             self._store_write()
         if expires is not None and expires <= self.now:
             self._expire(q, entry)
-            return
+            return True
         q.push(entry)
         if expires is not None:
             entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
@@ -510,22 +561,54 @@ class Model:
                         break
                     self._remove_ready(q, head, "maxlen")
         self._dirty[q] = None
+        return True
 
     # -- consuming ---------------------------------------------------------------------------------
-    def consume(self, q: Queue, consumer: Consumer) -> Consumer:
+    def consume(self, q: Queue, consumer: Consumer, priority: int = 0) -> Consumer:
+        """Add ``consumer``; a non-zero ``priority`` (kept in the consumer's ``priority``
+        attribute) makes the queue serve higher-priority ready consumers first."""
         if q.exclusive_owner is not None and q.exclusive_owner is not consumer.owner:
             raise ResourceLocked(f"queue '{q.name}' is exclusive to another connection")
         if q.consumers is None:
             q.consumers = []
             self.timers.cancel(self._unused_timers.pop(q, None))
         q.consumers.append(consumer)
+        if priority or q in self._prio_queues:
+            self._prio_queues[q] = None
+            q.consumers.sort(key=_consumer_priority, reverse=True)  # stable: arrival order kept
         self._dirty[q] = None
         return consumer
 
-    def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True) -> None:
-        """Remove the consumer; its unacked messages go back in delivery order. An auto-delete queue
-        whose last consumer this was is deleted. A light subscription is unbound and its messages
-        dropped (its queue would be auto-deleted)."""
+    def get(self, q: Queue, holder: Consumer) -> tuple[int, Entry] | None:
+        """Take the next ready message of ``q`` for a one-off fetch (AMQP basic.get). ``holder`` is
+        a consumer not registered on the queue: the delivery is unacked in it unless it auto-acks.
+        Returns ``(tag, entry)`` or None when nothing is ready."""
+        now = self.now
+        while (entry := q.pop()) is not None:
+            if entry.timer is not None:
+                self.timers.cancel(entry.timer)
+                entry.timer = None
+            if entry.expires is not None and entry.expires <= now:
+                self._expire(q, entry)
+                continue
+            self._next_tag += 1
+            tag = self._next_tag
+            if holder.auto_ack:
+                self._forget(q, entry)
+            else:
+                entry.state = UNACKED
+                if holder.unacked is None:
+                    holder.unacked = {}
+                holder.unacked[tag] = entry
+            return tag, entry
+        return None
+
+    def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,
+               keep_unacked: bool = False) -> None:
+        """Remove the consumer; its unacked messages go back in delivery order (``keep_unacked``:
+        they stay with it, to be acked or returned later, as AMQP's basic.cancel leaves them). An
+        auto-delete queue whose last consumer this was is deleted. A light subscription is unbound
+        and its messages dropped (its queue would be auto-deleted)."""
         if isinstance(consumer, LightConsumer):
             self._light_cancel(consumer)
             return
@@ -535,7 +618,9 @@ class Model:
             if not q.consumers:
                 q.consumers = None
                 q._rr = 0
-        self.return_unacked(consumer, requeue)
+                self._prio_queues.pop(q, None)
+        if not keep_unacked:
+            self.return_unacked(consumer, requeue)
         if q.consumers is None:
             if q.auto_delete:
                 self.delete_queue(q)
@@ -607,6 +692,10 @@ class Model:
             entry.state = GONE
             return
         entry.count += 1
+        limit = q.args.get("x-delivery-limit") if q.args else None
+        if limit is not None and entry.count > limit:
+            self._remove_unacked(q, entry, "delivery_limit")
+            return
         entry.state = READY
         if entry.msg.persistent and q.durable:
             self.store.update_delivery(q.vhost.name, q.name, entry.msg.id, entry.count)
@@ -639,18 +728,24 @@ class Model:
 
     def _dispatch_queue(self, q: Queue) -> None:
         now = self.now
+        # x-single-active-consumer: only the first registered consumer gets messages
+        single = q.args is not None and q.args.get("x-single-active-consumer") is True
+        prioritised = q in self._prio_queues
         while q.count and q.consumers:
             consumers = q.consumers
-            n = len(consumers)
+            n = 1 if single else len(consumers)
             chosen = None
-            start = q._rr
-            for i in range(n):
-                idx = (start + i) % n
-                c = consumers[idx]
-                if c.ready():
-                    chosen = c
-                    q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
-                    break
+            if prioritised and not single:
+                chosen = self._pick_prioritised(q, consumers)
+            else:
+                start = 0 if single else q._rr
+                for i in range(n):
+                    idx = (start + i) % n
+                    c = consumers[idx]
+                    if c.ready():
+                        chosen = c
+                        q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
+                        break
             if chosen is None:
                 return
             entry = q.pop()
@@ -675,6 +770,24 @@ class Model:
                 if entry.msg.ack_timeout is not None:
                     entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (chosen, tag))
             chosen.owner.deliver(chosen, tag, entry)
+
+    @staticmethod
+    def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:
+        """Round-robin among the ready consumers of the highest priority that has one."""
+        i, n = 0, len(consumers)
+        while i < n:
+            level = _consumer_priority(consumers[i])
+            j = i
+            while j < n and _consumer_priority(consumers[j]) == level:
+                j += 1
+            size = j - i
+            for k in range(size):
+                c = consumers[i + (q._rr + k) % size]
+                if c.ready():
+                    q._rr += k + 1
+                    return c
+            i = j
+        return None
 
     # -- light subscriptions (see _light) ----------------------------------------------------------
     @staticmethod
@@ -840,9 +953,11 @@ class Model:
             headers["x-first-death-exchange"] = msg.exchange
         headers["x-last-death-reason"] = reason
         headers["x-last-death-queue"] = q.name
+        headers["x-last-death-exchange"] = msg.exchange
         key = str(args.get("x-dead-letter-routing-key", msg.routing_key))
         # per-message expiry does not survive dead-lettering (RabbitMQ removes the expiration)
-        headers.pop("expiration", None)
+        expiration = headers.pop("expiration", None)
+        headers["x-death"] = _x_death(headers.get("x-death"), q.name, reason, msg, expiration, self.now)
         dead = Message(self.next_message_id(), dlx.name, key, headers, msg.body, msg.priority,
                        None, msg.persistent, msg.ack_timeout)
         for target in self.route(vhost, dlx, key, headers):

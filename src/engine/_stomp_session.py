@@ -41,6 +41,7 @@ from stompproto import (
 from ._light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ._message import Entry, Message
 from ._model import Consumer, ModelError, Queue, VHost
+from ._props import stomp_value
 from ._routing import PREFIX_ARG
 from ._session import Session
 from ._stomp_dest import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
@@ -209,10 +210,6 @@ class StompSession(Session):
             self._fail_remote(exc)
         except StompError as exc:
             self._fail(exc.message, exc.detail, exc.receipt)
-        except ModelError as exc:
-            self._fail(_model_error_title(exc), exc.text)
-        except StoreError as exc:
-            self._fail("store failure", str(exc))
 
     def _pump(self) -> None:
         conn = self.conn
@@ -226,9 +223,14 @@ class StompSession(Session):
             if self.vhost is None and not isinstance(event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
                 raise StompError("not connected", "send CONNECT first")
             try:
-                handler(self, event)
+                try:
+                    handler(self, event)
+                except ModelError as exc:
+                    raise StompError(_model_error_title(exc), exc.text) from exc
+                except StoreError as exc:  # e.g. a full disk: the SEND is refused, not confirmed
+                    raise StompError("store failure", str(exc)) from exc
             except StompError as exc:
-                if isinstance(event, Frame):
+                if isinstance(event, Frame):  # so the client knows which frame failed
                     exc.receipt = event.headers.get("receipt")
                 raise
 
@@ -706,6 +708,10 @@ class StompSession(Session):
             headers["x-delivery-count"] = str(entry.count)
         for name, value in msg.headers.items():
             if name not in headers and name not in _RESERVED_MESSAGE_HEADERS:
+                if type(value) is not str:  # from an AMQP headers table
+                    value = stomp_value(value)
+                    if value is None:
+                        continue
                 headers[name] = value
         headers["content-length"] = str(len(msg.body))
         try:

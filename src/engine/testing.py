@@ -35,6 +35,7 @@ from stompproto import (
     RemoteProtocolError,
 )
 
+import amqpproto
 import wsframe
 
 from ._actions import Close, PauseReading, ResumeReading, Sync, Write
@@ -42,7 +43,7 @@ from ._broker import Broker
 from ._message import Message
 from .store import BindingDef, ExchangeDef, MemoryStore, QueueDef, StoreError
 
-__all__ = ["SimNetwork", "SimClient", "WsSimClient", "FakeStore"]
+__all__ = ["SimNetwork", "SimClient", "WsSimClient", "AmqpSimClient", "FakeStore"]
 
 DEFAULT_START = 1_700_000_000.0
 
@@ -274,7 +275,8 @@ class SimNetwork:
         conn_id = self._next_conn
         if peer is None:
             peer = ("127.0.0.1", 40000 + conn_id)
-        client = SimClient(self, conn_id, peer, reading, auto_heartbeat)
+        cls = AmqpSimClient if protocol == "amqp" else SimClient
+        client = cls(self, conn_id, peer, reading, auto_heartbeat)
         self.clients[conn_id] = client
         self.broker.connection_made(conn_id, protocol, peer, self._now)
         self._process(self.broker.drain())
@@ -521,3 +523,101 @@ class WsSimClient(SimClient):
                     self.send_ws(ev.response())
         except wsframe.RemoteProtocolError as exc:
             self.ws_error = exc
+
+
+class AmqpSimClient(SimClient):
+    """A client-role amqpproto connection (made by ``SimNetwork.connect(protocol="amqp")``).
+
+    ``amqp_open()`` runs the handshake (header, start-ok, tune-ok, open); ``open_channel(n)``
+    opens a channel; ``call(method)`` sends a method and returns what the broker answered.
+    ``received`` holds every amqpproto event (heart-beats answered automatically).
+    """
+
+    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+                 auto_heartbeat: bool) -> None:
+        super().__init__(net, conn_id, peer, reading, auto_heartbeat)
+        self.conn = amqpproto.Connection(amqpproto.CLIENT)  # type: ignore[assignment]
+        self.amqp_error: amqpproto.RemoteProtocolError | None = None
+
+    def __repr__(self) -> str:
+        return f"AmqpSimClient(conn_id={self.conn_id})"
+
+    def amqp_open(self, user: str = "guest", password: str = "guest", vhost: str = "/",
+                  mechanism: str = "PLAIN", heartbeat: int = 0) -> Any:
+        """Run the handshake; return the ConnectionOpenOk, or the ConnectionClose that refused us."""
+        spec = amqpproto.spec
+        self.conn.config_heartbeat = heartbeat  # type: ignore[attr-defined]
+        self.send(amqpproto.ProtocolHeader())
+        self.net.run_until_idle()
+        start = self.last(spec.ConnectionStart)
+        assert start is not None, self.received
+        response = (amqpproto.plain_response(user, password) if mechanism == "PLAIN"
+                    else amqpproto.amqplain_response(user, password))
+        self.send(spec.ConnectionStartOk({"product": "sim", "capabilities": {
+            "consumer_cancel_notify": True, "publisher_confirms": True, "basic.nack": True}},
+            mechanism, response, "en_US"))
+        self.net.run_until_idle()
+        tune = self.last(spec.ConnectionTune)
+        if tune is None:
+            return self.last(spec.ConnectionClose)
+        self.send(self.conn.tune_ok(tune))  # type: ignore[attr-defined]
+        self.send(spec.ConnectionOpen(vhost))
+        self.net.run_until_idle()
+        return self.last(spec.ConnectionOpenOk) or self.last(spec.ConnectionClose)
+
+    def open_channel(self, channel: int = 1) -> Any:
+        return self.call(amqpproto.spec.ChannelOpen(channel=channel))
+
+    def call(self, method: Any) -> Any:
+        """Send ``method``, run the network, return the last event received meanwhile (or None)."""
+        before = len(self.received)
+        self.send(method)
+        self.net.run_until_idle()
+        new = self.received[before:]
+        return new[-1] if new else None
+
+    def last(self, cls: type) -> Any:
+        return next((e for e in reversed(self.received) if isinstance(e, cls)), None)
+
+    def of(self, cls: type, channel: int | None = None) -> list[Any]:
+        """Every received event of ``cls`` (on ``channel`` if given)."""
+        return [e for e in self.received if isinstance(e, cls)
+                and (channel is None or getattr(e, "channel", None) == channel)]
+
+    def _feed(self, data: bytes) -> None:
+        if self.amqp_error is not None or not data:
+            return
+        try:
+            self.conn.receive_data(data, self.net.now)
+            self._read_events()
+        except amqpproto.RemoteProtocolError as exc:
+            self.amqp_error = exc
+
+    def _read_events(self) -> None:
+        while True:
+            ev = self.conn.next_event()
+            if ev is amqpproto.NEED_DATA:
+                return
+            if isinstance(ev, amqpproto.ConnectionClosed):
+                return  # the codec reports EOF on every call from now on
+            if isinstance(ev, amqpproto.HeartbeatDue):
+                if self.auto_heartbeat and not self.gone:
+                    self.send(amqpproto.Heartbeat())
+                continue
+            if isinstance(ev, amqpproto.spec.ChannelClose) and not self.gone:
+                self.send(amqpproto.spec.ChannelCloseOk(channel=ev.channel))
+            elif isinstance(ev, amqpproto.spec.ConnectionClose) and not self.gone:
+                self.send(amqpproto.spec.ConnectionCloseOk())
+            self.received.append(ev)
+
+    def _timer(self) -> float | None:
+        if self.gone or self.amqp_error is not None:
+            return None
+        return self.conn.get_timer()
+
+    def _fire(self, now: float) -> None:
+        self.conn.handle_timer(now)
+        try:
+            self._read_events()
+        except amqpproto.RemoteProtocolError as exc:
+            self.amqp_error = exc

@@ -24,12 +24,13 @@ Programmatic use:
     signal-safe. Shutdown stops accepting, closes every connection and reports each to the broker
     with ``connection_lost``.
 
-``make_broker(config=None, seed=None)``
-    An ``engine.Broker`` with a ``MemoryStore``.
+``make_broker(config=None, seed=None, store=None)`` / ``make_store(data_dir, sync=True)``
+    An ``engine.Broker`` over ``store`` (a ``MemoryStore`` by default); ``make_store`` opens the embedded
+    ``SegmentStore`` in ``data_dir`` (a ``MemoryStore`` when ``data_dir`` is empty).
 """
 
 from ._driver import Driver, Listener
-from ._run import SERVER_KINDS, Running, make_broker, make_server, run, running
+from ._run import SERVER_KINDS, Running, make_broker, make_server, make_store, run, running
 
 __all__ = [
     "Driver",
@@ -37,6 +38,7 @@ __all__ = [
     "Running",
     "SERVER_KINDS",
     "make_broker",
+    "make_store",
     "make_server",
     "run",
     "running",

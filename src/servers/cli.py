@@ -8,9 +8,10 @@ import sys
 from typing import Sequence
 
 from engine.config import Config
+from engine.store import StoreError
 
 from ._driver import Listener
-from ._run import SERVER_KINDS, run
+from ._run import SERVER_KINDS, make_broker, make_store, run
 
 __all__ = ["main", "parse_address", "build_parser"]
 
@@ -19,8 +20,10 @@ __all__ = ["main", "parse_address", "build_parser"]
 PROTOCOLS: tuple[tuple[str, int, bool], ...] = (
     ("stomp", 61613, True),
     ("ws", 15674, True),  # STOMP over WebSocket on path /ws, as RabbitMQ's Web-STOMP
+    ("amqp", 5672, True),
 )
 DEFAULT_HOST = "127.0.0.1"
+DEFAULT_DATA = "./sansmq-data"
 
 
 def parse_address(text: str, default_port: int) -> tuple[str, int]:
@@ -58,6 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
         )
     serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
     serve.add_argument(
+        "--data", metavar="DIR", default=DEFAULT_DATA, help=f"data directory (default {DEFAULT_DATA})"
+    )
+    serve.add_argument(
+        "--store",
+        choices=["segment", "memory"],
+        default="segment",
+        help="segment: durable embedded store in --data (default); memory: nothing survives a restart",
+    )
+    serve.add_argument(
+        "--sync",
+        choices=["on", "off"],
+        default="on",
+        help="on: receipts/confirms of persistent messages wait for fsync (default); off: faster, unsafe",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         type=str.lower,
@@ -82,10 +100,17 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:  # TOMLDecodeError: a ValueError
         parser.error(f"cannot load config {args.config}: {exc}")
     try:
-        run(args.server, listeners, config=config)
+        store = make_store(args.data if args.store == "segment" else None, sync=args.sync == "on")
+    except (OSError, StoreError) as exc:
+        logging.getLogger("sansmq").error("cannot open the store in %s: %s", args.data, exc)
+        return 1
+    try:
+        run(args.server, listeners, broker=make_broker(config, store=store))
     except OSError as exc:  # typically: address in use / cannot bind
         logging.getLogger("sansmq").error("cannot serve: %s", exc)
         return 1
+    finally:
+        store.close()
     return 0
 
 

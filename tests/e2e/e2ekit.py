@@ -6,12 +6,15 @@ second core); the bound port is read from its log line.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -87,8 +90,16 @@ class ServerProcess:
             raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}")
 
 
+def fresh_data_dir() -> str:
+    """A private data directory per server process: never the shared ./sansmq-data default."""
+    path = tempfile.mkdtemp(prefix="sansmq-e2e-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def start_server(kind: str, config_path: Path, *extra: str) -> ServerProcess:
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0"]
+    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
+           "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()]
     return ServerProcess([*cmd, "--config", str(config_path), *extra], kind)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import servers
-from e2ekit import LISTEN_RE, RawStomp, ServerProcess, close_quietly, connect, wait_until
+from e2ekit import LISTEN_RE, fresh_data_dir, RawStomp, ServerProcess, close_quietly, connect, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,13 +28,13 @@ def sansmq_script() -> str:
 
 @pytest.mark.parametrize("kind", servers.SERVER_KINDS)
 def test_console_script_serves_and_stops_on_sigterm(kind: str) -> None:
-    cmd = [sansmq_script(), "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
+    cmd = [sansmq_script(), "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(),
            "--config", str(EXAMPLE_CONFIG)]
     srv = ServerProcess(cmd, kind)
     try:
-        wait_until(lambda: sum(bool(LISTEN_RE.fullmatch(ln)) for ln in srv.lines) == 2, 10, "two lines")
+        wait_until(lambda: sum(bool(LISTEN_RE.fullmatch(ln)) for ln in srv.lines) == 3, 10, "three lines")
         listening = [m.group(1) for ln in srv.lines if (m := LISTEN_RE.fullmatch(ln))]
-        assert listening == ["stomp", "ws"], srv.lines  # one line per listener
+        assert listening == ["stomp", "ws", "amqp"], srv.lines  # one line per listener
         assert srv.addr[0] == "127.0.0.1" and srv.addr[1] > 0
         conn, coll = connect(srv.addr, "1.2")
         conn.subscribe("/queue/cli", id="1", headers={"receipt": "s"})
@@ -56,7 +56,7 @@ def test_console_script_serves_and_stops_on_sigterm(kind: str) -> None:
 @pytest.mark.parametrize("kind", servers.SERVER_KINDS)
 def test_python_m_servers_stops_on_sigint(kind: str) -> None:
     srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--server", kind,
-                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0"], kind)
+                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], kind)
     try:
         raw = RawStomp(srv.addr)
         raw.connect("1.2")
@@ -77,16 +77,16 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bad_config_file_is_a_usage_error(tmp_path: Path) -> None:
-    missing = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--config", str(tmp_path / "nope.toml"))
+    missing = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "cannot load config" in missing.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text("[limits]\nno_such_limit = 1\n")
-    res = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--config", str(bad))
+    res = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(bad))
     assert res.returncode == 2 and "no_such_limit" in res.stderr
 
 
 def test_no_listener_and_bad_address_are_usage_errors() -> None:
-    assert _run_cli("serve", "--no-stomp", "--no-ws").returncode == 2
+    assert _run_cli("serve", "--no-stomp", "--no-ws", "--no-amqp").returncode == 2
     res = _run_cli("serve", "--stomp", "127.0.0.1:notaport")
     assert res.returncode == 2 and "bad port" in res.stderr
 
@@ -96,13 +96,13 @@ def test_address_in_use_exits_1() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        res = _run_cli("serve", "--server", "threads", "--stomp", f"127.0.0.1:{port}", "--no-ws")
+        res = _run_cli("serve", "--server", "threads", "--stomp", f"127.0.0.1:{port}", "--no-ws", "--no-amqp", "--data", fresh_data_dir())
     assert res.returncode == 1 and "cannot serve" in res.stderr, res.stderr
 
 
 def test_log_level_warning_still_runs_quietly() -> None:
     srv = subprocess.Popen(
-        [sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--log-level", "warning"],
+        [sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--log-level", "warning"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -133,13 +133,13 @@ def _listening_port(pid: int) -> int | None:
 
 def test_one_log_line_per_listener_with_ws() -> None:
     srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--server", "threads",
-                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0"], "threads")
+                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], "threads")
     try:
-        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 2, 10,
-                   "two listening lines")
+        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 3, 10,
+                   "three listening lines")
         found = [LISTEN_RE.fullmatch(ln) for ln in srv.lines]
         matches = [m for m in found if m]
-        assert [m.group(1) for m in matches] == ["stomp", "ws"]
+        assert [m.group(1) for m in matches] == ["stomp", "ws", "amqp"]
         ws_port = int(matches[1].group(3))
         assert ws_port not in (0, srv.addr[1])
         with socket.create_connection(("127.0.0.1", ws_port), timeout=5) as sock:

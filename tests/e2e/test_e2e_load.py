@@ -13,7 +13,8 @@ import pytest
 
 import servers
 
-from e2ekit import BASE_CONFIG, RawStomp, ServerProcess, ack_args, close_quietly, connect, frame, wait_until
+from e2ekit import (BASE_CONFIG, RawStomp, ServerProcess, ack_args, close_quietly, connect, frame,
+                    fresh_data_dir, wait_until)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -166,7 +167,8 @@ def test_out_of_file_descriptors_is_survived_without_spinning(kind: str) -> None
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48)); "
             "from servers.cli import main; sys.exit(main())")
     srv = ServerProcess([sys.executable, "-c", code, "serve", "--server", kind,
-                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0"], kind)
+                         "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
+                         "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], kind)
     socks = []
     try:
         for _ in range(80):  # more than the server can accept: the rest wait in the backlog

@@ -162,6 +162,7 @@ def test_store_write_failure_errors_the_sender_only():
     send(p, "/queue/d", b"lost", persistent="true", receipt="r")
     net.run_until_idle()
     assert p.server_closed and errors(p)[0].headers["message"] == "store failure"
+    assert errors(p)[0].headers["receipt-id"] == "r"  # names the SEND that was refused
     assert not any(isinstance(e, Receipt) for e in p.received)
     q = connected(net)
     send(q, "/queue/d", b"ok", persistent="true")

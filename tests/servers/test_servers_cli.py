@@ -37,6 +37,8 @@ def test_parser_defaults_and_disable() -> None:
     )
     assert build_parser().parse_args(["serve"]).ws == "127.0.0.1:15674"  # Web-STOMP's port
     assert build_parser().parse_args(["serve", "--ws", ":15674"]).ws == ":15674"
+    assert build_parser().parse_args(["serve"]).amqp == "127.0.0.1:5672"
+    assert build_parser().parse_args(["serve", "--no-amqp"]).amqp == ""
     assert build_parser().parse_args(["serve", "--no-stomp"]).stomp == ""
     assert build_parser().parse_args(["serve", "--stomp", ""]).stomp == ""
     args = build_parser().parse_args(["serve", "--server", "trio", "--log-level", "DEBUG"])

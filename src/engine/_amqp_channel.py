@@ -1,0 +1,639 @@
+"""One AMQP channel: exchange/queue/basic/confirm/tx methods mapped onto the model.
+
+A channel numbers its deliveries (delivery tags 1, 2, ... per channel) and keeps each one's model
+consumer and model tag, so ack/nack/reject (``multiple`` included) map back to the model. Errors
+are raised as :class:`ChannelError` (the session closes this channel only) or the session's
+``ConnectionError_`` (hard errors).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from amqpproto import BasicProperties, spec
+
+from ._message import Entry, Message
+from ._model import Consumer, Exchange, ModelError, Queue, VHost
+from ._props import headers_to_props, props_to_headers
+
+if TYPE_CHECKING:
+    from ._amqp_session import AmqpSession
+
+__all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO"]
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+
+
+class ChannelError(Exception):
+    """A soft error: channel.close with ``code``; the connection lives on."""
+
+    def __init__(self, code: int, text: str, method: Any = None) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+        self.method = method
+
+
+class AmqpConsumer(Consumer):
+    __slots__ = ("channel", "tag", "exclusive", "priority")
+
+    def __init__(self, queue: Queue, channel: "AmqpChannel", prefetch: int, auto_ack: bool, tag: str,
+                 exclusive: bool = False, priority: int = 0) -> None:
+        super().__init__(queue, channel.session, prefetch, auto_ack)
+        self.channel = channel
+        self.tag = tag
+        self.exclusive = exclusive
+        self.priority = priority
+
+    def ready(self) -> bool:
+        chan = self.channel
+        if chan.global_prefetch and len(chan.unacked) >= chan.global_prefetch:
+            return False
+        if chan.flow_paused:
+            return False
+        return Consumer.ready(self)
+
+
+class _GetHolder(Consumer):
+    """Holds basic.get deliveries awaiting ack (never registered on the queue)."""
+
+    __slots__ = ()
+
+
+def _bool_arg(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() == "true") or value == 1
+
+
+class AmqpChannel:
+    __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
+                 "confirm", "pub_seq", "tx", "getters", "flow_paused")
+
+    def __init__(self, session: "AmqpSession", channel_id: int) -> None:
+        self.session = session
+        self.id = channel_id
+        self.consumers: dict[str, AmqpConsumer] = {}
+        #: channel delivery tag -> (model consumer, model tag); insertion (= tag) order
+        self.unacked: dict[int, tuple[Consumer, int]] = {}
+        self.next_tag = 0
+        self.prefetch = 0  # basic.qos global=false: for consumers created afterwards
+        self.global_prefetch = 0  # basic.qos global=true: shared by the channel's consumers
+        self.confirm = False
+        self.pub_seq = 0
+        #: buffered publishes/acks of an open transaction (None: not transactional)
+        self.tx: list[Callable[[], None]] | None = None
+        self.getters: dict[Queue, _GetHolder] = {}
+        self.flow_paused = False
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    @property
+    def vhost(self) -> VHost:
+        vhost = self.session.vhost
+        assert vhost is not None
+        return vhost
+
+    def send(self, m: Any) -> None:
+        m.channel = self.id
+        self.session.send(m)
+
+    def handle(self, m: Any) -> None:
+        handler = _HANDLERS.get(type(m))
+        if handler is None:
+            raise ChannelError(spec.NOT_IMPLEMENTED, f"{m.NAME} is not implemented", type(m))
+        try:
+            handler(self, m)
+        except ModelError as exc:
+            raise ChannelError(exc.code, exc.text, type(m)) from None
+
+    def teardown(self) -> None:
+        """The channel is gone: cancel its consumers and requeue every unacked delivery."""
+        model = self.session.broker.model
+        consumers = self.consumers
+        self.consumers = {}
+        for c in consumers.values():
+            model.cancel(c, requeue=True)
+        # cancelled consumers and basic.get holders may still hold deliveries of this channel
+        holders = {c: None for c, _ in self.unacked.values() if c.unacked}
+        for holder in holders:
+            model.return_unacked(holder, requeue=True)
+        self.getters = {}
+        self.unacked = {}
+        self.tx = None
+
+    def _queue(self, name: str, method: type) -> Queue:
+        q = self.vhost.queues.get(name)
+        if q is None:
+            raise ChannelError(spec.NOT_FOUND, f"no queue '{name}' in vhost '{self.vhost.name}'", method)
+        self._check_exclusive(q, method)
+        return q
+
+    def _check_exclusive(self, q: Queue, method: type) -> None:
+        if q.exclusive_owner is not None and q.exclusive_owner is not self.session:
+            raise ChannelError(spec.RESOURCE_LOCKED, "cannot obtain exclusive access to locked queue "
+                               f"'{q.name}' in vhost '{self.vhost.name}'", method)
+
+    def _exchange(self, name: str, method: type) -> Exchange:
+        x = self.vhost.exchanges.get(name)
+        if x is None:
+            raise ChannelError(spec.NOT_FOUND, f"no exchange '{name}' in vhost '{self.vhost.name}'", method)
+        return x
+
+    # -- channel ------------------------------------------------------------------------------------
+    def on_close(self, m: spec.ChannelClose) -> None:
+        self.session.channels.pop(self.id, None)
+        self.teardown()
+        self.send(spec.ChannelCloseOk())
+
+    def on_close_ok(self, m: spec.ChannelCloseOk) -> None:
+        self.session.channels.pop(self.id, None)
+
+    def on_flow(self, m: spec.ChannelFlow) -> None:
+        self.flow_paused = not m.active
+        if m.active:
+            for c in self.consumers.values():
+                self.session.broker.model.mark_dirty(c.queue)
+        self.send(spec.ChannelFlowOk(m.active))
+
+    # -- exchanges ----------------------------------------------------------------------------------
+    def on_exchange_declare(self, m: spec.ExchangeDeclare) -> None:
+        model = self.session.broker.model
+        name = m.exchange
+        if m.passive:
+            if name and name not in self.vhost.exchanges:
+                raise ChannelError(spec.NOT_FOUND, f"no exchange '{name}' in vhost '{self.vhost.name}'", type(m))
+        else:
+            if name == "" or name.startswith("amq."):
+                x = self.vhost.exchanges.get(name)
+                if x is None or x.type != m.type:
+                    raise ChannelError(spec.ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
+                                       "prefix 'amq.*'", type(m))
+            else:
+                if m.type not in _EXCHANGE_TYPES:
+                    raise AmqpConnectionError(spec.COMMAND_INVALID, f"unknown exchange type '{m.type}'", type(m))
+                args = dict(m.arguments) if m.arguments else None
+                x = self.vhost.exchanges.get(name)
+                if x is not None:
+                    self._check_equivalent_exchange(x, m, args)
+                else:
+                    model.declare_exchange(self.vhost, name, m.type, m.durable, m.auto_delete, m.internal, args)
+        if not m.nowait:
+            self.send(spec.ExchangeDeclareOk())
+
+    def _check_equivalent_exchange(self, x: Exchange, m: spec.ExchangeDeclare, args: Any) -> None:
+        for field, ours, theirs in (("type", x.type, m.type), ("durable", x.durable, m.durable),
+                                    ("auto_delete", x.auto_delete, m.auto_delete),
+                                    ("internal", x.internal, m.internal)):
+            if ours != theirs:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for exchange "
+                                   f"'{x.name}' in vhost '{self.vhost.name}': received '{theirs}' but "
+                                   f"current is '{ours}'", type(m))
+        if (x.args or {}).get("alternate-exchange") != (args or {}).get("alternate-exchange"):
+            raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg 'alternate-exchange' for "
+                               f"exchange '{x.name}' in vhost '{self.vhost.name}'", type(m))
+
+    def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
+        name = m.exchange
+        if name == "" or name.startswith("amq."):
+            raise ChannelError(spec.ACCESS_REFUSED, f"operation not permitted on exchange '{name}'", type(m))
+        x = self.vhost.exchanges.get(name)
+        if x is not None:  # RabbitMQ: deleting a missing exchange is not an error
+            if m.if_unused and (any(True for _ in x.router.bindings()) or self._is_destination(x)):
+                raise ChannelError(spec.PRECONDITION_FAILED, f"exchange '{name}' in vhost "
+                                   f"'{self.vhost.name}' in use", type(m))
+            self.session.broker.model.delete_exchange(self.vhost, name)
+        if not m.nowait:
+            self.send(spec.ExchangeDeleteOk())
+
+    def _is_destination(self, x: Exchange) -> bool:
+        return any(dest is x for other in self.vhost.exchanges.values() for dest, _, _ in other.router.bindings())
+
+    def on_exchange_bind(self, m: spec.ExchangeBind) -> None:
+        dest = self._exchange(m.destination, type(m))
+        source = self._exchange(m.source, type(m))
+        self._bind_check(source, type(m))
+        args = dict(m.arguments) if m.arguments else None
+        self.session.broker.model.bind(self.vhost, dest, source, m.routing_key, args)
+        if not m.nowait:
+            self.send(spec.ExchangeBindOk())
+
+    def on_exchange_unbind(self, m: spec.ExchangeUnbind) -> None:
+        dest = self._exchange(m.destination, type(m))
+        source = self._exchange(m.source, type(m))
+        args = dict(m.arguments) if m.arguments else None
+        self.session.broker.model.unbind(self.vhost, dest, source, m.routing_key, args)
+        if not m.nowait:
+            self.send(spec.ExchangeUnbindOk())
+
+    def _bind_check(self, source: Exchange, method: type) -> None:
+        if source.name == "":
+            raise ChannelError(spec.ACCESS_REFUSED, "operation not permitted on the default exchange", method)
+
+    # -- queues -------------------------------------------------------------------------------------
+    def on_queue_declare(self, m: spec.QueueDeclare) -> None:
+        session = self.session
+        model = session.broker.model
+        name = m.queue
+        vhost = self.vhost
+        if m.passive:
+            q = self._queue(name, type(m))
+        else:
+            if not name:
+                name = session.broker.new_name("amq.gen-")
+            elif name.startswith("amq."):
+                if name not in vhost.queues:
+                    raise ChannelError(spec.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix "
+                                       "'amq.*'", type(m))
+            q = vhost.queues.get(name)
+            args = dict(m.arguments) if m.arguments else None
+            if q is not None:
+                self._check_exclusive(q, type(m))
+                self._check_equivalent_queue(q, m, args)
+                model.touch(q)
+            else:
+                owner = session if m.exclusive else None
+                q = model.declare_queue(vhost, name, m.durable, m.auto_delete, owner, args)
+                if m.exclusive:
+                    session.exclusive[q] = None
+        if not m.nowait:
+            self.send(spec.QueueDeclareOk(q.name, q.count, q.consumer_count()))
+
+    def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:
+        for field, ours, theirs in (("durable", q.durable, m.durable),
+                                    ("exclusive", q.exclusive_owner is not None, m.exclusive),
+                                    ("auto_delete", q.auto_delete, m.auto_delete)):
+            if ours != theirs:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for queue "
+                                   f"'{q.name}' in vhost '{self.vhost.name}': received '{theirs}' but "
+                                   f"current is '{ours}'", type(m))
+        ours_args = q.args or {}
+        for key in set(ours_args) | set(args or {}):
+            if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
+                if key in ("x-expires", "x-message-ttl", "x-max-length", "x-max-priority") and \
+                        str(ours_args.get(key)) == str((args or {}).get(key)):
+                    continue
+                raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{key}' for queue "
+                                   f"'{q.name}' in vhost '{self.vhost.name}'", type(m))
+
+    def on_queue_bind(self, m: spec.QueueBind) -> None:
+        q = self._queue(m.queue, type(m))
+        x = self._exchange(m.exchange, type(m))
+        self._bind_check(x, type(m))
+        args = dict(m.arguments) if m.arguments else None
+        self.session.broker.model.bind(self.vhost, q, x, m.routing_key, args)
+        if not m.nowait:
+            self.send(spec.QueueBindOk())
+
+    def on_queue_unbind(self, m: spec.QueueUnbind) -> None:
+        q = self._queue(m.queue, type(m))
+        x = self._exchange(m.exchange, type(m))
+        self._bind_check(x, type(m))
+        args = dict(m.arguments) if m.arguments else None
+        self.session.broker.model.unbind(self.vhost, q, x, m.routing_key, args)
+        self.send(spec.QueueUnbindOk())
+
+    def on_queue_purge(self, m: spec.QueuePurge) -> None:
+        q = self._queue(m.queue, type(m))
+        n = self.session.broker.model.purge(q)
+        if not m.nowait:
+            self.send(spec.QueuePurgeOk(n))
+
+    def on_queue_delete(self, m: spec.QueueDelete) -> None:
+        q = self.vhost.queues.get(m.queue)
+        n = 0
+        if q is not None:  # RabbitMQ: deleting a missing queue is not an error
+            self._check_exclusive(q, type(m))
+            if m.if_unused and q.consumers:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
+                                   f"'{self.vhost.name}' in use", type(m))
+            if m.if_empty and q.count:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
+                                   f"'{self.vhost.name}' is not empty", type(m))
+            n = q.count
+            self.session.broker.model.delete_queue(q)
+            self.session.exclusive.pop(q, None)
+        if not m.nowait:
+            self.send(spec.QueueDeleteOk(n))
+
+    # -- basic: consuming ---------------------------------------------------------------------------
+    def on_qos(self, m: spec.BasicQos) -> None:
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+            for c in self.consumers.values():
+                self.session.broker.model.mark_dirty(c.queue)
+        else:
+            self.prefetch = m.prefetch_count
+        self.send(spec.BasicQosOk())
+
+    def on_consume(self, m: spec.BasicConsume) -> None:
+        session = self.session
+        model = session.broker.model
+        name = m.queue
+        if name == REPLY_TO:
+            q = self._reply_queue(m)
+        else:
+            q = self._queue(name, type(m))
+        tag = m.consumer_tag
+        if not tag:
+            tag = session.broker.new_name("amq.ctag-")
+        if tag in self.consumers:
+            raise AmqpConnectionError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", type(m))
+        if q.consumers and any(getattr(c, "exclusive", False) for c in q.consumers):
+            raise ChannelError(spec.ACCESS_REFUSED, f"queue '{q.name}' in vhost '{self.vhost.name}' in "
+                               "exclusive use", type(m))
+        if m.exclusive and q.consumers:
+            raise ChannelError(spec.ACCESS_REFUSED, f"cannot obtain exclusive access to queue '{q.name}' "
+                               f"in vhost '{self.vhost.name}'", type(m))
+        priority = 0
+        if m.arguments and "x-priority" in m.arguments:
+            try:
+                priority = int(m.arguments["x-priority"])
+            except (TypeError, ValueError):
+                raise ChannelError(spec.PRECONDITION_FAILED, "invalid x-priority", type(m)) from None
+        consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.send(spec.BasicConsumeOk(tag))
+        model.consume(q, consumer, priority)
+
+    def _reply_queue(self, m: spec.BasicConsume) -> Queue:
+        """Direct reply-to: a pseudo-queue only this consumer reads, named for the reply-to
+        property the client's requests will carry (``amq.rabbitmq.reply-to.<token>``)."""
+        if not m.no_ack:
+            raise ChannelError(spec.PRECONDITION_FAILED, "reply consumer cannot acknowledge", type(m))
+        session = self.session
+        name = session.broker.new_name(REPLY_TO + ".")
+        q = session.broker.model.declare_queue(self.vhost, name, False, True, session, None)
+        session.exclusive[q] = None
+        session.reply_to = name
+        return q
+
+    def on_cancel(self, m: spec.BasicCancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            # as RabbitMQ: its unacked deliveries stay on the channel, to be acked or rejected
+            self.session.broker.model.cancel(consumer, keep_unacked=True)
+        if not m.nowait:
+            self.send(spec.BasicCancelOk(m.consumer_tag))
+
+    def consumer_cancelled(self, consumer: AmqpConsumer) -> None:
+        """Its queue was deleted: tell the client if it understands basic.cancel from the server."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            if self.session.cancel_notify and self.session.channels.get(self.id) is self:
+                self.send(spec.BasicCancel(consumer.tag, True))
+
+    def deliver(self, consumer: AmqpConsumer, tag: int, entry: Entry) -> None:
+        self.next_tag += 1
+        dtag = self.next_tag
+        if not consumer.auto_ack:
+            self.unacked[dtag] = (consumer, tag)
+        msg = entry.msg
+        self.send(spec.BasicDeliver(consumer.tag, dtag, entry.count > 0, msg.exchange, msg.routing_key,
+                                    _props(msg), msg.body))
+
+    def on_get(self, m: spec.BasicGet) -> None:
+        q = self._queue(m.queue, type(m))
+        holder = self.getters.get(q)
+        if holder is None:
+            holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)
+        holder.auto_ack = m.no_ack
+        got = self.session.broker.model.get(q, holder)
+        if got is None:
+            self.send(spec.BasicGetEmpty())
+            return
+        tag, entry = got
+        self.next_tag += 1
+        dtag = self.next_tag
+        if not m.no_ack:
+            self.unacked[dtag] = (holder, tag)
+        msg = entry.msg
+        self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, q.count,
+                                  _props(msg), msg.body))
+
+    # -- basic: acknowledgements --------------------------------------------------------------------
+    def _take(self, tag: int, multiple: bool, method: type) -> list[tuple[Consumer, int]]:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
+            if tag not in unacked and (not unacked or tag < next(iter(unacked))):
+                raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+            taken = []
+            for t in list(unacked):
+                if t > tag:
+                    break
+                taken.append(unacked.pop(t))
+            return taken
+        item = unacked.pop(tag, None)
+        if item is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+        return [item]
+
+    def _settle(self, items: list[tuple[Consumer, int]], requeue: bool | None) -> None:
+        model = self.session.broker.model
+        # nacks go back in reverse so requeued messages keep their order at the head
+        for consumer, mtag in (items if requeue is None else reversed(items)):
+            if requeue is None:
+                model.ack(consumer, mtag)
+            else:
+                model.nack(consumer, mtag, False, requeue)
+        if self.global_prefetch:
+            for c in self.consumers.values():
+                model.mark_dirty(c.queue)
+
+    def on_ack(self, m: spec.BasicAck) -> None:
+        items = self._take(m.delivery_tag, m.multiple, type(m))
+        self._later(lambda: self._settle(items, None))
+
+    def on_nack(self, m: spec.BasicNack) -> None:
+        items = self._take(m.delivery_tag, m.multiple, type(m))
+        requeue = m.requeue
+        self._later(lambda: self._settle(items, requeue))
+
+    def on_reject(self, m: spec.BasicReject) -> None:
+        items = self._take(m.delivery_tag, False, type(m))
+        requeue = m.requeue
+        self._later(lambda: self._settle(items, requeue))
+
+    def on_recover(self, m: Any) -> None:
+        items = list(self.unacked.values())
+        self.unacked.clear()
+        self._settle(items, True)  # RabbitMQ requeues whatever ``requeue`` says
+        if type(m) is spec.BasicRecover:
+            self.send(spec.BasicRecoverOk())
+
+    def _later(self, fn: Callable[[], None]) -> None:
+        if self.tx is not None:
+            self.tx.append(fn)
+        else:
+            fn()
+
+    # -- basic: publishing --------------------------------------------------------------------------
+    def on_publish(self, m: spec.BasicPublish) -> None:
+        if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
+        x = self._exchange(m.exchange, type(m))
+        if x.internal:
+            raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
+                               f"vhost '{self.vhost.name}'", type(m))
+        session = self.session
+        now = session.broker.now
+        props = m.properties
+        headers = props_to_headers(props)
+        priority = 0
+        expires_at = None
+        persistent = False
+        if props is not None:
+            if props.priority is not None:
+                priority = max(0, min(9, props.priority))
+            if props.expiration is not None:
+                try:
+                    ms = int(props.expiration)
+                    if ms < 0:
+                        raise ValueError
+                except ValueError:
+                    raise ChannelError(spec.PRECONDITION_FAILED, f"invalid expiration '{props.expiration}'",
+                                       type(m)) from None
+                expires_at = now + ms / 1000.0
+            persistent = props.delivery_mode == 2
+            if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"user_id property set to '{props.user_id}' but "
+                                   f"authenticated user was '{session.user.name}'", type(m))
+            reply_to = props.reply_to
+            if reply_to == REPLY_TO:
+                name = getattr(session, "reply_to", None)
+                if name is None:
+                    raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
+                headers["reply-to"] = name
+        model = session.broker.model
+        msg = Message(model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
+                      expires_at, persistent)
+        mandatory = m.mandatory
+        if self.confirm:
+            self.pub_seq += 1
+        seq = self.pub_seq if self.confirm else 0
+        self._later(lambda: self._route(x, msg, mandatory, seq))
+
+    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
+        session = self.session
+        model = session.broker.model
+        vhost = self.vhost
+        headers = msg.headers
+        keys = [msg.routing_key]
+        for extra in ("CC", "BCC"):
+            more = headers.get(extra)
+            if more is not None:
+                if isinstance(more, list):
+                    keys.extend(str(k) for k in more)
+                if extra == "BCC":
+                    del headers["BCC"]
+        targets: dict[Any, None] = {}
+        for key in keys:
+            for t in model.route(vhost, x, key, headers):
+                targets[t] = None
+        if not targets and x.args and "alternate-exchange" in x.args:
+            alt = vhost.exchanges.get(str(x.args["alternate-exchange"]))
+            if alt is not None:
+                for t in model.route(vhost, alt, msg.routing_key, headers):
+                    targets[t] = None
+        before = model.store_writes
+        refused = False
+        for t in targets:
+            if not model.enqueue(t, msg):
+                refused = True  # x-overflow reject-publish: the publisher gets a nack
+        if not targets and mandatory:
+            self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, _props(msg), msg.body))
+        if seq:
+            wrote = model.store_writes != before
+            chan_id = self.id
+
+            def confirm() -> None:
+                if session.channels.get(chan_id) is self:
+                    self.send(spec.BasicNack(seq, False, False) if refused else spec.BasicAck(seq, False))
+
+            session.after_sync(wrote, confirm)
+
+    def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
+        if self.tx is not None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "cannot switch from tx to confirm mode", type(m))
+        self.confirm = True
+        if not m.nowait:
+            self.send(spec.ConfirmSelectOk())
+
+    # -- transactions -------------------------------------------------------------------------------
+    def on_tx_select(self, m: spec.TxSelect) -> None:
+        if self.confirm:
+            raise ChannelError(spec.PRECONDITION_FAILED, "cannot switch from confirm to tx mode", type(m))
+        if self.tx is None:
+            self.tx = []
+        self.send(spec.TxSelectOk())
+
+    def on_tx_commit(self, m: spec.TxCommit) -> None:
+        if self.tx is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
+        work, self.tx = self.tx, []
+        model = self.session.broker.model
+        before = model.store_writes
+        for fn in work:
+            fn()
+        self.session.after_sync(model.store_writes != before, lambda: self._commit_ok())
+
+    def _commit_ok(self) -> None:
+        if self.session.channels.get(self.id) is self:
+            self.send(spec.TxCommitOk())
+
+    def on_tx_rollback(self, m: spec.TxRollback) -> None:
+        if self.tx is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
+        self.tx = []
+        self.send(spec.TxRollbackOk())
+
+    def on_access_request(self, m: spec.AccessRequest) -> None:
+        self.send(spec.AccessRequestOk(1))
+
+
+def _props(msg: Message) -> BasicProperties:
+    return headers_to_props(msg.headers, msg.persistent, msg.priority)
+
+
+class AmqpConnectionError(Exception):
+    """A hard error: connection.close with ``code``; the whole connection goes."""
+
+    def __init__(self, code: int, text: str, method: Any = None) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+        self.method = method
+
+
+_HANDLERS: dict[type, Callable[[AmqpChannel, Any], None]] = {
+    spec.ChannelClose: AmqpChannel.on_close,
+    spec.ChannelCloseOk: AmqpChannel.on_close_ok,
+    spec.ChannelFlow: AmqpChannel.on_flow,
+    spec.AccessRequest: AmqpChannel.on_access_request,
+    spec.ExchangeDeclare: AmqpChannel.on_exchange_declare,
+    spec.ExchangeDelete: AmqpChannel.on_exchange_delete,
+    spec.ExchangeBind: AmqpChannel.on_exchange_bind,
+    spec.ExchangeUnbind: AmqpChannel.on_exchange_unbind,
+    spec.QueueDeclare: AmqpChannel.on_queue_declare,
+    spec.QueueBind: AmqpChannel.on_queue_bind,
+    spec.QueueUnbind: AmqpChannel.on_queue_unbind,
+    spec.QueuePurge: AmqpChannel.on_queue_purge,
+    spec.QueueDelete: AmqpChannel.on_queue_delete,
+    spec.BasicQos: AmqpChannel.on_qos,
+    spec.BasicConsume: AmqpChannel.on_consume,
+    spec.BasicCancel: AmqpChannel.on_cancel,
+    spec.BasicGet: AmqpChannel.on_get,
+    spec.BasicPublish: AmqpChannel.on_publish,
+    spec.BasicAck: AmqpChannel.on_ack,
+    spec.BasicNack: AmqpChannel.on_nack,
+    spec.BasicReject: AmqpChannel.on_reject,
+    spec.BasicRecover: AmqpChannel.on_recover,
+    spec.BasicRecoverAsync: AmqpChannel.on_recover,
+    spec.ConfirmSelect: AmqpChannel.on_confirm_select,
+    spec.TxSelect: AmqpChannel.on_tx_select,
+    spec.TxCommit: AmqpChannel.on_tx_commit,
+    spec.TxRollback: AmqpChannel.on_tx_rollback,
+}

@@ -1,0 +1,352 @@
+"""The AMQP 0-9-1 session: a server-role amqpproto codec glued to the protocol-neutral model.
+
+This module owns the connection: protocol header, start/start-ok (SASL PLAIN and AMQPLAIN),
+tune, open, close, heartbeats, and errors by RabbitMQ's scope (soft errors close one channel,
+hard errors the connection). Channel methods live in ``_amqp_channel``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any, Callable
+
+import amqpproto as A
+from amqpproto import spec
+from amqpproto._state import AWAIT_HEADER, AWAIT_START
+
+from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
+from ._message import Entry
+from ._model import Consumer, Queue, VHost
+from ._session import Session
+from ._stomp_session import SERVER_NAME, _is_loopback
+from .config import User
+from .store import StoreError
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+__all__ = ["AmqpSession", "SERVER_PROPERTIES"]
+
+#: what RabbitMQ 3.x advertises in connection.start; clients switch features on these
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+SERVER_PROPERTIES: dict[str, Any] = {
+    "product": "sansmq",
+    "version": SERVER_NAME.partition("/")[2],
+    "platform": "Python",
+    "cluster_name": "sansmq",
+    "copyright": "sansmq contributors",
+    "information": "a sans-IO broker speaking STOMP and AMQP 0-9-1",
+    "capabilities": CAPABILITIES,
+}
+MECHANISMS = b"PLAIN AMQPLAIN"
+#: RabbitMQ's defaults
+FRAME_MAX = 131072
+CHANNEL_MAX = 2047
+HEARTBEAT = 60
+#: seconds we wait for the peer's close-ok after our connection.close before dropping the socket
+CLOSE_OK_WAIT = 5.0
+
+
+def reply_text(code: int, text: str) -> str:
+    """RabbitMQ's reply-text style: ``NOT_FOUND - no queue 'q' in vhost '/'``."""
+    name = _CODE_NAMES.get(code, "INTERNAL_ERROR")
+    out = f"{name} - {text}"
+    return out.encode()[:255].decode("utf-8", "ignore")
+
+
+_CODE_NAMES = {
+    311: "CONTENT_TOO_LARGE", 312: "NO_ROUTE", 313: "NO_CONSUMERS", 320: "CONNECTION_FORCED",
+    402: "INVALID_PATH", 403: "ACCESS_REFUSED", 404: "NOT_FOUND", 405: "RESOURCE_LOCKED",
+    406: "PRECONDITION_FAILED", 501: "FRAME_ERROR", 502: "SYNTAX_ERROR", 503: "COMMAND_INVALID",
+    504: "CHANNEL_ERROR", 505: "UNEXPECTED_FRAME", 506: "RESOURCE_ERROR", 530: "NOT_ALLOWED",
+    540: "NOT_IMPLEMENTED", 541: "INTERNAL_ERROR",
+}
+
+
+class AmqpSession(Session):
+    __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
+                 "cancel_notify", "mechanism", "reply_to", "close_deadline")
+
+    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(broker, conn_id, peer)
+        self.conn = A.Connection(A.SERVER, frame_max=FRAME_MAX, channel_max=CHANNEL_MAX,
+                                 heartbeat=HEARTBEAT,
+                                 max_body_size=broker.config.limits.max_body_size)
+        self.vhost: VHost | None = None
+        self.user: User | None = None
+        self.channels: dict[int, AmqpChannel] = {}
+        self.client_properties: dict[str, Any] = {}
+        #: we sent connection.close and wait for close-ok (everything else is dropped)
+        self.closing = False
+        #: exclusive queues this connection declared (deleted with it)
+        self.exclusive: dict[Queue, None] = {}
+        self.cancel_notify = False
+        self.mechanism = ""
+        #: the direct reply-to pseudo-queue of this connection (amq.rabbitmq.reply-to.*), if any
+        self.reply_to: str | None = None
+        #: after our connection.close, when we stop waiting for the peer's close-ok
+        self.close_deadline: float | None = None
+
+    def __repr__(self) -> str:
+        return f"AmqpSession(conn_id={self.conn_id})"
+
+    # -- input ----------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.conn.receive_data(data, self.broker.now)
+        except A.LocalProtocolError:
+            self.close()
+            return
+        self._pump()
+        self.broker.timer_dirty[self] = None
+
+    def _pump(self) -> None:
+        conn = self.conn
+        while not self.closed:
+            try:
+                event = conn.next_event()
+            except A.RemoteProtocolError as exc:
+                self._remote_error(exc)
+                if exc.fatal:
+                    return
+                continue  # a soft error, or a hard one awaiting close-ok: keep parsing
+            if event is A.NEED_DATA:
+                return
+            self._handle(event)
+
+    def _handle(self, event: Any) -> None:
+        cls = type(event)
+        try:
+            if getattr(event, "channel", 0):  # a method on a channel (>= 1)
+                if self.closing:
+                    return
+                chan = self.channels.get(event.channel)
+                if chan is None:
+                    if cls is spec.ChannelOpen:
+                        self._channel_open(event)
+                    return  # the codec vouched for the state: a close-ok of a channel we dropped
+                chan.handle(event)
+                return
+            handler = _CONN_HANDLERS.get(cls)
+            if handler is None:
+                raise AmqpConnectionError(spec.COMMAND_INVALID, f"unexpected {getattr(cls, 'NAME', cls.__name__)}",
+                                       cls)
+            handler(self, event)
+        except ChannelError as exc:
+            self._channel_error(event.channel, exc)
+        except AmqpConnectionError as exc:
+            self.close_with(exc.code, exc.text, exc.method)
+        except StoreError as exc:
+            self.close_with(spec.INTERNAL_ERROR, f"store failure: {exc}")
+
+    # -- errors -----------------------------------------------------------------------------------
+    def _remote_error(self, exc: A.RemoteProtocolError) -> None:
+        hint = exc.hint
+        if isinstance(hint, spec.ChannelClose):
+            chan = self.channels.pop(hint.channel, None)
+            if chan is not None:
+                chan.teardown()
+            hint.reply_text = reply_text(hint.reply_code, hint.reply_text)
+            self._send_quietly(hint)
+            return
+        if isinstance(hint, A.ProtocolHeader):
+            self._send_quietly(hint)
+            self.close()
+            return
+        if isinstance(hint, spec.ConnectionClose) and not self.closing:
+            self.teardown_channels()  # no deliveries may follow our connection.close
+            hint.reply_text = reply_text(hint.reply_code, hint.reply_text)
+            self._send_quietly(hint)
+            self._start_closing()
+        if exc.fatal or hint is None:
+            self.close()
+
+    def _channel_error(self, channel: int, exc: ChannelError) -> None:
+        chan = self.channels.pop(channel, None)
+        if chan is not None:
+            chan.teardown()
+        m = exc.method
+        self._send_quietly(spec.ChannelClose(exc.code, reply_text(exc.code, exc.text),
+                                             m.CLASS_ID if m else 0, m.METHOD_ID if m else 0,
+                                             channel=channel))
+
+    def close_with(self, code: int, text: str, method: Any = None) -> None:
+        """Start the close handshake with a hard error (or a clean 320 shutdown)."""
+        if self.closing or self.closed:
+            return
+        self.teardown_channels()
+        self._start_closing()
+        self._send_quietly(spec.ConnectionClose(code, reply_text(code, text),
+                                                method.CLASS_ID if method else 0,
+                                                method.METHOD_ID if method else 0))
+        if self.conn.state in (AWAIT_START, AWAIT_HEADER):  # no handshake to wait for
+            self.close()
+
+    def _send_quietly(self, event: Any) -> None:
+        try:
+            self.write(self.conn.send(event, self.broker.now))
+        except A.LocalProtocolError:
+            pass
+
+    def send(self, event: Any) -> None:
+        self.write(self.conn.send(event, self.broker.now))
+
+    # -- timers and lifecycle --------------------------------------------------------------------
+    def codec_timer(self) -> float | None:
+        t = self.conn.get_timer()
+        d = self.close_deadline
+        return d if t is None or (d is not None and d < t) else t
+
+    def handle_codec_timer(self, now: float) -> None:
+        if self.close_deadline is not None and now >= self.close_deadline:
+            self.close()
+            return
+        self.conn.handle_timer(now)
+        self._pump()
+
+    def _start_closing(self) -> None:
+        self.closing = True
+        self.close_deadline = self.broker.now + CLOSE_OK_WAIT
+        self.broker.timer_dirty[self] = None
+
+    def consumers(self) -> list[Consumer]:
+        out: list[Consumer] = []
+        for chan in self.channels.values():
+            out.extend(chan.consumers.values())
+        return out
+
+    def teardown_channels(self) -> None:
+        channels = self.channels
+        self.channels = {}
+        for chan in channels.values():
+            chan.teardown()
+
+    def teardown(self) -> None:
+        self.teardown_channels()
+        exclusive = self.exclusive
+        self.exclusive = {}
+        for q in exclusive:
+            self.broker.model.delete_queue(q)
+
+    def abort(self, reason: str) -> None:
+        if not self.closing:
+            self.teardown_channels()
+            self.closing = True
+            self._send_quietly(spec.ConnectionClose(spec.INTERNAL_ERROR,
+                                                    reply_text(spec.INTERNAL_ERROR, reason), 0, 0))
+        self.close()
+
+    def fail_held(self, token: int) -> None:
+        if self.held and self.held[0][0] <= token:
+            self.close_with(spec.INTERNAL_ERROR, "the message store could not persist a message")
+            self.close()
+
+    # -- ConsumerOwner ------------------------------------------------------------------------------
+    def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
+        assert isinstance(consumer, AmqpConsumer)
+        try:
+            consumer.channel.deliver(consumer, tag, entry)
+        except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
+            self.broker.internal_errors.append(exc)
+            self.abort("internal error")
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        assert isinstance(consumer, AmqpConsumer)
+        consumer.channel.consumer_cancelled(consumer)
+
+    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+        pass  # the channel keeps the tag; a late ack of it is ignored
+
+    # -- connection methods -----------------------------------------------------------------------
+    def _on_header(self, event: A.ProtocolHeader) -> None:
+        self.send(spec.ConnectionStart(0, 9, SERVER_PROPERTIES, MECHANISMS, b"en_US"))
+
+    def _on_start_ok(self, m: spec.ConnectionStartOk) -> None:
+        self.client_properties = m.client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        mechanism = m.mechanism
+        self.mechanism = mechanism
+        if mechanism not in ("PLAIN", "AMQPLAIN"):
+            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}'")
+        try:
+            login, password = A.parse_sasl_response(mechanism, m.response)
+        except ValueError:
+            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"malformed {mechanism} response") from None
+        config = self.broker.config
+        user = config.users.get(login)
+        if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
+            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
+                                   f"{mechanism}. For details see the broker logfile.")
+        if user.loopback_only and not _is_loopback(self.peer):
+            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"user '{login}' can only connect via localhost")
+        self.user = user
+        self.send(self.conn.tune())
+
+    def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
+        pass  # the codec applied the negotiated limits (and refused out-of-range ones)
+
+    def _on_open(self, m: spec.ConnectionOpen) -> None:
+        config = self.broker.config
+        name = m.virtual_host or config.default_vhost
+        user = self.user
+        assert user is not None
+        if name not in self.broker.model.vhosts or name not in (*config.vhosts, config.default_vhost):
+            raise AmqpConnectionError(spec.NOT_ALLOWED, f"vhost {name} not found", type(m))
+        if user.vhosts and name not in user.vhosts:
+            raise AmqpConnectionError(spec.NOT_ALLOWED, f"access to vhost '{name}' refused for user "
+                                   f"'{user.name}'", type(m))
+        self.vhost = self.broker.model.vhosts[name]
+        self.send(spec.ConnectionOpenOk())
+
+    def _on_close(self, m: spec.ConnectionClose) -> None:
+        self.teardown_channels()
+        self._send_quietly(spec.ConnectionCloseOk())
+        self.close()
+
+    def _on_close_ok(self, m: spec.ConnectionCloseOk) -> None:
+        self.close()
+
+    def _on_closed(self, event: Any) -> None:
+        self.close()
+
+    def _on_heartbeat(self, event: Any) -> None:
+        pass
+
+    def _on_heartbeat_due(self, event: Any) -> None:
+        self._send_quietly(A.Heartbeat())
+
+    def _on_ignored(self, event: Any) -> None:
+        pass
+
+    def _channel_open(self, m: spec.ChannelOpen) -> None:
+        self.channels[m.channel] = AmqpChannel(self, m.channel)
+        self.send(spec.ChannelOpenOk(channel=m.channel))
+
+
+_CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {
+    A.ProtocolHeader: AmqpSession._on_header,
+    spec.ConnectionStartOk: AmqpSession._on_start_ok,
+    spec.ConnectionTuneOk: AmqpSession._on_tune_ok,
+    spec.ConnectionOpen: AmqpSession._on_open,
+    spec.ConnectionClose: AmqpSession._on_close,
+    spec.ConnectionCloseOk: AmqpSession._on_close_ok,
+    A.ConnectionClosed: AmqpSession._on_closed,
+    A.PeerTimedOut: AmqpSession._on_closed,
+    A.Heartbeat: AmqpSession._on_heartbeat,
+    A.HeartbeatDue: AmqpSession._on_heartbeat_due,
+    spec.ConnectionBlocked: AmqpSession._on_ignored,
+    spec.ConnectionUnblocked: AmqpSession._on_ignored,
+}
