@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
+from engine.segment_store import SegmentStore
+from engine.store import Store
 
 from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 
-__all__ = ["SERVER_KINDS", "make_server", "make_broker", "run", "running", "Running"]
+__all__ = ["SERVER_KINDS", "make_server", "make_broker", "make_store", "run", "running", "Running"]
 
 SERVER_KINDS = ("asyncio", "threads", "trio")
 
@@ -24,9 +26,22 @@ def _listeners(specs: Sequence[ListenerSpec]) -> list[Listener]:
     return [s if isinstance(s, Listener) else Listener(*s) for s in specs]
 
 
-def make_broker(config: Any = None, *, seed: int | None = None) -> BrokerLike:
-    """A real ``engine.Broker`` with an in-memory store (``config``: an engine ``Config``)."""
-    return Broker(config if config is not None else Config(), MemoryStore(), random.Random(seed))
+def make_broker(config: Any = None, *, seed: int | None = None, store: Store | None = None) -> BrokerLike:
+    """A real ``engine.Broker`` (``config``: an engine ``Config``) over ``store``, by default an
+    in-memory one; pass ``make_store(data_dir)`` for the durable embedded store."""
+    return Broker(config if config is not None else Config(), store if store is not None else MemoryStore(),
+                  random.Random(seed))
+
+
+def make_store(data: str | None, *, sync: bool = True) -> Store:
+    """The embedded ``SegmentStore`` in directory ``data`` (created if missing), or a
+    ``MemoryStore`` when ``data`` is None or empty. ``sync=False`` trades durability for speed."""
+    if not data:
+        return MemoryStore()
+    if not sync:
+        log.warning("--sync off: receipts and confirms no longer wait for fsync; "
+                    "a crash or power loss can lose persistent messages that were confirmed")
+    return SegmentStore(data, sync=sync)
 
 
 def make_server(

@@ -1,0 +1,95 @@
+"""SegmentStore throughput, recovery time and memory (a script, not a test).
+
+    python benchmarks/bench_store.py [N] [--dir DIR]      # default N = 200_000
+
+Phases, on N persistent 100-byte messages in one durable queue:
+  * enqueue: ``store.enqueue`` + one ``sync`` per batch of 100 (group commit as the engine does
+    it: one Sync per drain), messages/s and fsyncs;
+  * recovery: reopen the directory, time to ``recover()`` and the process RSS afterwards (the
+    engine keeps bodies in memory today, so RSS grows with the backlog);
+  * ack: ``remove`` of every message + syncs, then the segment files left on disk;
+  * idle queues: N // 10 durable queues with no messages, tracemalloc bytes per queue in the
+    store's index, and the time to reopen the directory holding them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import tempfile
+import time
+import tracemalloc
+
+from engine._message import Message
+from engine.segment_store import SegmentStore
+from engine.store import QueueDef
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("n", nargs="?", type=int, default=200_000)
+    parser.add_argument("--dir", help="parent directory (default: a temporary one)")
+    args = parser.parse_args()
+    n = args.n
+    base = tempfile.mkdtemp(prefix="bench-store-", dir=args.dir)
+    path = os.path.join(base, "data")
+    try:
+        s = SegmentStore(path)
+        s.recover()
+        s.add_queue(QueueDef("/", "q"))
+        body = b"x" * 100
+        t0 = time.perf_counter()
+        syncs = 0
+        for i in range(1, n + 1):
+            s.enqueue("/", "q", Message(i, "", "q", {}, body, persistent=True))
+            if i % 100 == 0:
+                s.sync(i)
+                syncs += 1
+        s.sync(n)
+        dt = time.perf_counter() - t0
+        print(f"enqueue+sync   {n / dt:12,.0f} msg/s  ({syncs + 1} fsync rounds, {dt:.2f} s)")
+        s.close()
+        rss0 = rss_mb()
+        t0 = time.perf_counter()
+        s = SegmentStore(path)
+        rec = s.recover()
+        dt = time.perf_counter() - t0
+        got = len(rec.messages.get(("/", "q"), []))
+        print(f"recovery       {dt:12.2f} s      ({got:,} messages, max RSS {rss0:.0f} -> {rss_mb():.0f} MB)")
+        del rec
+        t0 = time.perf_counter()
+        for i in range(1, n + 1):
+            s.remove("/", "q", i)
+            if i % 100 == 0:
+                s.sync(i)
+        s.sync(0)
+        dt = time.perf_counter() - t0
+        segs = len(os.listdir(os.path.join(path, "segments")))
+        print(f"remove+sync    {n / dt:12,.0f} msg/s  ({segs} segment file(s) left)")
+        m = max(1, n // 10)
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(m):
+            s.add_queue(QueueDef("/", f"idle-{i}"))
+        s.sync(0)
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        print(f"idle queue     {(after - before) / m:12.0f} B each in the store (QueueDef + index + dict slot)")
+        s.close()
+        t0 = time.perf_counter()
+        s = SegmentStore(path)
+        rec = s.recover()
+        print(f"reopen         {time.perf_counter() - t0:12.2f} s      ({len(rec.queues):,} idle durable queues)")
+        s.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Crash test for the durable store: SIGKILL a real ``sansmq serve`` under load, restart, check.
+
+Each cycle: start ``python -m servers serve --data DIR`` (server kinds in rotation), drain and ack
+the queue left by the previous cycle (that is the check), then run STOMP publishers (persistent,
+with receipts) and a consumer (client-individual acks, with receipts) and SIGKILL the server at a
+random moment. The checks, over all cycles:
+
+* every message whose SEND was receipted is delivered after the restart unless an ACK for it was sent
+  (an ACK sent but not receipted may or may not have taken effect before the kill);
+* no message whose ACK was receipted ever comes back;
+* no message appears twice in one drain (a redelivery is only allowed for unconfirmed acks);
+* the server always starts again on the crashed directory (torn tails dropped, counted).
+
+Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]``
+prints the counts and exits 1 on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+LISTEN_RE = re.compile(rb"sansmq: stomp listening on \[?([^\s\]]+)\]?:(\d+)")
+TORN_RE = re.compile(rb"recovery: (\d+) message records missing or torn")
+QUEUE = "/queue/crash"
+KINDS = ("asyncio", "threads", "trio")
+
+
+@dataclass
+class Counts:
+    cycles: int = 0
+    sent: int = 0
+    receipted: int = 0
+    acked_confirmed: int = 0
+    recovered: int = 0
+    redelivered_unconfirmed: int = 0
+    unreceipted_survivors: int = 0
+    torn_dropped: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+class Client:
+    """A minimal blocking STOMP 1.2 client on a raw socket (bodies never contain NUL)."""
+
+    def __init__(self, addr: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(addr, timeout=5)
+        self.sock.settimeout(None)
+        self.frames: list[tuple[bytes, dict[str, str], bytes]] = []
+        self.cond = threading.Condition()
+        self.closed = False
+        self.send_frame(b"CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self.wait(lambda: any(f[0] == b"CONNECTED" for f in self.frames), 5):
+            raise ConnectionError("no CONNECTED")
+
+    def send_frame(self, command: bytes, headers: dict[str, str], body: bytes = b"") -> None:
+        head = b"".join(f"{k}:{v}\n".encode() for k, v in headers.items())
+        self.sock.sendall(command + b"\n" + head + b"\n" + body + b"\x00")
+
+    def _read(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+                frames = []
+                while (end := buf.find(b"\x00")) >= 0:
+                    raw = bytes(buf[:end]).lstrip(b"\r\n")
+                    del buf[: end + 1]
+                    head, _, body = raw.partition(b"\n\n")
+                    lines = head.split(b"\n")
+                    hdrs = dict(line.decode().split(":", 1) for line in lines[1:] if b":" in line)
+                    frames.append((lines[0], hdrs, body))
+                if frames:
+                    with self.cond:
+                        self.frames.extend(frames)
+                        self.cond.notify_all()
+        except OSError:
+            pass
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def wait(self, pred, timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(pred, timeout)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def start_server(data: str, kind: str) -> tuple[subprocess.Popen[bytes], tuple[str, int], list[bytes]]:
+    from servers.cli import PROTOCOLS  # only the STOMP listener (on a free port), whatever else exists
+
+    others = [f"--no-{proto}" for proto, _, _ in PROTOCOLS if proto != "stomp"]
+    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
+           *others, "--data", data, "--log-level", "info"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lines: list[bytes] = []
+    found = threading.Event()
+    addr: list[tuple[str, int]] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if not found.is_set() and (m := LISTEN_RE.search(line)):
+                addr.append((m.group(1).decode(), int(m.group(2))))
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not found.wait(30) or not addr:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"server did not start: {b''.join(lines).decode(errors='replace')[-2000:]}")
+    return proc, addr[0], lines
+
+
+def drain_and_ack(addr: tuple[str, int], idle: float = 0.5) -> list[bytes]:
+    """Every message in the queue, each acked with a receipt (all receipts awaited)."""
+    c = Client(addr)
+    c.send_frame(b"SUBSCRIBE", {"destination": QUEUE, "id": "v", "ack": "client-individual"})
+    seen = 0
+    bodies: list[bytes] = []
+    while True:
+        if not c.wait(lambda: len(c.frames) > seen or c.closed, idle):
+            break
+        with c.cond:
+            new, seen = c.frames[seen:], len(c.frames)
+        for cmd, hdrs, body in new:
+            if cmd == b"MESSAGE":
+                bodies.append(body)
+                c.send_frame(b"ACK", {"id": hdrs["ack"], "receipt": "va-" + body.decode()})
+            elif cmd == b"ERROR":
+                raise RuntimeError(f"ERROR while draining: {hdrs} {body!r}")
+    want = {"va-" + b.decode() for b in bodies}
+    ok = c.wait(lambda: want <= {h.get("receipt-id") for cmd, h, _ in c.frames if cmd == b"RECEIPT"}, 10)
+    c.close()
+    if not ok:
+        raise RuntimeError("drain acks were not all receipted")
+    return bodies
+
+
+def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
+         receipted: set[bytes], acked: set[bytes], delivered: set[bytes], ack_sent: set[bytes],
+         counts: Counts) -> None:
+    """Publish and consume until ``duration`` passed (the server is killed meanwhile)."""
+    try:
+        pub = Client(addr)
+    except OSError:
+        return  # killed before the load started
+    try:
+        con = Client(addr)
+    except OSError:
+        pub.close()
+        return
+    deadline = time.monotonic() + duration
+    n = 0
+    seen_p = seen_c = 0
+    try:
+        con.send_frame(b"SUBSCRIBE", {"destination": QUEUE, "id": "c", "ack": "client-individual"})
+        while time.monotonic() < deadline and not pub.closed:
+            for _ in range(rng.randint(1, 20)):
+                n += 1
+                body = f"c{cycle}-{n}".encode()
+                pub.send_frame(b"SEND", {"destination": QUEUE, "persistent": "true", "receipt": body.decode()}, body)
+                counts.sent += 1
+            with pub.cond:
+                new_p, seen_p = pub.frames[seen_p:], len(pub.frames)
+            for cmd, hdrs, _ in new_p:
+                if cmd == b"RECEIPT":
+                    receipted.add(hdrs["receipt-id"].encode())
+            with con.cond:
+                new_c, seen_c = con.frames[seen_c:], len(con.frames)
+            for cmd, hdrs, body in new_c:
+                if cmd == b"MESSAGE":
+                    delivered.add(body)
+                    if rng.random() < 0.8:  # some stay unacked: redelivered after the crash
+                        ack_sent.add(body)
+                        con.send_frame(b"ACK", {"id": hdrs["ack"], "receipt": "a-" + body.decode()})
+                elif cmd == b"RECEIPT" and hdrs["receipt-id"].startswith("a-"):
+                    acked.add(hdrs["receipt-id"][2:].encode())
+            time.sleep(0.002)
+    except OSError:
+        pass  # the server died under us
+    finally:
+        for c in (pub, con):
+            c.wait(lambda: c.closed, 0)
+        # receipts that arrived before the kill still count
+        for cmd, hdrs, _ in list(pub.frames):
+            if cmd == b"RECEIPT":
+                receipted.add(hdrs["receipt-id"].encode())
+        for cmd, hdrs, _ in list(con.frames):
+            if cmd == b"RECEIPT" and hdrs["receipt-id"].startswith("a-"):
+                acked.add(hdrs["receipt-id"][2:].encode())
+        pub.close()
+        con.close()
+
+
+def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = KINDS,
+               log=print) -> Counts:
+    rng = random.Random(seed)
+    counts = Counts()
+    receipted: set[bytes] = set()  # SEND receipted, not yet seen in a drain
+    acked: set[bytes] = set()  # ACK receipted: must never come back
+    gone: set[bytes] = set()  # drained and acked with receipt in an earlier check
+    ack_sent: set[bytes] = set()  # an ACK went out (confirmed or not)
+    delivered_prev: set[bytes] = set()
+    for cycle in range(cycles + 1):
+        kind = kinds[cycle % len(kinds)]
+        proc, addr, lines = start_server(data, kind)
+        try:
+            bodies = drain_and_ack(addr)
+            counts.torn_dropped += sum(int(m.group(1)) for line in lines if (m := TORN_RE.search(line)))
+            got = set(bodies)
+            if len(got) != len(bodies):
+                counts.violations.append(f"cycle {cycle}: duplicates in one drain")
+            for b in got & acked:
+                counts.violations.append(f"cycle {cycle}: acked message {b!r} came back")
+            for b in got & gone:
+                counts.violations.append(f"cycle {cycle}: drained message {b!r} came back")
+            for b in receipted - ack_sent - got:
+                counts.violations.append(f"cycle {cycle}: receipted message {b!r} lost")
+            counts.recovered += len(got)
+            counts.unreceipted_survivors += len(got - receipted)
+            counts.redelivered_unconfirmed += len(got & delivered_prev)
+            counts.receipted += len(receipted)
+            counts.acked_confirmed += len(acked)
+            gone |= got
+            receipted.clear()
+            acked.clear()
+            ack_sent.clear()
+            if cycle == cycles:
+                break
+            delivered: set[bytes] = set()
+            duration = rng.uniform(0.05, 0.5)
+            killer = threading.Timer(duration, proc.send_signal, (signal.SIGKILL,))
+            killer.start()
+            load(addr, cycle, duration + 1.0, rng, receipted, acked, delivered, ack_sent, counts)
+            killer.join()
+            delivered_prev = delivered
+            counts.cycles += 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        if counts.violations:
+            break
+        if log is not None and (cycle + 1) % 50 == 0:
+            log(f"{cycle + 1} cycles: {counts}")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=1000)
+    parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--server", choices=KINDS, action="append", help="server kinds (default: all, in turn)")
+    args = parser.parse_args(argv)
+    data = args.data or tempfile.mkdtemp(prefix="sansmq-crash-")
+    try:
+        counts = run_cycles(args.cycles, data, args.seed, tuple(args.server or KINDS))
+    finally:
+        if not args.data:
+            shutil.rmtree(data, ignore_errors=True)
+    for name in ("cycles", "sent", "receipted", "acked_confirmed", "recovered", "redelivered_unconfirmed",
+                 "unreceipted_survivors", "torn_dropped"):
+        print(f"{name:24} {getattr(counts, name)}")
+    print(f"{'violations':24} {len(counts.violations)}")
+    for v in counts.violations[:20]:
+        print("  " + v)
+    return 1 if counts.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The compact per-queue index of the segment store: parallel ``array('Q')`` of message ids and
+packed positions (``segment << 32 | offset``, 0 = removed) plus sparse delivery counts."""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+
+from ..store import QueueDef
+
+class _QIndex:
+    """One durable queue: its definition and the compact index of its persistent messages."""
+
+    __slots__ = ("qid", "qdef", "ids", "pos", "live", "counts")
+
+    def __init__(self, qid: int, qdef: QueueDef) -> None:
+        self.qid = qid
+        self.qdef = qdef
+        self.ids: array[int] | None = None
+        self.pos: array[int] | None = None
+        self.live = 0
+        self.counts: dict[int, int] | None = None
+
+    def add(self, msg_id: int, pos: int) -> None:
+        if self.ids is None or self.pos is None:
+            self.ids, self.pos = array("Q", (msg_id,)), array("Q", (pos,))
+        elif not self.ids or self.ids[-1] < msg_id:
+            self.ids.append(msg_id)
+            self.pos.append(pos)
+        else:  # not expected (ids grow with enqueue order); keep the arrays sorted anyway
+            i = bisect.bisect_left(self.ids, msg_id)
+            if i < len(self.ids) and self.ids[i] == msg_id:
+                return
+            self.ids.insert(i, msg_id)
+            self.pos.insert(i, pos)
+        self.live += 1
+
+    def find(self, msg_id: int) -> int:
+        ids = self.ids
+        if not ids:
+            return -1
+        i = bisect.bisect_left(ids, msg_id)
+        if i < len(ids) and ids[i] == msg_id and self.pos[i]:  # type: ignore[index]
+            return i
+        return -1
+
+    def take(self, i: int) -> int:
+        """Remove slot ``i``; returns its position. Compacts once half the slots are dead."""
+        assert self.ids is not None and self.pos is not None
+        p = self.pos[i]
+        self.pos[i] = 0
+        self.live -= 1
+        if self.counts is not None:
+            self.counts.pop(self.ids[i], None)
+            if not self.counts:
+                self.counts = None
+        if not self.live:
+            self.ids = self.pos = None
+        elif self.live * 2 < len(self.ids) and len(self.ids) > 32:
+            keep = [(m, q) for m, q in zip(self.ids, self.pos) if q]
+            self.ids = array("Q", (m for m, _ in keep))
+            self.pos = array("Q", (q for _, q in keep))
+        return p
+
+    def entries(self) -> list[tuple[int, int]]:
+        if not self.ids or not self.pos:
+            return []
+        return [(m, q) for m, q in zip(self.ids, self.pos) if q]

@@ -1,0 +1,605 @@
+"""``SegmentStore``: the embedded durable store (LavinMQ's design, see DESIGN.md section 3).
+
+On disk, in one data directory::
+
+    LOCK                  flock'd while a broker owns the directory
+    journal               entity metadata + per-queue enqueue/remove/delivery-count records
+    segments/00000001     append-only message records (one per persistent message, shared by queues)
+
+Every record is ``<u32 length><u32 crc32(payload)><payload>``; replay stops at the first record whose
+length or CRC is wrong (a torn tail) and the rest of that file is ignored. The journal is rewritten
+from the live state on start and whenever it grows well past it (write tmp, fsync, rename, fsync
+dir). A segment file is deleted once no queue refers to any message in it.
+
+In memory each durable queue keeps two parallel ``array('Q')``: message ids (ascending: the model
+allocates ids in enqueue order) and packed positions ``segment << 32 | offset`` (0 = removed); a
+sparse dict holds delivery counts of redelivered messages. An idle queue holds no arrays at all.
+
+Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
+``sync`` (a worker thread) writes the buffers with ``pwrite`` at known offsets under ``_lock``, then
+fsyncs dup'd descriptors outside it, so the loop keeps appending during the fsync. A failed write
+keeps the unwritten bytes buffered and is retried at the same offsets; until a retry succeeds new
+messages are refused with ``StoreError`` (publishers get an error, removals/acks still go through).
+Recovered message bodies beyond ``memory_bodies`` bytes stay on disk: those messages are
+``_LazyBodyMessage`` objects whose ``body`` property preads it on each access (newly published
+messages still keep their body in memory). Unreferenced segments are deleted by the next ``sync``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import pickle
+import threading
+from typing import Any
+
+from .._message import Message
+from ..store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ._index import _QIndex
+from ._records import (
+    _CNT,
+    _ENQ,
+    _REC,
+    _REM,
+    JRN_MAGIC,
+    K_CNT,
+    K_ENQ,
+    K_META,
+    K_REM,
+    SEG_MAGIC,
+    _decode_message,
+    _encode_message,
+    _record,
+    _records,
+)
+
+__all__ = ["SegmentStore"]
+
+log = logging.getLogger("sansmq.store")
+
+
+#: buffered bytes that trigger a write-out on the loop thread without waiting for ``sync``
+FLUSH_AT = 1 << 20
+#: the journal is compacted when it is larger than this and than COMPACT_RATIO x the live state
+COMPACT_MIN = 4 << 20
+COMPACT_RATIO = 4
+
+
+class _File:
+    """An append-only file written at known offsets from a buffer (retried after a failed write)."""
+
+    __slots__ = ("path", "fd", "written", "buf", "dirty")
+
+    def __init__(self, path: str, fd: int, written: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.written = written
+        self.buf = bytearray()
+        self.dirty = False
+
+    @property
+    def size(self) -> int:
+        return self.written + len(self.buf)
+
+
+class SegmentStore(Store):
+    """Durable store in directory ``path``. Opening loads everything (``recover()`` hands it over once).
+
+    ``sync=False`` never fsyncs: ``sync`` then only hands the buffers to the OS, so confirmed data
+    survives the process being killed but not a power loss or kernel crash."""
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, segment_size: int = 8 << 20,
+                 memory_bodies: int = 64 << 20) -> None:
+        self.path = os.fspath(path)
+        #: receipts always wait for ``sync``: with ``fsync`` off it is only a write to the OS
+        self.needs_sync = True
+        self.fsync = sync
+        self.segment_size = segment_size
+        self._lock = threading.Lock()  # buffers, file table, rotation
+        self._sync_lock = threading.Lock()  # one sync at a time
+        self._failed: str | None = None  # why the last write-out failed (new messages refused)
+        self._vhosts: dict[str, None] = {}
+        self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
+        self._queues: dict[tuple[str, str], _QIndex] = {}
+        self._bindings: dict[tuple[Any, ...], BindingDef] = {}
+        self._next_qid = 1
+        self._refs: dict[int, int] = {}  # segment -> live (queue, message) references
+        self._segs: dict[int, _File] = {}
+        self._seg: _File | None = None
+        self._seg_no = 0
+        self._last_msg: tuple[int, int] = (0, 0)  # (message id, position) of the last written
+        self._dir_dirty = False
+        self._j: _File | None = None
+        self._j_live_hint = 0
+        self.dropped_on_recovery = 0  # referenced records that were missing or torn
+        #: recovered bodies are loaded into memory up to this many bytes; the rest stay on disk
+        self.memory_bodies = memory_bodies
+        self._doomed: list[int] = []  # unreferenced segments, deleted by the next sync
+        os.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise StoreError(f"data directory {self.path} is in use by another process") from None
+        self._recovered: Recovered | None = self._load()
+
+    # -- I/O primitives (fault-injection tests override these) -----------------------------------------
+    def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def _fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    # -- loading --------------------------------------------------------------------------------------
+    def _seg_path(self, no: int) -> str:
+        return os.path.join(self.path, "segments", f"{no:08d}")
+
+    def _load(self) -> Recovered:
+        jpath = os.path.join(self.path, "journal")
+        data = b""
+        if os.path.exists(jpath):
+            with open(jpath, "rb") as f:
+                data = f.read()
+        qids: dict[int, tuple[str, str]] = {}
+        entries: dict[int, dict[int, list[int]]] = {}  # qid -> msg id -> [pos, count]
+        if data.startswith(JRN_MAGIC):
+            recs, end = _records(data, len(JRN_MAGIC))
+            if end != len(data):
+                log.warning("journal: dropped a torn tail of %d bytes", len(data) - end)
+            for _, p in recs:
+                kind = p[0]
+                if kind == K_ENQ:
+                    _, qid, mid, pos = _ENQ.unpack(p)
+                    if qid in qids:
+                        entries.setdefault(qid, {})[mid] = [pos, 0]
+                elif kind == K_REM:
+                    _, qid, mid = _REM.unpack(p)
+                    entries.get(qid, {}).pop(mid, None)
+                elif kind == K_CNT:
+                    _, qid, mid, count = _CNT.unpack(p)
+                    e = entries.get(qid, {}).get(mid)
+                    if e is not None:
+                        e[1] = count
+                elif kind == K_META:
+                    self._apply_meta(pickle.loads(p[1:]), qids, entries)
+        elif data:
+            raise StoreError(f"{jpath} is not a sansmq journal")
+        # message records, read segment by segment; shared by the queues that refer to them
+        wanted: dict[int, set[int]] = {}
+        for per_q in entries.values():
+            for pos, _ in per_q.values():
+                wanted.setdefault(pos >> 32, set()).add(pos)
+        decoded: dict[int, Message] = {}
+        budget = self.memory_bodies
+        for seg in sorted(wanted):
+            try:
+                with open(self._seg_path(seg), "rb") as f:
+                    blob = f.read()
+            except FileNotFoundError:
+                continue
+            if not blob.startswith(SEG_MAGIC):
+                continue
+            recs, _ = _records(blob, len(SEG_MAGIC))
+            want = wanted[seg]
+            base = seg << 32
+            for off, p in recs:
+                if base | off in want:
+                    lazy = None
+                    if budget < 0:
+                        lazy = (self, base | (off + _REC.size))
+                    else:
+                        budget -= len(p)
+                    decoded[base | off] = _decode_message(p, lazy)
+        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
+        for qid, key in qids.items():
+            qi = self._queues[key]
+            rec.queues.append(qi.qdef)
+            stored = []
+            for mid, (pos, count) in sorted(entries.get(qid, {}).items()):
+                msg = decoded.get(pos)
+                if msg is None or msg.id != mid:
+                    self.dropped_on_recovery += 1
+                    continue
+                stored.append(StoredMessage(msg, count))
+                qi.add(mid, pos)
+                if count:
+                    if qi.counts is None:
+                        qi.counts = {}
+                    qi.counts[mid] = count
+                self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
+            if stored:
+                rec.messages[key] = stored
+        if self.dropped_on_recovery:
+            log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
+        # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
+        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        for no in existing:
+            if no not in self._refs:
+                os.unlink(self._seg_path(no))
+            else:
+                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+        self._seg_no = max(existing, default=0)
+        with self._lock:
+            self._new_segment()
+            self._compact()
+        return rec
+
+    def _apply_meta(self, op: tuple[Any, ...], qids: dict[int, tuple[str, str]],
+                    entries: dict[int, dict[int, list[int]]]) -> None:
+        name = op[0]
+        if name == "add_vhost":
+            self._vhosts[op[1]] = None
+        elif name == "delete_vhost":
+            self._vhosts.pop(op[1], None)
+        elif name == "add_exchange":
+            self._exchanges[(op[1][0], op[1][1])] = ExchangeDef(*op[1])
+        elif name == "delete_exchange":
+            self._forget_exchange(op[1], op[2])
+        elif name == "add_queue":
+            qid, qdef = op[1], QueueDef(*op[2])
+            old = self._queues.get((qdef.vhost, qdef.name))
+            if old is not None:
+                qids.pop(old.qid, None)
+                entries.pop(old.qid, None)
+            self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
+            qids[qid] = (qdef.vhost, qdef.name)
+            self._next_qid = max(self._next_qid, qid + 1)
+        elif name == "delete_queue":
+            qi = self._queues.pop((op[1], op[2]), None)
+            if qi is not None:
+                qids.pop(qi.qid, None)
+                entries.pop(qi.qid, None)
+            self._forget_queue_bindings(op[1], op[2])
+        elif name == "add_binding":
+            b = BindingDef(*op[1])
+            self._bindings[b.ident()] = b
+        elif name == "delete_binding":
+            self._bindings.pop(BindingDef(*op[1]).ident(), None)
+
+    def _forget_exchange(self, vhost: str, name: str) -> None:
+        self._exchanges.pop((vhost, name), None)
+        for ident, b in list(self._bindings.items()):
+            if b.vhost == vhost and (b.source == name or (b.dest_is_exchange and b.dest == name)):
+                del self._bindings[ident]
+
+    def _forget_queue_bindings(self, vhost: str, name: str) -> None:
+        for ident, b in list(self._bindings.items()):
+            if b.vhost == vhost and not b.dest_is_exchange and b.dest == name:
+                del self._bindings[ident]
+
+    def recover(self) -> Recovered:
+        rec, self._recovered = self._recovered, None
+        if rec is None:  # asked again: rebuild from the live state (bodies are not kept)
+            raise StoreError("SegmentStore.recover() hands its state over once; reopen the store")
+        return rec
+
+    # -- appending (loop thread) ----------------------------------------------------------------------------
+    def _new_segment(self) -> None:
+        """Start the next segment file (caller holds ``_lock``)."""
+        self._seg_no += 1
+        path = self._seg_path(self._seg_no)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg = _File(path, fd, 0)
+        seg.buf += SEG_MAGIC
+        self._segs[self._seg_no] = seg
+        self._seg = seg
+        self._dir_dirty = True
+
+    def _append(self, f: _File, rec: bytes) -> None:
+        f.buf += rec
+        if len(f.buf) >= FLUSH_AT and self._failed is None:
+            try:
+                self._write_file(f)
+            except OSError as exc:
+                self._mark_failed(exc)
+
+    def _journal(self, payload: bytes) -> None:
+        assert self._j is not None
+        with self._lock:
+            self._append(self._j, _record(payload))
+
+    def _meta(self, *op: Any) -> None:
+        self._journal(bytes((K_META,)) + pickle.dumps(op, 5))
+
+    def _mark_failed(self, exc: OSError) -> None:
+        if self._failed is None:
+            log.error("store write failed, refusing new messages until a retry succeeds: %s", exc)
+        self._failed = f"{errno.errorcode.get(exc.errno or 0, 'EIO')}: {exc.strerror or exc}"
+
+    def _check_writable(self) -> None:
+        """New data is refused while a write-out is failing (a retry here may clear the failure)."""
+        if self._failed is None:
+            return
+        with self._lock:
+            try:
+                self._write_all()
+            except OSError as exc:
+                self._mark_failed(exc)
+                raise StoreError(f"message store cannot write ({self._failed})") from None
+            log.warning("store writes work again")
+            self._failed = None
+
+    def add_vhost(self, name: str) -> None:
+        self._check_writable()
+        self._vhosts[name] = None
+        self._meta("add_vhost", name)
+
+    def delete_vhost(self, name: str) -> None:
+        self._vhosts.pop(name, None)
+        self._meta("delete_vhost", name)
+
+    def add_exchange(self, xdef: ExchangeDef) -> None:
+        self._check_writable()
+        self._exchanges[(xdef.vhost, xdef.name)] = xdef
+        self._meta("add_exchange", _fields(xdef))
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        self._forget_exchange(vhost, name)
+        self._meta("delete_exchange", vhost, name)
+
+    def add_queue(self, qdef: QueueDef) -> None:
+        self._check_writable()
+        key = (qdef.vhost, qdef.name)
+        if key in self._queues:
+            self.delete_queue(qdef.vhost, qdef.name)
+        qid = self._next_qid
+        self._next_qid += 1
+        self._queues[key] = _QIndex(qid, qdef)
+        self._meta("add_queue", qid, _fields(qdef))
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        qi = self._queues.pop((vhost, name), None)
+        if qi is not None:
+            for _, pos in qi.entries():
+                self._unref(pos >> 32)
+        self._forget_queue_bindings(vhost, name)
+        self._meta("delete_queue", vhost, name)
+
+    def add_binding(self, bdef: BindingDef) -> None:
+        self._check_writable()
+        self._bindings[bdef.ident()] = bdef
+        self._meta("add_binding", _fields(bdef))
+
+    def delete_binding(self, bdef: BindingDef) -> None:
+        self._bindings.pop(bdef.ident(), None)
+        self._meta("delete_binding", _fields(bdef))
+
+    def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
+        qi = self._queues.get((vhost, queue))
+        if qi is None:
+            return  # not a durable queue this store knows of
+        self._check_writable()
+        with self._lock:
+            if self._last_msg[0] == msg.id:  # the same message routed to several queues: one record
+                pos = self._last_msg[1]
+            else:
+                rec = _record(_encode_message(msg))
+                seg = self._seg
+                assert seg is not None
+                if seg.size + len(rec) > self.segment_size and seg.size > len(SEG_MAGIC):
+                    self._rotate()
+                    seg = self._seg
+                    assert seg is not None
+                pos = (self._seg_no << 32) | seg.size
+                self._append(seg, rec)
+                self._last_msg = (msg.id, pos)
+            assert self._j is not None
+            self._append(self._j, _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos)))
+        qi.add(msg.id, pos)
+        seg_no = pos >> 32
+        self._refs[seg_no] = self._refs.get(seg_no, 0) + 1
+
+    def _rotate(self) -> None:
+        """Write the full segment out (its fsync is left to the next sync) and start a new one."""
+        assert self._seg is not None
+        try:
+            self._write_file(self._seg)
+        except OSError as exc:
+            self._mark_failed(exc)
+            raise StoreError(f"message store cannot write ({self._failed})") from None
+        old = self._seg_no
+        self._new_segment()
+        if old not in self._refs:  # everything in it already left its queues
+            self._doomed.append(old)
+
+    def remove(self, vhost: str, queue: str, msg_id: int) -> None:
+        qi = self._queues.get((vhost, queue))
+        if qi is None:
+            return
+        i = qi.find(msg_id)
+        if i < 0:
+            return
+        pos = qi.take(i)
+        self._journal(_REM.pack(K_REM, qi.qid, msg_id))
+        self._unref(pos >> 32)
+        self._j_live_hint -= 1
+        if self._j_live_hint <= 0:
+            self._maybe_compact()
+
+    def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
+        qi = self._queues.get((vhost, queue))
+        if qi is None or qi.find(msg_id) < 0:
+            return
+        if qi.counts is None:
+            qi.counts = {}
+        qi.counts[msg_id] = delivery_count
+        self._journal(_CNT.pack(K_CNT, qi.qid, msg_id, delivery_count))
+
+    def _unref(self, seg_no: int) -> None:
+        n = self._refs.get(seg_no, 0) - 1
+        if n > 0:
+            self._refs[seg_no] = n
+            return
+        self._refs.pop(seg_no, None)
+        if seg_no == self._seg_no:
+            return  # still being appended to (dropped at rotation if still unreferenced)
+        # deleted by the next sync, off the loop thread; a body read right after the last
+        # removal (dead-lettering) still finds the file
+        with self._lock:
+            self._doomed.append(seg_no)
+
+    def _read_body(self, at: int, n: int) -> bytes:
+        f = self._segs.get(at >> 32)
+        if f is None:
+            raise StoreError("message body no longer stored (its segment was deleted)")
+        data = os.pread(f.fd, n, at & 0xFFFFFFFF)
+        if len(data) != n:
+            raise StoreError("message body truncated in its segment")
+        return data
+
+    def _drop_segment(self, seg_no: int) -> None:
+        """Close and delete a segment nothing refers to (caller holds ``_lock``)."""
+        f = self._segs.pop(seg_no, None)
+        if f is not None:
+            os.close(f.fd)
+            try:
+                os.unlink(f.path)
+            except FileNotFoundError:
+                pass
+
+    # -- write-out and sync ----------------------------------------------------------------------------------
+    def _write_file(self, f: _File) -> None:
+        """pwrite the buffer at its offset; on error the unwritten rest stays buffered (caller holds _lock)."""
+        buf = f.buf
+        while buf:  # no memoryview: an exception must not leave an export that blocks the resize
+            n = self._pwrite(f.fd, buf, f.written)
+            f.written += n
+            f.dirty = True
+            if n == len(buf):
+                buf.clear()
+            else:
+                del buf[:n]
+
+    def _write_all(self) -> None:
+        for f in list(self._segs.values()):
+            self._write_file(f)
+        if self._j is not None:
+            self._write_file(self._j)
+
+    def sync(self, token: int) -> None:
+        """Make durable everything appended so far (a superset of what ``Sync(token)`` covers)."""
+        with self._sync_lock:
+            with self._lock:
+                try:
+                    self._write_all()
+                except OSError as exc:
+                    self._mark_failed(exc)
+                    raise StoreError(f"message store cannot write ({self._failed})") from None
+                self._failed = None
+                doomed, self._doomed = self._doomed, []
+                for no in doomed:
+                    if no not in self._refs and no != self._seg_no:
+                        self._drop_segment(no)
+                if not self.fsync:
+                    return
+                files = [f for f in self._segs.values() if f.dirty]
+                if self._j is not None and self._j.dirty:
+                    files.append(self._j)
+                fds = []
+                for f in files:
+                    f.dirty = False
+                    fds.append(os.dup(f.fd))
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            try:
+                for fd in fds:
+                    self._fsync(fd)
+                if dir_dirty:
+                    self._fsync_dir(os.path.join(self.path, "segments"))
+            except OSError as exc:
+                # after a failed fsync the kernel may have dropped the pages: never report success
+                # for them; the files are marked dirty again so the next sync fsyncs them again
+                with self._lock:
+                    for f in files:
+                        f.dirty = True
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                    self._mark_failed(exc)
+                raise StoreError(f"message store cannot sync ({self._failed})") from None
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def _fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- journal compaction ---------------------------------------------------------------------------------
+    def _maybe_compact(self) -> None:
+        live = sum(qi.live for qi in self._queues.values()) + len(self._bindings) + len(self._queues)
+        assert self._j is not None
+        limit = max(COMPACT_MIN, COMPACT_RATIO * 32 * live)
+        if self._j.size > limit and self._failed is None:
+            with self._lock:
+                try:
+                    self._compact()
+                except OSError as exc:
+                    log.error("journal compaction failed: %s", exc)
+        self._j_live_hint = max(1024, live)
+
+    def _compact(self) -> None:
+        """Rewrite the journal as the live state (caller holds ``_lock``). Segment data it refers to
+        is written out first; its fsync is left to the next sync, as for any append."""
+        out = bytearray(JRN_MAGIC)
+
+        def meta(*op: Any) -> None:
+            out.extend(_record(bytes((K_META,)) + pickle.dumps(op, 5)))
+
+        for v in self._vhosts:
+            meta("add_vhost", v)
+        for x in self._exchanges.values():
+            meta("add_exchange", _fields(x))
+        for qi in self._queues.values():
+            meta("add_queue", qi.qid, _fields(qi.qdef))
+        for b in self._bindings.values():
+            meta("add_binding", _fields(b))
+        for qi in self._queues.values():
+            for mid, pos in qi.entries():
+                out.extend(_record(_ENQ.pack(K_ENQ, qi.qid, mid, pos)))
+            for mid, count in (qi.counts or {}).items():
+                out.extend(_record(_CNT.pack(K_CNT, qi.qid, mid, count)))
+        for f in self._segs.values():
+            self._write_file(f)
+        tmp = os.path.join(self.path, "journal.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            while done < len(out):
+                n = self._pwrite(fd, out, done)
+                done += n
+                del out[:n]
+            self._fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.replace(tmp, os.path.join(self.path, "journal"))
+        self._fsync_dir(self.path)
+        if self._j is not None:
+            os.close(self._j.fd)
+        self._j = _File(os.path.join(self.path, "journal"), fd, done)
+
+    def close(self) -> None:
+        """Write out and fsync everything (when syncing), release the directory."""
+        if self._lock_fd < 0:
+            return
+        try:
+            self.sync(0)
+        except (StoreError, OSError) as exc:
+            log.error("closing the store: %s", exc)
+        with self._lock:
+            for f in self._segs.values():
+                os.close(f.fd)
+            self._segs.clear()
+            if self._j is not None:
+                os.close(self._j.fd)
+                self._j = None
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+def _fields(d: Any) -> tuple[Any, ...]:
+    return tuple(getattr(d, name) for name in d.__slots__)
