@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what tests/browser needs: Debian's chromium and the npm packages pinned by
-# tests/browser/package-lock.json. Idempotent; safe to run again. Never downloads a browser
+# tools/browser/package-lock.json (outside tests/, so node_modules never mixes with our tests). Idempotent; safe to run again. Never downloads a browser
 # build of its own (playwright's browser download is skipped; the tests use /usr/bin/chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ if ! command -v npm >/dev/null 2>&1; then
     apt_get update -q
     apt_get install -y -q --no-install-recommends nodejs npm
 fi
-cd tests/browser
+cd tools/browser
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 # npm ci wipes and reinstalls node_modules; skip it when node_modules was installed from this lock.
 if [ -f node_modules/.package-lock.json ] && [ ! package-lock.json -nt node_modules/.package-lock.json ] \

@@ -17,7 +17,8 @@ bash scripts/install-browser-deps.sh
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-.venv/bin/python -m pytest "$@"
+# The browser suite was just installed: a missing browser must fail, not skip.
+SANSMQ_REQUIRE_BROWSER=1 .venv/bin/python -m pytest "$@"
 
 FUZZ_RUNS=${FUZZ_RUNS:-20000}
 for harness in fuzz/*_fuzz.py; do

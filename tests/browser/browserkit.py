@@ -7,7 +7,7 @@ Reusable outside this folder (put tests/browser on sys.path, or use the conftest
     assert result["ok"], result["errors"]
 
 The page is served by a private http.server thread on 127.0.0.1 (stompjs comes from node_modules,
-never a CDN); tests/browser/run_page.mjs drives chromium through playwright-core.
+never a CDN); tools/browser/run_page.mjs drives chromium through playwright-core.
 Install the prerequisites with scripts/install-browser-deps.sh.
 """
 
@@ -37,9 +37,12 @@ __all__ = [
 ]
 
 HERE = Path(__file__).resolve().parent
+#: the npm project (stompjs, playwright-core, the driver script) lives outside tests/, so
+#: third-party node_modules never mix with the project's tests
+NODE_DIR = HERE.parents[1] / "tools" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-STOMPJS_BUNDLE = HERE / "node_modules" / "@stomp" / "stompjs" / "bundles" / "stomp.umd.min.js"
-PLAYWRIGHT = HERE / "node_modules" / "playwright-core"
+STOMPJS_BUNDLE = NODE_DIR / "node_modules" / "@stomp" / "stompjs" / "bundles" / "stomp.umd.min.js"
+PLAYWRIGHT = NODE_DIR / "node_modules" / "playwright-core"
 INSTALL_HINT = "run scripts/install-browser-deps.sh"
 
 #: URL path -> (file, content type). Only these are served: the static server exposes nothing else.
@@ -158,7 +161,7 @@ def run_stompjs_page(
         **(extra or {}),
     }
     url = page_url(target, **{k: v for k, v in params.items() if v is not None})
-    cmd = ["node", str(HERE / "run_page.mjs"), url, "--timeout-ms", str(int(timeout * 1000)), "--chromium", CHROMIUM]
+    cmd = ["node", str(NODE_DIR / "run_page.mjs"), url, "--timeout-ms", str(int(timeout * 1000)), "--chromium", CHROMIUM]
     env = {**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}
     try:
         proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout + 30.0)

@@ -29,9 +29,12 @@ TARGETS = [*(f"sansmq-{kind}" for kind in SANSMQ_KINDS), "env"]
 
 @pytest.fixture(scope="session")
 def browser_ready() -> None:
-    """Skip unless headless chromium, node and the npm packages are installed."""
+    """Skip unless headless chromium, node and the npm packages are installed. scripts/test.sh
+    installs them and sets SANSMQ_REQUIRE_BROWSER=1, so there a missing browser fails the run."""
     reason = browser_skip_reason()
     if reason is not None:
+        if os.environ.get("SANSMQ_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"browser tests required but not runnable: {reason}")
         pytest.skip(reason)
 
 
@@ -56,13 +59,12 @@ def _env_target() -> BrowserTarget:
 
 def _sansmq_target(kind: str) -> Iterator[BrowserTarget]:
     servers = pytest.importorskip("servers", reason="the servers package is not importable")
-    if kind not in servers.SERVER_KINDS:
-        pytest.skip(f"sansmq has no {kind!r} server")
+    assert kind in servers.SERVER_KINDS, f"sansmq has no {kind!r} server"
     with servers.running(kind, [(SANSMQ_WS_PROTOCOL, "127.0.0.1", 0)]) as srv:
         host, port = srv.address(SANSMQ_WS_PROTOCOL)
         reason = ws_handshake_ok(host, port)
-        if reason is not None:
-            pytest.skip(f"sansmq ({kind}) does not serve STOMP over WebSocket yet: {reason}")
+        # our own endpoint must answer: a broken /ws is a failure, never a skip
+        assert reason is None, f"sansmq ({kind}) does not serve STOMP over WebSocket: {reason}"
         yield BrowserTarget(name=f"sansmq {kind}", host=host, port=port)
 
 
