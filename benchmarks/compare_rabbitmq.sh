@@ -3,7 +3,7 @@
 # /work/shared/bench/compare.sh call per (scenario, server kind): alternated ABBA rounds,
 # broker restarted for every run, ratio of medians median(sansmq)/median(RabbitMQ).
 #
-# usage: benchmarks/compare_rabbitmq.sh [SCENARIO...]        (default: s4 s6 s7 s5 s9 s10)
+# usage: benchmarks/compare_rabbitmq.sh [SCENARIO...]        (default: s1 s2 s3 s4 s5 s6 s7 s8 s9 s10)
 #   KINDS="asyncio threads trio"   server kinds to measure (env)
 #   ROUNDS=3                        rounds per comparison (>= 3, medians)
 #   DUR=8 WARM=2                    mqload -d / -w for the throughput scenarios
@@ -28,10 +28,11 @@ DUR=${DUR:-8}
 WARM=${WARM:-2}
 Q=5000
 C=2000
+M=300000
 if [ "${LONG:-0}" = 1 ]; then DUR=30; WARM=5; ROUNDS=5; Q=20000; C=10000; fi
 OUT=${OUT:-$ROOT/benchmarks/results/run-$(date -u +%Y%m%dT%H%M%SZ)}
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(s4 s6 s7 s5 s9 s10)
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(s1 s2 s3 s4 s5 s6 s7 s8 s9 s10)
 
 if [ ! -x "$MQLOAD" ]; then
   gcc -O2 -o "$MQLOAD" "$BENCH/mqload.c" -lpthread -lm || { echo "mqload build failed" >&2; exit 2; }
@@ -43,6 +44,9 @@ INDEX="$OUT/index.tsv"   # one line per comparison: what ran, where its JSONL is
 scenario_args() {
   PORTS_A="-p 61700" PORTS_B="-p 61623" METRIC=""
   case "$1" in
+    s1|s2|s3) ARGS=(-d "$DUR" -w "$WARM"); PORTS_A="-p 5700" PORTS_B="-p 5682" ;;
+    s8) ARGS=(-P amqp -m "$M"); PORTS_A="-p 5700" PORTS_B="-p 5682"; METRIC=backlog_bytes_per_msg ;;
+    s8stomp) ARGS=(-P stomp -m "$M" --sync-every 20 --ack auto); METRIC=backlog_bytes_per_msg ;;
     s4) ARGS=(-d "$DUR" -w "$WARM" --ack client-individual --prefetch 100) ;;
     s5) ARGS=(-d "$DUR" -w "$WARM") ;;
     s6) ARGS=(-d "$DUR" -w "$WARM" -c 10) ;;
@@ -63,9 +67,10 @@ for scen in "${SCENARIOS[@]}"; do
     echo "== $scen sansmq[$kind] vs RabbitMQ ($(date -u +%H:%M:%S), load $load0)"
     mflag=()
     [ -n "$METRIC" ] && mflag=(-m "$METRIC")
+    scen_id=${scen%stomp}   # s8stomp is mqload's s8 with -P stomp
     OUT="$dir" A_ARGS="$PORTS_A" B_ARGS="$PORTS_B" "$BENCH/compare.sh" -n "$ROUNDS" "${mflag[@]}" \
       "$ROOT/benchmarks/sansmq_fresh.sh $kind ${SANSMQ_ARGS:-}" \
-      "$BENCH/brokers/rabbitmq-start.sh" "$scen" "${ARGS[@]}" 2>&1 | tee "$dir/compare.txt"
+      "$BENCH/brokers/rabbitmq-start.sh" "$scen_id" "${ARGS[@]}" 2>&1 | tee "$dir/compare.txt"
     load1=$(cut -d' ' -f1-3 /proc/loadavg)
     # the checkout is edited by others while we run: fingerprint the code each comparison ran
     src=$(cd "$ROOT" && find src -name '*.py' | sort | xargs cat | sha1sum | cut -c1-12)

@@ -20,6 +20,11 @@ from dataclasses import asdict, dataclass, field
 
 # headline metric (the one compare_rabbitmq.sh passes to compare.sh) and its unit
 HEADLINE: dict[str, tuple[str, str]] = {
+    "s1": ("deliver_rate", "deliver msg/s"),
+    "s2": ("publish_rate", "confirmed msg/s"),
+    "s3": ("deliver_rate", "total deliver msg/s"),
+    "s8": ("backlog_bytes_per_msg", "RSS B/queued msg (AMQP)"),
+    "s8stomp": ("backlog_bytes_per_msg", "RSS B/queued msg (STOMP)"),
     "s4": ("deliver_rate", "deliver msg/s"),
     "s5": ("publish_rate", "receipted SEND/s"),
     "s6": ("deliver_rate", "total deliver msg/s"),
@@ -29,11 +34,13 @@ HEADLINE: dict[str, tuple[str, str]] = {
 }
 # issue-7 goals: ratio to RabbitMQ for throughput, absolute KB for memory
 GOALS: dict[str, tuple[str, float]] = {
+    "s1": ("ratio>=", 1.5), "s2": ("ratio>=", 1.5), "s3": ("ratio>=", 1.2),
+    "s8": ("abs<=", 200.0), "s8stomp": ("abs<=", 200.0),
     "s4": ("ratio>=", 2.5), "s6": ("ratio>=", 5.0), "s7": ("ratio>=", 1.5),
     "s9": ("abs<=", 0.3), "s10": ("abs<=", 20.0),
 }
 EXTRA = ("lat_p50_ms", "lat_p99_ms", "broker_cpu_pct", "broker_cpu_s_per_100k",
-         "declare_rate", "open_rate", "errors", "lost_after_drain", "dead_after_hold")
+         "declare_rate", "open_rate", "drain_rate", "confirmed", "errors", "lost_after_drain", "dead_after_hold")
 
 
 @dataclass(slots=True)
