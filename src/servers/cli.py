@@ -11,6 +11,7 @@ from engine.config import Config
 from engine.store import StoreError
 
 from ._driver import Listener
+from .bench.options import add_arguments as add_bench_arguments
 from ._run import SERVER_KINDS, make_broker, make_store, run
 
 __all__ = ["main", "parse_address", "build_parser"]
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.lower,
         choices=["debug", "info", "warning", "error", "critical"],
     )
+    bench = sub.add_parser(
+        "bench", help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest"
+    )
+    add_bench_arguments(bench)
     return parser
 
 
@@ -117,6 +122,10 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        from .bench import command
+
+        return command(args, parser)
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
