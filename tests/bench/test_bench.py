@@ -309,3 +309,15 @@ def test_broker_closing_mid_run_exits_nonzero(tmp_path: Path) -> None:
         assert s["elapsed_seconds"] < 15  # publishing stopped at the failure, not at -z 20
     finally:
         b.stop()
+
+
+def test_stale_messages_are_skipped_and_consumer_only_run(broker: Broker, tmp_path: Path) -> None:
+    """A producer-only run leaves 100 messages; a later consumer-only run sees them as another
+    run's (stale), counts none as received, and so fails with "nothing was received"."""
+    url = broker.url("stomp")
+    code, s, err = bench(tmp_path, "-U", url, "-u", "bench-stale", "-y", "0", "-C", "100")
+    assert code == 0 and s["sent"] == 100 and s["received"] == 0, (s, err)
+    code, s, err = bench(tmp_path, "-U", url, "-u", "bench-stale", "-x", "0", "-z", "1")
+    assert code == 1 and s["stale"] == 100 and s["received"] == 0, (s, err)
+    assert s["errors"] == [] and s["problems"] == ["nothing was received"]
+    assert "FAILED: nothing was received" in err

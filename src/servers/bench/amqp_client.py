@@ -80,8 +80,8 @@ class AmqpClient(BenchConnection):
                 handler = handlers.get(type(ev))
                 if handler is not None:
                     handler(ev)
-                elif not self.deliver_expected(ev):
-                    pass  # e.g. basic.qos-ok nobody waits for
+                else:  # set-up replies (declare-ok, consume-ok, ...)
+                    self.deliver_expected(ev)
                 if self.failure is not None:
                     return
         except amqpproto.RemoteProtocolError as exc:

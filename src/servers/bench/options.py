@@ -172,6 +172,8 @@ def check(o: Options) -> None:
         raise ValueError("--rate, --count, --duration and --drain must not be negative")
     if o.producers and not o.count and not o.duration:
         raise ValueError("give --duration or --count")
+    if not o.producers and not o.duration:
+        raise ValueError("a run without producers needs --duration")
     if o.confirm < 0 or o.receipt_every < 0 or o.prefetch < 0 or o.multi_ack < 1:
         raise ValueError("--confirm, --receipt-every and --prefetch must be >= 0, --multi-ack >= 1")
     if o.protocol == "amqp" and o.receipt_every:

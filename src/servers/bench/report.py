@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from .stats import Histogram
 
-__all__ = ["Sample", "progress_line", "exit_code", "write_summary"]
+__all__ = ["Sample", "progress_line", "problems", "exit_code", "write_summary"]
 
 
 @dataclass(slots=True)
@@ -45,16 +45,20 @@ def progress_line(s: Sample, confirming: bool) -> str:
     return line
 
 
+def problems(summary: dict[str, Any]) -> list[str]:
+    """Why the run failed: broker errors, or nothing moved. Empty when it succeeded."""
+    o = summary["options"]
+    out = list(summary["errors"])
+    if o["producers"] and not summary["sent"]:
+        out.append("nothing was sent")
+    if o["consumers"] and not summary["received"]:
+        out.append("nothing was received")
+    return out
+
+
 def exit_code(summary: dict[str, Any]) -> int:
     """1 if the broker failed us or the run moved nothing; 0 otherwise."""
-    o = summary["options"]
-    if summary["errors"]:
-        return 1
-    if o["consumers"] and not summary["received"]:
-        return 1
-    if o["producers"] and not summary["sent"]:
-        return 1
-    return 0
+    return 1 if problems(summary) else 0
 
 
 def write_summary(summary: dict[str, Any], path: str | None, stdout: TextIO = sys.stdout) -> None:

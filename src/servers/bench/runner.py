@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from .amqp_client import AmqpClient
 from .options import Options
 from .payload import Payload
-from .report import Sample, exit_code, progress_line, write_summary
+from .report import Sample, exit_code, problems, progress_line, write_summary
 from .stats import Stats
 from .stomp_client import StompClient
 from .transport import BrokerError
@@ -145,7 +145,10 @@ class Run:
             if o.duration:
                 loop.call_later(o.duration, self.stop.set)
             watch = loop.create_task(self._watch_failures())
-            await asyncio.gather(*(self._produce(p) for p in self.producers))
+            if self.producers:
+                await asyncio.gather(*(self._produce(p) for p in self.producers))
+            else:  # consumers only: consume for --duration
+                await self.stop.wait()
             self.publish_end = loop.time()
             # drain: the last deliveries and confirms, bounded by --drain
             deadline = loop.time() + o.drain
@@ -202,7 +205,8 @@ class Run:
             "options": o.public(),
             "progress": [asdict(s) for s in self.samples],
         }
-        summary["ok"] = exit_code(summary) == 0
+        summary["problems"] = problems(summary)
+        summary["ok"] = not summary["problems"]
         return summary
 
 
@@ -249,6 +253,6 @@ def main(opts: Options, out: TextIO = sys.stderr) -> int:
     if not opts.quiet:
         print(f"sansmq bench: {summary['sent']} sent, {summary['received']} received, "
               f"{summary['confirmed']} confirmed in {time.monotonic() - t:.1f}s"
-              + (f"; errors: {'; '.join(summary['errors'])}" if summary["errors"] else ""),
+              + (f"; FAILED: {'; '.join(summary['problems'])}" if summary["problems"] else ""),
               file=out, flush=True)
     return exit_code(summary)

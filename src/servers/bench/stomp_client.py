@@ -185,8 +185,6 @@ class StompClient(BenchConnection):
             if self.unacked and self.ack_header == "client":
                 self.send_frame(Ack({"id": self.last_ack_id}))  # cumulative: covers the rest
                 self.unacked = 0
-            elif self.unacked:
-                self.unacked = 0
             self.send_frame(Disconnect({"receipt": "bye"}))
             await self.expect(Receipt, timeout)
         except (stompproto.LocalProtocolError, BrokerError):

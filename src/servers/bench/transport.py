@@ -58,6 +58,12 @@ class BenchConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closing and self.failure is None:
             self.fail(f"connection lost: {exc}" if exc else "the broker closed the connection")
+        elif self._waiting is not None:
+            # closing: e.g. RabbitMQ's Web-STOMP ends the socket instead of receipting DISCONNECT
+            fut = self._waiting[1]
+            self._waiting = None
+            if not fut.done():
+                fut.set_result(None)
         self._writable.set()  # wake a paused producer; it sees the failure
         if not self.closed.done():
             self.closed.set_result(None)
