@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -19,8 +20,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import stompproto
 
 from servers.bench.options import parse_options
+from servers.bench.stats import Stats
+from servers.bench.stomp_client import StompClient
 from servers.bench.payload import HEADER_SIZE, Payload
 from servers.bench.report import Sample, progress_line
 from servers.bench.stats import Histogram
@@ -151,6 +155,47 @@ def test_cli_has_bench_subcommand() -> None:
     proc = subprocess.run([sys.executable, "-m", "servers", "bench", "-s", "4"],
                           capture_output=True, text=True, timeout=60, env=_env())
     assert proc.returncode == 2 and "--size must be at least 16" in proc.stderr
+
+
+# -- client state, without a broker ---------------------------------------------------------------
+class FakeTransport:
+    def __init__(self) -> None:
+        self.data = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_stomp_message_after_our_disconnect_is_neither_acked_nor_counted() -> None:
+    """The broker may still deliver after our DISCONNECT; STOMP forbids an ACK then."""
+    async def go() -> tuple[Stats, FakeTransport]:
+        stats = Stats()
+        payload = Payload(32)
+        c = StompClient(stats, "consumer-1", parse_options(["-P", "stomp"]), payload)
+        t = FakeTransport()
+        c.connection_made(t)  # type: ignore[arg-type]
+        c.send_frame(stompproto.Connect({"accept-version": "1.2", "host": "/"}))
+        c.data_received(b"CONNECTED\nversion:1.2\n\n\x00")
+        c.ack_header = "client-individual"
+        msg = (b"MESSAGE\nsubscription:1\nmessage-id:m1\nack:a1\ndestination:/queue/q\n"
+               b"content-length:32\n\n" + payload.body() + b"\x00")
+        c.data_received(msg)
+        c.closing = True
+        c.send_frame(stompproto.Disconnect({"receipt": "bye"}))
+        c.data_received(msg.replace(b"a1", b"a2"))
+        await asyncio.sleep(0)  # the batched write goes out
+        return stats, t
+
+    stats, t = asyncio.run(go())
+    assert stats.errors == [] and stats.received == 1
+    assert b"ACK\nid:a1" in t.data and b"a2" not in t.data
 
 
 # -- end to end ------------------------------------------------------------------------------------

@@ -143,6 +143,8 @@ class AmqpClient(BenchConnection):
         self.stats.returned += 1
 
     def _on_deliver(self, ev: spec.BasicDeliver) -> None:
+        if self.closing and not self.no_ack:
+            return  # after our connection.close: not acked, so the broker requeues it
         stats = self.stats
         lat = self.payload.latency_us(ev.body, self._now)
         if lat < 0:

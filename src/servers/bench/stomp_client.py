@@ -93,6 +93,8 @@ class StompClient(BenchConnection):
         raise BrokerError(f"ERROR frame from the broker: {detail[:300]}")
 
     def _on_message(self, ev: Message) -> None:
+        if self.closing and self.ack_header != "auto":
+            return  # after our DISCONNECT: not acked, so the broker requeues it
         stats = self.stats
         lat = self.payload.latency_us(ev.body, self._now)
         if lat < 0:

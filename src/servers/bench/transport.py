@@ -47,6 +47,8 @@ class BenchConnection(asyncio.Protocol):
             self.feed(data)
         except BrokerError as exc:
             self.fail(str(exc))
+        except Exception as exc:  # a bug of ours: report it in the summary, do not hang the run
+            self.fail(f"internal error: {exc!r}")
 
     def eof_received(self) -> bool:
         try:
