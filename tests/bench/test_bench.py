@@ -366,3 +366,16 @@ def test_stale_messages_are_skipped_and_consumer_only_run(broker: Broker, tmp_pa
     assert code == 1 and s["stale"] == 100 and s["received"] == 0, (s, err)
     assert s["errors"] == [] and s["problems"] == ["nothing was received"]
     assert "FAILED: nothing was received" in err
+
+
+def test_sigint_stops_publishing_and_still_summarises(broker: Broker, tmp_path: Path) -> None:
+    out = tmp_path / "int.json"
+    proc = subprocess.Popen([sys.executable, "-m", "servers", "bench", "-U", broker.url("stomp"),
+                             "-u", "bench-int", "-z", "60", "-r", "500", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), text=True)
+    assert proc.stderr is not None
+    assert "sent" in proc.stderr.readline()  # one progress line: publishing is under way
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+    s = json.loads(out.read_text())
+    assert s["ok"] and 0 < s["sent"] == s["received"] and s["publish_seconds"] < 30

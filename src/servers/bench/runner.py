@@ -45,6 +45,11 @@ class Run:
         self.consumers: list[Any] = []
         self.t0 = 0.0
         self.publish_end = 0.0
+        self.interrupted = 0  # SIGINTs: the first stops publishing, the second the drain too
+
+    def interrupt(self) -> None:
+        self.interrupted += 1
+        self.stop.set()
 
     def _new(self, role: str, i: int) -> Any:
         return CLIENTS[self.opts.protocol](self.stats, f"{role}-{i + 1}", self.opts, self.payload)
@@ -152,7 +157,8 @@ class Run:
             self.publish_end = loop.time()
             # drain: the last deliveries and confirms, bounded by --drain
             deadline = loop.time() + o.drain
-            while not st.errors and not self._settled() and loop.time() < deadline:
+            while (not st.errors and not self._settled() and loop.time() < deadline
+                   and self.interrupted < 2):
                 await asyncio.sleep(0.01)
             watch.cancel()
         else:
@@ -226,11 +232,12 @@ async def _wait_or(stop: asyncio.Event, seconds: float, other: asyncio.Event | N
 
 
 async def run(opts: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
-    """Run the benchmark and return the summary; SIGINT ends publishing early."""
+    """Run the benchmark and return the summary; SIGINT ends publishing early, a second one
+    skips the drain."""
     r = Run(opts, out)
     loop = asyncio.get_running_loop()
     try:
-        loop.add_signal_handler(signal.SIGINT, r.stop.set)
+        loop.add_signal_handler(signal.SIGINT, r.interrupt)
         handler = True
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
         handler = False
