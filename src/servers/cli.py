@@ -11,8 +11,10 @@ from engine.config import Config
 from engine.store import StoreError
 
 from ._driver import Listener
-from .bench.options import add_arguments as add_bench_arguments
 from ._run import SERVER_KINDS, make_broker, make_store, run
+from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
+from .bench.options import EPILOG as BENCH_EPILOG
+from .bench.options import add_arguments as add_bench_arguments
 
 __all__ = ["main", "parse_address", "build_parser"]
 
@@ -83,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error", "critical"],
     )
     bench = sub.add_parser(
-        "bench", help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest"
+        "bench",
+        help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest",
+        description=BENCH_DESCRIPTION,
+        epilog=BENCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bench_arguments(bench)
     return parser

@@ -9,7 +9,19 @@ from urllib.parse import unquote, urlsplit
 
 from .payload import HEADER_SIZE
 
-__all__ = ["Options", "add_arguments", "options_from_args", "parse_options", "DEFAULT_URLS"]
+__all__ = ["Options", "add_arguments", "options_from_args", "parse_options", "DEFAULT_URLS",
+           "DESCRIPTION", "EPILOG"]
+
+DESCRIPTION = """\
+Load-test a broker over AMQP 0-9-1, STOMP or STOMP over WebSocket, like RabbitMQ's PerfTest:
+msg/s and latency percentiles every second on stderr, a JSON summary at the end on stdout (or
+--json FILE). Exit status 1 if the broker refused or closed a connection, or nothing was sent
+or received."""
+EPILOG = """examples:
+  sansmq bench -P amqp -z 10 -A 10                       1 -> 1, 1 KB, unbounded, multi-ack
+  sansmq bench -U stomp://guest:guest@127.0.0.1:61613/ -f --confirm 1 -z 10    synchronous receipts
+  sansmq bench -P ws -t news -y 75 -s 117 --ack auto -r 200 --json out.json     fanout to 75
+"""
 
 #: protocol -> (URL scheme, default URL); the ports are sansmq's and RabbitMQ's defaults
 DEFAULT_URLS: dict[str, str] = {
@@ -190,7 +202,8 @@ def check(o: Options) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sansmq bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sansmq bench", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return parser
 
