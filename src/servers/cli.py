@@ -12,6 +12,9 @@ from engine.store import StoreError
 
 from ._driver import Listener
 from ._run import SERVER_KINDS, make_broker, make_store, run
+from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
+from .bench.options import EPILOG as BENCH_EPILOG
+from .bench.options import add_arguments as add_bench_arguments
 
 __all__ = ["main", "parse_address", "build_parser"]
 
@@ -81,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.lower,
         choices=["debug", "info", "warning", "error", "critical"],
     )
+    bench = sub.add_parser(
+        "bench",
+        help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest",
+        description=BENCH_DESCRIPTION,
+        epilog=BENCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_bench_arguments(bench)
     return parser
 
 
@@ -117,6 +128,10 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        from .bench import command
+
+        return command(args, parser)
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
