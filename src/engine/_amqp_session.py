@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import amqpproto as A
 from amqpproto import spec
-from amqpproto._state import AWAIT_HEADER, AWAIT_START
+from amqpproto import AWAIT_HEADER, AWAIT_START
 
 from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from ._message import Entry

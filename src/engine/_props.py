@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqpproto import BasicProperties
-from amqpproto._readers import from_timestamp  # TODO(lead): export publicly from amqpproto
+from amqpproto import BasicProperties, from_timestamp
 
 __all__ = ["PROPERTY_HEADERS", "props_to_headers", "headers_to_props", "stomp_value"]
 
