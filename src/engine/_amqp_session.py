@@ -75,7 +75,7 @@ _CODE_NAMES = {
 
 class AmqpSession(Session):
     __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
-                 "cancel_notify", "mechanism", "reply_to", "close_deadline")
+                 "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline")
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(broker, conn_id, peer)
@@ -91,6 +91,8 @@ class AmqpSession(Session):
         #: exclusive queues this connection declared (deleted with it)
         self.exclusive: dict[Queue, None] = {}
         self.cancel_notify = False
+        #: the client advertised capability ``connection.blocked``
+        self.blocked_notify = False
         self.mechanism = ""
         #: the direct reply-to pseudo-queue of this connection (amq.rabbitmq.reply-to.*), if any
         self.reply_to: str | None = None
@@ -267,7 +269,23 @@ class AmqpSession(Session):
         consumer.channel.consumer_cancelled(consumer)
 
     def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
-        pass  # the channel keeps the tag; a late ack of it is ignored
+        pass  # a message's own (STOMP ack-timeout) timeout: the channel keeps the tag, a late ack is ignored
+
+    # -- memory alarm ---------------------------------------------------------------------------------
+    def notify_blocked(self, on: bool) -> None:
+        """RabbitMQ's connection.blocked / connection.unblocked, to clients that asked for them."""
+        if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
+            self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
+
+    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None:
+        """An unacked delivery outlived the consumer timeout: close its channel with 406 (its
+        deliveries are requeued), as RabbitMQ's consumer_timeout does."""
+        if self.channels.get(chan.id) is not chan or self.closing:
+            return
+        self._channel_error(chan.id, ChannelError(
+            spec.PRECONDITION_FAILED, f"delivery acknowledgement on channel {chan.id} timed out. Timeout "
+            f"value used: {timeout_ms} ms. This timeout value can be configured, see consumers doc guide "
+            "to learn more"))
 
     # -- connection methods -----------------------------------------------------------------------
     def _on_header(self, event: A.ProtocolHeader) -> None:
@@ -277,6 +295,7 @@ class AmqpSession(Session):
         self.client_properties = m.client_properties or {}
         caps = self.client_properties.get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         mechanism = m.mechanism
         self.mechanism = mechanism
         if mechanism not in ("PLAIN", "AMQPLAIN"):
@@ -322,6 +341,11 @@ class AmqpSession(Session):
     def _on_closed(self, event: Any) -> None:
         self.close()
 
+    def _on_peer_timed_out(self, event: Any) -> None:
+        if self.mem_blocked:
+            return  # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too)
+        self.close()
+
     def _on_heartbeat(self, event: Any) -> None:
         pass
 
@@ -344,7 +368,7 @@ _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {
     spec.ConnectionClose: AmqpSession._on_close,
     spec.ConnectionCloseOk: AmqpSession._on_close_ok,
     A.ConnectionClosed: AmqpSession._on_closed,
-    A.PeerTimedOut: AmqpSession._on_closed,
+    A.PeerTimedOut: AmqpSession._on_peer_timed_out,
     A.Heartbeat: AmqpSession._on_heartbeat,
     A.HeartbeatDue: AmqpSession._on_heartbeat_due,
     spec.ConnectionBlocked: AmqpSession._on_ignored,

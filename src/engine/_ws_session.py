@@ -218,6 +218,15 @@ class WsSession(Session):
         if self.inner is not None:
             self.inner.blocked = self.blocked
 
+    def wants_pause(self) -> bool:
+        inner = self.inner
+        return super().wants_pause() or (inner is not None and not inner.closed and inner.wants_pause())
+
+    def memory_alarm(self, on: bool) -> None:
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.memory_alarm(on)  # the inner protocol tells its client; the socket pauses here
+
     # -- lifecycle -----------------------------------------------------------------------------------
     def consumers(self) -> list[Consumer]:
         return self.inner.consumers() if self.inner is not None else []
