@@ -72,7 +72,8 @@ def _bool_arg(value: Any) -> bool:
 
 class AmqpChannel:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
-                 "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key")
+                 "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
+                 "ack_batch")
 
     def __init__(self, session: "AmqpSession", channel_id: int) -> None:
         self.session = session
@@ -91,6 +92,10 @@ class AmqpChannel:
         self.flow_paused = False
         #: the consumer-timeout timer, armed while deliveries with a deadline are unacked
         self.timeout_key: tuple[float, int] | None = None
+        #: publisher confirms released together by one store sync: the highest sequence number
+        #: and how many, sent as one basic.ack with multiple=true (as RabbitMQ coalesces them)
+        self.ack_upto = 0
+        self.ack_batch = 0
 
     # -- plumbing -----------------------------------------------------------------------------------
     @property
@@ -607,10 +612,27 @@ class AmqpChannel:
             chan_id = self.id
 
             def confirm() -> None:
-                if session.channels.get(chan_id) is self:
-                    self.send(spec.BasicNack(seq, False, False) if refused else spec.BasicAck(seq, False))
+                if session.channels.get(chan_id) is not self:
+                    return
+                if refused:
+                    self.flush_confirms()
+                    self.send(spec.BasicNack(seq, False, False))
+                elif session.batching is not None:  # released by a sync: coalesce
+                    self.ack_upto = seq
+                    self.ack_batch += 1
+                    session.batching[self] = None
+                else:
+                    self.send(spec.BasicAck(seq, False))
 
             session.after_sync(wrote, confirm)
+
+    def flush_confirms(self) -> None:
+        """Send the coalesced acks: every sequence number up to ``ack_upto`` not yet confirmed
+        (confirms are released in publish order, so none of them is missing)."""
+        if self.ack_batch:
+            n, self.ack_batch = self.ack_batch, 0
+            if self.session.channels.get(self.id) is self:
+                self.send(spec.BasicAck(self.ack_upto, n > 1))
 
     def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
         if self.tx is not None:

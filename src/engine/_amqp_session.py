@@ -75,7 +75,7 @@ _CODE_NAMES = {
 
 class AmqpSession(Session):
     __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
-                 "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline")
+                 "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(broker, conn_id, peer)
@@ -98,6 +98,8 @@ class AmqpSession(Session):
         self.reply_to: str | None = None
         #: after our connection.close, when we stop waiting for the peer's close-ok
         self.close_deadline: float | None = None
+        #: while a store sync releases held confirms: channels with acks to coalesce
+        self.batching: dict[AmqpChannel, None] | None = None
 
     def __repr__(self) -> str:
         return f"AmqpSession(conn_id={self.conn_id})"
@@ -249,6 +251,16 @@ class AmqpSession(Session):
             self._send_quietly(spec.ConnectionClose(spec.INTERNAL_ERROR,
                                                     reply_text(spec.INTERNAL_ERROR, reason), 0, 0))
         self.close()
+
+    def release_held(self, synced: int) -> None:
+        """Confirms one sync releases go out as one basic.ack multiple=true per channel."""
+        self.batching = batching = {}
+        try:
+            super().release_held(synced)
+        finally:
+            self.batching = None
+        for chan in batching:
+            chan.flush_confirms()
 
     def fail_held(self, token: int) -> None:
         if self.held and self.held[0][0] <= token:

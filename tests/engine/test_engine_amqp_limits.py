@@ -298,3 +298,30 @@ def test_no_local_is_ignored_as_rabbitmq_does() -> None:
     publish(a, "self", b"mine")
     net.run_until_idle()
     assert [d.body for d in a.of(spec.BasicDeliver)] == [b"mine"]
+
+
+# -- publisher confirms released by one sync are coalesced -------------------------------------------
+def test_confirms_released_by_one_sync_are_one_multiple_ack_and_nacks_keep_their_place() -> None:
+    from engine.testing import FakeStore
+
+    net = new_net(store=FakeStore(), auto_sync=False)
+    a = amqp(net)
+    a.call(spec.QueueDeclare(queue="dur", durable=True, arguments={"x-max-length": 3, "x-overflow": "reject-publish"},
+                             channel=1))
+    net.complete_syncs()
+    a.call(spec.ConfirmSelect(channel=1))
+    for i in range(5):
+        publish(a, "dur", b"%d" % i, delivery_mode=2)
+    net.run_until_idle()
+    assert not a.of(spec.BasicAck) and not a.of(spec.BasicNack)  # all wait for the fsync
+    net.complete_syncs()
+    got = [(type(m).__name__, m.delivery_tag, m.multiple) for m in a.received
+           if isinstance(m, (spec.BasicAck, spec.BasicNack))]
+    assert got == [("BasicAck", 3, True), ("BasicNack", 4, False), ("BasicNack", 5, False)]
+    # nothing held: a transient publish is confirmed at once, alone
+    a.call(spec.QueuePurge(queue="dur", channel=1))
+    net.complete_syncs()
+    publish(a, "dur", b"t")
+    net.run_until_idle()
+    last = a.received[-1]
+    assert isinstance(last, spec.BasicAck) and (last.delivery_tag, last.multiple) == (6, False)
