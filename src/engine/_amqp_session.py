@@ -286,6 +286,9 @@ class AmqpSession(Session):
     # -- memory alarm ---------------------------------------------------------------------------------
     def notify_blocked(self, on: bool) -> None:
         """RabbitMQ's connection.blocked / connection.unblocked, to clients that asked for them."""
+        if not on:
+            self.conn.peer_alive(self.broker.now)  # a full heartbeat grace from now on
+            self.broker.timer_dirty[self] = None
         if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
             self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
 
@@ -355,7 +358,10 @@ class AmqpSession(Session):
 
     def _on_peer_timed_out(self, event: Any) -> None:
         if self.mem_blocked:
-            return  # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too)
+            # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too); ours
+            # keep going out, and the grace period restarts when it is unblocked
+            self.conn.peer_alive(self.broker.now)
+            return
         self.close()
 
     def _on_heartbeat(self, event: Any) -> None:

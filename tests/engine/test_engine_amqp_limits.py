@@ -325,3 +325,34 @@ def test_confirms_released_by_one_sync_are_one_multiple_ack_and_nacks_keep_their
     net.run_until_idle()
     last = a.received[-1]
     assert isinstance(last, spec.BasicAck) and (last.delivery_tag, last.multiple) == (6, False)
+
+
+def test_blocked_amqp_publisher_is_not_timed_out_for_unread_heartbeats() -> None:
+    net = net_with(memory_high_watermark=KB)
+    c = net.connect(protocol="amqp")
+    assert isinstance(c, AmqpSimClient)
+    c.send(A.ProtocolHeader())
+    net.run_until_idle()
+    c.send(spec.ConnectionStartOk({"capabilities": {"connection.blocked": True}}, "PLAIN",
+                                  A.plain_response("guest", "guest"), "en_US"))
+    net.run_until_idle()
+    c.conn.config_heartbeat = 2  # type: ignore[attr-defined]
+    c.send(c.conn.tune_ok(c.last(spec.ConnectionTune)))  # type: ignore[attr-defined]
+    c.send(spec.ConnectionOpen("/"))
+    net.run_until_idle()
+    c.open_channel(1)
+    declare(c, "hb")
+    publish(c, "hb", b"h" * (2 * KB))
+    net.run_until_idle()
+    assert c.paused and c.of(spec.ConnectionBlocked)
+    net.advance(30.0)  # 2 s heartbeats: long past the 4 s the broker would allow a silent peer
+    assert not c.server_closed and not c.of(spec.ConnectionClose)
+    other = amqp(net)
+    other.call(spec.QueuePurge(queue="hb", channel=1))
+    assert not c.paused and c.of(spec.ConnectionUnblocked)
+    assert len(c.of(A.Heartbeat)) >= 10  # the broker kept sending its heartbeats meanwhile
+    net.advance(3.0)
+    assert not c.server_closed
+    c.auto_heartbeat = False  # a peer that goes silent once unblocked is still timed out
+    net.advance(10.0)
+    assert c.server_closed

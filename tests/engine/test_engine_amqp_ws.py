@@ -152,3 +152,34 @@ def test_chunked_transport_is_deterministic() -> None:
     first = run()
     assert first == [b"%d" % i * 50 for i in range(20)]
     assert run() == first
+
+
+def test_memory_alarm_blocks_an_amqp_publisher_inside_websocket() -> None:
+    from engine import Config, Limits
+
+    net = new_net(Config(limits=Limits(memory_high_watermark=1000)))
+    c = connect_ws_amqp(net)
+    c.send(A.ProtocolHeader())
+    net.run_until_idle()
+    c.send(spec.ConnectionStartOk({"capabilities": {"connection.blocked": True}}, "PLAIN",
+                                  A.plain_response("guest", "guest"), "en_US"))
+    net.run_until_idle()
+    c.send(c.conn.tune_ok(c.last(spec.ConnectionTune)))  # type: ignore[attr-defined]
+    c.send(spec.ConnectionOpen("/"))
+    net.run_until_idle()
+    c.open_channel(1)
+    c.call(spec.QueueDeclare(queue="big", channel=1))
+    c.send(spec.BasicPublish(routing_key="big", body=b"b" * 1500, channel=1))
+    net.run_until_idle()
+    assert c.paused and len(c.of(spec.ConnectionBlocked)) == 1
+    c.send(spec.BasicPublish(routing_key="big", body=b"queued in the socket", channel=1))
+    net.run_until_idle()
+    assert net.broker.model.vhosts["/"].queues["big"].count == 1
+    assert c.close_frame is None
+    other = net.connect(protocol="amqp")
+    other.amqp_open()
+    other.open_channel(1)
+    other.call(spec.QueuePurge(queue="big", channel=1))
+    net.run_until_idle()
+    assert not c.paused and len(c.of(spec.ConnectionUnblocked)) == 1
+    assert net.broker.model.vhosts["/"].queues["big"].count == 1  # the second publish went through
