@@ -441,7 +441,9 @@ class AmqpChannel:
             return 0.0
         broker = self.session.broker
         deadline = broker.now + ms / 1000.0
-        if self.timeout_key is None:
+        key = self.timeout_key
+        if key is None or deadline < key[0]:  # earlier only with a shorter x-consumer-timeout
+            broker.timers.cancel(key)
             self._arm(deadline)
         return deadline
 

@@ -356,3 +356,20 @@ def test_blocked_amqp_publisher_is_not_timed_out_for_unread_heartbeats() -> None
     c.auto_heartbeat = False  # a peer that goes silent once unblocked is still timed out
     net.advance(10.0)
     assert c.server_closed
+
+
+def test_a_shorter_queue_timeout_fires_before_an_armed_longer_one() -> None:
+    net = net_with(consumer_timeout=60_000)
+    a = amqp(net)
+    declare(a, "long")
+    declare(a, "short", **{"x-consumer-timeout": 2000})
+    publish(a, "long", b"l")
+    publish(a, "short", b"s")
+    net.run_until_idle()
+    a.call(spec.BasicGet(queue="long", channel=1))
+    net.advance(1.0)
+    a.call(spec.BasicGet(queue="short", channel=1))
+    net.advance(2.5)
+    close = a.last(spec.ChannelClose)
+    assert close is not None and "2000 ms" in close.reply_text
+    assert [net.broker.model.vhosts["/"].queues[n].count for n in ("long", "short")] == [1, 1]
