@@ -25,6 +25,11 @@ Errors. LocalProtocolError: we tried to send something invalid (state unchanged)
 RemoteProtocolError(msg, reply_code, hint): the peer did; ``hint`` is the ConnectionClose (hard
 error), ChannelClose (soft error, the channel alone is affected) or ProtocolHeader (wrong
 protocol header) to send; ``fatal`` says the stream cannot be parsed further.
+
+State. ``conn.state`` is one of the connection-state constants exported here (``AWAIT_HEADER``,
+``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``, ``CLOSED``).
+Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded ``T`` field holds;
+``to_timestamp(datetime | int)`` the seconds one encodes to.
 """
 
 from . import spec
@@ -41,9 +46,23 @@ from ._events import (
     ProtocolHeader,
     Role,
 )
-from ._readers import read_array, read_table, read_value
+from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
-from ._writers import write_array, write_table, write_value
+from ._state import (
+    AWAIT_HEADER,
+    AWAIT_OPEN,
+    AWAIT_OPEN_OK,
+    AWAIT_SECURE_OK,
+    AWAIT_SECURE_OR_TUNE,
+    AWAIT_START,
+    AWAIT_START_OK,
+    AWAIT_TUNE_OK,
+    CLOSED,
+    CLOSING_BY_CLIENT,
+    CLOSING_BY_SERVER,
+    OPEN,
+)
+from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
 __all__ = [
@@ -51,6 +70,10 @@ __all__ = [
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",
+    "from_timestamp", "to_timestamp",
+    "AWAIT_HEADER", "AWAIT_START", "AWAIT_START_OK", "AWAIT_SECURE_OR_TUNE", "AWAIT_SECURE_OK",
+    "AWAIT_TUNE_OK", "AWAIT_OPEN", "AWAIT_OPEN_OK", "OPEN", "CLOSING_BY_CLIENT", "CLOSING_BY_SERVER",
+    "CLOSED",
     "plain_response", "amqplain_response", "parse_sasl_response", "spec",
     *spec.__all__,
 ]

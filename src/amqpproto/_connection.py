@@ -194,6 +194,12 @@ class Connection:
             deadlines.append(self._last_recv + 2 * self.heartbeat)
         return min(deadlines) if deadlines else None
 
+    def peer_alive(self, now: float) -> None:
+        """Count the peer as heard from at ``now`` and re-arm a timed-out receive deadline: for a
+        server that stopped reading the peer on purpose (RabbitMQ's blocked connections)."""
+        self._last_recv = now
+        self._timed_out = False
+
     def handle_timer(self, now: float) -> None:
         """Queue HeartbeatDue / PeerTimedOut events whose deadlines have passed."""
         if not self.heartbeat or self.state is S.CLOSED:

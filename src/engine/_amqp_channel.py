@@ -1,7 +1,9 @@
 """One AMQP channel: exchange/queue/basic/confirm/tx methods mapped onto the model.
 
 A channel numbers its deliveries (delivery tags 1, 2, ... per channel) and keeps each one's model
-consumer and model tag, so ack/nack/reject (``multiple`` included) map back to the model. Errors
+consumer, model tag and ack deadline, so ack/nack/reject (``multiple`` included) map back to the
+model and RabbitMQ's consumer timeout can close the channel (one timer per channel, re-armed at
+the earliest deadline when it fires, so a delivery costs no timer of its own). Errors
 are raised as :class:`ChannelError` (the session closes this channel only) or the session's
 ``ConnectionError_`` (hard errors).
 """
@@ -23,6 +25,9 @@ __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError",
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 _EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+#: queue arguments compared by value on redeclare (a client may send 10 as a short or a long)
+_NUMERIC_ARGS = frozenset(("x-expires", "x-message-ttl", "x-max-length", "x-max-length-bytes", "x-max-priority",
+                           "x-delivery-limit", "x-consumer-timeout"))
 
 
 class ChannelError(Exception):
@@ -67,14 +72,15 @@ def _bool_arg(value: Any) -> bool:
 
 class AmqpChannel:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
-                 "confirm", "pub_seq", "tx", "getters", "flow_paused")
+                 "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
+                 "ack_batch")
 
     def __init__(self, session: "AmqpSession", channel_id: int) -> None:
         self.session = session
         self.id = channel_id
         self.consumers: dict[str, AmqpConsumer] = {}
-        #: channel delivery tag -> (model consumer, model tag); insertion (= tag) order
-        self.unacked: dict[int, tuple[Consumer, int]] = {}
+        #: channel delivery tag -> (model consumer, model tag, ack deadline or 0.0); tag order
+        self.unacked: dict[int, tuple[Consumer, int, float]] = {}
         self.next_tag = 0
         self.prefetch = 0  # basic.qos global=false: for consumers created afterwards
         self.global_prefetch = 0  # basic.qos global=true: shared by the channel's consumers
@@ -84,6 +90,12 @@ class AmqpChannel:
         self.tx: list[Callable[[], None]] | None = None
         self.getters: dict[Queue, _GetHolder] = {}
         self.flow_paused = False
+        #: the consumer-timeout timer, armed while deliveries with a deadline are unacked
+        self.timeout_key: tuple[float, int] | None = None
+        #: publisher confirms released together by one store sync: the highest sequence number
+        #: and how many, sent as one basic.ack with multiple=true (as RabbitMQ coalesces them)
+        self.ack_upto = 0
+        self.ack_batch = 0
 
     # -- plumbing -----------------------------------------------------------------------------------
     @property
@@ -113,12 +125,14 @@ class AmqpChannel:
         for c in consumers.values():
             model.cancel(c, requeue=True)
         # cancelled consumers and basic.get holders may still hold deliveries of this channel
-        holders = {c: None for c, _ in self.unacked.values() if c.unacked}
+        holders = {c: None for c, _, _ in self.unacked.values() if c.unacked}
         for holder in holders:
             model.return_unacked(holder, requeue=True)
         self.getters = {}
         self.unacked = {}
         self.tx = None
+        self.session.broker.timers.cancel(self.timeout_key)
+        self.timeout_key = None
 
     def _queue(self, name: str, method: type) -> Queue:
         q = self.vhost.queues.get(name)
@@ -268,7 +282,7 @@ class AmqpChannel:
         ours_args = q.args or {}
         for key in set(ours_args) | set(args or {}):
             if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
-                if key in ("x-expires", "x-message-ttl", "x-max-length", "x-max-priority") and \
+                if key in _NUMERIC_ARGS and \
                         str(ours_args.get(key)) == str((args or {}).get(key)):
                     continue
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{key}' for queue "
@@ -316,6 +330,8 @@ class AmqpChannel:
 
     # -- basic: consuming ---------------------------------------------------------------------------
     def on_qos(self, m: spec.BasicQos) -> None:
+        if m.prefetch_size:  # RabbitMQ: not implemented, a hard error (540)
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", type(m))
         if m.global_:
             self.global_prefetch = m.prefetch_count
             for c in self.consumers.values():
@@ -349,6 +365,7 @@ class AmqpChannel:
                 priority = int(m.arguments["x-priority"])
             except (TypeError, ValueError):
                 raise ChannelError(spec.PRECONDITION_FAILED, "invalid x-priority", type(m)) from None
+        # no_local is ignored, as RabbitMQ ignores it: a consumer gets its own connection's messages
         consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
         self.consumers[tag] = consumer
         if not m.nowait:
@@ -386,7 +403,7 @@ class AmqpChannel:
         self.next_tag += 1
         dtag = self.next_tag
         if not consumer.auto_ack:
-            self.unacked[dtag] = (consumer, tag)
+            self.unacked[dtag] = (consumer, tag, self._deadline(consumer.queue))
         msg = entry.msg
         self.send(spec.BasicDeliver(consumer.tag, dtag, entry.count > 0, msg.exchange, msg.routing_key,
                                     _props(msg), msg.body))
@@ -405,13 +422,52 @@ class AmqpChannel:
         self.next_tag += 1
         dtag = self.next_tag
         if not m.no_ack:
-            self.unacked[dtag] = (holder, tag)
+            self.unacked[dtag] = (holder, tag, self._deadline(q))
         msg = entry.msg
         self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, q.count,
                                   _props(msg), msg.body))
 
+    # -- consumer timeout -------------------------------------------------------------------------------
+    def _timeout_ms(self, q: Queue) -> int:
+        """x-consumer-timeout of the queue, else Limits.consumer_timeout (ms; 0 = none)."""
+        if q.args is not None and "x-consumer-timeout" in q.args:
+            return int(q.args["x-consumer-timeout"])
+        return self.session.broker.config.limits.consumer_timeout
+
+    def _deadline(self, q: Queue) -> float:
+        """When a delivery from ``q`` made now times out (0.0: never); arms the channel's timer."""
+        ms = self._timeout_ms(q)
+        if not ms:
+            return 0.0
+        broker = self.session.broker
+        deadline = broker.now + ms / 1000.0
+        key = self.timeout_key
+        if key is None or deadline < key[0]:  # earlier only with a shorter x-consumer-timeout
+            broker.timers.cancel(key)
+            self._arm(deadline)
+        return deadline
+
+    def _arm(self, deadline: float) -> None:
+        # the timer's argument is the session, so the broker guards the call as a session's
+        self.timeout_key = self.session.broker.timers.add(
+            deadline, lambda session, now: self._check_timeouts(now), self.session)
+
+    def _check_timeouts(self, now: float) -> None:
+        self.timeout_key = None
+        earliest = 0.0
+        for _, _, deadline in self.unacked.values():
+            if deadline and (not earliest or deadline < earliest):
+                earliest = deadline
+        if not earliest:
+            return
+        if earliest <= now:
+            q = next(c.queue for c, _, d in self.unacked.values() if d == earliest)
+            self.session.channel_timed_out(self, self._timeout_ms(q))
+            return
+        self._arm(earliest)
+
     # -- basic: acknowledgements --------------------------------------------------------------------
-    def _take(self, tag: int, multiple: bool, method: type) -> list[tuple[Consumer, int]]:
+    def _take(self, tag: int, multiple: bool, method: type) -> list[tuple[Consumer, int, float]]:
         unacked = self.unacked
         if multiple:
             if tag == 0:
@@ -431,10 +487,10 @@ class AmqpChannel:
             raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
         return [item]
 
-    def _settle(self, items: list[tuple[Consumer, int]], requeue: bool | None) -> None:
+    def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
         model = self.session.broker.model
         # nacks go back in reverse so requeued messages keep their order at the head
-        for consumer, mtag in (items if requeue is None else reversed(items)):
+        for consumer, mtag, _ in (items if requeue is None else reversed(items)):
             if requeue is None:
                 model.ack(consumer, mtag)
             else:
@@ -487,7 +543,7 @@ class AmqpChannel:
         persistent = False
         if props is not None:
             if props.priority is not None:
-                priority = max(0, min(9, props.priority))
+                priority = props.priority  # an octet; only queues with x-max-priority use it
             if props.expiration is not None:
                 try:
                     ms = int(props.expiration)
@@ -508,6 +564,7 @@ class AmqpChannel:
                     raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
                 headers["reply-to"] = name
         model = session.broker.model
+        model.publishes += 1  # the broker blocks publishing connections under the memory alarm
         msg = Message(model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
         mandatory = m.mandatory
@@ -540,8 +597,15 @@ class AmqpChannel:
                     targets[t] = None
         before = model.store_writes
         refused = False
+        plain = msg
+        if msg.priority:
+            # RabbitMQ: a queue without x-max-priority ignores priority (the model caps it for
+            # those with one), so they get a priority-0 twin (same id, headers and body)
+            plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
+                            msg.persistent)
         for t in targets:
-            if not model.enqueue(t, msg):
+            args = t.args
+            if not model.enqueue(t, msg if args and "x-max-priority" in args else plain):
                 refused = True  # x-overflow reject-publish: the publisher gets a nack
         if not targets and mandatory:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, _props(msg), msg.body))
@@ -550,10 +614,27 @@ class AmqpChannel:
             chan_id = self.id
 
             def confirm() -> None:
-                if session.channels.get(chan_id) is self:
-                    self.send(spec.BasicNack(seq, False, False) if refused else spec.BasicAck(seq, False))
+                if session.channels.get(chan_id) is not self:
+                    return
+                if refused:
+                    self.flush_confirms()
+                    self.send(spec.BasicNack(seq, False, False))
+                elif session.batching is not None:  # released by a sync: coalesce
+                    self.ack_upto = seq
+                    self.ack_batch += 1
+                    session.batching[self] = None
+                else:
+                    self.send(spec.BasicAck(seq, False))
 
             session.after_sync(wrote, confirm)
+
+    def flush_confirms(self) -> None:
+        """Send the coalesced acks: every sequence number up to ``ack_upto`` not yet confirmed
+        (confirms are released in publish order, so none of them is missing)."""
+        if self.ack_batch:
+            n, self.ack_batch = self.ack_batch, 0
+            if self.session.channels.get(self.id) is self:
+                self.send(spec.BasicAck(self.ack_upto, n > 1))
 
     def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
         if self.tx is not None:

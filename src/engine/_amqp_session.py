@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import amqpproto as A
 from amqpproto import spec
-from amqpproto._state import AWAIT_HEADER, AWAIT_START
+from amqpproto import AWAIT_HEADER, AWAIT_START
 
 from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from ._message import Entry
@@ -75,7 +75,7 @@ _CODE_NAMES = {
 
 class AmqpSession(Session):
     __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
-                 "cancel_notify", "mechanism", "reply_to", "close_deadline")
+                 "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(broker, conn_id, peer)
@@ -91,11 +91,15 @@ class AmqpSession(Session):
         #: exclusive queues this connection declared (deleted with it)
         self.exclusive: dict[Queue, None] = {}
         self.cancel_notify = False
+        #: the client advertised capability ``connection.blocked``
+        self.blocked_notify = False
         self.mechanism = ""
         #: the direct reply-to pseudo-queue of this connection (amq.rabbitmq.reply-to.*), if any
         self.reply_to: str | None = None
         #: after our connection.close, when we stop waiting for the peer's close-ok
         self.close_deadline: float | None = None
+        #: while a store sync releases held confirms: channels with acks to coalesce
+        self.batching: dict[AmqpChannel, None] | None = None
 
     def __repr__(self) -> str:
         return f"AmqpSession(conn_id={self.conn_id})"
@@ -248,6 +252,16 @@ class AmqpSession(Session):
                                                     reply_text(spec.INTERNAL_ERROR, reason), 0, 0))
         self.close()
 
+    def release_held(self, synced: int) -> None:
+        """Confirms one sync releases go out as one basic.ack multiple=true per channel."""
+        self.batching = batching = {}
+        try:
+            super().release_held(synced)
+        finally:
+            self.batching = None
+        for chan in batching:
+            chan.flush_confirms()
+
     def fail_held(self, token: int) -> None:
         if self.held and self.held[0][0] <= token:
             self.close_with(spec.INTERNAL_ERROR, "the message store could not persist a message")
@@ -267,7 +281,26 @@ class AmqpSession(Session):
         consumer.channel.consumer_cancelled(consumer)
 
     def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
-        pass  # the channel keeps the tag; a late ack of it is ignored
+        pass  # a message's own (STOMP ack-timeout) timeout: the channel keeps the tag, a late ack is ignored
+
+    # -- memory alarm ---------------------------------------------------------------------------------
+    def notify_blocked(self, on: bool) -> None:
+        """RabbitMQ's connection.blocked / connection.unblocked, to clients that asked for them."""
+        if not on:
+            self.conn.peer_alive(self.broker.now)  # a full heartbeat grace from now on
+            self.broker.timer_dirty[self] = None
+        if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
+            self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
+
+    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None:
+        """An unacked delivery outlived the consumer timeout: close its channel with 406 (its
+        deliveries are requeued), as RabbitMQ's consumer_timeout does."""
+        if self.channels.get(chan.id) is not chan or self.closing:
+            return
+        self._channel_error(chan.id, ChannelError(
+            spec.PRECONDITION_FAILED, f"delivery acknowledgement on channel {chan.id} timed out. Timeout "
+            f"value used: {timeout_ms} ms. This timeout value can be configured, see consumers doc guide "
+            "to learn more"))
 
     # -- connection methods -----------------------------------------------------------------------
     def _on_header(self, event: A.ProtocolHeader) -> None:
@@ -277,6 +310,7 @@ class AmqpSession(Session):
         self.client_properties = m.client_properties or {}
         caps = self.client_properties.get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         mechanism = m.mechanism
         self.mechanism = mechanism
         if mechanism not in ("PLAIN", "AMQPLAIN"):
@@ -322,6 +356,14 @@ class AmqpSession(Session):
     def _on_closed(self, event: Any) -> None:
         self.close()
 
+    def _on_peer_timed_out(self, event: Any) -> None:
+        if self.mem_blocked:
+            # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too); ours
+            # keep going out, and the grace period restarts when it is unblocked
+            self.conn.peer_alive(self.broker.now)
+            return
+        self.close()
+
     def _on_heartbeat(self, event: Any) -> None:
         pass
 
@@ -344,7 +386,7 @@ _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {
     spec.ConnectionClose: AmqpSession._on_close,
     spec.ConnectionCloseOk: AmqpSession._on_close_ok,
     A.ConnectionClosed: AmqpSession._on_closed,
-    A.PeerTimedOut: AmqpSession._on_closed,
+    A.PeerTimedOut: AmqpSession._on_peer_timed_out,
     A.Heartbeat: AmqpSession._on_heartbeat,
     A.HeartbeatDue: AmqpSession._on_heartbeat_due,
     spec.ConnectionBlocked: AmqpSession._on_ignored,

@@ -68,6 +68,8 @@ class Broker:
         self.timer_dirty: dict[Session, None] = {}
         self._store_writes_seen = 0
         self._name_seq = 0
+        #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
+        self.mem_alarm = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
         _register_sessions()
@@ -92,7 +94,14 @@ class Broker:
         self._enter(now)
         session = self.sessions.get(conn_id)
         if session is not None:
+            publishes = self.model.publishes
             self._guarded(session, session.data_received, data)
+            if self.model.publishes != publishes:
+                session.published = True
+                if self.mem_alarm or self._over_watermark():
+                    # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
+                    # (_settle raises the alarm for the other publishers)
+                    self._guarded(session, session.memory_alarm, True)
         self._settle()
 
     def connection_lost(self, conn_id: int, now: float) -> None:
@@ -227,8 +236,23 @@ class Broker:
             self.now = now
         self.model.now = self.now
 
+    def _over_watermark(self) -> bool:
+        mark = self.config.limits.memory_high_watermark
+        return bool(mark) and self.model.queued_bytes > mark
+
+    def _check_memory(self) -> None:
+        """Raise or clear the memory alarm; publishing connections are blocked while it is on."""
+        over = self._over_watermark()
+        if over == self.mem_alarm:
+            return
+        self.mem_alarm = over
+        for session in list(self.sessions.values()):
+            if session.published:
+                self._guarded(session, session.memory_alarm, over)
+
     def _settle(self) -> None:
         self.model.dispatch()
+        self._check_memory()
         while self.timer_dirty:
             session = next(iter(self.timer_dirty))
             del self.timer_dirty[session]

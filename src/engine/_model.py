@@ -125,7 +125,7 @@ class Queue:
 
     __slots__ = (
         "vhost", "name", "durable", "auto_delete", "exclusive_owner", "args",
-        "_q0", "_hi", "count", "consumers", "_rr", "bindings",
+        "_q0", "_hi", "count", "bytes", "consumers", "_rr", "bindings",
     )
 
     def __init__(self, vhost: "VHost", name: str, durable: bool = False, auto_delete: bool = False,
@@ -138,8 +138,9 @@ class Queue:
         self.args = args
         self._q0: deque[Entry] | None = None  # priority 0
         self._hi: dict[int, deque[Entry]] | None = None  # priorities 1..9, created per used level
-        #: ready (not unacked, not expired) messages
+        #: ready (not unacked, not expired) messages, and their body bytes (x-max-length-bytes)
         self.count = 0
+        self.bytes = 0
         self.consumers: list[Consumer] | None = None
         self._rr = 0
         #: bindings to this queue: (exchange, key, args); needed to unbind on delete
@@ -164,10 +165,12 @@ class Queue:
     def push(self, entry: Entry) -> None:
         self._level(entry.msg.priority).append(entry)
         self.count += 1
+        self.bytes += len(entry.msg.body)
 
     def push_front(self, entry: Entry) -> None:
         self._level(entry.msg.priority).appendleft(entry)
         self.count += 1
+        self.bytes += len(entry.msg.body)
 
     def pop(self) -> Entry | None:
         """The next ready entry (highest priority first, FIFO within a level), skipping gone ones."""
@@ -189,6 +192,7 @@ class Queue:
             if entry.state != READY:
                 continue  # removed in place (expired) and skipped lazily
             self.count -= 1
+            self.bytes -= len(entry.msg.body)
             self._trim()
             return entry
         self._trim()
@@ -226,8 +230,11 @@ class Queue:
         return sum(len(c.unacked) for c in self.consumers or () if c.unacked)
 
 
-#: queue arguments holding a non-negative integer (milliseconds or a count)
-_INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-expires", "x-delivery-limit")
+#: queue arguments holding a non-negative integer (milliseconds, a count or bytes)
+_INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-max-length-bytes", "x-expires", "x-delivery-limit",
+                   "x-max-priority", "x-consumer-timeout")
+#: RabbitMQ's ceiling for x-max-priority
+MAX_PRIORITY = 255
 #: x-overflow values (RabbitMQ's): what a full x-max-length queue does with a new message
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
@@ -243,7 +250,7 @@ def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
                 value = int(out[name])
             except (TypeError, ValueError):
                 raise PreconditionFailed(f"invalid arg '{name}': {out[name]!r} is not an integer") from None
-            if value < 0 or (name == "x-expires" and value == 0):
+            if value < 0 or (name == "x-expires" and value == 0) or (name == "x-max-priority" and value > MAX_PRIORITY):
                 raise PreconditionFailed(f"invalid arg '{name}': {value} is out of range")
             out[name] = value
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
@@ -252,6 +259,16 @@ def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
         raise PreconditionFailed(f"invalid arg 'x-overflow': {out['x-overflow']!r}")
     return out
+
+
+def _over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> bool:
+    """Whether ``q`` holding ``more`` further ready messages of ``more_bytes`` would pass its
+    x-max-length / x-max-length-bytes (RabbitMQ counts ready messages and their body bytes)."""
+    max_len = args.get("x-max-length")
+    if max_len is not None and q.count + more > max_len:
+        return True
+    max_bytes = args.get("x-max-length-bytes")
+    return max_bytes is not None and q.bytes + more_bytes > max_bytes
 
 
 def _consumer_priority(c: Any) -> int:
@@ -309,6 +326,11 @@ class Model:
         self._prio_queues: dict[Queue, None] = {}
         #: writes to a store that needs sync (the broker turns new ones into a sync token)
         self.store_writes = 0
+        #: body bytes of every message held in a queue (ready or unacked; light subscriptions
+        #: excluded), once per queue: what the broker's memory watermark compares against
+        self.queued_bytes = 0
+        #: publish operations so far (the broker notes which connections publish)
+        self.publishes = 0
         #: most messages a light subscription holds (ready + unacked) before dropping (see _light)
         self.light_limit = 10_000
         #: light subscriptions that dropped messages -> how many; and the total over all of them
@@ -517,6 +539,7 @@ class Model:
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None:
             raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+        self.publishes += 1
         queues = self.route(vhost, exchange, msg.routing_key, msg.headers)
         for q in queues:
             self.enqueue(q, msg)
@@ -532,17 +555,22 @@ class Model:
         expires = msg.expires_at
         args = q.args
         if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
-            max_len = args.get("x-max-length")
-            if max_len is not None and q.count >= max_len:
+            if _over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
                     self._dead_letter(q, Entry(msg, count), "maxlen")
                 return False
-        if args and persist:
-            ttl = args.get("x-message-ttl")
-            if ttl is not None:
-                qexp = self.now + ttl / 1000.0
-                expires = qexp if expires is None else min(expires, qexp)
+        if args:
+            cap = args.get("x-max-priority")
+            if cap is not None and msg.priority > cap:  # RabbitMQ: above the maximum counts as it
+                msg = Message(msg.id, msg.exchange, msg.routing_key, msg.headers, msg.body, cap,
+                              msg.expires_at, msg.persistent, msg.ack_timeout)
+            if persist:
+                ttl = args.get("x-message-ttl")
+                if ttl is not None:
+                    qexp = self.now + ttl / 1000.0
+                    expires = qexp if expires is None else min(expires, qexp)
         entry = Entry(msg, count, expires)
+        self.queued_bytes += len(msg.body)
         if persist and msg.persistent and q.durable:
             self.store.enqueue(q.vhost.name, q.name, msg)
             self._store_write()
@@ -552,14 +580,12 @@ class Model:
         q.push(entry)
         if expires is not None:
             entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
-        if args:
-            max_len = args.get("x-max-length")
-            if max_len is not None:
-                while q.count > max_len:
-                    head = q.pop()
-                    if head is None:
-                        break
-                    self._remove_ready(q, head, "maxlen")
+        if args and ("x-max-length" in args or "x-max-length-bytes" in args):
+            while _over_limits(q, args, 0, 0):  # drop-head (reject-publish never gets here over)
+                head = q.pop()
+                if head is None:
+                    break
+                self._remove_ready(q, head, "maxlen")
         self._dirty[q] = None
         return True
 
@@ -689,7 +715,9 @@ class Model:
             self._light_return(q, entry)
             return
         if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
-            entry.state = GONE
+            if entry.state != GONE:
+                self.queued_bytes -= len(entry.msg.body)
+                entry.state = GONE
             return
         entry.count += 1
         limit = q.args.get("x-delivery-limit") if q.args else None
@@ -760,7 +788,6 @@ class Model:
             self._next_tag += 1
             tag = self._next_tag
             if chosen.auto_ack:
-                entry.state = GONE
                 self._forget(q, entry)
             else:
                 entry.state = UNACKED
@@ -897,6 +924,8 @@ class Model:
 
     # -- leaving a queue ---------------------------------------------------------------------------
     def _forget(self, q: Queue, entry: Entry) -> None:
+        if entry.state != GONE and not isinstance(q, LightConsumer):
+            self.queued_bytes -= len(entry.msg.body)
         entry.state = GONE
         if entry.timer is not None:
             self.timers.cancel(entry.timer)
@@ -922,6 +951,7 @@ class Model:
         entry.timer = None
         if entry.state == READY:
             q.count -= 1  # the entry stays in its deque, marked gone, and is skipped by pop()
+            q.bytes -= len(entry.msg.body)
             self._expire(q, entry)
             q.drop_gone_heads(entry.msg.priority)
 

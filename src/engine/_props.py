@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqpproto import BasicProperties
-from amqpproto._readers import from_timestamp  # TODO(lead): export publicly from amqpproto
+from amqpproto import BasicProperties, from_timestamp
 
 __all__ = ["PROPERTY_HEADERS", "props_to_headers", "headers_to_props", "stomp_value"]
 
@@ -81,8 +80,9 @@ def headers_to_props(headers: dict[str, Any], persistent: bool, priority: int) -
         seconds = _int(ts) if ts is not None else None
         if seconds is not None and 0 <= seconds < 2**64:
             props.timestamp = from_timestamp(seconds)
-        if "priority" in headers:
-            props.priority = max(0, min(255, priority))
+        if "priority" in headers:  # as published (a queue's x-max-priority caps only the order)
+            value = _int(headers["priority"])
+            props.priority = max(0, min(255, priority if value is None else value))
     if persistent:
         props.delivery_mode = 2
     return props

@@ -1,5 +1,13 @@
 """What every protocol session shares: outbound accounting (back-pressure), its codec timer in the
-broker's timer queue, receipts held until the store is synced, and closing."""
+broker's timer queue, receipts held until the store is synced, the memory alarm, and closing.
+
+Reading from a connection is paused for any of three reasons, each a flag: ``out_paused`` (the
+client does not read what we send), ``held_paused`` (too many receipts wait for the store) and
+``mem_blocked`` (the broker's queued message bytes are over ``Limits.memory_high_watermark`` and
+this connection publishes, as RabbitMQ's memory alarm). ``update_reading`` turns their union into
+one PauseReading/ResumeReading edge; a session carried inside another (AMQP or STOMP inside
+WebSocket) defers to its carrier, which owns the socket.
+"""
 
 from __future__ import annotations
 
@@ -23,11 +31,15 @@ class Carrier(Protocol):
     def carried_closed(self) -> None:
         """The nested session closed itself: end the outer protocol, then close the connection."""
 
+    def update_reading(self) -> None:
+        """A pause reason of the nested session changed: pause or resume the socket."""
+
 
 class Session:
     __slots__ = (
         "broker", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
-        "held", "held_paused", "out_paused", "carrier", "__weakref__",
+        "held", "held_paused", "out_paused", "carrier", "mem_blocked", "published", "reading_paused",
+        "__weakref__",
     )
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
@@ -49,6 +61,12 @@ class Session:
         self.held_paused = False
         #: set when this session runs inside another one's transport: output and close go through it
         self.carrier: Carrier | None = None
+        #: blocked by the memory alarm: not read until the broker's queued bytes drop below the mark
+        self.mem_blocked = False
+        #: this connection has published (only publishers are blocked by the memory alarm)
+        self.published = False
+        #: a PauseReading is in force for this connection
+        self.reading_paused = False
 
     # -- to implement ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -99,16 +117,14 @@ class Session:
             # buffer: a client that sends but never reads is paused before that grows unbounded.
             if not self.out_paused and self.outbound > 2 * limit:
                 self.out_paused = True
-                if not self.held_paused:
-                    self.broker.pause_reading(self.conn_id)
+                self.update_reading()
 
     def bytes_sent(self, nbytes: int) -> None:
         self.outbound = max(0, self.outbound - nbytes)
         limit = self.broker.config.limits.max_outbound_buffer
         if self.out_paused and self.outbound <= limit:
             self.out_paused = False
-            if not self.held_paused:
-                self.broker.resume_reading(self.conn_id)
+            self.update_reading()
         if self.blocked and self.outbound <= limit // 2:
             self.blocked = False
             self.broker.model.owner_unblocked(self.consumers())
@@ -183,8 +199,7 @@ class Session:
         if not self.held_paused and len(self.held) > broker.config.limits.max_pending_receipts:
             # a client pipelining receipts faster than the store syncs: stop reading it
             self.held_paused = True
-            if not self.out_paused:
-                broker.pause_reading(self.conn_id)
+            self.update_reading()
 
     def release_held(self, synced: int) -> None:
         held = self.held
@@ -197,5 +212,34 @@ class Session:
             not held or len(held) <= self.broker.config.limits.max_pending_receipts // 2
         ):
             self.held_paused = False
-            if not self.out_paused:
+            self.update_reading()
+
+    # -- reading pauses and the memory alarm ------------------------------------------------------------
+    def wants_pause(self) -> bool:
+        return self.out_paused or self.held_paused or self.mem_blocked
+
+    def update_reading(self) -> None:
+        """Emit PauseReading/ResumeReading when the union of the pause reasons changed."""
+        if self.carrier is not None:
+            self.carrier.update_reading()
+            return
+        if self.closed:
+            return
+        want = self.wants_pause()
+        if want != self.reading_paused:
+            self.reading_paused = want
+            if want:
+                self.broker.pause_reading(self.conn_id)
+            else:
                 self.broker.resume_reading(self.conn_id)
+
+    def memory_alarm(self, on: bool) -> None:
+        """The broker's memory alarm changed while this connection publishes: block or unblock it."""
+        if self.mem_blocked == on or self.closed:
+            return
+        self.mem_blocked = on
+        self.notify_blocked(on)
+        self.update_reading()
+
+    def notify_blocked(self, on: bool) -> None:
+        """Tell the client, if its protocol can (AMQP connection.blocked/unblocked)."""

@@ -329,6 +329,8 @@ class StompSession(Session):
         self.close()
 
     def _on_timed_out(self, event: PeerTimedOut) -> None:
+        if self.mem_blocked:
+            return  # the memory alarm stopped us reading its heart-beats: not the client's fault
         self.close()
 
     def _on_heartbeat(self, event: Heartbeat) -> None:

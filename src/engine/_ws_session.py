@@ -1,30 +1,34 @@
-"""STOMP over WebSocket, RabbitMQ Web-STOMP compatible: the ``"ws"`` protocol.
+"""STOMP and AMQP 0-9-1 over WebSocket: the ``"ws"`` protocol.
 
 The server hands this session the raw bytes of a socket accepted on the WebSocket listener. A
 server-role ``wsframe`` connection runs the HTTP upgrade and the framing; once the upgrade is
-accepted, an unchanged :class:`StompSession` runs inside it with this session as its *carrier*
-(``Session.carrier``): every message payload (text or binary) is fed to the STOMP codec, which
-buffers across messages, and every chunk the STOMP session writes goes out as one message. Bytes
-are counted after framing, so back-pressure sees what the socket really has to carry.
+accepted, an unchanged protocol session runs inside it with this session as its *carrier*
+(``Session.carrier``): every message payload is fed to the inner session's codec, which buffers
+across messages (a frame may be split over several messages, a message may hold several frames),
+and every chunk the inner session writes goes out as one message. Bytes are counted after framing,
+so back-pressure sees what the socket really has to carry.
 
-Handshake policy (as RabbitMQ's Web-STOMP plugin):
+The inner protocol follows the subprotocol:
 
-- paths ``/ws`` (and ``/stomp/websocket``, the raw-WebSocket path of the SockJS endpoint); any other
-  path gets 404; an HTTP request that is not an upgrade gets 426 (the codec's answer), a malformed
-  upgrade the codec's 400/405/426.
-- subprotocol: the highest of ``v12.stomp``/``v11.stomp``/``v10.stomp`` the client offered; none
-  offered means plain STOMP with no ``Sec-WebSocket-Protocol`` in the answer. ``amqp`` is reserved
-  for an AMQP-over-WebSocket session not written yet: an offer of ``amqp`` without any STOMP
-  subprotocol is refused with 400. Other unknown-only offers are accepted without a subprotocol
-  (the client then fails the connection itself, RFC 6455 4.1).
-- permessage-deflate is accepted when offered (browsers always offer it).
-- a connection that has not completed its upgrade request within ``HANDSHAKE_TIMEOUT`` is closed.
+- STOMP (as RabbitMQ's Web-STOMP plugin): the highest of ``v12.stomp``/``v11.stomp``/``v10.stomp``
+  the client offered; none offered means plain STOMP with no ``Sec-WebSocket-Protocol`` in the
+  answer. Output goes out as text messages (binary when a chunk is not UTF-8). Unknown-only offers
+  are accepted without a subprotocol (the client then fails the connection itself, RFC 6455 4.1).
+- AMQP 0-9-1 (as LavinMQ): subprotocol ``amqp`` offered without a STOMP one. The inner session is
+  an :class:`AmqpSession`; its output goes out as binary messages.
 
-Closing: when the STOMP session closes (DISCONNECT after its RECEIPT, ERROR, heart-beat timeout) a
-Close 1000 goes out and the connection closes when the client's Close answers it (or at EOF, or after
-``CLOSE_TIMEOUT``): closing TCP at once would make the client's Close meet a reset and browsers report
-an unclean close (RFC 6455 7.1.1: the server should wait for the client to answer). A client Close (or EOF) is fed to the STOMP session
-as a transport EOF (its unacked messages are requeued), then the Close is answered. A WebSocket-level
+Handshake policy: paths ``/ws`` (and ``/stomp/websocket``, the raw-WebSocket path of the SockJS
+endpoint, and ``/ws/amqp``, ``/amqp`` for AMQP clients); any other path gets 404; an HTTP request
+that is not an upgrade gets 426 (the codec's answer), a malformed upgrade the codec's 400/405/426.
+permessage-deflate is accepted when offered (browsers always offer it). A connection that has not
+completed its upgrade request within ``HANDSHAKE_TIMEOUT`` is closed.
+
+Closing: when the inner session closes (STOMP DISCONNECT after its RECEIPT, ERROR, heart-beat
+timeout; AMQP connection.close-ok) a Close 1000 goes out and the connection closes when the
+client's Close answers it (or at EOF, or after ``CLOSE_TIMEOUT``): closing TCP at once would make
+the client's Close meet a reset and browsers report an unclean close (RFC 6455 7.1.1: the server
+should wait for the client to answer). A client Close (or EOF) is fed to the inner session as a
+transport EOF (its unacked messages are requeued), then the Close is answered. A WebSocket-level
 error sends the codec's Close hint (1002, 1007, 1009) and closes.
 """
 
@@ -53,6 +57,7 @@ from wsframe import (
     choose_subprotocol,
 )
 
+from ._amqp_session import AmqpSession
 from ._model import Consumer
 from ._session import Session
 from ._stomp_session import StompSession
@@ -62,8 +67,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WsSession", "WS_PATHS"]
 
-#: request paths (query string ignored) that upgrade to STOMP over WebSocket
-WS_PATHS = ("/ws", "/stomp/websocket")
+#: request paths (query string ignored) that upgrade to STOMP or AMQP over WebSocket
+WS_PATHS = ("/ws", "/stomp/websocket", "/ws/amqp", "/amqp")
 #: seconds a connection may take to complete its upgrade request (slow or silent clients)
 HANDSHAKE_TIMEOUT = 30.0
 #: seconds to wait for the client's answer to our Close before closing the TCP connection anyway
@@ -73,9 +78,9 @@ _CAN_SEND = frozenset((ConnectionState.OPEN, ConnectionState.CLIENT_CLOSING))
 
 
 class WsSession(Session):
-    """The carrier: a WebSocket connection around an inner STOMP session (created on upgrade)."""
+    """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
-    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline")
+    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline", "binary")
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(broker, conn_id, peer)
@@ -88,6 +93,8 @@ class WsSession(Session):
         self.handshake_deadline: float | None = broker.now + HANDSHAKE_TIMEOUT
         #: set once our Close is out: when to stop waiting for the client's answer
         self.close_deadline: float | None = None
+        #: the inner protocol is binary (AMQP): its output goes out as binary messages
+        self.binary = False
 
     def __repr__(self) -> str:
         return f"WsSession(conn_id={self.conn_id})"
@@ -112,17 +119,19 @@ class WsSession(Session):
 
     def _on_request(self, request: Request) -> None:
         if request.path.partition("?")[0] not in WS_PATHS:
-            self._reject(404, b"no WebSocket endpoint here; STOMP is on /ws\n")
+            self._reject(404, b"no WebSocket endpoint here; STOMP and AMQP are on /ws\n")
             return
         offered = request.subprotocols
         subprotocol = choose_subprotocol(offered, STOMP_SUBPROTOCOLS)
+        factory: type[Session] = StompSession
         if subprotocol is None and AMQP_SUBPROTOCOL in offered:
-            self._reject(400, b"AMQP over WebSocket is not supported yet; offer v12.stomp\n")
-            return
+            subprotocol = AMQP_SUBPROTOCOL
+            factory = AmqpSession
+            self.binary = True
         self._send(AcceptConnection(subprotocol=subprotocol))
         self.handshake_deadline = None
         self.broker.timer_dirty[self] = None
-        inner = StompSession(self.broker, self.conn_id, self.peer)
+        inner = factory(self.broker, self.conn_id, self.peer)
         inner.carrier = self
         inner.blocked = self.blocked
         self.inner = inner
@@ -147,7 +156,8 @@ class WsSession(Session):
         pass
 
     def _on_close(self, close: CloseConnection) -> None:
-        # a Close frame, or code 1006 for EOF without one: for STOMP both are the transport ending
+        # a Close frame, or code 1006 for EOF without one: for the inner protocol both are the
+        # transport ending
         self.peer_close = close
         inner = self.inner
         if inner is not None and not inner.closed:
@@ -170,6 +180,9 @@ class WsSession(Session):
     def carry(self, data: bytes) -> None:
         if self.closed or self.ws.state not in _CAN_SEND:
             return  # the client's Close or EOF came first: nothing more can reach it
+        if self.binary:
+            self._send(BytesMessage(data))
+            return
         try:
             event: TextMessage | BytesMessage = TextMessage(data.decode("utf-8"))
         except UnicodeDecodeError:  # a text message must be valid UTF-8 (RFC 6455 8.1)
@@ -205,6 +218,15 @@ class WsSession(Session):
         if self.inner is not None:
             self.inner.blocked = self.blocked
 
+    def wants_pause(self) -> bool:
+        inner = self.inner
+        return super().wants_pause() or (inner is not None and not inner.closed and inner.wants_pause())
+
+    def memory_alarm(self, on: bool) -> None:
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.memory_alarm(on)  # the inner protocol tells its client; the socket pauses here
+
     # -- lifecycle -----------------------------------------------------------------------------------
     def consumers(self) -> list[Consumer]:
         return self.inner.consumers() if self.inner is not None else []
@@ -217,7 +239,7 @@ class WsSession(Session):
     def abort(self, reason: str) -> None:
         inner = self.inner
         if inner is not None and not inner.closed:
-            inner.abort(reason)  # STOMP ERROR, then Close 1000 through carried_closed
+            inner.abort(reason)  # STOMP ERROR / AMQP connection.close, then Close 1000 through carried_closed
         if not self.closed:
             if self.ws.state in _CAN_SEND:
                 self._send(CloseConnection(CloseReason.INTERNAL_ERROR, reason[:100]))

@@ -48,6 +48,14 @@ class Limits:
     #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
     #: oldest ready one (RabbitMQ would keep queueing; see engine._light)
     max_topic_buffer: int = 10_000
+    #: bytes of message bodies held in queues (ready + unacked, counted per queue) above which the
+    #: memory alarm goes on, as RabbitMQ's vm_memory_high_watermark: connections that publish are
+    #: blocked (AMQP connection.blocked, reading paused) until it drops back to or below; 0 = off.
+    #: The engine's own byte count, not the process RSS, so the broker stays deterministic.
+    memory_high_watermark: int = 1024 * 1024 * 1024
+    #: milliseconds an AMQP delivery may stay unacknowledged before its channel is closed with
+    #: 406 and its deliveries requeued (RabbitMQ's consumer_timeout); 0 = off
+    consumer_timeout: int = 30 * 60 * 1000
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from .bench.options import EPILOG as BENCH_EPILOG
 from .bench.options import add_arguments as add_bench_arguments
 
-__all__ = ["main", "parse_address", "build_parser"]
+__all__ = ["main", "parse_address", "parse_bytes", "build_parser"]
 
 #: one row per wire protocol the broker speaks: (protocol string given to the broker, default
 #: port, listening unless disabled?). A new listener (e.g. ("amqp", 5672, True)) is one more row.
@@ -44,6 +44,19 @@ def parse_address(text: str, default_port: int) -> tuple[str, int]:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"bad port in {text!r}")
     return host or DEFAULT_HOST, int(port)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
+
+
+def parse_bytes(text: str) -> int:
+    """``536870912``, ``512MiB``, ``1GB`` -> bytes (as RabbitMQ's absolute watermark units)."""
+    t = text.strip().upper()
+    digits = t.rstrip("BKMGI")
+    unit = t[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 1073741824, 512MiB, 2GB)")
+    return int(digits) * _UNITS[unit]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="on: receipts/confirms of persistent messages wait for fsync (default); off: faster, unsafe",
     )
     serve.add_argument(
+        "--memory-high-watermark",
+        metavar="BYTES",
+        type=parse_bytes,
+        help="queued message bytes above which publishing connections are blocked "
+        "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         type=str.lower,
@@ -110,6 +130,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         config = Config.from_file(args.config) if args.config else Config()
     except (OSError, ValueError, KeyError, TypeError) as exc:  # TOMLDecodeError: a ValueError
         parser.error(f"cannot load config {args.config}: {exc}")
+    if args.memory_high_watermark is not None:
+        config.limits.memory_high_watermark = args.memory_high_watermark
     try:
         store = make_store(args.data if args.store == "segment" else None, sync=args.sync == "on")
     except (OSError, StoreError) as exc:

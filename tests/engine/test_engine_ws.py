@@ -63,12 +63,15 @@ def test_subprotocol_choice_and_stomp_works(offered, chosen):
     assert isinstance(c.stomp_connect(), Connected)
 
 
-def test_amqp_only_is_refused_for_now():
+def test_amqp_only_offer_gets_the_amqp_session():
+    """An ``amqp``-only offer runs AMQP 0-9-1 inside (tests/engine/test_engine_amqp_ws.py drives it)."""
     net = new_net()
     c = net.connect_ws(subprotocols=("amqp",))
-    assert c.accepted is None and c.rejected is not None and c.rejected.status == 400
-    assert b"AMQP" in c.rejected.body
-    assert c.server_closed and not net.broker.sessions
+    assert c.accepted is not None and c.accepted.subprotocol == "amqp"
+    c.send_message(b"AMQP\x00\x00\x09\x01", binary=True)
+    net.run_until_idle()
+    payload = b"".join(m.data for m in c.data_messages())
+    assert payload[:1] == b"\x01" and b"PLAIN AMQPLAIN" in payload  # connection.start, binary
 
 
 @pytest.mark.parametrize("path", ["/ws", "/ws?x=1", "/stomp/websocket"])
