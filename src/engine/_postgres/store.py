@@ -278,11 +278,17 @@ class PostgresStore(Store):
                 batch, self._batch, self._group = self._batch, [], None
             if not batch and self._failed is None:
                 return
+            reused = self._conn is not None and not self._conn.broken
             try:
-                conn = self._connection()
-                with conn.transaction():
-                    with conn.pipeline():
-                        self._write(conn, batch)
+                try:
+                    self._commit(batch)
+                except psycopg.OperationalError:
+                    if not reused:
+                        raise
+                    # the connection we kept may have died while idle (server restart, idle
+                    # timeout): one more try on a new one; replaying the batch is harmless
+                    self._drop_connection()
+                    self._commit(batch)
             except (psycopg.Error, StoreError, OSError) as exc:
                 with self._lock:
                     self._batch[:0] = batch  # replayed first by the next sync
@@ -300,6 +306,12 @@ class PostgresStore(Store):
             if self._failed is not None:
                 log.warning("PostgreSQL store: commits work again")
                 self._failed = None
+
+    def _commit(self, batch: list[Item]) -> None:
+        conn = self._connection()
+        with conn.transaction():
+            with conn.pipeline():
+                self._write(conn, batch)
 
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
         q = self._sql
