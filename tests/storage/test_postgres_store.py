@@ -49,6 +49,16 @@ class FlakyStore(PostgresStore):
         return super()._connect()
 
 
+def test_the_lock_is_waited_for_a_moment(pg_dsn: str) -> None:
+    """A killed broker's session may linger briefly: a new broker waits ``lock_wait`` for it."""
+    a = PostgresStore(pg_dsn)
+    threading.Timer(0.5, a.close).start()
+    t0 = time.monotonic()
+    b = PostgresStore(pg_dsn, lock_wait=10)
+    assert 0.4 < time.monotonic() - t0 < 5
+    b.close()
+
+
 def test_one_transaction_covers_a_whole_batch(pg_dsn: str) -> None:
     s = PostgresStore(pg_dsn)
     s.add_queue(QueueDef("/", "q"))

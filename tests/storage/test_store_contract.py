@@ -130,7 +130,7 @@ def test_close_commits_what_is_pending_and_unknown_queues_are_ignored(store_fact
 def test_a_second_owner_is_refused(store_factory) -> None:
     s = store_factory.open()
     with pytest.raises(StoreError, match="in use"):
-        store_factory.open()
+        store_factory.open(**({"lock_wait": 0.2} if store_factory.kind == "postgres" else {}))
     s.close()
     store_factory.open().close()
 

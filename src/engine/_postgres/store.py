@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -65,10 +66,12 @@ class PostgresStore(Store):
     """Durable store in the PostgreSQL database ``dsn`` (``postgresql://user@host:port/db``).
 
     Opening connects, takes the database's advisory lock, creates the schema if needed and loads
-    everything (``recover()`` hands it over); a failure raises ``StoreError``."""
+    everything (``recover()`` hands it over); a failure raises ``StoreError``. The lock is waited
+    for up to ``lock_wait`` seconds: after a broker was killed, PostgreSQL may take a moment to
+    notice that its session is gone."""
 
     def __init__(self, dsn: str, *, sync: bool = True, schema: str = "sansmq",
-                 retry_interval: float = 0.5) -> None:
+                 retry_interval: float = 0.5, lock_wait: float = 5.0) -> None:
         self.dsn = dsn
         #: the DSN without its password, for logs
         self.display_dsn = _safe_dsn(dsn)
@@ -90,7 +93,7 @@ class PostgresStore(Store):
         self.dropped_on_recovery = 0  # entries whose message row was missing
         try:
             with self._sync_lock:
-                conn = self._connection()
+                conn = self._connection(lock_wait)
                 with conn.transaction():
                     conn.execute(schema_ddl(schema))
                 self._recovered: Recovered | None = self._load(conn)
@@ -106,8 +109,9 @@ class PostgresStore(Store):
         """A new connection (fault-injection tests override this)."""
         return psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        """The open connection, or a new one holding the advisory lock (caller holds ``_sync_lock``)."""
+    def _connection(self, wait: float = 0.0) -> psycopg.Connection[Any]:
+        """The open connection, or a new one holding the advisory lock, waiting up to ``wait``
+        seconds for it (caller holds ``_sync_lock``)."""
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
@@ -115,7 +119,12 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             conn.execute("SET synchronous_commit TO " + ("on" if self.fsync else "off"))
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
+            deadline = time.monotonic() + wait
+            while True:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
+                if (row and row[0]) or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
         except BaseException:
             conn.close()
             raise
