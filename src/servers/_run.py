@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
 from engine.segment_store import SegmentStore
-from engine.store import Store
+from engine.store import Store, StoreError
 
 from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 
@@ -51,7 +51,11 @@ def make_store(data: str | None, *, sync: bool = True) -> Store:
         log.warning("--sync off: receipts and confirms no longer wait for fsync; "
                     "a crash or power loss can lose persistent messages that were confirmed")
     if is_postgres_url(data):
-        from engine.postgres_store import PostgresStore  # psycopg: the optional 'postgresql' extra
+        try:
+            from engine.postgres_store import PostgresStore  # psycopg: the optional 'postgresql' extra
+        except ImportError as exc:
+            raise StoreError("the PostgreSQL store needs psycopg 3 "
+                             f"(pip install 'sansmq[postgresql]'): {exc}") from None
 
         pg = PostgresStore(data, sync=sync)
         log.info("store: PostgreSQL %s (synchronous_commit %s)", pg.display_dsn, "on" if sync else "off")

@@ -16,6 +16,10 @@ messages and entities are refused with ``StoreError`` (publishers get an ERROR /
 removals (acks) are still accepted into the batch, so consumers keep working. A background thread
 retries every ``retry_interval`` seconds (reconnecting), as does the next ``sync``.
 
+Messages are immutable once published, so they are encoded (the segment store's message codec)
+at sync time, on the worker thread, and only if still queued: a message acked before the sync
+never costs an encoding or a row.
+
 A second broker on the same database and schema is refused: the store holds a session-level
 advisory lock on the connection it writes through, and takes it again on every reconnect.
 """
