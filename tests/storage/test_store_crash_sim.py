@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from stompproto import Ack, Receipt
 
@@ -32,6 +32,7 @@ def die(store) -> None:
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], max_examples=20)
 @given(OPS, st.integers(0, 3))
+@example(["send", "send", "sync", "deliver_ack", "crash", "send", "sync", "deliver_noack", "send", "crash"], 0)
 def test_random_kills_keep_receipted_and_drop_confirmed_acks(store_factory, ops, seed) -> None:
     stores = store_factory.fresh()
     net = new_net(stores.open(), seed=seed, auto_sync=False)

@@ -2,7 +2,8 @@
 
 Loop-thread methods never touch the database: they append to an in-memory batch (``_batch``) under
 a short lock. ``sync(token)`` (a server worker thread) takes the whole batch and writes it in ONE
-transaction, pipelined, with one ``unnest`` statement per kind of change; its COMMIT, with
+transaction, sent as one pipeline (BEGIN, one ``unnest`` statement per kind of change, COMMIT: a
+single round trip); its COMMIT, with
 ``synchronous_commit`` on, is the fsync. One commit therefore covers every message appended since
 the previous sync (group commit). ``sync=False`` sets ``synchronous_commit`` off: the commit
 returns before the WAL reaches the disk (PostgreSQL's own trade-off; a database crash may lose the
@@ -302,12 +303,14 @@ class PostgresStore(Store):
                     # timeout): one more try on a new one; replaying the batch is harmless
                     self._drop_connection()
                     self._commit(batch)
-            except (psycopg.Error, StoreError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever failed, nothing of the batch is lost
                 with self._lock:
                     self._batch[:0] = batch  # replayed first by the next sync
                     self._group = None
                 self._drop_connection()
                 reason = str(exc) if isinstance(exc, StoreError) else _reason(exc)
+                if not isinstance(exc, (psycopg.Error, StoreError, OSError)):
+                    log.exception("PostgreSQL store: unexpected error while committing")
                 if self._failed is None:
                     log.error("PostgreSQL store: sync failed, refusing new messages until it works again: %s",
                               reason)
@@ -322,9 +325,17 @@ class PostgresStore(Store):
 
     def _commit(self, batch: list[Item]) -> None:
         conn = self._connection()
-        with conn.transaction():
+        # BEGIN, the batch and COMMIT go out as one pipeline: one round trip. After an error the
+        # server skips the rest of it, COMMIT included; the connection is then dropped, so the
+        # aborted transaction is rolled back with the session.
+        try:
             with conn.pipeline():
+                conn.execute("BEGIN")
                 self._write(conn, batch)
+                conn.execute("COMMIT")
+        except BaseException:
+            self._drop_connection()
+            raise
 
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
         q = self._sql
