@@ -1,6 +1,10 @@
-"""SegmentStore throughput, recovery time and memory (a script, not a test).
+"""Durable store throughput, recovery time and memory (a script, not a test).
 
-    python benchmarks/bench_store.py [N] [--dir DIR]      # default N = 200_000
+    python benchmarks/bench_store.py [N] [--dir DIR]      # SegmentStore, default N = 200_000
+    python benchmarks/bench_store.py [N] --store postgresql://USER@HOST:PORT/DB   # PostgresStore
+    python benchmarks/bench_store.py --e2e [--store URL|segment] [--seconds S]
+        # a real `sansmq serve` (asyncio): receipted persistent SEND/s and confirmed publish/s
+    --store postgresql (no URL): a throwaway server started with scripts/install-postgres.sh
 
 Phases, on N persistent 100-byte messages in one durable queue:
   * enqueue: ``store.enqueue`` + one ``sync`` per batch of 100 (group commit as the engine does
@@ -24,7 +28,9 @@ import tracemalloc
 
 from engine._message import Message
 from engine.segment_store import SegmentStore
-from engine.store import QueueDef
+from engine.store import QueueDef, Store
+
+import bench_store_e2e
 
 
 def rss_mb() -> float:
@@ -35,12 +41,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("n", nargs="?", type=int, default=200_000)
     parser.add_argument("--dir", help="parent directory (default: a temporary one)")
+    parser.add_argument("--store", default="segment",
+                        help="segment (default), postgresql://... or postgresql (a throwaway server)")
+    parser.add_argument("--e2e", action="store_true", help="measure through a real server and clients")
+    parser.add_argument("--seconds", type=float, default=5.0, help="--e2e: seconds per measurement")
     args = parser.parse_args()
-    n = args.n
-    base = tempfile.mkdtemp(prefix="bench-store-", dir=args.dir)
+    with bench_store_e2e.store_location(args.store) as url:
+        if args.e2e:
+            bench_store_e2e.run(url, args.seconds)
+        elif url:
+            store_phases(args.n, lambda: _pg(url), args.dir)
+        else:
+            store_phases(args.n, None, args.dir)
+
+
+def _pg(url: str) -> Store:
+    from engine.postgres_store import PostgresStore
+
+    return PostgresStore(url)
+
+
+def store_phases(n: int, opener, parent: str | None) -> None:
+    base = tempfile.mkdtemp(prefix="bench-store-", dir=parent)
     path = os.path.join(base, "data")
+    open_store = opener or (lambda: SegmentStore(path))
     try:
-        s = SegmentStore(path)
+        s = open_store()
         s.recover()
         s.add_queue(QueueDef("/", "q"))
         body = b"x" * 100
@@ -57,7 +83,7 @@ def main() -> None:
         s.close()
         rss0 = rss_mb()
         t0 = time.perf_counter()
-        s = SegmentStore(path)
+        s = open_store()
         rec = s.recover()
         dt = time.perf_counter() - t0
         got = len(rec.messages.get(("/", "q"), []))
@@ -70,8 +96,9 @@ def main() -> None:
                 s.sync(i)
         s.sync(0)
         dt = time.perf_counter() - t0
-        segs = len(os.listdir(os.path.join(path, "segments")))
-        print(f"remove+sync    {n / dt:12,.0f} msg/s  ({segs} segment file(s) left)")
+        left = (f"{len(os.listdir(os.path.join(path, 'segments')))} segment file(s) left" if opener is None
+                else "PostgreSQL")
+        print(f"remove+sync    {n / dt:12,.0f} msg/s  ({left})")
         m = max(1, n // 10)
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
@@ -83,7 +110,7 @@ def main() -> None:
         print(f"idle queue     {(after - before) / m:12.0f} B each in the store (QueueDef + index + dict slot)")
         s.close()
         t0 = time.perf_counter()
-        s = SegmentStore(path)
+        s = open_store()
         rec = s.recover()
         print(f"reopen         {time.perf_counter() - t0:12.2f} s      ({len(rec.queues):,} idle durable queues)")
         s.close()

@@ -13,6 +13,7 @@ random moment. The checks, over all cycles:
 * the server always starts again on the crashed directory (torn tails dropped, counted).
 
 Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]``
+(``--store postgresql://...`` crash-tests the PostgreSQL store in that database instead)
 prints the counts and exits 1 on any violation.
 """
 
@@ -108,12 +109,13 @@ class Client:
         self.sock.close()
 
 
-def start_server(data: str, kind: str) -> tuple[subprocess.Popen[bytes], tuple[str, int], list[bytes]]:
+def start_server(data: str, kind: str, store: str | None = None
+                 ) -> tuple[subprocess.Popen[bytes], tuple[str, int], list[bytes]]:
     from servers.cli import PROTOCOLS  # only the STOMP listener (on a free port), whatever else exists
 
     others = [f"--no-{proto}" for proto, _, _ in PROTOCOLS if proto != "stomp"]
     cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
-           *others, "--data", data, "--log-level", "info"]
+           *others, *(["--store", store] if store else ["--data", data]), "--log-level", "info"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     lines: list[bytes] = []
     found = threading.Event()
@@ -218,7 +220,8 @@ def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
 
 
 def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = KINDS,
-               log=print) -> Counts:
+               log=print, store: str | None = None) -> Counts:
+    """``store``: a ``postgresql://`` URL to crash-test the PostgreSQL store instead of ``data``."""
     rng = random.Random(seed)
     counts = Counts()
     receipted: set[bytes] = set()  # SEND receipted, not yet seen in a drain
@@ -228,7 +231,7 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
     delivered_prev: set[bytes] = set()
     for cycle in range(cycles + 1):
         kind = kinds[cycle % len(kinds)]
-        proc, addr, lines = start_server(data, kind)
+        proc, addr, lines = start_server(data, kind, store)
         try:
             bodies = drain_and_ack(addr)
             counts.torn_dropped += sum(int(m.group(1)) for line in lines if (m := TORN_RE.search(line)))
@@ -277,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server", choices=KINDS, action="append", help="server kinds (default: all, in turn)")
+    parser.add_argument("--store", metavar="postgresql://...", help="crash-test the PostgreSQL store in this database")
     args = parser.parse_args(argv)
     data = args.data or tempfile.mkdtemp(prefix="sansmq-crash-")
     try:
-        counts = run_cycles(args.cycles, data, args.seed, tuple(args.server or KINDS))
+        counts = run_cycles(args.cycles, data, args.seed, tuple(args.server or KINDS), store=args.store)
     finally:
         if not args.data:
             shutil.rmtree(data, ignore_errors=True)

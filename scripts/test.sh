@@ -13,6 +13,9 @@ fi
 
 # Headless Chromium (Debian's package) and @stomp/stompjs for the real-browser WebSocket tests.
 bash scripts/install-browser-deps.sh
+# PostgreSQL for the PostgreSQL-store tests: installed here, so a missing server fails instead of skipping.
+bash scripts/install-postgres.sh install
+export SANSMQ_REQUIRE_POSTGRES=1
 
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

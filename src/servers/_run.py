@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
 from engine.segment_store import SegmentStore
-from engine.store import Store
+from engine.store import Store, StoreError
 
 from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 
@@ -33,15 +33,36 @@ def make_broker(config: Any = None, *, seed: int | None = None, store: Store | N
                   random.Random(seed))
 
 
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(text: str | None) -> bool:
+    return bool(text) and text.startswith(PG_SCHEMES)  # type: ignore[union-attr]
+
+
 def make_store(data: str | None, *, sync: bool = True) -> Store:
-    """The embedded ``SegmentStore`` in directory ``data`` (created if missing), or a
-    ``MemoryStore`` when ``data`` is None or empty. ``sync=False`` trades durability for speed."""
+    """The store for ``data``: a ``PostgresStore`` for a ``postgresql://user@host:port/db`` URL, the
+    embedded ``SegmentStore`` for a directory (created if missing), or a ``MemoryStore`` when
+    ``data`` is None or empty. ``sync=False`` trades durability for speed. Logs which one is used."""
     if not data:
+        log.info("store: memory (nothing survives a restart)")
         return MemoryStore()
     if not sync:
         log.warning("--sync off: receipts and confirms no longer wait for fsync; "
                     "a crash or power loss can lose persistent messages that were confirmed")
-    return SegmentStore(data, sync=sync)
+    if is_postgres_url(data):
+        try:
+            from engine.postgres_store import PostgresStore  # psycopg: the optional 'postgresql' extra
+        except ImportError as exc:
+            raise StoreError("the PostgreSQL store needs psycopg 3 "
+                             f"(pip install 'sansmq[postgresql]'): {exc}") from None
+
+        pg = PostgresStore(data, sync=sync)
+        log.info("store: PostgreSQL %s (synchronous_commit %s)", pg.display_dsn, "on" if sync else "off")
+        return pg
+    store = SegmentStore(data, sync=sync)
+    log.info("store: segment files in %s (fsync %s)", data, "on" if sync else "off")
+    return store
 
 
 def make_server(

@@ -11,7 +11,7 @@ from engine.config import Config
 from engine.store import StoreError
 
 from ._driver import Listener
-from ._run import SERVER_KINDS, make_broker, make_store, run
+from ._run import SERVER_KINDS, is_postgres_url, make_broker, make_store, run
 from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from .bench.options import EPILOG as BENCH_EPILOG
 from .bench.options import add_arguments as add_bench_arguments
@@ -59,6 +59,12 @@ def parse_bytes(text: str) -> int:
     return int(digits) * _UNITS[unit]
 
 
+def _store_kind(text: str) -> str:
+    if text in ("segment", "memory") or is_postgres_url(text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected segment, memory or a postgresql:// URL, not {text!r}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sansmq", description="sansmq message broker")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,9 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        choices=["segment", "memory"],
+        type=_store_kind,
         default="segment",
-        help="segment: durable embedded store in --data (default); memory: nothing survives a restart",
+        metavar="segment|memory|postgresql://USER@HOST:PORT/DB",
+        help="segment: durable embedded store in --data (default); memory: nothing survives a restart; "
+        "postgresql://...: durable store in that PostgreSQL database (needs the 'postgresql' extra)",
     )
     serve.add_argument(
         "--sync",
@@ -132,10 +140,11 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"cannot load config {args.config}: {exc}")
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    where = {"segment": args.data, "memory": None}.get(args.store, args.store)
     try:
-        store = make_store(args.data if args.store == "segment" else None, sync=args.sync == "on")
+        store = make_store(where, sync=args.sync == "on")
     except (OSError, StoreError) as exc:
-        logging.getLogger("sansmq").error("cannot open the store in %s: %s", args.data, exc)
+        logging.getLogger("sansmq").error("cannot open the store: %s", exc)
         return 1
     try:
         run(args.server, listeners, broker=make_broker(config, store=store))

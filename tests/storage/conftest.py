@@ -1,9 +1,88 @@
 import os
+from pathlib import Path
+from typing import Any, Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from pgtest import PgCluster, create_db, drop_db, postgres_bindir
 
 settings.register_profile(
     "ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+STORE_KINDS = ("segment", "postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """URL of a PostgreSQL server: ``SANSMQ_PG_DSN`` if set, else a throwaway cluster started here
+    (scripts/install-postgres.sh) and stopped at the end. Without PostgreSQL the tests using it are
+    skipped, unless ``SANSMQ_REQUIRE_POSTGRES=1`` (CI, after installing it): then they fail."""
+    url = os.environ.get("SANSMQ_PG_DSN")
+    if url:
+        yield url
+        return
+    if postgres_bindir() is None:
+        reason = "PostgreSQL not found (install it with scripts/install-postgres.sh)"
+        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
+        pytest.skip(reason)
+    cluster = PgCluster()
+    try:
+        url = cluster.start()
+    except RuntimeError as exc:
+        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        yield url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server (dropped afterwards)."""
+    url = create_db(pg_server)
+    try:
+        yield url
+    finally:
+        drop_db(pg_server, url)
+
+
+class StoreFactory:
+    """Opens the store of one kind at one place (a directory or a database), again and again."""
+
+    def __init__(self, kind: str, where: str, **kw: Any) -> None:
+        self.kind = kind
+        self.where = where
+        self.kw = kw
+        self._fresh = 0
+
+    def open(self, **kw: Any) -> Any:
+        kw = {**self.kw, **kw}
+        if self.kind == "segment":
+            from engine.segment_store import SegmentStore
+
+            return SegmentStore(self.where, **kw)
+        from engine.postgres_store import PostgresStore
+
+        return PostgresStore(self.where, **kw)
+
+    def fresh(self) -> "StoreFactory":
+        """Another, empty place of the same kind (a new directory; a new schema in the database)."""
+        self._fresh += 1
+        if self.kind == "segment":
+            return StoreFactory("segment", f"{self.where}-{self._fresh}", **self.kw)
+        return StoreFactory("postgres", self.where, **{**self.kw, "schema": f"sansmq_{self._fresh}"})
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """Every durability test runs once per store: the segment files and PostgreSQL."""
+    if request.param == "segment":
+        return StoreFactory("segment", str(tmp_path / "data"))
+    return StoreFactory("postgres", request.getfixturevalue("pg_dsn"))

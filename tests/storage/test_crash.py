@@ -1,10 +1,13 @@
-"""SIGKILL a real server under STOMP load 20 times (scripts/crash_test.py runs 1,000)."""
+"""SIGKILL a real server under STOMP load: 20 times over the segment store, 5 times over PostgreSQL
+(scripts/crash_test.py runs 1,000, --store postgresql://... for the database)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "crash_test.py"
 
@@ -18,10 +21,13 @@ def load_harness():
     return mod
 
 
-def test_sigkill_under_load_loses_no_receipted_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["segment", "postgres"])
+def test_sigkill_under_load_loses_no_receipted_message(tmp_path: Path, store: str, request) -> None:
     harness = load_harness()
-    counts = harness.run_cycles(20, str(tmp_path / "data"), seed=7, log=None)
+    url = request.getfixturevalue("pg_dsn") if store == "postgres" else None
+    cycles = 5 if url else 20  # each PostgreSQL cycle also waits for the killed session to go
+    counts = harness.run_cycles(cycles, str(tmp_path / "data"), seed=7, log=None, store=url)
     assert counts.violations == []
-    assert counts.cycles == 20
+    assert counts.cycles == cycles
     # the load really ran and the checks had something to check
-    assert counts.receipted > 200 and counts.acked_confirmed > 100 and counts.recovered > 0
+    assert counts.receipted > 10 * cycles and counts.acked_confirmed > 5 * cycles and counts.recovered > 0

@@ -1,4 +1,7 @@
-"""The broker over a real SegmentStore: what survives a restart, and what the client is told."""
+"""The broker over a real durable store: what survives a restart, and what the client is told.
+
+The durability tests take ``store_factory`` and run once per store (segment files, PostgreSQL);
+the last ones inject disk faults into the segment store (PostgreSQL faults: test_postgres_store.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +14,14 @@ from engine.segment_store import SegmentStore
 from storagetest_helpers import FaultyStore, connected, new_net, send, split, subscribe
 
 
-def restart(net, path: Path, **kw):
-    """Drop the broker without a graceful shutdown; reopen the directory."""
+def restart(net, stores, **kw):
+    """Drop the broker; reopen its store (a directory or a database)."""
     net.broker.store.close()
-    return new_net(SegmentStore(path, **kw))
+    return new_net(stores.open(**kw))
 
 
-def test_persistent_messages_in_durable_queues_survive_in_order(tmp_path: Path) -> None:
-    net = new_net(SegmentStore(tmp_path))
+def test_persistent_messages_in_durable_queues_survive_in_order(store_factory) -> None:
+    net = new_net(store_factory.open())
     p = connected(net)
     for i in range(5):
         send(p, "/queue/a", b"p%d" % i, persistent="true", receipt=f"r{i}")
@@ -27,7 +30,7 @@ def test_persistent_messages_in_durable_queues_survive_in_order(tmp_path: Path) 
     net.run_until_idle()
     _, rcpts, errs = split(p.events())
     assert [r.headers["receipt-id"] for r in rcpts] == [f"r{i}" for i in range(5)] and not errs
-    net = restart(net, tmp_path)
+    net = restart(net, store_factory)
     c = connected(net)
     subscribe(c, "/queue/a", "s", ack="client-individual")
     net.run_until_idle()
@@ -35,8 +38,8 @@ def test_persistent_messages_in_durable_queues_survive_in_order(tmp_path: Path) 
     assert [m.body for m in msgs] == [b"p%d" % i for i in range(5)]
 
 
-def test_acked_messages_do_not_come_back_and_redelivery_survives(tmp_path: Path) -> None:
-    net = new_net(SegmentStore(tmp_path))
+def test_acked_messages_do_not_come_back_and_redelivery_survives(store_factory) -> None:
+    net = new_net(store_factory.open())
     p = connected(net)
     for i in range(4):
         send(p, "/queue/b", b"m%d" % i, persistent="true", receipt=f"r{i}")
@@ -50,7 +53,7 @@ def test_acked_messages_do_not_come_back_and_redelivery_survives(tmp_path: Path)
     net.run_until_idle()
     again, rcpts, _ = split(c.events())
     assert [m.body for m in again] == [b"m1"] and [r.headers["receipt-id"] for r in rcpts] == ["a0"]
-    net = restart(net, tmp_path)
+    net = restart(net, store_factory)
     c = connected(net)
     subscribe(c, "/queue/b", "s", ack="client-individual")
     net.run_until_idle()
@@ -60,8 +63,8 @@ def test_acked_messages_do_not_come_back_and_redelivery_survives(tmp_path: Path)
     assert msgs[1].headers.get("redelivered") in (None, "false")
 
 
-def test_priority_and_expiry_survive(tmp_path: Path) -> None:
-    net = new_net(SegmentStore(tmp_path))
+def test_priority_and_expiry_survive(store_factory) -> None:
+    net = new_net(store_factory.open())
     p = connected(net)
     start = net.now
     send(p, "/queue/p", b"low", persistent="true", priority="1")
@@ -69,7 +72,7 @@ def test_priority_and_expiry_survive(tmp_path: Path) -> None:
     send(p, "/queue/p", b"short", persistent="true", expires=str(int((start + 5) * 1000)))
     send(p, "/queue/p", b"", receipt="r")
     net.run_until_idle()
-    net = restart(net, tmp_path)
+    net = restart(net, store_factory)
     net.advance(60)  # the new broker's clock: "short" expired meanwhile
     c = connected(net)
     subscribe(c, "/queue/p", "s")
@@ -78,8 +81,8 @@ def test_priority_and_expiry_survive(tmp_path: Path) -> None:
     assert [m.body for m in msgs] == [b"high", b"low"]
 
 
-def test_durable_entities_survive_non_durable_do_not(tmp_path: Path) -> None:
-    net = new_net(SegmentStore(tmp_path))
+def test_durable_entities_survive_non_durable_do_not(store_factory) -> None:
+    net = new_net(store_factory.open())
     p = connected(net)
     subscribe(p, "/topic/news.*", "dur", durable="true")  # durable topic subscription
     subscribe(p, "/temp-queue/t", "tmp")
@@ -92,7 +95,7 @@ def test_durable_entities_survive_non_durable_do_not(tmp_path: Path) -> None:
     assert split(q.events())[1]
     vh = net.broker.model.vhosts["/"]
     durable = {name for name, qq in vh.queues.items() if qq.durable}
-    net = restart(net, tmp_path)
+    net = restart(net, store_factory)
     vh2 = net.broker.model.vhosts["/"]
     assert set(vh2.queues) == durable and durable
     c = connected(net)
@@ -152,7 +155,8 @@ def test_enospc_refuses_publishers_keeps_consumers(tmp_path: Path) -> None:
     send(p3, "/queue/e", b"after", persistent="true", receipt="r3")
     net.run_until_idle()
     assert [r.headers["receipt-id"] for r in split(p3.events())[1]] == ["r3"]
-    net = restart(net, tmp_path)
+    store.close()
+    net = new_net(SegmentStore(tmp_path))
     c = connected(net)
     subscribe(c, "/queue/e", "s")
     net.run_until_idle()

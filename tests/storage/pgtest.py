@@ -1,0 +1,86 @@
+"""A throwaway PostgreSQL server for the tests, started with scripts/install-postgres.sh.
+
+``PgCluster.start()`` creates a cluster in a fresh temporary directory (under /tmp so that the
+``postgres`` user can reach it when we are root), on 127.0.0.1 and a free port; ``stop()`` stops it
+and removes the directory. ``create_db()`` makes a fresh database and returns its URL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-postgres.sh"
+_names = itertools.count(1)
+
+
+def postgres_bindir() -> str | None:
+    """Where initdb/pg_ctl are, or None when PostgreSQL is not installed."""
+    out = subprocess.run(["bash", str(SCRIPT), "bindir"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def with_db(url: str, dbname: str) -> str:
+    return urlsplit(url)._replace(path="/" + dbname).geturl()
+
+
+class PgCluster:
+    def __init__(self) -> None:
+        self.dir = ""
+        self.url = ""
+
+    def start(self) -> str:
+        self.dir = tempfile.mkdtemp(prefix="sansmq-pg-")
+        out = subprocess.run(["bash", str(SCRIPT), "start", self.dir], capture_output=True, text=True, timeout=180)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("SANSMQ_PG_DSN=")]
+        if out.returncode != 0 or not lines:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise RuntimeError(f"could not start PostgreSQL: {out.stderr[-2000:]}")
+        self.url = lines[-1].split("=", 1)[1]
+        return self.url
+
+    def stop(self, remove: bool = True) -> None:
+        """Fast shutdown (clients are disconnected); ``remove=False`` keeps the data to start again."""
+        if self.dir:
+            subprocess.run(["bash", str(SCRIPT), "stop", self.dir], capture_output=True, timeout=120)
+            if remove:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                self.dir = ""
+
+    def restart(self) -> None:
+        """Start the stopped cluster again on the same port."""
+        port = Path(self.dir, "port").read_text().strip()
+        bindir = postgres_bindir()
+        assert bindir is not None
+        opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={self.dir} -c fsync=on"
+        cmd = [f"{bindir}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "-t", "60",
+               "start", "-o", opts]
+        if os.getuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+def create_db(admin_url: str) -> str:
+    import psycopg
+
+    name = f"sansmq_t{os.getpid()}_{next(_names)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return with_db(admin_url, name)
+
+
+def drop_db(admin_url: str, url: str) -> None:
+    import psycopg
+
+    name = urlsplit(url).path.lstrip("/")
+    try:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error:
+        pass  # the server went away (a fault-injection test): nothing left to drop

@@ -1,0 +1,78 @@
+"""Fault injection with a real PostgreSQL server stopped in the middle of a run, under each server:
+STOMP and AMQP publishers are refused (never confirmed), the consumer keeps being served, and when
+the database is back the broker reconnects by itself and confirms again; a restart then finds the
+confirmed state."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pika
+import pytest
+
+import servers
+from engine.postgres_store import PostgresStore
+from pgtest import PgCluster
+from servers import make_broker, running
+from test_store_servers import LISTENERS, pika_connect, stomp_connect
+
+
+@pytest.fixture
+def cluster(pg_server: str) -> Iterator[PgCluster]:
+    """A PostgreSQL server of this test's own (``pg_server`` only checks one can be had)."""
+    c = PgCluster()
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_until(pred, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("kind", servers.SERVER_KINDS)
+def test_database_down_refuses_publishers_then_recovers(kind: str, cluster: PgCluster) -> None:
+    store = PostgresStore(cluster.url, retry_interval=0.2)
+    with running(kind, LISTENERS, broker=make_broker(store=store)) as srv:
+        con, clst = stomp_connect(srv.address())
+        con.subscribe("/queue/f", id="s", ack="client-individual")
+        pub, plst = stomp_connect(srv.address())
+        pub.send("/queue/f", b"before", headers={"persistent": "true", "receipt": "r0"})
+        assert plst.wait(lambda: "r0" in plst.receipts) and clst.wait(lambda: clst.messages == [b"before"])
+        amqp = pika_connect(srv.address("amqp"))
+        ch = amqp.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "f", b"amqp-before", pika.BasicProperties(delivery_mode=2))  # confirmed
+
+        cluster.stop(remove=False)  # the database goes away
+        pub.send("/queue/f", b"during", headers={"persistent": "true", "receipt": "r1"})
+        assert plst.wait(lambda: not pub.is_connected(), 15)  # ERROR + close: the commit failed
+        assert "r1" not in plst.receipts
+        with pytest.raises(pika.exceptions.AMQPConnectionError):  # 541: never confirmed
+            ch.basic_publish("", "f", b"amqp-during", pika.BasicProperties(delivery_mode=2))
+        # the consumer is still served: it gets what is queued and may ack (no receipt: that
+        # would wait for a commit)
+        assert clst.wait(lambda: b"amqp-before" in clst.messages and b"during" in clst.messages)
+        con.ack(clst.acks[0])  # "before"
+        time.sleep(0.3)
+        assert con.is_connected() and not clst.errors
+
+        cluster.restart()  # the database is back: the broker reconnects on its own
+        wait_until(lambda: store._failed is None)
+        pub2, plst2 = stomp_connect(srv.address())
+        pub2.send("/queue/f", b"after", headers={"persistent": "true", "receipt": "r2"})
+        assert plst2.wait(lambda: "r2" in plst2.receipts)
+        for c in (con, pub2):
+            c.disconnect()
+    store.close()
+    store = PostgresStore(cluster.url)
+    got = [sm.message.body for sm in store.recover().messages[("/", "f")]]
+    store.close()
+    assert b"after" in got and b"amqp-before" in got and b"before" not in got
+    assert b"amqp-during" not in got
