@@ -294,3 +294,43 @@ def test_sync_from_a_worker_thread_while_the_loop_appends(tmp_path: Path) -> Non
     got = rec.messages[("/", "q")]
     assert [sm.message.id for sm in got] == live
     assert all(sm.message.body == b"%d" % sm.message.id * 20 for sm in got)
+
+
+def test_store_format_is_explicit_and_versioned(tmp_path: Path) -> None:
+    """Headers and arguments round-trip through AMQP field tables (no pickle); a header key too long
+    for a field table falls back to a key/value array; another format version is refused clearly."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    s = SegmentStore(tmp_path)
+    args = {"x-max-length": 3, "x-dead-letter-exchange": "dlx", "nested": {"a": [1, 2.5, None, True]}}
+    s.add_queue(QueueDef("/", "q", args=args))
+    s.add_exchange(ExchangeDef("/", "x", "headers", durable=True, auto_delete=True, internal=True, args={}))
+    s.add_binding(BindingDef("/", "x", "q", False, "k", {"x-match": "all", "n": 7}))
+    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    headers = {"s": "é", "i": -5, "big": 1 << 40, "f": 0.25, "b": False, "raw": b"\x00\xff", "t": when,
+               "d": Decimal("1.25"), "x-death": [{"count": 2, "reason": "expired", "routing-keys": ["a"]}]}
+    s.enqueue("/", "q", Message(1, "x", "k", headers, b"one", persistent=True))
+    long_key = {"k" * 300: "v", "short": 1}
+    s.enqueue("/", "q", Message(2, "x", "k", long_key, b"two", persistent=True))
+    s.sync(1)
+    assert b"pickle" not in (tmp_path / "journal").read_bytes()
+    s = reopen(s, tmp_path)
+    rec = s.recover()
+    assert [(q.name, q.args) for q in rec.queues] == [("q", args)]
+    (x,) = [x for x in rec.exchanges if x.name == "x"]
+    assert (x.type, x.durable, x.auto_delete, x.internal, x.args) == ("headers", True, True, True, {})
+    assert [(b.key, b.args) for b in rec.bindings] == [("k", {"x-match": "all", "n": 7})]
+    m1, m2 = (sm.message for sm in rec.messages[("/", "q")])
+    assert m1.headers == headers and m2.headers == long_key
+    s.close()
+
+
+def test_other_format_version_is_refused(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    s.close()
+    journal = tmp_path / "journal"
+    journal.write_bytes(b"SMQJRN1\n" + journal.read_bytes()[8:])
+    with pytest.raises(StoreError, match="format version"):
+        SegmentStore(tmp_path)

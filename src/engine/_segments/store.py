@@ -31,7 +31,7 @@ import errno
 import fcntl
 import logging
 import os
-import pickle
+import struct
 import threading
 from typing import Any
 
@@ -49,8 +49,23 @@ from ._records import (
     K_META,
     K_REM,
     SEG_MAGIC,
+    OP_ADD_B,
+    OP_ADD_Q,
+    OP_ADD_VHOST,
+    OP_ADD_X,
+    OP_DEL_B,
+    OP_DEL_Q,
+    OP_DEL_VHOST,
+    OP_DEL_X,
     _decode_message,
     _encode_message,
+    decode_meta,
+    encode_meta,
+    meta_binding,
+    meta_exchange,
+    meta_queue,
+    meta_to_def,
+    meta_vhost,
     _record,
     _records,
 )
@@ -164,7 +179,14 @@ class SegmentStore(Store):
                     if e is not None:
                         e[1] = count
                 elif kind == K_META:
-                    self._apply_meta(pickle.loads(p[1:]), qids, entries)
+                    try:
+                        meta = decode_meta(bytes(p))
+                    except (ValueError, IndexError, struct.error) as exc:
+                        raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
+                    self._apply_meta(meta, qids, entries)
+        elif data.startswith(b"SMQJRN"):
+            raise StoreError(f"{jpath} was written by another sansmq store format version "
+                             f"({data[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
         elif data:
             raise StoreError(f"{jpath} is not a sansmq journal")
         # message records, read segment by segment; shared by the queues that refer to them
@@ -227,19 +249,19 @@ class SegmentStore(Store):
             self._compact()
         return rec
 
-    def _apply_meta(self, op: tuple[Any, ...], qids: dict[int, tuple[str, str]],
-                    entries: dict[int, dict[int, list[int]]]) -> None:
-        name = op[0]
-        if name == "add_vhost":
-            self._vhosts[op[1]] = None
-        elif name == "delete_vhost":
-            self._vhosts.pop(op[1], None)
-        elif name == "add_exchange":
-            self._exchanges[(op[1][0], op[1][1])] = ExchangeDef(*op[1])
-        elif name == "delete_exchange":
-            self._forget_exchange(op[1], op[2])
-        elif name == "add_queue":
-            qid, qdef = op[1], QueueDef(*op[2])
+    def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], qids: dict[int, tuple[str, str]],
+                    entries: dict[int, dict[int, list[Any]]]) -> None:
+        op, strs, flags, qid, args = meta
+        if op == OP_ADD_VHOST:
+            self._vhosts[strs[0]] = None
+        elif op == OP_DEL_VHOST:
+            self._vhosts.pop(strs[0], None)
+        elif op == OP_ADD_X:
+            self._exchanges[(strs[0], strs[1])] = meta_to_def(op, strs, flags, args)
+        elif op == OP_DEL_X:
+            self._forget_exchange(strs[0], strs[1])
+        elif op == OP_ADD_Q:
+            qdef = meta_to_def(op, strs, flags, args)
             old = self._queues.get((qdef.vhost, qdef.name))
             if old is not None:
                 qids.pop(old.qid, None)
@@ -247,17 +269,17 @@ class SegmentStore(Store):
             self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
             qids[qid] = (qdef.vhost, qdef.name)
             self._next_qid = max(self._next_qid, qid + 1)
-        elif name == "delete_queue":
-            qi = self._queues.pop((op[1], op[2]), None)
+        elif op == OP_DEL_Q:
+            qi = self._queues.pop((strs[0], strs[1]), None)
             if qi is not None:
                 qids.pop(qi.qid, None)
                 entries.pop(qi.qid, None)
-            self._forget_queue_bindings(op[1], op[2])
-        elif name == "add_binding":
-            b = BindingDef(*op[1])
+            self._forget_queue_bindings(strs[0], strs[1])
+        elif op == OP_ADD_B:
+            b = meta_to_def(op, strs, flags, args)
             self._bindings[b.ident()] = b
-        elif name == "delete_binding":
-            self._bindings.pop(BindingDef(*op[1]).ident(), None)
+        elif op == OP_DEL_B:
+            self._bindings.pop(meta_to_def(op, strs, flags, args).ident(), None)
 
     def _forget_exchange(self, vhost: str, name: str) -> None:
         self._exchanges.pop((vhost, name), None)
@@ -301,8 +323,8 @@ class SegmentStore(Store):
         with self._lock:
             self._append(self._j, _record(payload))
 
-    def _meta(self, *op: Any) -> None:
-        self._journal(bytes((K_META,)) + pickle.dumps(op, 5))
+    def _meta(self, payload: bytes) -> None:
+        self._journal(payload)
 
     def _mark_failed(self, exc: OSError) -> None:
         if self._failed is None:
@@ -325,20 +347,20 @@ class SegmentStore(Store):
     def add_vhost(self, name: str) -> None:
         self._check_writable()
         self._vhosts[name] = None
-        self._meta("add_vhost", name)
+        self._meta(meta_vhost(OP_ADD_VHOST, name))
 
     def delete_vhost(self, name: str) -> None:
         self._vhosts.pop(name, None)
-        self._meta("delete_vhost", name)
+        self._meta(meta_vhost(OP_DEL_VHOST, name))
 
     def add_exchange(self, xdef: ExchangeDef) -> None:
         self._check_writable()
         self._exchanges[(xdef.vhost, xdef.name)] = xdef
-        self._meta("add_exchange", _fields(xdef))
+        self._meta(meta_exchange(xdef))
 
     def delete_exchange(self, vhost: str, name: str) -> None:
         self._forget_exchange(vhost, name)
-        self._meta("delete_exchange", vhost, name)
+        self._meta(encode_meta(OP_DEL_X, vhost, name))
 
     def add_queue(self, qdef: QueueDef) -> None:
         self._check_writable()
@@ -348,7 +370,7 @@ class SegmentStore(Store):
         qid = self._next_qid
         self._next_qid += 1
         self._queues[key] = _QIndex(qid, qdef)
-        self._meta("add_queue", qid, _fields(qdef))
+        self._meta(meta_queue(qid, qdef))
 
     def delete_queue(self, vhost: str, name: str) -> None:
         qi = self._queues.pop((vhost, name), None)
@@ -356,16 +378,16 @@ class SegmentStore(Store):
             for _, pos in qi.entries():
                 self._unref(pos >> 32)
         self._forget_queue_bindings(vhost, name)
-        self._meta("delete_queue", vhost, name)
+        self._meta(encode_meta(OP_DEL_Q, vhost, name))
 
     def add_binding(self, bdef: BindingDef) -> None:
         self._check_writable()
         self._bindings[bdef.ident()] = bdef
-        self._meta("add_binding", _fields(bdef))
+        self._meta(meta_binding(OP_ADD_B, bdef))
 
     def delete_binding(self, bdef: BindingDef) -> None:
         self._bindings.pop(bdef.ident(), None)
-        self._meta("delete_binding", _fields(bdef))
+        self._meta(meta_binding(OP_DEL_B, bdef))
 
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
         qi = self._queues.get((vhost, queue))
@@ -546,17 +568,14 @@ class SegmentStore(Store):
         is written out first; its fsync is left to the next sync, as for any append."""
         out = bytearray(JRN_MAGIC)
 
-        def meta(*op: Any) -> None:
-            out.extend(_record(bytes((K_META,)) + pickle.dumps(op, 5)))
-
         for v in self._vhosts:
-            meta("add_vhost", v)
+            out.extend(_record(meta_vhost(OP_ADD_VHOST, v)))
         for x in self._exchanges.values():
-            meta("add_exchange", _fields(x))
+            out.extend(_record(meta_exchange(x)))
         for qi in self._queues.values():
-            meta("add_queue", qi.qid, _fields(qi.qdef))
+            out.extend(_record(meta_queue(qi.qid, qi.qdef)))
         for b in self._bindings.values():
-            meta("add_binding", _fields(b))
+            out.extend(_record(meta_binding(OP_ADD_B, b)))
         for qi in self._queues.values():
             for mid, pos in qi.entries():
                 out.extend(_record(_ENQ.pack(K_ENQ, qi.qid, mid, pos)))
@@ -600,6 +619,3 @@ class SegmentStore(Store):
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-
-def _fields(d: Any) -> tuple[Any, ...]:
-    return tuple(getattr(d, name) for name in d.__slots__)
