@@ -48,6 +48,9 @@ class Limits:
     #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
     #: oldest ready one (RabbitMQ would keep queueing; see engine._light)
     max_topic_buffer: int = 10_000
+    #: ready messages a queue keeps in memory; later arrivals wait in the store's page (in the
+    #: segment files with the embedded store) and are read back in order as the window drains
+    queue_window: int = 2048
 
 
 @dataclass(slots=True)

@@ -1,5 +1,6 @@
 """The compact per-queue index of the segment store: parallel ``array('Q')`` of message ids and
-packed positions (``segment << 32 | offset``, 0 = removed) plus sparse delivery counts."""
+packed positions (``segment << 32 | offset``, 0 = removed) plus sparse delivery counts and
+per-queue expiries; and a queue's page: the ready messages the broker keeps out of memory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..store import QueueDef
 class _QIndex:
     """One durable queue: its definition and the compact index of its persistent messages."""
 
-    __slots__ = ("qid", "qdef", "ids", "pos", "live", "counts")
+    __slots__ = ("qid", "qdef", "ids", "pos", "live", "counts", "exp")
 
     def __init__(self, qid: int, qdef: QueueDef) -> None:
         self.qid = qid
@@ -20,6 +21,8 @@ class _QIndex:
         self.pos: array[int] | None = None
         self.live = 0
         self.counts: dict[int, int] | None = None
+        #: message id -> this queue's expiry of it (x-message-ttl), when it has one
+        self.exp: dict[int, float] | None = None
 
     def add(self, msg_id: int, pos: int) -> None:
         if self.ids is None or self.pos is None:
@@ -54,15 +57,48 @@ class _QIndex:
             self.counts.pop(self.ids[i], None)
             if not self.counts:
                 self.counts = None
+        if self.exp is not None:
+            self.exp.pop(self.ids[i], None)
+            if not self.exp:
+                self.exp = None
         if not self.live:
             self.ids = self.pos = None
         elif self.live * 2 < len(self.ids) and len(self.ids) > 32:
-            keep = [(m, q) for m, q in zip(self.ids, self.pos) if q]
-            self.ids = array("Q", (m for m, _ in keep))
-            self.pos = array("Q", (q for _, q in keep))
+            ids, pos = self.ids, self.pos
+            self.ids = array("Q", (m for m, q in zip(ids, pos) if q))
+            self.pos = array("Q", (q for q in pos if q))
         return p
 
     def entries(self) -> list[tuple[int, int]]:
         if not self.ids or not self.pos:
             return []
         return [(m, q) for m, q in zip(self.ids, self.pos) if q]
+
+
+#: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;
+#: without it, the id of a persistent message the queue's ``_QIndex`` holds
+TRANSIENT = 1 << 63
+
+
+class _Page:
+    """A queue's paged ready messages, in order: one u64 per message (see ``TRANSIENT``), consumed
+    from ``head``; delivery counts and per-queue expiries of transient ones, sparse, keyed by
+    absolute slot number (``base`` + index)."""
+
+    __slots__ = ("ent", "head", "base", "extra")
+
+    def __init__(self) -> None:
+        self.ent = array("Q")
+        self.head = 0
+        self.base = 0
+        self.extra: dict[int, tuple[int, float | None]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ent) - self.head
+
+    def advance(self, n: int) -> None:
+        self.head += n
+        if self.head > 4096 and self.head * 2 > len(self.ent):  # drop the consumed prefix
+            del self.ent[: self.head]
+            self.base += self.head
+            self.head = 0

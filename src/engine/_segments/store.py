@@ -33,14 +33,18 @@ import logging
 import os
 import struct
 import threading
+from array import array
 from typing import Any
+from zlib import crc32
 
 from .._message import Message
-from ..store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
-from ._index import _QIndex
+from ..store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ._index import TRANSIENT, _Page, _QIndex
 from ._records import (
     _CNT,
     _ENQ,
+    _EXP,
+    K_EXP,
     _REC,
     _REM,
     JRN_MAGIC,
@@ -106,7 +110,7 @@ class SegmentStore(Store):
     survives the process being killed but not a power loss or kernel crash."""
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, segment_size: int = 8 << 20,
-                 memory_bodies: int = 64 << 20) -> None:
+                 memory_bodies: int = 64 << 20, recover_window: int = 2048) -> None:
         self.path = os.fspath(path)
         #: receipts always wait for ``sync``: with ``fsync`` off it is only a write to the OS
         self.needs_sync = True
@@ -132,6 +136,12 @@ class SegmentStore(Store):
         #: recovered bodies are loaded into memory up to this many bytes; the rest stay on disk
         self.memory_bodies = memory_bodies
         self._doomed: list[int] = []  # unreferenced segments, deleted by the next sync
+        #: messages per queue materialised by recovery; the rest start in the queue's page
+        self.recover_window = max(1, recover_window)
+        #: (vhost, queue) -> its paged ready messages (durable or not)
+        self._pages: dict[tuple[str, str], _Page] = {}
+        #: paged records that could not be read back (torn, or a failed write that never recovered)
+        self.dropped_paged = 0
         os.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -153,104 +163,152 @@ class SegmentStore(Store):
         return os.path.join(self.path, "segments", f"{no:08d}")
 
     def _load(self) -> Recovered:
+        """Replay the journal straight into the per-queue index arrays, then materialise the first
+        ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
+        record among them is found and dropped when it is paged in)."""
         jpath = os.path.join(self.path, "journal")
         data = b""
         if os.path.exists(jpath):
             with open(jpath, "rb") as f:
                 data = f.read()
-        qids: dict[int, tuple[str, str]] = {}
-        entries: dict[int, dict[int, list[int]]] = {}  # qid -> msg id -> [pos, count]
+        by_qid: dict[int, _QIndex] = {}
         if data.startswith(JRN_MAGIC):
-            recs, end = _records(data, len(JRN_MAGIC))
-            if end != len(data):
-                log.warning("journal: dropped a torn tail of %d bytes", len(data) - end)
-            for _, p in recs:
+            view = memoryview(data)
+            off, end = len(JRN_MAGIC), len(data)
+            rec_size = _REC.size
+            while off + rec_size <= end:
+                n, crc = _REC.unpack_from(view, off)
+                stop = off + rec_size + n
+                if stop > end or crc32(view[off + rec_size : stop]) != crc:
+                    break
+                p = view[off + rec_size : stop]
+                off = stop
                 kind = p[0]
                 if kind == K_ENQ:
                     _, qid, mid, pos = _ENQ.unpack(p)
-                    if qid in qids:
-                        entries.setdefault(qid, {})[mid] = [pos, 0]
+                    qi = by_qid.get(qid)
+                    if qi is not None:
+                        qi.add(mid, pos)
                 elif kind == K_REM:
                     _, qid, mid = _REM.unpack(p)
-                    entries.get(qid, {}).pop(mid, None)
+                    qi = by_qid.get(qid)
+                    if qi is not None and (i := qi.find(mid)) >= 0:
+                        qi.take(i)
                 elif kind == K_CNT:
                     _, qid, mid, count = _CNT.unpack(p)
-                    e = entries.get(qid, {}).get(mid)
-                    if e is not None:
-                        e[1] = count
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.counts is None:
+                            qi.counts = {}
+                        qi.counts[mid] = count
+                elif kind == K_EXP:
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
                 elif kind == K_META:
                     try:
                         meta = decode_meta(bytes(p))
                     except (ValueError, IndexError, struct.error) as exc:
                         raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
-                    self._apply_meta(meta, qids, entries)
+                    self._apply_meta(meta, by_qid)
+            if off != end:
+                log.warning("journal: dropped a torn tail of %d bytes", end - off)
+            del view
         elif data.startswith(b"SMQJRN"):
             raise StoreError(f"{jpath} was written by another sansmq store format version "
                              f"({data[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
         elif data:
             raise StoreError(f"{jpath} is not a sansmq journal")
-        # message records, read segment by segment; shared by the queues that refer to them
-        wanted: dict[int, set[int]] = {}
-        for per_q in entries.values():
-            for pos, _ in per_q.values():
-                wanted.setdefault(pos >> 32, set()).add(pos)
-        decoded: dict[int, Message] = {}
+        del data
+        # segment references, and the files they keep
+        refs = self._refs
+        for qi in by_qid.values():
+            if qi.pos is not None:
+                for pos in qi.pos:
+                    if pos:
+                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        for no in existing:
+            if no in refs:
+                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+                self._segs[no].written = os.fstat(self._segs[no].fd).st_size
+        # materialise each queue's head; a message shared by queues is decoded once
+        decoded: dict[int, Message | None] = {}
         budget = self.memory_bodies
-        for seg in sorted(wanted):
-            try:
-                with open(self._seg_path(seg), "rb") as f:
-                    blob = f.read()
-            except FileNotFoundError:
-                continue
-            if not blob.startswith(SEG_MAGIC):
-                continue
-            recs, _ = _records(blob, len(SEG_MAGIC))
-            want = wanted[seg]
-            base = seg << 32
-            for off, p in recs:
-                if base | off in want:
-                    lazy = None
-                    if budget < 0:
-                        lazy = (self, base | (off + _REC.size))
-                    else:
-                        budget -= len(p)
-                    decoded[base | off] = _decode_message(p, lazy)
         rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
-        for qid, key in qids.items():
-            qi = self._queues[key]
+        max_id = 0
+        for qi in by_qid.values():
+            key = (qi.qdef.vhost, qi.qdef.name)
             rec.queues.append(qi.qdef)
-            stored = []
-            for mid, (pos, count) in sorted(entries.get(qid, {}).items()):
-                msg = decoded.get(pos)
-                if msg is None or msg.id != mid:
-                    self.dropped_on_recovery += 1
+            if not qi.live:
+                continue
+            assert qi.ids is not None and qi.pos is not None
+            max_id = max(max_id, qi.ids[-1])
+            stored: list[StoredMessage] = []
+            bad: list[int] = []
+            i, n = 0, len(qi.ids)
+            while i < n and len(stored) < self.recover_window:
+                mid, pos = qi.ids[i], qi.pos[i]
+                i += 1
+                if not pos:
                     continue
-                stored.append(StoredMessage(msg, count))
-                qi.add(mid, pos)
-                if count:
-                    if qi.counts is None:
-                        qi.counts = {}
-                    qi.counts[mid] = count
-                self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
+                if pos in decoded:
+                    msg = decoded[pos]
+                else:
+                    p = self._read_record(pos)
+                    msg = None
+                    if p is not None:
+                        lazy = None
+                        if budget < 0:
+                            lazy = (self, pos + _REC.size)
+                        else:
+                            budget -= len(p)
+                        try:
+                            msg = _decode_message(p, lazy)
+                        except (ValueError, IndexError, struct.error):
+                            msg = None
+                    decoded[pos] = msg
+                if msg is None or msg.id != mid:
+                    bad.append(mid)
+                    continue
+                stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
             if stored:
                 rec.messages[key] = stored
+            if i < n:
+                page = _Page()
+                page.ent = array("Q", (m for m, q in zip(qi.ids[i:], qi.pos[i:]) if q))
+                if page.ent:
+                    self._pages[key] = page
+                    rec.paged[key] = len(page.ent)
+            for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
+                self.dropped_on_recovery += 1
+                pos = qi.take(qi.find(mid))
+                left = refs[pos >> 32] - 1
+                if left:
+                    refs[pos >> 32] = left
+                else:
+                    del refs[pos >> 32]
+        rec.max_message_id = max_id
         if self.dropped_on_recovery:
             log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
         # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
-        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
         for no in existing:
-            if no not in self._refs:
-                os.unlink(self._seg_path(no))
-            else:
-                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+            if no not in refs:
+                self._drop_segment(no)
+                try:
+                    os.unlink(self._seg_path(no))
+                except FileNotFoundError:
+                    pass
         self._seg_no = max(existing, default=0)
         with self._lock:
             self._new_segment()
             self._compact()
         return rec
 
-    def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], qids: dict[int, tuple[str, str]],
-                    entries: dict[int, dict[int, list[Any]]]) -> None:
+    def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], by_qid: dict[int, _QIndex]) -> None:
         op, strs, flags, qid, args = meta
         if op == OP_ADD_VHOST:
             self._vhosts[strs[0]] = None
@@ -264,16 +322,14 @@ class SegmentStore(Store):
             qdef = meta_to_def(op, strs, flags, args)
             old = self._queues.get((qdef.vhost, qdef.name))
             if old is not None:
-                qids.pop(old.qid, None)
-                entries.pop(old.qid, None)
-            self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
-            qids[qid] = (qdef.vhost, qdef.name)
+                by_qid.pop(old.qid, None)
+            qi = self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
+            by_qid[qid] = qi
             self._next_qid = max(self._next_qid, qid + 1)
         elif op == OP_DEL_Q:
             qi = self._queues.pop((strs[0], strs[1]), None)
             if qi is not None:
-                qids.pop(qi.qid, None)
-                entries.pop(qi.qid, None)
+                by_qid.pop(qi.qid, None)
             self._forget_queue_bindings(strs[0], strs[1])
         elif op == OP_ADD_B:
             b = meta_to_def(op, strs, flags, args)
@@ -373,6 +429,7 @@ class SegmentStore(Store):
         self._meta(meta_queue(qid, qdef))
 
     def delete_queue(self, vhost: str, name: str) -> None:
+        self.page_drop(vhost, name, False)
         qi = self._queues.pop((vhost, name), None)
         if qi is not None:
             for _, pos in qi.entries():
@@ -395,24 +452,170 @@ class SegmentStore(Store):
             return  # not a durable queue this store knows of
         self._check_writable()
         with self._lock:
-            if self._last_msg[0] == msg.id:  # the same message routed to several queues: one record
-                pos = self._last_msg[1]
-            else:
-                rec = _record(_encode_message(msg))
-                seg = self._seg
-                assert seg is not None
-                if seg.size + len(rec) > self.segment_size and seg.size > len(SEG_MAGIC):
-                    self._rotate()
-                    seg = self._seg
-                    assert seg is not None
-                pos = (self._seg_no << 32) | seg.size
-                self._append(seg, rec)
-                self._last_msg = (msg.id, pos)
+            pos = self._append_message(msg)
             assert self._j is not None
             self._append(self._j, _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos)))
         qi.add(msg.id, pos)
         seg_no = pos >> 32
         self._refs[seg_no] = self._refs.get(seg_no, 0) + 1
+
+    def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
+        self.enqueue(vhost, queue, msg)
+        qi = self._queues.get((vhost, queue))
+        if qi is None or qi.find(msg.id) < 0:
+            return
+        if qi.exp is None:
+            qi.exp = {}
+        qi.exp[msg.id] = expires
+        self._journal(_EXP.pack(K_EXP, qi.qid, msg.id, expires))
+
+    def _append_message(self, msg: Message) -> int:
+        """Append ``msg``'s record to the current segment (caller holds ``_lock``); the same message
+        routed to several queues (or pages) right after another shares one record."""
+        if self._last_msg[0] == msg.id:
+            return self._last_msg[1]
+        rec = _record(_encode_message(msg))
+        seg = self._seg
+        assert seg is not None
+        if seg.size + len(rec) > self.segment_size and seg.size > len(SEG_MAGIC):
+            self._rotate()
+            seg = self._seg
+            assert seg is not None
+        pos = (self._seg_no << 32) | seg.size
+        self._append(seg, rec)
+        self._last_msg = (msg.id, pos)
+        return pos
+
+    # -- paging (loop thread) --------------------------------------------------------------------------
+    def page_out(self, vhost: str, queue: str, msg: Message, count: int, expires: float | None,
+                 stored: bool) -> None:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            page = self._pages[key] = _Page()
+        if stored:
+            qi = self._queues.get(key)
+            if qi is not None and qi.find(msg.id) >= 0:  # already a record + index entry: just its id
+                page.ent.append(msg.id)
+                return
+        # a transient record: never journalled, so never recovered; fsynced only along with others
+        with self._lock:
+            pos = self._append_message(msg)
+        self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
+        page.ent.append(TRANSIENT | pos)
+        if count or expires != msg.expires_at:
+            if page.extra is None:
+                page.extra = {}
+            page.extra[page.base + len(page.ent) - 1] = (count, expires)
+
+    def _page_read(self, key: tuple[str, str], page: _Page, j: int, take: bool) -> PagedMessage | None:
+        """Slot ``j`` of ``page`` read back; ``take``: it leaves the page (a transient record loses
+        its reference; an unreadable stored one is removed from the queue for good)."""
+        e = page.ent[j]
+        if e & TRANSIENT:
+            pos = e & ~TRANSIENT
+            extra = page.extra.get(page.base + j) if page.extra else None
+            msg = self._read_message(pos)
+            if take:
+                if extra is not None:
+                    del page.extra[page.base + j]  # type: ignore[union-attr]
+                self._unref(pos >> 32)
+            if msg is None:
+                return None
+            count, expires = extra if extra is not None else (0, msg.expires_at)
+            return msg, count, expires
+        qi = self._queues.get(key)
+        i = qi.find(e) if qi is not None else -1
+        if i < 0:
+            return None
+        assert qi is not None and qi.pos is not None
+        msg = self._read_message(qi.pos[i])
+        if msg is None or msg.id != e:
+            if take:
+                self.remove(key[0], key[1], e)
+            return None
+        return msg, (qi.counts or {}).get(e, 0), (qi.exp or {}).get(e, msg.expires_at)
+
+    def page_in(self, vhost: str, queue: str, n: int) -> tuple[list[PagedMessage], int]:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            return [], 0
+        out: list[PagedMessage] = []
+        start = page.head
+        stop = min(len(page.ent), start + n)
+        for j in range(start, stop):
+            got = self._page_read(key, page, j, True)
+            if got is None:
+                self.dropped_paged += 1
+            else:
+                out.append(got)
+        page.advance(stop - start)
+        if not len(page):
+            del self._pages[key]
+        if len(out) < stop - start:
+            log.warning("queue %r: %d paged message(s) could not be read back", queue, stop - start - len(out))
+        return out, stop - start
+
+    def page_drop(self, vhost: str, queue: str, forget_stored: bool) -> None:
+        page = self._pages.pop((vhost, queue), None)
+        if page is None:
+            return
+        for j in range(page.head, len(page.ent)):
+            e = page.ent[j]
+            if e & TRANSIENT:
+                self._unref((e & ~TRANSIENT) >> 32)
+            elif forget_stored:
+                self.remove(vhost, queue, e)
+
+    def paged(self, vhost: str, queue: str) -> list[PagedMessage]:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            return []
+        out = []
+        for j in range(page.head, len(page.ent)):
+            got = self._page_read(key, page, j, False)
+            if got is not None:
+                out.append(got)
+        return out
+
+    def _read_at(self, f: _File, off: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``off`` of ``f``, from the file and/or its unwritten buffer (caller
+        holds ``_lock``)."""
+        w = f.written
+        if off + n <= w:
+            return os.pread(f.fd, n, off)
+        if off >= w:
+            return bytes(f.buf[off - w : off - w + n])
+        return os.pread(f.fd, w - off, off) + bytes(f.buf[: off + n - w])
+
+    def _read_record(self, pos: int) -> bytes | None:
+        """The payload of the record at ``pos`` if it is complete and its CRC matches."""
+        f = self._segs.get(pos >> 32)
+        if f is None:
+            return None
+        off = pos & 0xFFFFFFFF
+        with self._lock:
+            head = self._read_at(f, off, 512)
+            if len(head) < _REC.size:
+                return None
+            n, crc = _REC.unpack_from(head, 0)
+            payload = head[_REC.size : _REC.size + n]
+            if len(payload) < n:
+                payload += self._read_at(f, off + len(head), n - len(payload))
+        if len(payload) != n or crc32(payload) != crc:
+            return None
+        return payload
+
+    def _read_message(self, pos: int) -> Message | None:
+        p = self._read_record(pos)
+        if p is None:
+            return None
+        try:
+            return _decode_message(p)
+        except (ValueError, IndexError, struct.error):
+            return None
 
     def _rotate(self) -> None:
         """Write the full segment out (its fsync is left to the next sync) and start a new one."""
@@ -426,6 +629,11 @@ class SegmentStore(Store):
         self._new_segment()
         if old not in self._refs:  # everything in it already left its queues
             self._doomed.append(old)
+        # unreferenced segments also go here, not only at sync: transient-only traffic never syncs
+        doomed, self._doomed = self._doomed, []
+        for no in doomed:
+            if no not in self._refs and no != self._seg_no:
+                self._drop_segment(no)
 
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
         qi = self._queues.get((vhost, queue))
@@ -581,6 +789,8 @@ class SegmentStore(Store):
                 out.extend(_record(_ENQ.pack(K_ENQ, qi.qid, mid, pos)))
             for mid, count in (qi.counts or {}).items():
                 out.extend(_record(_CNT.pack(K_CNT, qi.qid, mid, count)))
+            for mid, when in (qi.exp or {}).items():
+                out.extend(_record(_EXP.pack(K_EXP, qi.qid, mid, when)))
         for f in self._segs.values():
             self._write_file(f)
         tmp = os.path.join(self.path, "journal.tmp")
