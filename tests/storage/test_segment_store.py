@@ -334,3 +334,39 @@ def test_other_format_version_is_refused(tmp_path: Path) -> None:
     journal.write_bytes(b"SMQJRN1\n" + journal.read_bytes()[8:])
     with pytest.raises(StoreError, match="format version"):
         SegmentStore(tmp_path)
+
+
+@given(st.lists(st.one_of(st.tuples(st.just("s"), st.integers(0, 2)), st.tuples(st.just("t"), st.integers(1, 9)),
+                          st.tuples(st.just("take"), st.integers(1, 7))), max_size=80))
+def test_page_runs_match_a_plain_list(ops) -> None:
+    """Consecutive stored ids share one run slot; taking any number of messages at a time (also
+    part of a run) yields exactly the order they were added in."""
+    from engine._segments._index import TRANSIENT, _Page
+
+    page, ref, got, next_id = _Page(), [], [], 1
+    for kind, k in ops:
+        if kind == "s":
+            next_id += k  # k = 0 repeats nothing: ids only grow; 1 continues a run; 2 breaks it
+            next_id = max(next_id, 1)
+            page.add_stored(next_id)
+            ref.append(next_id)
+            next_id += 1
+        elif kind == "t":
+            page.add_transient(k << 32 | 8)
+            ref.append(TRANSIENT | k << 32 | 8)
+        else:
+            got.extend(e for _, e in page.items(k, True))
+    assert [e for _, e in page.items(1 << 30, False)] == ref[len(got):]
+    got.extend(e for _, e in page.items(1 << 30, True))
+    assert got == ref and len(page) == 0
+
+
+def test_a_consecutive_backlog_costs_one_page_slot() -> None:
+    from engine._segments._index import _Page
+
+    page = _Page()
+    for mid in range(1, 100_001):
+        page.add_stored(mid)
+    assert len(page.ent) == 1
+    assert [e for _, e in page.items(3, True)] == [1, 2, 3]
+    assert [e for _, e in page.items(2, True)] == [4, 5] and len(page) == 1

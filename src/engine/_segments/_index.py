@@ -76,29 +76,72 @@ class _QIndex:
 
 
 #: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;
-#: without it, the id of a persistent message the queue's ``_QIndex`` holds
+#: without it, the id of a persistent message the queue's ``_QIndex`` holds, or with ``RUN`` a run
+#: of consecutive such ids (``RUN | first << 22 | length``): one slot for a whole burst
 TRANSIENT = 1 << 63
+RUN = 1 << 62
+_LEN = (1 << 22) - 1
+_ID = (1 << 40) - 1
 
 
 class _Page:
-    """A queue's paged ready messages, in order: one u64 per message (see ``TRANSIENT``), consumed
-    from ``head``; delivery counts and per-queue expiries of transient ones, sparse, keyed by
-    absolute slot number (``base`` + index)."""
+    """A queue's paged ready messages, in order: u64 slots (see ``TRANSIENT``/``RUN``) consumed from
+    ``head`` (``off`` messages into a run); delivery counts and per-queue expiries of transient ones,
+    sparse, keyed by absolute slot number (``base`` + index)."""
 
-    __slots__ = ("ent", "head", "base", "extra")
+    __slots__ = ("ent", "head", "off", "base", "extra")
 
     def __init__(self) -> None:
         self.ent = array("Q")
         self.head = 0
+        self.off = 0
         self.base = 0
         self.extra: dict[int, tuple[int, float | None]] | None = None
 
     def __len__(self) -> int:
+        """Slots left (0 = empty)."""
         return len(self.ent) - self.head
 
-    def advance(self, n: int) -> None:
-        self.head += n
-        if self.head > 4096 and self.head * 2 > len(self.ent):  # drop the consumed prefix
-            del self.ent[: self.head]
-            self.base += self.head
-            self.head = 0
+    def add_stored(self, mid: int) -> None:
+        ent = self.ent
+        if len(ent) > self.head and mid <= _ID:
+            last = ent[-1]
+            if last & RUN and not last & TRANSIENT:
+                if ((last >> 22) & _ID) + (last & _LEN) == mid and last & _LEN < _LEN:
+                    ent[-1] = last + 1
+                    return
+            elif not last & TRANSIENT and last + 1 == mid and (len(ent) - 1 > self.head or not self.off):
+                ent[-1] = RUN | (last << 22) | 2
+                return
+        ent.append(mid)
+
+    def add_transient(self, pos: int) -> int:
+        """Appends ``TRANSIENT | pos``; returns its absolute slot number."""
+        self.ent.append(TRANSIENT | pos)
+        return self.base + len(self.ent) - 1
+
+    def items(self, n: int, consume: bool) -> list[tuple[int, int]]:
+        """The next ``n`` messages as (absolute slot, ``TRANSIENT | pos`` or message id)."""
+        out: list[tuple[int, int]] = []
+        ent, j, off, end, base = self.ent, self.head, self.off, len(self.ent), self.base
+        while j < end and len(out) < n:
+            e = ent[j]
+            if e & RUN and not e & TRANSIENT:
+                first, length = (e >> 22) & _ID, e & _LEN
+                take = min(length - off, n - len(out))
+                slot = base + j
+                out.extend((slot, first + k) for k in range(off, off + take))
+                off += take
+                if off == length:
+                    j += 1
+                    off = 0
+            else:
+                out.append((base + j, e))
+                j += 1
+        if consume:
+            self.head, self.off = j, off
+            if self.head > 4096 and self.head * 2 > len(ent):  # drop the consumed prefix
+                del ent[: self.head]
+                self.base += self.head
+                self.head = 0
+        return out

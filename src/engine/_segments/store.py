@@ -3,7 +3,7 @@
 On disk, in one data directory::
 
     LOCK                  flock'd while a broker owns the directory
-    journal               entity metadata + per-queue enqueue/remove/delivery-count records
+    journal               entity metadata + per-queue enqueue/remove/delivery-count/expiry records
     segments/00000001     append-only message records (one per persistent message, shared by queues)
 
 Every record is ``<u32 length><u32 crc32(payload)><payload>``; replay stops at the first record whose
@@ -12,7 +12,7 @@ from the live state on start and whenever it grows well past it (write tmp, fsyn
 dir). A segment file is deleted once no queue refers to any message in it.
 
 In memory each durable queue keeps two parallel ``array('Q')``: message ids (ascending: the model
-allocates ids in enqueue order) and packed positions ``segment << 32 | offset`` (0 = removed); a
+allocates ids in enqueue order), packed positions ``segment << 32 | offset`` (0 = removed); a
 sparse dict holds delivery counts of redelivered messages. An idle queue holds no arrays at all.
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
@@ -20,9 +20,17 @@ Writes only append to in-memory buffers on the loop thread (a large buffer is wr
 fsyncs dup'd descriptors outside it, so the loop keeps appending during the fsync. A failed write
 keeps the unwritten bytes buffered and is retried at the same offsets; until a retry succeeds new
 messages are refused with ``StoreError`` (publishers get an error, removals/acks still go through).
-Recovered message bodies beyond ``memory_bodies`` bytes stay on disk: those messages are
-``_LazyBodyMessage`` objects whose ``body`` property preads it on each access (newly published
-messages still keep their body in memory). Unreferenced segments are deleted by the next ``sync``.
+Pages (the broker's ready messages beyond a queue's in-memory window, see ``Store.page_out``): one
+u64 per message in ``_pages[(vhost, queue)]``. A persistent message of a durable queue is already a
+record plus an index entry, so its slot is just its id; any other message is appended to the
+current segment as a *transient* record (never journalled, so never recovered; fsynced only along
+with durable data) and its slot is ``TRANSIENT | position``. ``page_in`` preads the records back in
+order (also from the unwritten buffer) and drops the transient ones' segment references.
+Recovery replays the journal straight into the index arrays and materialises only the first
+``recover_window`` messages of each queue; the rest start in the queue's page, unread, so a restart
+with a large backlog reads almost nothing from the segments. Materialised bodies beyond
+``memory_bodies`` bytes stay on disk (``_LazyBodyMessage`` preads them on access). Unreferenced
+segments are deleted by the next ``sync`` or segment rotation (transient-only traffic never syncs).
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import logging
 import os
 import struct
 import threading
-from array import array
 from typing import Any
 from zlib import crc32
 
@@ -279,10 +286,14 @@ class SegmentStore(Store):
                 rec.messages[key] = stored
             if i < n:
                 page = _Page()
-                page.ent = array("Q", (m for m, q in zip(qi.ids[i:], qi.pos[i:]) if q))
-                if page.ent:
+                paged = 0
+                for m, q in zip(qi.ids[i:], qi.pos[i:]):
+                    if q:
+                        page.add_stored(m)
+                        paged += 1
+                if paged:
                     self._pages[key] = page
-                    rec.paged[key] = len(page.ent)
+                    rec.paged[key] = paged
             for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
                 self.dropped_on_recovery += 1
                 pos = qi.take(qi.find(mid))
@@ -496,29 +507,28 @@ class SegmentStore(Store):
         if stored:
             qi = self._queues.get(key)
             if qi is not None and qi.find(msg.id) >= 0:  # already a record + index entry: just its id
-                page.ent.append(msg.id)
+                page.add_stored(msg.id)
                 return
         # a transient record: never journalled, so never recovered; fsynced only along with others
         with self._lock:
             pos = self._append_message(msg)
         self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
-        page.ent.append(TRANSIENT | pos)
+        slot = page.add_transient(pos)
         if count or expires != msg.expires_at:
             if page.extra is None:
                 page.extra = {}
-            page.extra[page.base + len(page.ent) - 1] = (count, expires)
+            page.extra[slot] = (count, expires)
 
-    def _page_read(self, key: tuple[str, str], page: _Page, j: int, take: bool) -> PagedMessage | None:
-        """Slot ``j`` of ``page`` read back; ``take``: it leaves the page (a transient record loses
-        its reference; an unreadable stored one is removed from the queue for good)."""
-        e = page.ent[j]
+    def _page_read(self, key: tuple[str, str], page: _Page, slot: int, e: int, take: bool) -> PagedMessage | None:
+        """Page item ``e`` (at absolute ``slot``) read back; ``take``: it leaves the page (a transient
+        record loses its reference; an unreadable stored one is removed from the queue for good)."""
         if e & TRANSIENT:
             pos = e & ~TRANSIENT
-            extra = page.extra.get(page.base + j) if page.extra else None
+            extra = page.extra.get(slot) if page.extra else None
             msg = self._read_message(pos)
             if take:
                 if extra is not None:
-                    del page.extra[page.base + j]  # type: ignore[union-attr]
+                    del page.extra[slot]  # type: ignore[union-attr]
                 self._unref(pos >> 32)
             if msg is None:
                 return None
@@ -542,31 +552,29 @@ class SegmentStore(Store):
         if page is None:
             return [], 0
         out: list[PagedMessage] = []
-        start = page.head
-        stop = min(len(page.ent), start + n)
-        for j in range(start, stop):
-            got = self._page_read(key, page, j, True)
+        items = page.items(n, True)
+        for slot, e in items:
+            got = self._page_read(key, page, slot, e, True)
             if got is None:
                 self.dropped_paged += 1
             else:
                 out.append(got)
-        page.advance(stop - start)
         if not len(page):
             del self._pages[key]
-        if len(out) < stop - start:
-            log.warning("queue %r: %d paged message(s) could not be read back", queue, stop - start - len(out))
-        return out, stop - start
+        if len(out) < len(items):
+            log.warning("queue %r: %d paged message(s) could not be read back", queue, len(items) - len(out))
+        return out, len(items)
 
     def page_drop(self, vhost: str, queue: str, forget_stored: bool) -> None:
         page = self._pages.pop((vhost, queue), None)
         if page is None:
             return
-        for j in range(page.head, len(page.ent)):
-            e = page.ent[j]
-            if e & TRANSIENT:
-                self._unref((e & ~TRANSIENT) >> 32)
-            elif forget_stored:
-                self.remove(vhost, queue, e)
+        while items := page.items(1 << 16, True):
+            for _, e in items:
+                if e & TRANSIENT:
+                    self._unref((e & ~TRANSIENT) >> 32)
+                elif forget_stored:
+                    self.remove(vhost, queue, e)
 
     def paged(self, vhost: str, queue: str) -> list[PagedMessage]:
         key = (vhost, queue)
@@ -574,8 +582,8 @@ class SegmentStore(Store):
         if page is None:
             return []
         out = []
-        for j in range(page.head, len(page.ent)):
-            got = self._page_read(key, page, j, False)
+        for slot, e in page.items(1 << 62, False):
+            got = self._page_read(key, page, slot, e, False)
             if got is not None:
                 out.append(got)
         return out
