@@ -370,3 +370,30 @@ def test_a_consecutive_backlog_costs_one_page_slot() -> None:
     assert len(page.ent) == 1
     assert [e for _, e in page.items(3, True)] == [1, 2, 3]
     assert [e for _, e in page.items(2, True)] == [4, 5] and len(page) == 1
+
+
+def test_paged_records_are_read_back_in_order_and_torn_ones_dropped(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    for i in range(1, 7):  # persistent, in the index: their page slots are just ids (one run)
+        m = msg(i, b"p" * 50)
+        s.enqueue("/", "q", m)
+        s.page_out("/", "q", m, 0, None, True)
+    t = Message(7, "", "q", {}, b"transient", expires_at=5.0)
+    s.page_out("/", "q", t, 2, 9.0, False)  # transient, with its own count and queue expiry
+    s.sync(1)  # records reach the file (page-in reads from the file and from unwritten buffers)
+    seg = tmp_path / "segments" / segments(tmp_path)[-1]
+    data = bytearray(seg.read_bytes())
+    at = data.index(b"p" * 50, data.index(b"p" * 50) + 1)  # message 2's body
+    data[at] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    assert [m.id for m, _, _ in s.paged("/", "q")] == [1, 3, 4, 5, 6, 7]
+    got, consumed = s.page_in("/", "q", 3)
+    assert [m.id for m, _, _ in got] == [1, 3] and consumed == 3 and s.dropped_paged == 1
+    got, consumed = s.page_in("/", "q", 10)
+    assert [(m.id, c, e) for m, c, e in got] == [(4, 0, None), (5, 0, None), (6, 0, None), (7, 2, 9.0)]
+    assert got[-1][0].body == b"transient" and consumed == 4
+    assert s.page_in("/", "q", 10) == ([], 0)
+    s.sync(2)
+    rec = reopen(s, tmp_path).recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [1, 3, 4, 5, 6]  # 2 dropped for good

@@ -88,6 +88,8 @@ log = logging.getLogger("sansmq.store")
 
 #: buffered bytes that trigger a write-out on the loop thread without waiting for ``sync``
 FLUSH_AT = 1 << 20
+#: page-in reads records at most this far apart with one pread
+READ_SPAN = 256 << 10
 #: the journal is compacted when it is larger than this and than COMPACT_RATIO x the live state
 COMPACT_MIN = 4 << 20
 COMPACT_RATIO = 4
@@ -553,12 +555,40 @@ class SegmentStore(Store):
             return [], 0
         out: list[PagedMessage] = []
         items = page.items(n, True)
-        for slot, e in items:
-            got = self._page_read(key, page, slot, e, True)
-            if got is None:
-                self.dropped_paged += 1
+        qi = self._queues.get(key)
+        positions = []
+        for _, e in items:
+            if e & TRANSIENT:
+                positions.append(e & ~TRANSIENT)
             else:
-                out.append(got)
+                i = qi.find(e) if qi is not None else -1
+                positions.append(qi.pos[i] if i >= 0 else 0)  # type: ignore[union-attr,index]
+        payloads = self._read_records(positions)  # one pread per run of nearby records
+        extra = page.extra
+        for (slot, e), pos, p in zip(items, positions, payloads):
+            msg = None
+            if p is not None:
+                try:
+                    msg = _decode_message(p)
+                except (ValueError, IndexError, struct.error):
+                    msg = None
+            if e & TRANSIENT:
+                more = extra.pop(slot, None) if extra else None
+                self._unref(pos >> 32)  # the message lives in memory from now on
+                if msg is None:
+                    self.dropped_paged += 1
+                    continue
+                count, expires = more if more is not None else (0, msg.expires_at)
+                out.append((msg, count, expires))
+            elif pos:
+                if msg is None or msg.id != e:
+                    self.dropped_paged += 1
+                    self.remove(vhost, queue, e)  # unreadable: gone for good
+                    continue
+                assert qi is not None
+                out.append((msg, (qi.counts or {}).get(e, 0), (qi.exp or {}).get(e, msg.expires_at)))
+        if extra is not None and not extra:
+            page.extra = None
         if not len(page):
             del self._pages[key]
         if len(out) < len(items):
@@ -600,21 +630,48 @@ class SegmentStore(Store):
 
     def _read_record(self, pos: int) -> bytes | None:
         """The payload of the record at ``pos`` if it is complete and its CRC matches."""
-        f = self._segs.get(pos >> 32)
-        if f is None:
-            return None
-        off = pos & 0xFFFFFFFF
+        return self._read_records([pos])[0]
+
+    def _read_records(self, positions: list[int]) -> list[bytes | None]:
+        """Payloads of the records at ``positions`` (None: missing, torn or CRC mismatch). Runs of
+        ascending positions less than ``READ_SPAN`` apart in one segment are read with one pread."""
+        out: list[bytes | None] = [None] * len(positions)
+        rec_size = _REC.size
+        i, total = 0, len(positions)
         with self._lock:
-            head = self._read_at(f, off, 512)
-            if len(head) < _REC.size:
-                return None
-            n, crc = _REC.unpack_from(head, 0)
-            payload = head[_REC.size : _REC.size + n]
-            if len(payload) < n:
-                payload += self._read_at(f, off + len(head), n - len(payload))
-        if len(payload) != n or crc32(payload) != crc:
-            return None
-        return payload
+            while i < total:
+                pos = positions[i]
+                f = self._segs.get(pos >> 32) if pos else None
+                if f is None:
+                    i += 1
+                    continue
+                seg, start = pos >> 32, pos & 0xFFFFFFFF
+                j, last = i + 1, start
+                while j < total:
+                    nxt = positions[j]
+                    off = nxt & 0xFFFFFFFF
+                    if nxt >> 32 != seg or off < last or off - start > READ_SPAN:
+                        break
+                    last = off
+                    j += 1
+                block = self._read_at(f, start, last - start + 512)
+                for k in range(i, j):
+                    o = (positions[k] & 0xFFFFFFFF) - start
+                    if o + rec_size > len(block):
+                        head = self._read_at(f, start + o, rec_size)
+                        if len(head) < rec_size:
+                            continue
+                        n, crc = _REC.unpack_from(head, 0)
+                        payload = self._read_at(f, start + o + rec_size, n)
+                    else:
+                        n, crc = _REC.unpack_from(block, o)
+                        payload = block[o + rec_size : o + rec_size + n]
+                        if len(payload) < n:  # a record longer than the block holds
+                            payload = self._read_at(f, start + o + rec_size, n)
+                    if len(payload) == n and crc32(payload) == crc:
+                        out[k] = payload
+                i = j
+        return out
 
     def _read_message(self, pos: int) -> Message | None:
         p = self._read_record(pos)
