@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from typing import Iterator
 
 from ..store import QueueDef
 
@@ -69,10 +70,11 @@ class _QIndex:
             self.pos = array("Q", (q for q in pos if q))
         return p
 
-    def entries(self) -> list[tuple[int, int]]:
+    def entries(self) -> Iterator[tuple[int, int]]:
+        """Live (message id, position) pairs, lazily (a list of a big queue's pairs costs ~100 B each)."""
         if not self.ids or not self.pos:
-            return []
-        return [(m, q) for m, q in zip(self.ids, self.pos) if q]
+            return iter(())
+        return ((m, q) for m, q in zip(self.ids, self.pos) if q)
 
 
 #: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;

@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -176,12 +177,13 @@ class SegmentStore(Store):
         ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
         record among them is found and dropped when it is paged in)."""
         jpath = os.path.join(self.path, "journal")
-        data = b""
-        if os.path.exists(jpath):
-            with open(jpath, "rb") as f:
-                data = f.read()
+        data: bytes | mmap.mmap = b""
+        if os.path.exists(jpath) and os.path.getsize(jpath):
+            with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         by_qid: dict[int, _QIndex] = {}
-        if data.startswith(JRN_MAGIC):
+        magic = bytes(data[: len(JRN_MAGIC)])
+        if magic == JRN_MAGIC:
             view = memoryview(data)
             off, end = len(JRN_MAGIC), len(data)
             rec_size = _REC.size
@@ -225,12 +227,14 @@ class SegmentStore(Store):
                     self._apply_meta(meta, by_qid)
             if off != end:
                 log.warning("journal: dropped a torn tail of %d bytes", end - off)
-            del view
-        elif data.startswith(b"SMQJRN"):
+            p = view = None  # type: ignore[assignment]  # release the mapping's exports
+        elif magic.startswith(b"SMQJRN"):
             raise StoreError(f"{jpath} was written by another sansmq store format version "
-                             f"({data[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
-        elif data:
+                             f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
+        elif len(data):
             raise StoreError(f"{jpath} is not a sansmq journal")
+        if isinstance(data, mmap.mmap):
+            data.close()
         del data
         # segment references, and the files they keep
         refs = self._refs
@@ -839,33 +843,45 @@ class SegmentStore(Store):
     def _compact(self) -> None:
         """Rewrite the journal as the live state (caller holds ``_lock``). Segment data it refers to
         is written out first; its fsync is left to the next sync, as for any append."""
-        out = bytearray(JRN_MAGIC)
-
-        for v in self._vhosts:
-            out.extend(_record(meta_vhost(OP_ADD_VHOST, v)))
-        for x in self._exchanges.values():
-            out.extend(_record(meta_exchange(x)))
-        for qi in self._queues.values():
-            out.extend(_record(meta_queue(qi.qid, qi.qdef)))
-        for b in self._bindings.values():
-            out.extend(_record(meta_binding(OP_ADD_B, b)))
-        for qi in self._queues.values():
-            for mid, pos in qi.entries():
-                out.extend(_record(_ENQ.pack(K_ENQ, qi.qid, mid, pos)))
-            for mid, count in (qi.counts or {}).items():
-                out.extend(_record(_CNT.pack(K_CNT, qi.qid, mid, count)))
-            for mid, when in (qi.exp or {}).items():
-                out.extend(_record(_EXP.pack(K_EXP, qi.qid, mid, when)))
         for f in self._segs.values():
             self._write_file(f)
         tmp = os.path.join(self.path, "journal.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            done = 0
-            while done < len(out):
+        out = bytearray(JRN_MAGIC)
+        done = 0
+
+        def flush() -> None:  # written in chunks: a big journal is never one buffer in memory
+            nonlocal done
+            while out:
                 n = self._pwrite(fd, out, done)
                 done += n
                 del out[:n]
+
+        try:
+            for v in self._vhosts:
+                out += _record(meta_vhost(OP_ADD_VHOST, v))
+            for x in self._exchanges.values():
+                out += _record(meta_exchange(x))
+            for qi in self._queues.values():
+                out += _record(meta_queue(qi.qid, qi.qdef))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for b in self._bindings.values():
+                out += _record(meta_binding(OP_ADD_B, b))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for qi in self._queues.values():
+                for mid, pos in qi.entries():
+                    out += _record(_ENQ.pack(K_ENQ, qi.qid, mid, pos))
+                    if len(out) >= FLUSH_AT:
+                        flush()
+                for mid, count in (qi.counts or {}).items():
+                    out += _record(_CNT.pack(K_CNT, qi.qid, mid, count))
+                for mid, when in (qi.exp or {}).items():
+                    out += _record(_EXP.pack(K_EXP, qi.qid, mid, when))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            flush()
             self._fsync(fd)
         except BaseException:
             os.close(fd)
