@@ -397,3 +397,24 @@ def test_paged_records_are_read_back_in_order_and_torn_ones_dropped(tmp_path: Pa
     s.sync(2)
     rec = reopen(s, tmp_path).recover()
     assert [sm.message.id for sm in rec.messages[("/", "q")]] == [1, 3, 4, 5, 6]  # 2 dropped for good
+
+
+def test_recovered_backlog_starts_paged_without_reading_it(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    for i in range(1, 31):
+        s.enqueue("/", "q", msg(i))
+    s.sync(1)
+    size = (tmp_path / "journal").stat().st_size
+    s = reopen(s, tmp_path, recover_window=4)
+    rec = s.recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [1, 2, 3, 4]
+    assert rec.paged == {("/", "q"): 26} and rec.max_message_id == 30
+    assert len(s._pages[("/", "q")].ent) == 1  # one run slot for the 26 consecutive ids
+    assert (tmp_path / "journal").stat().st_size == size  # compact already: appended to, not rewritten
+    got, consumed = s.page_in("/", "q", 100)
+    assert [m.id for m, _, _ in got] == list(range(5, 31)) and consumed == 26
+    s.remove("/", "q", 7)
+    s.sync(2)
+    rec = reopen(s, tmp_path, recover_window=100).recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [i for i in range(1, 31) if i != 7]

@@ -117,6 +117,20 @@ class _Page:
                 return
         ent.append(mid)
 
+    def add_range(self, first: int, count: int) -> None:
+        """``count`` consecutive stored ids from ``first`` (recovery of a backlog)."""
+        while count:
+            if first + count - 1 > _ID:  # ids past what a run can hold: one slot each
+                self.add_stored(first)
+                first, count = first + 1, count - 1
+                continue
+            n = min(count, _LEN)
+            if n == 1:
+                self.add_stored(first)
+            else:
+                self.ent.append(RUN | (first << 22) | n)
+            first, count = first + n, count - n
+
     def add_transient(self, pos: int) -> int:
         """Appends ``TRANSIENT | pos``; returns its absolute slot number."""
         self.ent.append(TRANSIENT | pos)

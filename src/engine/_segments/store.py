@@ -182,6 +182,8 @@ class SegmentStore(Store):
             with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         by_qid: dict[int, _QIndex] = {}
+        n_rec = 0  # records replayed
+        torn = False
         magic = bytes(data[: len(JRN_MAGIC)])
         if magic == JRN_MAGIC:
             view = memoryview(data)
@@ -194,6 +196,7 @@ class SegmentStore(Store):
                     break
                 p = view[off + rec_size : stop]
                 off = stop
+                n_rec += 1
                 kind = p[0]
                 if kind == K_ENQ:
                     _, qid, mid, pos = _ENQ.unpack(p)
@@ -226,6 +229,7 @@ class SegmentStore(Store):
                         raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
                     self._apply_meta(meta, by_qid)
             if off != end:
+                torn = True
                 log.warning("journal: dropped a torn tail of %d bytes", end - off)
             p = view = None  # type: ignore[assignment]  # release the mapping's exports
         elif magic.startswith(b"SMQJRN"):
@@ -293,10 +297,15 @@ class SegmentStore(Store):
             if i < n:
                 page = _Page()
                 paged = 0
-                for m, q in zip(qi.ids[i:], qi.pos[i:]):
-                    if q:
-                        page.add_stored(m)
-                        paged += 1
+                tail = n - i
+                if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
+                    page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
+                    paged = tail
+                else:
+                    for m, q in zip(qi.ids[i:], qi.pos[i:]):
+                        if q:
+                            page.add_stored(m)
+                            paged += 1
                 if paged:
                     self._pages[key] = page
                     rec.paged[key] = paged
@@ -320,9 +329,16 @@ class SegmentStore(Store):
                 except FileNotFoundError:
                     pass
         self._seg_no = max(existing, default=0)
+        live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
+                + len(self._vhosts) + len(self._exchanges) + len(self._queues) + len(self._bindings))
         with self._lock:
             self._new_segment()
-            self._compact()
+            if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
+                self._compact()  # rewrite the live state (also cuts a torn tail)
+            else:  # already compact enough: append to it as it is
+                fd = os.open(jpath, os.O_RDWR)
+                self._j = _File(jpath, fd, os.fstat(fd).st_size)
+                self._j_live_hint = max(1024, live)
         return rec
 
     def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], by_qid: dict[int, _QIndex]) -> None:
