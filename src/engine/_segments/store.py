@@ -79,7 +79,6 @@ from ._records import (
     meta_to_def,
     meta_vhost,
     _record,
-    _records,
 )
 
 __all__ = ["SegmentStore"]
