@@ -121,11 +121,14 @@ class Consumer:
 
 
 class Queue:
-    """A queue. Idle queues are small: containers are created on first use and dropped when empty."""
+    """A queue. Idle queues are small: containers are created on first use and dropped when empty.
+
+    Ready messages beyond the model's ``page_window`` live in the store's page for this queue
+    (``Store.page_out``/``page_in``); the queue only counts them in ``paged``."""
 
     __slots__ = (
         "vhost", "name", "durable", "auto_delete", "exclusive_owner", "args",
-        "_q0", "_hi", "count", "bytes", "consumers", "_rr", "bindings",
+        "_q0", "_hi", "count", "bytes", "consumers", "_rr", "bindings", "paged", "paged_bytes",
     )
 
     def __init__(self, vhost: "VHost", name: str, durable: bool = False, auto_delete: bool = False,
@@ -138,9 +141,13 @@ class Queue:
         self.args = args
         self._q0: deque[Entry] | None = None  # priority 0
         self._hi: dict[int, deque[Entry]] | None = None  # priorities 1..9, created per used level
-        #: ready (not unacked, not expired) messages, and their body bytes (x-max-length-bytes)
+        #: ready (not unacked, not expired) messages, including the paged ones
         self.count = 0
+        #: body bytes of the in-memory ready messages (x-max-length-bytes adds ``paged_bytes``)
         self.bytes = 0
+        #: ready messages in the store's page (after every in-memory one of their level), their bytes
+        self.paged = 0
+        self.paged_bytes = 0
         self.consumers: list[Consumer] | None = None
         self._rr = 0
         #: bindings to this queue: (exchange, key, args); needed to unbind on delete
@@ -173,8 +180,9 @@ class Queue:
         self.bytes += len(entry.msg.body)
 
     def pop(self) -> Entry | None:
-        """The next ready entry (highest priority first, FIFO within a level), skipping gone ones."""
-        while self.count:
+        """The next in-memory ready entry (highest priority first, FIFO within a level), skipping gone
+        ones. The model refills the window from the page before calling this (``Model._pop``)."""
+        while self.count > self.paged:
             level = None
             if self._hi:
                 for prio in sorted(self._hi, reverse=True):
@@ -206,7 +214,7 @@ class Queue:
 
     def drop_gone_heads(self, priority: int) -> None:
         """Free entries removed in place (expired) once they reach the head of their level."""
-        if not self.count:
+        if self.count == self.paged:
             self._q0 = self._hi = None
             return
         level = self._q0 if priority <= 0 else (self._hi or {}).get(priority)
@@ -215,6 +223,7 @@ class Queue:
         self._trim()
 
     def ready_entries(self) -> list[Entry]:
+        """The in-memory ready entries in delivery order (the paged ones follow them)."""
         out: list[Entry] = []
         if self._hi:
             for prio in sorted(self._hi, reverse=True):
@@ -268,7 +277,14 @@ def _over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> 
     if max_len is not None and q.count + more > max_len:
         return True
     max_bytes = args.get("x-max-length-bytes")
-    return max_bytes is not None and q.bytes + more_bytes > max_bytes
+    return max_bytes is not None and q.bytes + q.paged_bytes + more_bytes > max_bytes
+
+
+def _pageable(q: Queue) -> bool:
+    """Priority queues (``x-max-priority``) keep every ready message in memory: their levels are
+    served highest first, which one FIFO page cannot do. Other queues page FIFO; a priority on a
+    message in them orders it only within the in-memory window (RabbitMQ ignores it there)."""
+    return not (q.args and "x-max-priority" in q.args)
 
 
 def _consumer_priority(c: Any) -> int:
@@ -336,6 +352,9 @@ class Model:
         #: light subscriptions that dropped messages -> how many; and the total over all of them
         self.light_dropped: dict[LightConsumer, int] = {}
         self.light_dropped_total = 0
+        #: ready messages a queue keeps in memory; later arrivals go to the store's page
+        #: (``Limits.queue_window``); the window is refilled when it drains below half
+        self.page_window = 2048
 
     # -- ids --------------------------------------------------------------------------------------
     def next_message_id(self) -> int:
@@ -455,7 +474,7 @@ class Model:
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
         self._prio_queues.pop(q, None)
-        dropped = 0
+        dropped = self._drop_page(q, False)
         while (entry := q.pop()) is not None:
             dropped += 1
             self._forget(q, entry)
@@ -466,7 +485,7 @@ class Model:
         return dropped
 
     def purge(self, q: Queue) -> int:
-        n = 0
+        n = self._drop_page(q, True)
         while (entry := q.pop()) is not None:
             n += 1
             self._forget(q, entry)
@@ -545,10 +564,12 @@ class Model:
             self.enqueue(q, msg)
         return len(queues)
 
-    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True) -> bool:
+    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True,
+                queue_expires: float | None = None, resident: bool = False) -> bool:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
-        queue's relative TTL is not re-applied (the clock is not known yet). False when a full queue
-        with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
+        queue's expiry of the message is the stored one (``queue_expires``). ``resident``: keep it in
+        memory even past the window (recovery, when the store already paged the rest). False when a
+        full queue with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
         if isinstance(q, LightConsumer):
             self._light_enqueue(q, msg)
             return True
@@ -569,20 +590,33 @@ class Model:
                 if ttl is not None:
                     qexp = self.now + ttl / 1000.0
                     expires = qexp if expires is None else min(expires, qexp)
-        entry = Entry(msg, count, expires)
-        self.queued_bytes += len(msg.body)
-        if persist and msg.persistent and q.durable:
-            self.store.enqueue(q.vhost.name, q.name, msg)
+        if not persist and queue_expires is not None:
+            expires = queue_expires  # recovered with this queue's own (x-message-ttl) expiry
+        stored = msg.persistent and q.durable
+        if persist and stored:
+            if expires is not None and expires != msg.expires_at:
+                self.store.enqueue_expiring(q.vhost.name, q.name, msg, expires)
+            else:
+                self.store.enqueue(q.vhost.name, q.name, msg)
             self._store_write()
         if expires is not None and expires <= self.now:
-            self._expire(q, entry)
+            self.queued_bytes += len(msg.body)  # _forget takes it off again
+            self._expire(q, Entry(msg, count, expires))
             return True
-        q.push(entry)
-        if expires is not None:
-            entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
+        if q.paged or (q.count - q.paged >= self.page_window and not resident and _pageable(q)):
+            self.store.page_out(q.vhost.name, q.name, msg, count, expires, stored)
+            q.paged += 1
+            q.count += 1
+            q.paged_bytes += len(msg.body)
+        else:
+            entry = Entry(msg, count, expires)
+            q.push(entry)
+            self.queued_bytes += len(msg.body)  # in memory: counts towards the memory alarm
+            if expires is not None:
+                entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
         if args and ("x-max-length" in args or "x-max-length-bytes" in args):
             while _over_limits(q, args, 0, 0):  # drop-head (reject-publish never gets here over)
-                head = q.pop()
+                head = self._pop(q)
                 if head is None:
                     break
                 self._remove_ready(q, head, "maxlen")
@@ -610,7 +644,7 @@ class Model:
         a consumer not registered on the queue: the delivery is unacked in it unless it auto-acks.
         Returns ``(tag, entry)`` or None when nothing is ready."""
         now = self.now
-        while (entry := q.pop()) is not None:
+        while (entry := self._pop(q)) is not None:
             if entry.timer is not None:
                 self.timers.cancel(entry.timer)
                 entry.timer = None
@@ -736,6 +770,53 @@ class Model:
         q.push_front(entry)
         self._dirty[q] = None
 
+    # -- paging -----------------------------------------------------------------------------------
+    def _pop(self, q: Queue) -> Entry | None:
+        """``q.pop()`` after refilling the in-memory window from the page when it ran low."""
+        if q.paged and q.count - q.paged < max(1, self.page_window // 2):
+            self._page_in(q)
+            while q.paged and q.count == q.paged:  # everything paged in had expired: next batch
+                self._page_in(q)
+        return q.pop()
+
+    def _page_in(self, q: Queue) -> None:
+        """Bring the next paged messages into memory, in order, up to the window. Expiry of paged
+        messages is checked here (RabbitMQ, too, only expires messages at the head)."""
+        want = max(1, self.page_window - (q.count - q.paged))
+        items, consumed = self.store.page_in(q.vhost.name, q.name, want)
+        if not consumed:  # the store has nothing left: do not count phantoms
+            consumed = q.paged
+        consumed = min(consumed, q.paged)
+        q.paged -= consumed
+        q.count -= consumed  # the live ones are counted again by push()
+        q.paged_bytes = max(0, q.paged_bytes - sum(len(m.body) for m, _, _ in items)) if q.paged else 0
+        now = self.now
+        for msg, count, expires in items:
+            entry = Entry(msg, count, expires)
+            self.queued_bytes += len(msg.body)  # in memory now; _forget takes it off
+            if expires is not None and expires <= now:
+                self._expire(q, entry)
+                continue
+            q.push(entry)
+            if expires is not None:
+                entry.timer = self.timers.add(expires, self._on_expiry, (q, entry))
+
+    def _drop_page(self, q: Queue, forget_stored: bool) -> int:
+        """Forget every paged message of ``q`` (purge, delete); returns how many."""
+        n = q.paged
+        if n:
+            self.store.page_drop(q.vhost.name, q.name, forget_stored)
+            if forget_stored and q.durable:
+                self._store_write()
+            q.paged = 0
+            q.paged_bytes = 0
+            q.count -= n
+        return n
+
+    def paged_messages(self, q: Queue) -> list[Message]:
+        """The paged messages of ``q`` in order (reads them all back: for inspection and tests)."""
+        return [m for m, _, _ in self.store.paged(q.vhost.name, q.name)]
+
     # -- dispatch ---------------------------------------------------------------------------------
     def mark_dirty(self, q: Queue) -> None:
         self._dirty[q] = None
@@ -776,7 +857,7 @@ class Model:
                         break
             if chosen is None:
                 return
-            entry = q.pop()
+            entry = self._pop(q)
             if entry is None:
                 return
             if entry.timer is not None:
@@ -1026,7 +1107,19 @@ class Model:
             q = vhost.queues.get(qname) if vhost else None
             if q is None:
                 continue
+            paged = rec.paged.get((vname, qname), 0)
             for sm in stored:
                 max_id = max(max_id, sm.message.id)
-                self.enqueue(q, sm.message, sm.delivery_count, persist=False)
+                self.enqueue(q, sm.message, sm.delivery_count, persist=False, queue_expires=sm.expires,
+                             resident=bool(paged))
+            q.paged += paged  # already in the store's page, after the messages materialised above
+            q.count += paged
+        for (vname, qname), paged in rec.paged.items():
+            if (vname, qname) not in rec.messages:
+                vhost = self.vhosts.get(vname)
+                q = vhost.queues.get(qname) if vhost else None
+                if q is not None:
+                    q.paged += paged
+                    q.count += paged
+        max_id = max(max_id, rec.max_message_id)
         self._next_msg_id = max_id

@@ -56,6 +56,9 @@ class Limits:
     #: milliseconds an AMQP delivery may stay unacknowledged before its channel is closed with
     #: 406 and its deliveries requeued (RabbitMQ's consumer_timeout); 0 = off
     consumer_timeout: int = 30 * 60 * 1000
+    #: ready messages a queue keeps in memory; later arrivals wait in the store's page (in the
+    #: segment files with the embedded store) and are read back in order as the window drains
+    queue_window: int = 2048
 
 
 @dataclass(slots=True)

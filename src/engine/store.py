@@ -8,6 +8,11 @@ A durable STOMP topic subscription is a durable queue plus its binding(s) to ``a
 persisted through the queue and binding operations. Recovery rebuilds each durable queue's messages in
 enqueue order (a requeued message keeps its delivery count, not its place at the front).
 
+Paging (LavinMQ's design): a queue keeps only a window of ready messages as Python objects; the
+model hands the rest to ``page_out`` and takes them back in order with ``page_in``. The defaults
+here keep paged messages in memory, so a store that does not implement paging stays correct;
+``SegmentStore`` keeps them in its segment files and only a few bytes per message in memory.
+
 Threading: every method but ``sync`` is called on the broker's (loop) thread. ``sync(token)`` runs in
 a server worker thread and must make durable everything appended before the ``Sync(token)`` action
 was emitted, while appends may continue concurrently on the loop thread.
@@ -16,6 +21,7 @@ was emitted, while appends may continue concurrently on the loop thread.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +36,11 @@ __all__ = [
     "StoredMessage",
     "Recovered",
     "StoreError",
+    "PagedMessage",
 ]
+
+#: a paged message as handed back by ``page_in``: (message, delivery count, expiry in this queue)
+PagedMessage = tuple[Message, int, float | None]
 
 
 class StoreError(Exception):
@@ -76,6 +86,9 @@ class StoredMessage:
 
     message: Message
     delivery_count: int = 0
+    #: this queue's own expiry of the message (``x-message-ttl``) when it differs from
+    #: ``message.expires_at``; None when the store does not know it
+    expires: float | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +101,11 @@ class Recovered:
     bindings: list[BindingDef] = field(default_factory=list)
     #: (vhost, queue) -> messages in queue order
     messages: dict[tuple[str, str], list[StoredMessage]] = field(default_factory=dict)
+    #: (vhost, queue) -> how many more messages, after ``messages``, the store already holds in the
+    #: queue's page (a large recovered backlog is not materialised; see ``Store.page_in``)
+    paged: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: the highest message id the store holds (paged messages are not in ``messages``)
+    max_message_id: int = 0
 
 
 class Store(ABC):
@@ -134,6 +152,54 @@ class Store(ABC):
     def close(self) -> None:
         pass
 
+    # -- optional: per-queue expiry (x-message-ttl) that survives a restart ----------------------------
+    def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
+        """``enqueue`` for a queue whose ``x-message-ttl`` gives this copy its own absolute expiry;
+        recovery hands it back as ``StoredMessage.expires``. Default: the expiry is not kept."""
+        self.enqueue(vhost, queue, msg)
+
+    # -- optional: paging (defaults keep paged messages in memory) -------------------------------------
+    def _default_pages(self) -> dict[tuple[str, str], deque[tuple[Message, int, float | None, bool]]]:
+        pages = self.__dict__.get("_store_default_pages")
+        if pages is None:
+            pages = self.__dict__["_store_default_pages"] = {}
+        return pages
+
+    def page_out(self, vhost: str, queue: str, msg: Message, count: int, expires: float | None,
+                 stored: bool) -> None:
+        """Keep ``msg`` at the tail of ``queue``'s page instead of in memory. ``stored``: it is a
+        persistent message this store already holds for that durable queue (``enqueue`` or recovery);
+        otherwise it is transient for the store (never made durable, gone after a restart)."""
+        self._default_pages().setdefault((vhost, queue), deque()).append((msg, count, expires, stored))
+
+    def page_in(self, vhost: str, queue: str, n: int) -> tuple[list[PagedMessage], int]:
+        """Take up to ``n`` messages from the head of ``queue``'s page, in order. Returns them and how
+        many page slots were consumed (more than returned when unreadable records were dropped)."""
+        pages = self._default_pages()
+        page = pages.get((vhost, queue))
+        if not page:
+            return [], 0
+        out: list[PagedMessage] = []
+        for _ in range(min(n, len(page))):
+            msg, count, expires, _ = page.popleft()
+            out.append((msg, count, expires))
+        if not page:
+            del pages[(vhost, queue)]
+        return out, len(out)
+
+    def page_drop(self, vhost: str, queue: str, forget_stored: bool) -> None:
+        """Forget ``queue``'s page (purge, delete). ``forget_stored``: also ``remove`` the stored
+        (persistent) ones; a queue being deleted passes False (``delete_queue`` forgets them)."""
+        page = self._default_pages().pop((vhost, queue), None)
+        if page and forget_stored:
+            for msg, _, _, stored in page:
+                if stored:
+                    self.remove(vhost, queue, msg.id)
+
+    def paged(self, vhost: str, queue: str) -> list[PagedMessage]:
+        """Everything in ``queue``'s page, in order, without taking it (inspection and tests)."""
+        return [(m, c, e) for m, c, e, _ in self._default_pages().get((vhost, queue), ())]
+
 
 class MemoryStore(Store):
     """Transient: keeps the durable state in dicts (so ``recover()`` works within one process)."""
@@ -153,7 +219,8 @@ class MemoryStore(Store):
             exchanges=list(self._exchanges.values()),
             queues=list(self._queues.values()),
             bindings=list(self._bindings.values()),
-            messages={k: list(v.values()) for k, v in self._messages.items() if v},
+            messages={k: [StoredMessage(m.message, m.delivery_count, m.expires) for m in v.values()]
+                      for k, v in self._messages.items() if v},
         )
 
     def add_vhost(self, name: str) -> None:
@@ -199,6 +266,9 @@ class MemoryStore(Store):
         msgs = self._messages.get((vhost, queue))
         if msgs is not None and msg_id in msgs:
             msgs[msg_id].delivery_count = delivery_count
+
+    def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
+        self._messages.setdefault((vhost, queue), {})[msg.id] = StoredMessage(msg, 0, expires)
 
     def sync(self, token: int) -> None:
         return None

@@ -105,6 +105,9 @@ class FakeStore(MemoryStore):
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
         self._log("enqueue", vhost, queue, msg)
 
+    def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
+        self._log("enqueue_expiring", vhost, queue, msg, expires)
+
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
         self._log("remove", vhost, queue, msg_id)
 

@@ -3,6 +3,8 @@ publish, consume (with prefetch), ack, nack (requeue or drop), cancel/disconnect
 order; highest priority first, FIFO within a level, requeued messages at the front of their level;
 nothing lost, nothing duplicated beyond redelivery."""
 
+import shutil
+import tempfile
 from collections import deque
 
 from hypothesis import settings
@@ -12,6 +14,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from engine import Consumer, Message, MemoryStore
 from engine._model import Model
 from engine._timers import TimerQueue
+from engine.segment_store import SegmentStore
+from engine.testing import FakeStore
 from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 
 
@@ -162,13 +166,88 @@ class ModelMachine(RuleBasedStateMachine):
         unacked = sum(len(u) for u in self.unacked.values())
         assert ready + unacked + len(self.finished) == self.published
         assert self.queue.count == ready
-        assert [e.msg.id for e in self.queue.ready_entries()] == [
-            m for p in range(9, -1, -1) for m in self.ready[p]
-        ]
+        assert [e.msg.id for e in self.queue.ready_entries()] + [
+            m.id for m in self.model.paged_messages(self.queue)
+        ] == [m for p in range(9, -1, -1) for m in self.ready[p]]
         assert self.queue.unacked_count() == unacked
 
 
 TestModelMachine = ModelMachine.TestCase
+
+
+class PagedModelMachine(ModelMachine):
+    """The same reference, on a durable queue with a window of 1-3 messages so nearly every message
+    goes through the store's page: over the Store defaults (FakeStore) and over SegmentStore, with
+    persistent and transient messages, basic.get and purge."""
+
+    @initialize(window=st.sampled_from([3, 2, 1]), segments=st.booleans())
+    def setup(self, window, segments):
+        self.tmp = tempfile.mkdtemp(prefix="paged-sm-") if segments else None
+        store = SegmentStore(self.tmp) if segments else FakeStore()
+        self.model = Model(store, TimerQueue())
+        self.model.page_window = window
+        self.vhost = self.model.add_vhost("/")
+        self.queue = self.model.declare_queue(self.vhost, "q", durable=True)
+        self.log = []
+        self.consumers = []
+        self.ready = {p: deque() for p in range(10)}
+        self.returned = {}
+        self.unacked = {}
+        self.prefetch = {}
+        self.published = 0
+        self.finished = set()
+        self.prio_of = {}
+
+    def teardown(self):
+        if getattr(self, "model", None) is not None:
+            self.model.store.close()
+        if getattr(self, "tmp", None):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @rule(priority=st.just(0), persistent=st.booleans())
+    def publish(self, priority, persistent=False):
+        msg = Message(self.model.next_message_id(), "", "q", {}, b"%d" % self.published, priority,
+                      persistent=persistent)
+        self.prio_of[msg.id] = priority
+        self.published += 1
+        assert self.model.publish(self.vhost, "", msg) == 1
+        self.ready[priority].append(msg.id)
+        self._settle()
+
+    @rule(n=st.integers(2, 8), persistent=st.booleans())
+    def publish_burst(self, n, persistent):
+        for _ in range(n):
+            self.publish(0, persistent)
+
+    @rule()
+    def get(self):
+        holder = Consumer(self.queue, Owner([]), 0, True)
+        got = self.model.get(self.queue, holder)
+        expected = self._ref_pop()
+        assert (got[1].msg.id if got else None) == expected
+        if got:
+            assert got[1].msg.body == b"%d" % (expected - 1)
+            assert got[1].count == self.returned.get(expected, 0)
+            self.finished.add(expected)
+        self._settle()
+
+    @rule()
+    def purge(self):
+        n = sum(len(d) for d in self.ready.values())
+        assert self.model.purge(self.queue) == n
+        for d in self.ready.values():
+            self.finished.update(d)
+            d.clear()
+        self._settle()
+
+    @invariant()
+    def window_bounded(self):
+        if hasattr(self, "model"):
+            assert len(self.queue.ready_entries()) <= self.model.page_window + sum(self.returned.values())
+
+
+TestPagedModelMachine = PagedModelMachine.TestCase
+TestPagedModelMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 class NetworkMachine(RuleBasedStateMachine):

@@ -294,3 +294,127 @@ def test_sync_from_a_worker_thread_while_the_loop_appends(tmp_path: Path) -> Non
     got = rec.messages[("/", "q")]
     assert [sm.message.id for sm in got] == live
     assert all(sm.message.body == b"%d" % sm.message.id * 20 for sm in got)
+
+
+def test_store_format_is_explicit_and_versioned(tmp_path: Path) -> None:
+    """Headers and arguments round-trip through AMQP field tables (no pickle); a header key too long
+    for a field table falls back to a key/value array; another format version is refused clearly."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    s = SegmentStore(tmp_path)
+    args = {"x-max-length": 3, "x-dead-letter-exchange": "dlx", "nested": {"a": [1, 2.5, None, True]}}
+    s.add_queue(QueueDef("/", "q", args=args))
+    s.add_exchange(ExchangeDef("/", "x", "headers", durable=True, auto_delete=True, internal=True, args={}))
+    s.add_binding(BindingDef("/", "x", "q", False, "k", {"x-match": "all", "n": 7}))
+    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    headers = {"s": "é", "i": -5, "big": 1 << 40, "f": 0.25, "b": False, "raw": b"\x00\xff", "t": when,
+               "d": Decimal("1.25"), "x-death": [{"count": 2, "reason": "expired", "routing-keys": ["a"]}]}
+    s.enqueue("/", "q", Message(1, "x", "k", headers, b"one", persistent=True))
+    long_key = {"k" * 300: "v", "short": 1}
+    s.enqueue("/", "q", Message(2, "x", "k", long_key, b"two", persistent=True))
+    s.sync(1)
+    assert b"pickle" not in (tmp_path / "journal").read_bytes()
+    s = reopen(s, tmp_path)
+    rec = s.recover()
+    assert [(q.name, q.args) for q in rec.queues] == [("q", args)]
+    (x,) = [x for x in rec.exchanges if x.name == "x"]
+    assert (x.type, x.durable, x.auto_delete, x.internal, x.args) == ("headers", True, True, True, {})
+    assert [(b.key, b.args) for b in rec.bindings] == [("k", {"x-match": "all", "n": 7})]
+    m1, m2 = (sm.message for sm in rec.messages[("/", "q")])
+    assert m1.headers == headers and m2.headers == long_key
+    s.close()
+
+
+def test_other_format_version_is_refused(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    s.close()
+    journal = tmp_path / "journal"
+    journal.write_bytes(b"SMQJRN1\n" + journal.read_bytes()[8:])
+    with pytest.raises(StoreError, match="format version"):
+        SegmentStore(tmp_path)
+
+
+@given(st.lists(st.one_of(st.tuples(st.just("s"), st.integers(0, 2)), st.tuples(st.just("t"), st.integers(1, 9)),
+                          st.tuples(st.just("take"), st.integers(1, 7))), max_size=80))
+def test_page_runs_match_a_plain_list(ops) -> None:
+    """Consecutive stored ids share one run slot; taking any number of messages at a time (also
+    part of a run) yields exactly the order they were added in."""
+    from engine._segments._index import TRANSIENT, _Page
+
+    page, ref, got, next_id = _Page(), [], [], 1
+    for kind, k in ops:
+        if kind == "s":
+            next_id += k  # k = 0 repeats nothing: ids only grow; 1 continues a run; 2 breaks it
+            next_id = max(next_id, 1)
+            page.add_stored(next_id)
+            ref.append(next_id)
+            next_id += 1
+        elif kind == "t":
+            page.add_transient(k << 32 | 8)
+            ref.append(TRANSIENT | k << 32 | 8)
+        else:
+            got.extend(e for _, e in page.items(k, True))
+    assert [e for _, e in page.items(1 << 30, False)] == ref[len(got):]
+    got.extend(e for _, e in page.items(1 << 30, True))
+    assert got == ref and len(page) == 0
+
+
+def test_a_consecutive_backlog_costs_one_page_slot() -> None:
+    from engine._segments._index import _Page
+
+    page = _Page()
+    for mid in range(1, 100_001):
+        page.add_stored(mid)
+    assert len(page.ent) == 1
+    assert [e for _, e in page.items(3, True)] == [1, 2, 3]
+    assert [e for _, e in page.items(2, True)] == [4, 5] and len(page) == 1
+
+
+def test_paged_records_are_read_back_in_order_and_torn_ones_dropped(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    for i in range(1, 7):  # persistent, in the index: their page slots are just ids (one run)
+        m = msg(i, b"p" * 50)
+        s.enqueue("/", "q", m)
+        s.page_out("/", "q", m, 0, None, True)
+    t = Message(7, "", "q", {}, b"transient", expires_at=5.0)
+    s.page_out("/", "q", t, 2, 9.0, False)  # transient, with its own count and queue expiry
+    s.sync(1)  # records reach the file (page-in reads from the file and from unwritten buffers)
+    seg = tmp_path / "segments" / segments(tmp_path)[-1]
+    data = bytearray(seg.read_bytes())
+    at = data.index(b"p" * 50, data.index(b"p" * 50) + 1)  # message 2's body
+    data[at] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    assert [m.id for m, _, _ in s.paged("/", "q")] == [1, 3, 4, 5, 6, 7]
+    got, consumed = s.page_in("/", "q", 3)
+    assert [m.id for m, _, _ in got] == [1, 3] and consumed == 3 and s.dropped_paged == 1
+    got, consumed = s.page_in("/", "q", 10)
+    assert [(m.id, c, e) for m, c, e in got] == [(4, 0, None), (5, 0, None), (6, 0, None), (7, 2, 9.0)]
+    assert got[-1][0].body == b"transient" and consumed == 4
+    assert s.page_in("/", "q", 10) == ([], 0)
+    s.sync(2)
+    rec = reopen(s, tmp_path).recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [1, 3, 4, 5, 6]  # 2 dropped for good
+
+
+def test_recovered_backlog_starts_paged_without_reading_it(tmp_path: Path) -> None:
+    s = SegmentStore(tmp_path)
+    s.add_queue(QueueDef("/", "q"))
+    for i in range(1, 31):
+        s.enqueue("/", "q", msg(i))
+    s.sync(1)
+    size = (tmp_path / "journal").stat().st_size
+    s = reopen(s, tmp_path, recover_window=4)
+    rec = s.recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [1, 2, 3, 4]
+    assert rec.paged == {("/", "q"): 26} and rec.max_message_id == 30
+    assert len(s._pages[("/", "q")].ent) == 1  # one run slot for the 26 consecutive ids
+    assert (tmp_path / "journal").stat().st_size == size  # compact already: appended to, not rewritten
+    got, consumed = s.page_in("/", "q", 100)
+    assert [m.id for m, _, _ in got] == list(range(5, 31)) and consumed == 26
+    s.remove("/", "q", 7)
+    s.sync(2)
+    rec = reopen(s, tmp_path, recover_window=100).recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == [i for i in range(1, 31) if i != 7]

@@ -1,30 +1,113 @@
-"""On-disk record framing and the message record codec of the segment store.
+"""On-disk record framing and the record codecs of the segment store (no pickle: every field has an
+explicit encoding, so a data directory never executes code when it is read back).
 
 A record is ``<u32 length><u32 crc32(payload)><payload>``. A message payload is a fixed header
-(``_MSG``) then exchange, routing key, pickled headers and the body.
+(``_MSG``) then exchange, routing key, the headers as an AMQP field table (or, when a key is longer
+than a field-table key may be, a field array of alternating keys and values) and the body. A
+journal meta record (entity definitions) is ``K_META``, an op byte, Struct-packed flags/ids, u32
+length-prefixed strings and the arguments as a field table.
 """
 
 from __future__ import annotations
 
 import math
-import pickle
 from struct import Struct
 from typing import Any
 from zlib import crc32
 
-from .._message import Message
+from amqpproto import read_array, read_table, write_array, write_table
 
-SEG_MAGIC = b"SMQSEG1\n"
-JRN_MAGIC = b"SMQJRN1\n"
+from .._message import Message
+from ..store import BindingDef, ExchangeDef, QueueDef
+
+SEG_MAGIC = b"SMQSEG2\n"
+JRN_MAGIC = b"SMQJRN2\n"
 _REC = Struct("<II")  # payload length, crc32(payload)
 #: message id, expires_at, ack_timeout (NaN = None), priority, flags, len(exchange), len(key), len(headers)
 _MSG = Struct("<QddBBHHI")
 _ENQ = Struct("<BIQQ")  # kind, queue id, message id, position
 _REM = Struct("<BIQ")  # kind, queue id, message id
 _CNT = Struct("<BIQI")  # kind, queue id, message id, delivery count
-K_ENQ, K_REM, K_CNT, K_META = 1, 2, 3, 4
+_EXP = Struct("<BIQd")  # kind, queue id, message id, this queue's expiry of the message (x-message-ttl)
+K_ENQ, K_REM, K_CNT, K_META, K_EXP = 1, 2, 3, 4, 5
 _PERSISTENT = 1
+_HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
 NAN = float("nan")
+
+# -- journal meta records ----------------------------------------------------------------------
+OP_ADD_VHOST, OP_DEL_VHOST, OP_ADD_X, OP_DEL_X, OP_ADD_Q, OP_DEL_Q, OP_ADD_B, OP_DEL_B = range(1, 9)
+_META = Struct("<BBBI")  # kind, op, flags, queue id (add_queue) or 0
+_U32 = Struct("<I")
+_F_DURABLE, _F_AUTO_DELETE, _F_INTERNAL, _F_DEST_X, _F_ARGS = 1, 2, 4, 8, 16
+
+
+def _strs(*items: str) -> bytes:
+    out = []
+    for s in items:
+        b = s.encode("utf-8", "surrogateescape")
+        out.append(_U32.pack(len(b)))
+        out.append(b)
+    return b"".join(out)
+
+
+def encode_meta(op: int, *strs: str, flags: int = 0, qid: int = 0, args: dict[str, Any] | None = None) -> bytes:
+    if args is not None:
+        flags |= _F_ARGS
+    tail = write_table(args) if args is not None else b""
+    return _META.pack(K_META, op, flags, qid) + _strs(*strs) + tail
+
+
+def meta_vhost(op: int, name: str) -> bytes:
+    return encode_meta(op, name)
+
+
+def meta_exchange(x: ExchangeDef) -> bytes:
+    flags = (_F_DURABLE if x.durable else 0) | (_F_AUTO_DELETE if x.auto_delete else 0) | (
+        _F_INTERNAL if x.internal else 0)
+    return encode_meta(OP_ADD_X, x.vhost, x.name, x.type, flags=flags, args=x.args)
+
+
+def meta_queue(qid: int, q: QueueDef) -> bytes:
+    flags = (_F_DURABLE if q.durable else 0) | (_F_AUTO_DELETE if q.auto_delete else 0)
+    return encode_meta(OP_ADD_Q, q.vhost, q.name, flags=flags, qid=qid, args=q.args)
+
+
+def meta_binding(op: int, b: BindingDef) -> bytes:
+    return encode_meta(op, b.vhost, b.source, b.dest, b.key, flags=_F_DEST_X if b.dest_is_exchange else 0,
+                       args=b.args)
+
+
+_NSTRS = {OP_ADD_VHOST: 1, OP_DEL_VHOST: 1, OP_ADD_X: 3, OP_DEL_X: 2, OP_ADD_Q: 2, OP_DEL_Q: 2,
+          OP_ADD_B: 4, OP_DEL_B: 4}
+
+
+def decode_meta(p: bytes) -> tuple[int, list[str], int, int, dict[str, Any] | None]:
+    """(op, strings, flags, queue id, args); raises ValueError on a malformed record."""
+    _, op, flags, qid = _META.unpack_from(p, 0)
+    n = _NSTRS.get(op)
+    if n is None:
+        raise ValueError(f"unknown journal op {op}")
+    o = _META.size
+    strs = []
+    for _ in range(n):
+        (ln,) = _U32.unpack_from(p, o)
+        o += 4
+        strs.append(p[o : o + ln].decode("utf-8", "surrogateescape"))
+        o += ln
+    args = read_table(p, o)[0] if flags & _F_ARGS else None
+    return op, strs, flags, qid, args
+
+
+def meta_to_def(op: int, strs: list[str], flags: int, args: dict[str, Any] | None) -> Any:
+    if op == OP_ADD_X:
+        return ExchangeDef(strs[0], strs[1], strs[2], bool(flags & _F_DURABLE), bool(flags & _F_AUTO_DELETE),
+                           bool(flags & _F_INTERNAL), args)
+    if op == OP_ADD_Q:
+        return QueueDef(strs[0], strs[1], bool(flags & _F_DURABLE), bool(flags & _F_AUTO_DELETE), args)
+    if op in (OP_ADD_B, OP_DEL_B):
+        return BindingDef(strs[0], strs[1], strs[2], bool(flags & _F_DEST_X), strs[3], args)
+    raise ValueError(f"journal op {op} defines no entity")
+
 
 def _record(payload: bytes) -> bytes:
     return _REC.pack(len(payload), crc32(payload)) + payload
@@ -51,13 +134,20 @@ def _records(data: bytes | memoryview, start: int) -> tuple[list[tuple[int, memo
 def _encode_message(msg: Message) -> bytes:
     ex = msg.exchange.encode()
     rk = msg.routing_key.encode()
-    hdr = pickle.dumps(msg.headers, 5) if msg.headers else b""
+    flags = _PERSISTENT if msg.persistent else 0
+    hdr = b""
+    if msg.headers:
+        try:
+            hdr = write_table(msg.headers)
+        except ValueError:  # a key longer than 255 bytes (STOMP allows it): alternating pairs
+            hdr = write_array([x for kv in msg.headers.items() for x in kv])
+            flags |= _HDR_PAIRS
     head = _MSG.pack(
         msg.id,
         NAN if msg.expires_at is None else msg.expires_at,
         NAN if msg.ack_timeout is None else msg.ack_timeout,
         msg.priority,
-        _PERSISTENT if msg.persistent else 0,
+        flags,
         len(ex),
         len(rk),
         len(hdr),
@@ -96,7 +186,14 @@ def _decode_message(p: memoryview, lazy: tuple[Any, int] | None = None) -> Messa
     o += lex
     rk = str(p[o : o + lrk], "utf-8")
     o += lrk
-    headers = pickle.loads(p[o : o + lhdr]) if lhdr else {}
+    headers: dict[str, Any] = {}
+    if lhdr:
+        raw = bytes(p[o : o + lhdr])
+        if flags & _HDR_PAIRS:
+            items = read_array(raw, 0)[0]
+            headers = dict(zip(items[::2], items[1::2]))
+        else:
+            headers = read_table(raw, 0)[0]
     o += lhdr
     args = (prio, None if math.isnan(exp) else exp, bool(flags & _PERSISTENT), None if math.isnan(ackt) else ackt)
     if lazy is None:

@@ -3,7 +3,7 @@
 On disk, in one data directory::
 
     LOCK                  flock'd while a broker owns the directory
-    journal               entity metadata + per-queue enqueue/remove/delivery-count records
+    journal               entity metadata + per-queue enqueue/remove/delivery-count/expiry records
     segments/00000001     append-only message records (one per persistent message, shared by queues)
 
 Every record is ``<u32 length><u32 crc32(payload)><payload>``; replay stops at the first record whose
@@ -12,7 +12,7 @@ from the live state on start and whenever it grows well past it (write tmp, fsyn
 dir). A segment file is deleted once no queue refers to any message in it.
 
 In memory each durable queue keeps two parallel ``array('Q')``: message ids (ascending: the model
-allocates ids in enqueue order) and packed positions ``segment << 32 | offset`` (0 = removed); a
+allocates ids in enqueue order), packed positions ``segment << 32 | offset`` (0 = removed); a
 sparse dict holds delivery counts of redelivered messages. An idle queue holds no arrays at all.
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
@@ -20,9 +20,17 @@ Writes only append to in-memory buffers on the loop thread (a large buffer is wr
 fsyncs dup'd descriptors outside it, so the loop keeps appending during the fsync. A failed write
 keeps the unwritten bytes buffered and is retried at the same offsets; until a retry succeeds new
 messages are refused with ``StoreError`` (publishers get an error, removals/acks still go through).
-Recovered message bodies beyond ``memory_bodies`` bytes stay on disk: those messages are
-``_LazyBodyMessage`` objects whose ``body`` property preads it on each access (newly published
-messages still keep their body in memory). Unreferenced segments are deleted by the next ``sync``.
+Pages (the broker's ready messages beyond a queue's in-memory window, see ``Store.page_out``): one
+u64 per message in ``_pages[(vhost, queue)]``. A persistent message of a durable queue is already a
+record plus an index entry, so its slot is just its id; any other message is appended to the
+current segment as a *transient* record (never journalled, so never recovered; fsynced only along
+with durable data) and its slot is ``TRANSIENT | position``. ``page_in`` preads the records back in
+order (also from the unwritten buffer) and drops the transient ones' segment references.
+Recovery replays the journal straight into the index arrays and materialises only the first
+``recover_window`` messages of each queue; the rest start in the queue's page, unread, so a restart
+with a large backlog reads almost nothing from the segments. Materialised bodies beyond
+``memory_bodies`` bytes stay on disk (``_LazyBodyMessage`` preads them on access). Unreferenced
+segments are deleted by the next ``sync`` or segment rotation (transient-only traffic never syncs).
 """
 
 from __future__ import annotations
@@ -30,17 +38,21 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import mmap
 import os
-import pickle
+import struct
 import threading
 from typing import Any
+from zlib import crc32
 
 from .._message import Message
-from ..store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
-from ._index import _QIndex
+from ..store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ._index import TRANSIENT, _Page, _QIndex
 from ._records import (
     _CNT,
     _ENQ,
+    _EXP,
+    K_EXP,
     _REC,
     _REM,
     JRN_MAGIC,
@@ -49,10 +61,24 @@ from ._records import (
     K_META,
     K_REM,
     SEG_MAGIC,
+    OP_ADD_B,
+    OP_ADD_Q,
+    OP_ADD_VHOST,
+    OP_ADD_X,
+    OP_DEL_B,
+    OP_DEL_Q,
+    OP_DEL_VHOST,
+    OP_DEL_X,
     _decode_message,
     _encode_message,
+    decode_meta,
+    encode_meta,
+    meta_binding,
+    meta_exchange,
+    meta_queue,
+    meta_to_def,
+    meta_vhost,
     _record,
-    _records,
 )
 
 __all__ = ["SegmentStore"]
@@ -62,6 +88,8 @@ log = logging.getLogger("sansmq.store")
 
 #: buffered bytes that trigger a write-out on the loop thread without waiting for ``sync``
 FLUSH_AT = 1 << 20
+#: page-in reads records at most this far apart with one pread
+READ_SPAN = 256 << 10
 #: the journal is compacted when it is larger than this and than COMPACT_RATIO x the live state
 COMPACT_MIN = 4 << 20
 COMPACT_RATIO = 4
@@ -91,7 +119,7 @@ class SegmentStore(Store):
     survives the process being killed but not a power loss or kernel crash."""
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, segment_size: int = 8 << 20,
-                 memory_bodies: int = 64 << 20) -> None:
+                 memory_bodies: int = 64 << 20, recover_window: int = 2048) -> None:
         self.path = os.fspath(path)
         #: receipts always wait for ``sync``: with ``fsync`` off it is only a write to the OS
         self.needs_sync = True
@@ -117,6 +145,12 @@ class SegmentStore(Store):
         #: recovered bodies are loaded into memory up to this many bytes; the rest stay on disk
         self.memory_bodies = memory_bodies
         self._doomed: list[int] = []  # unreferenced segments, deleted by the next sync
+        #: messages per queue materialised by recovery; the rest start in the queue's page
+        self.recover_window = max(1, recover_window)
+        #: (vhost, queue) -> its paged ready messages (durable or not)
+        self._pages: dict[tuple[str, str], _Page] = {}
+        #: paged records that could not be read back (torn, or a failed write that never recovered)
+        self.dropped_paged = 0
         os.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -138,126 +172,202 @@ class SegmentStore(Store):
         return os.path.join(self.path, "segments", f"{no:08d}")
 
     def _load(self) -> Recovered:
+        """Replay the journal straight into the per-queue index arrays, then materialise the first
+        ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
+        record among them is found and dropped when it is paged in)."""
         jpath = os.path.join(self.path, "journal")
-        data = b""
-        if os.path.exists(jpath):
-            with open(jpath, "rb") as f:
-                data = f.read()
-        qids: dict[int, tuple[str, str]] = {}
-        entries: dict[int, dict[int, list[int]]] = {}  # qid -> msg id -> [pos, count]
-        if data.startswith(JRN_MAGIC):
-            recs, end = _records(data, len(JRN_MAGIC))
-            if end != len(data):
-                log.warning("journal: dropped a torn tail of %d bytes", len(data) - end)
-            for _, p in recs:
+        data: bytes | mmap.mmap = b""
+        if os.path.exists(jpath) and os.path.getsize(jpath):
+            with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        by_qid: dict[int, _QIndex] = {}
+        n_rec = 0  # records replayed
+        torn = False
+        magic = bytes(data[: len(JRN_MAGIC)])
+        if magic == JRN_MAGIC:
+            view = memoryview(data)
+            off, end = len(JRN_MAGIC), len(data)
+            rec_size = _REC.size
+            while off + rec_size <= end:
+                n, crc = _REC.unpack_from(view, off)
+                stop = off + rec_size + n
+                if stop > end or crc32(view[off + rec_size : stop]) != crc:
+                    break
+                p = view[off + rec_size : stop]
+                off = stop
+                n_rec += 1
                 kind = p[0]
                 if kind == K_ENQ:
                     _, qid, mid, pos = _ENQ.unpack(p)
-                    if qid in qids:
-                        entries.setdefault(qid, {})[mid] = [pos, 0]
+                    qi = by_qid.get(qid)
+                    if qi is not None:
+                        qi.add(mid, pos)
                 elif kind == K_REM:
                     _, qid, mid = _REM.unpack(p)
-                    entries.get(qid, {}).pop(mid, None)
+                    qi = by_qid.get(qid)
+                    if qi is not None and (i := qi.find(mid)) >= 0:
+                        qi.take(i)
                 elif kind == K_CNT:
                     _, qid, mid, count = _CNT.unpack(p)
-                    e = entries.get(qid, {}).get(mid)
-                    if e is not None:
-                        e[1] = count
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.counts is None:
+                            qi.counts = {}
+                        qi.counts[mid] = count
+                elif kind == K_EXP:
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
                 elif kind == K_META:
-                    self._apply_meta(pickle.loads(p[1:]), qids, entries)
-        elif data:
+                    try:
+                        meta = decode_meta(bytes(p))
+                    except (ValueError, IndexError, struct.error) as exc:
+                        raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
+                    self._apply_meta(meta, by_qid)
+            if off != end:
+                torn = True
+                log.warning("journal: dropped a torn tail of %d bytes", end - off)
+            p = view = None  # type: ignore[assignment]  # release the mapping's exports
+        elif magic.startswith(b"SMQJRN"):
+            raise StoreError(f"{jpath} was written by another sansmq store format version "
+                             f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
+        elif len(data):
             raise StoreError(f"{jpath} is not a sansmq journal")
-        # message records, read segment by segment; shared by the queues that refer to them
-        wanted: dict[int, set[int]] = {}
-        for per_q in entries.values():
-            for pos, _ in per_q.values():
-                wanted.setdefault(pos >> 32, set()).add(pos)
-        decoded: dict[int, Message] = {}
+        if isinstance(data, mmap.mmap):
+            data.close()
+        del data
+        # segment references, and the files they keep
+        refs = self._refs
+        for qi in by_qid.values():
+            if qi.pos is not None:
+                for pos in qi.pos:
+                    if pos:
+                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        for no in existing:
+            if no in refs:
+                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+                self._segs[no].written = os.fstat(self._segs[no].fd).st_size
+        # materialise each queue's head; a message shared by queues is decoded once
+        decoded: dict[int, Message | None] = {}
         budget = self.memory_bodies
-        for seg in sorted(wanted):
-            try:
-                with open(self._seg_path(seg), "rb") as f:
-                    blob = f.read()
-            except FileNotFoundError:
-                continue
-            if not blob.startswith(SEG_MAGIC):
-                continue
-            recs, _ = _records(blob, len(SEG_MAGIC))
-            want = wanted[seg]
-            base = seg << 32
-            for off, p in recs:
-                if base | off in want:
-                    lazy = None
-                    if budget < 0:
-                        lazy = (self, base | (off + _REC.size))
-                    else:
-                        budget -= len(p)
-                    decoded[base | off] = _decode_message(p, lazy)
         rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
-        for qid, key in qids.items():
-            qi = self._queues[key]
+        max_id = 0
+        for qi in by_qid.values():
+            key = (qi.qdef.vhost, qi.qdef.name)
             rec.queues.append(qi.qdef)
-            stored = []
-            for mid, (pos, count) in sorted(entries.get(qid, {}).items()):
-                msg = decoded.get(pos)
-                if msg is None or msg.id != mid:
-                    self.dropped_on_recovery += 1
+            if not qi.live:
+                continue
+            assert qi.ids is not None and qi.pos is not None
+            max_id = max(max_id, qi.ids[-1])
+            stored: list[StoredMessage] = []
+            bad: list[int] = []
+            i, n = 0, len(qi.ids)
+            while i < n and len(stored) < self.recover_window:
+                mid, pos = qi.ids[i], qi.pos[i]
+                i += 1
+                if not pos:
                     continue
-                stored.append(StoredMessage(msg, count))
-                qi.add(mid, pos)
-                if count:
-                    if qi.counts is None:
-                        qi.counts = {}
-                    qi.counts[mid] = count
-                self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
+                if pos in decoded:
+                    msg = decoded[pos]
+                else:
+                    p = self._read_record(pos)
+                    msg = None
+                    if p is not None:
+                        lazy = None
+                        if budget < 0:
+                            lazy = (self, pos + _REC.size)
+                        else:
+                            budget -= len(p)
+                        try:
+                            msg = _decode_message(p, lazy)
+                        except (ValueError, IndexError, struct.error):
+                            msg = None
+                    decoded[pos] = msg
+                if msg is None or msg.id != mid:
+                    bad.append(mid)
+                    continue
+                stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
             if stored:
                 rec.messages[key] = stored
+            if i < n:
+                page = _Page()
+                paged = 0
+                tail = n - i
+                if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
+                    page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
+                    paged = tail
+                else:
+                    for m, q in zip(qi.ids[i:], qi.pos[i:]):
+                        if q:
+                            page.add_stored(m)
+                            paged += 1
+                if paged:
+                    self._pages[key] = page
+                    rec.paged[key] = paged
+            for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
+                self.dropped_on_recovery += 1
+                pos = qi.take(qi.find(mid))
+                left = refs[pos >> 32] - 1
+                if left:
+                    refs[pos >> 32] = left
+                else:
+                    del refs[pos >> 32]
+        rec.max_message_id = max_id
         if self.dropped_on_recovery:
             log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
         # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
-        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
         for no in existing:
-            if no not in self._refs:
-                os.unlink(self._seg_path(no))
-            else:
-                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+            if no not in refs:
+                self._drop_segment(no)
+                try:
+                    os.unlink(self._seg_path(no))
+                except FileNotFoundError:
+                    pass
         self._seg_no = max(existing, default=0)
+        live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
+                + len(self._vhosts) + len(self._exchanges) + len(self._queues) + len(self._bindings))
         with self._lock:
             self._new_segment()
-            self._compact()
+            if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
+                self._compact()  # rewrite the live state (also cuts a torn tail)
+            else:  # already compact enough: append to it as it is
+                fd = os.open(jpath, os.O_RDWR)
+                self._j = _File(jpath, fd, os.fstat(fd).st_size)
+                self._j_live_hint = max(1024, live)
         return rec
 
-    def _apply_meta(self, op: tuple[Any, ...], qids: dict[int, tuple[str, str]],
-                    entries: dict[int, dict[int, list[int]]]) -> None:
-        name = op[0]
-        if name == "add_vhost":
-            self._vhosts[op[1]] = None
-        elif name == "delete_vhost":
-            self._vhosts.pop(op[1], None)
-        elif name == "add_exchange":
-            self._exchanges[(op[1][0], op[1][1])] = ExchangeDef(*op[1])
-        elif name == "delete_exchange":
-            self._forget_exchange(op[1], op[2])
-        elif name == "add_queue":
-            qid, qdef = op[1], QueueDef(*op[2])
+    def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], by_qid: dict[int, _QIndex]) -> None:
+        op, strs, flags, qid, args = meta
+        if op == OP_ADD_VHOST:
+            self._vhosts[strs[0]] = None
+        elif op == OP_DEL_VHOST:
+            self._vhosts.pop(strs[0], None)
+        elif op == OP_ADD_X:
+            self._exchanges[(strs[0], strs[1])] = meta_to_def(op, strs, flags, args)
+        elif op == OP_DEL_X:
+            self._forget_exchange(strs[0], strs[1])
+        elif op == OP_ADD_Q:
+            qdef = meta_to_def(op, strs, flags, args)
             old = self._queues.get((qdef.vhost, qdef.name))
             if old is not None:
-                qids.pop(old.qid, None)
-                entries.pop(old.qid, None)
-            self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
-            qids[qid] = (qdef.vhost, qdef.name)
+                by_qid.pop(old.qid, None)
+            qi = self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
+            by_qid[qid] = qi
             self._next_qid = max(self._next_qid, qid + 1)
-        elif name == "delete_queue":
-            qi = self._queues.pop((op[1], op[2]), None)
+        elif op == OP_DEL_Q:
+            qi = self._queues.pop((strs[0], strs[1]), None)
             if qi is not None:
-                qids.pop(qi.qid, None)
-                entries.pop(qi.qid, None)
-            self._forget_queue_bindings(op[1], op[2])
-        elif name == "add_binding":
-            b = BindingDef(*op[1])
+                by_qid.pop(qi.qid, None)
+            self._forget_queue_bindings(strs[0], strs[1])
+        elif op == OP_ADD_B:
+            b = meta_to_def(op, strs, flags, args)
             self._bindings[b.ident()] = b
-        elif name == "delete_binding":
-            self._bindings.pop(BindingDef(*op[1]).ident(), None)
+        elif op == OP_DEL_B:
+            self._bindings.pop(meta_to_def(op, strs, flags, args).ident(), None)
 
     def _forget_exchange(self, vhost: str, name: str) -> None:
         self._exchanges.pop((vhost, name), None)
@@ -301,8 +411,8 @@ class SegmentStore(Store):
         with self._lock:
             self._append(self._j, _record(payload))
 
-    def _meta(self, *op: Any) -> None:
-        self._journal(bytes((K_META,)) + pickle.dumps(op, 5))
+    def _meta(self, payload: bytes) -> None:
+        self._journal(payload)
 
     def _mark_failed(self, exc: OSError) -> None:
         if self._failed is None:
@@ -325,20 +435,20 @@ class SegmentStore(Store):
     def add_vhost(self, name: str) -> None:
         self._check_writable()
         self._vhosts[name] = None
-        self._meta("add_vhost", name)
+        self._meta(meta_vhost(OP_ADD_VHOST, name))
 
     def delete_vhost(self, name: str) -> None:
         self._vhosts.pop(name, None)
-        self._meta("delete_vhost", name)
+        self._meta(meta_vhost(OP_DEL_VHOST, name))
 
     def add_exchange(self, xdef: ExchangeDef) -> None:
         self._check_writable()
         self._exchanges[(xdef.vhost, xdef.name)] = xdef
-        self._meta("add_exchange", _fields(xdef))
+        self._meta(meta_exchange(xdef))
 
     def delete_exchange(self, vhost: str, name: str) -> None:
         self._forget_exchange(vhost, name)
-        self._meta("delete_exchange", vhost, name)
+        self._meta(encode_meta(OP_DEL_X, vhost, name))
 
     def add_queue(self, qdef: QueueDef) -> None:
         self._check_writable()
@@ -348,24 +458,25 @@ class SegmentStore(Store):
         qid = self._next_qid
         self._next_qid += 1
         self._queues[key] = _QIndex(qid, qdef)
-        self._meta("add_queue", qid, _fields(qdef))
+        self._meta(meta_queue(qid, qdef))
 
     def delete_queue(self, vhost: str, name: str) -> None:
+        self.page_drop(vhost, name, False)
         qi = self._queues.pop((vhost, name), None)
         if qi is not None:
             for _, pos in qi.entries():
                 self._unref(pos >> 32)
         self._forget_queue_bindings(vhost, name)
-        self._meta("delete_queue", vhost, name)
+        self._meta(encode_meta(OP_DEL_Q, vhost, name))
 
     def add_binding(self, bdef: BindingDef) -> None:
         self._check_writable()
         self._bindings[bdef.ident()] = bdef
-        self._meta("add_binding", _fields(bdef))
+        self._meta(meta_binding(OP_ADD_B, bdef))
 
     def delete_binding(self, bdef: BindingDef) -> None:
         self._bindings.pop(bdef.ident(), None)
-        self._meta("delete_binding", _fields(bdef))
+        self._meta(meta_binding(OP_DEL_B, bdef))
 
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
         qi = self._queues.get((vhost, queue))
@@ -373,24 +484,222 @@ class SegmentStore(Store):
             return  # not a durable queue this store knows of
         self._check_writable()
         with self._lock:
-            if self._last_msg[0] == msg.id:  # the same message routed to several queues: one record
-                pos = self._last_msg[1]
-            else:
-                rec = _record(_encode_message(msg))
-                seg = self._seg
-                assert seg is not None
-                if seg.size + len(rec) > self.segment_size and seg.size > len(SEG_MAGIC):
-                    self._rotate()
-                    seg = self._seg
-                    assert seg is not None
-                pos = (self._seg_no << 32) | seg.size
-                self._append(seg, rec)
-                self._last_msg = (msg.id, pos)
+            pos = self._append_message(msg)
             assert self._j is not None
             self._append(self._j, _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos)))
         qi.add(msg.id, pos)
         seg_no = pos >> 32
         self._refs[seg_no] = self._refs.get(seg_no, 0) + 1
+
+    def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
+        self.enqueue(vhost, queue, msg)
+        qi = self._queues.get((vhost, queue))
+        if qi is None or qi.find(msg.id) < 0:
+            return
+        if qi.exp is None:
+            qi.exp = {}
+        qi.exp[msg.id] = expires
+        self._journal(_EXP.pack(K_EXP, qi.qid, msg.id, expires))
+
+    def _append_message(self, msg: Message) -> int:
+        """Append ``msg``'s record to the current segment (caller holds ``_lock``); the same message
+        routed to several queues (or pages) right after another shares one record."""
+        if self._last_msg[0] == msg.id:
+            return self._last_msg[1]
+        rec = _record(_encode_message(msg))
+        seg = self._seg
+        assert seg is not None
+        if seg.size + len(rec) > self.segment_size and seg.size > len(SEG_MAGIC):
+            self._rotate()
+            seg = self._seg
+            assert seg is not None
+        pos = (self._seg_no << 32) | seg.size
+        self._append(seg, rec)
+        self._last_msg = (msg.id, pos)
+        return pos
+
+    # -- paging (loop thread) --------------------------------------------------------------------------
+    def page_out(self, vhost: str, queue: str, msg: Message, count: int, expires: float | None,
+                 stored: bool) -> None:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            page = self._pages[key] = _Page()
+        if stored:
+            qi = self._queues.get(key)
+            if qi is not None and qi.find(msg.id) >= 0:  # already a record + index entry: just its id
+                page.add_stored(msg.id)
+                return
+        # a transient record: never journalled, so never recovered; fsynced only along with others
+        with self._lock:
+            pos = self._append_message(msg)
+        self._refs[pos >> 32] = self._refs.get(pos >> 32, 0) + 1
+        slot = page.add_transient(pos)
+        if count or expires != msg.expires_at:
+            if page.extra is None:
+                page.extra = {}
+            page.extra[slot] = (count, expires)
+
+    def _page_read(self, key: tuple[str, str], page: _Page, slot: int, e: int, take: bool) -> PagedMessage | None:
+        """Page item ``e`` (at absolute ``slot``) read back; ``take``: it leaves the page (a transient
+        record loses its reference; an unreadable stored one is removed from the queue for good)."""
+        if e & TRANSIENT:
+            pos = e & ~TRANSIENT
+            extra = page.extra.get(slot) if page.extra else None
+            msg = self._read_message(pos)
+            if take:
+                if extra is not None:
+                    del page.extra[slot]  # type: ignore[union-attr]
+                self._unref(pos >> 32)
+            if msg is None:
+                return None
+            count, expires = extra if extra is not None else (0, msg.expires_at)
+            return msg, count, expires
+        qi = self._queues.get(key)
+        i = qi.find(e) if qi is not None else -1
+        if i < 0:
+            return None
+        assert qi is not None and qi.pos is not None
+        msg = self._read_message(qi.pos[i])
+        if msg is None or msg.id != e:
+            if take:
+                self.remove(key[0], key[1], e)
+            return None
+        return msg, (qi.counts or {}).get(e, 0), (qi.exp or {}).get(e, msg.expires_at)
+
+    def page_in(self, vhost: str, queue: str, n: int) -> tuple[list[PagedMessage], int]:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            return [], 0
+        out: list[PagedMessage] = []
+        items = page.items(n, True)
+        qi = self._queues.get(key)
+        positions = []
+        for _, e in items:
+            if e & TRANSIENT:
+                positions.append(e & ~TRANSIENT)
+            else:
+                i = qi.find(e) if qi is not None else -1
+                positions.append(qi.pos[i] if i >= 0 else 0)  # type: ignore[union-attr,index]
+        payloads = self._read_records(positions)  # one pread per run of nearby records
+        extra = page.extra
+        for (slot, e), pos, p in zip(items, positions, payloads):
+            msg = None
+            if p is not None:
+                try:
+                    msg = _decode_message(p)
+                except (ValueError, IndexError, struct.error):
+                    msg = None
+            if e & TRANSIENT:
+                more = extra.pop(slot, None) if extra else None
+                self._unref(pos >> 32)  # the message lives in memory from now on
+                if msg is None:
+                    self.dropped_paged += 1
+                    continue
+                count, expires = more if more is not None else (0, msg.expires_at)
+                out.append((msg, count, expires))
+            elif pos:
+                if msg is None or msg.id != e:
+                    self.dropped_paged += 1
+                    self.remove(vhost, queue, e)  # unreadable: gone for good
+                    continue
+                assert qi is not None
+                out.append((msg, (qi.counts or {}).get(e, 0), (qi.exp or {}).get(e, msg.expires_at)))
+        if extra is not None and not extra:
+            page.extra = None
+        if not len(page):
+            del self._pages[key]
+        if len(out) < len(items):
+            log.warning("queue %r: %d paged message(s) could not be read back", queue, len(items) - len(out))
+        return out, len(items)
+
+    def page_drop(self, vhost: str, queue: str, forget_stored: bool) -> None:
+        page = self._pages.pop((vhost, queue), None)
+        if page is None:
+            return
+        while items := page.items(1 << 16, True):
+            for _, e in items:
+                if e & TRANSIENT:
+                    self._unref((e & ~TRANSIENT) >> 32)
+                elif forget_stored:
+                    self.remove(vhost, queue, e)
+
+    def paged(self, vhost: str, queue: str) -> list[PagedMessage]:
+        key = (vhost, queue)
+        page = self._pages.get(key)
+        if page is None:
+            return []
+        out = []
+        for slot, e in page.items(1 << 62, False):
+            got = self._page_read(key, page, slot, e, False)
+            if got is not None:
+                out.append(got)
+        return out
+
+    def _read_at(self, f: _File, off: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``off`` of ``f``, from the file and/or its unwritten buffer (caller
+        holds ``_lock``)."""
+        w = f.written
+        if off + n <= w:
+            return os.pread(f.fd, n, off)
+        if off >= w:
+            return bytes(f.buf[off - w : off - w + n])
+        return os.pread(f.fd, w - off, off) + bytes(f.buf[: off + n - w])
+
+    def _read_record(self, pos: int) -> bytes | None:
+        """The payload of the record at ``pos`` if it is complete and its CRC matches."""
+        return self._read_records([pos])[0]
+
+    def _read_records(self, positions: list[int]) -> list[bytes | None]:
+        """Payloads of the records at ``positions`` (None: missing, torn or CRC mismatch). Runs of
+        ascending positions less than ``READ_SPAN`` apart in one segment are read with one pread."""
+        out: list[bytes | None] = [None] * len(positions)
+        rec_size = _REC.size
+        i, total = 0, len(positions)
+        with self._lock:
+            while i < total:
+                pos = positions[i]
+                f = self._segs.get(pos >> 32) if pos else None
+                if f is None:
+                    i += 1
+                    continue
+                seg, start = pos >> 32, pos & 0xFFFFFFFF
+                j, last = i + 1, start
+                while j < total:
+                    nxt = positions[j]
+                    off = nxt & 0xFFFFFFFF
+                    if nxt >> 32 != seg or off < last or off - start > READ_SPAN:
+                        break
+                    last = off
+                    j += 1
+                block = self._read_at(f, start, last - start + 512)
+                for k in range(i, j):
+                    o = (positions[k] & 0xFFFFFFFF) - start
+                    if o + rec_size > len(block):
+                        head = self._read_at(f, start + o, rec_size)
+                        if len(head) < rec_size:
+                            continue
+                        n, crc = _REC.unpack_from(head, 0)
+                        payload = self._read_at(f, start + o + rec_size, n)
+                    else:
+                        n, crc = _REC.unpack_from(block, o)
+                        payload = block[o + rec_size : o + rec_size + n]
+                        if len(payload) < n:  # a record longer than the block holds
+                            payload = self._read_at(f, start + o + rec_size, n)
+                    if len(payload) == n and crc32(payload) == crc:
+                        out[k] = payload
+                i = j
+        return out
+
+    def _read_message(self, pos: int) -> Message | None:
+        p = self._read_record(pos)
+        if p is None:
+            return None
+        try:
+            return _decode_message(p)
+        except (ValueError, IndexError, struct.error):
+            return None
 
     def _rotate(self) -> None:
         """Write the full segment out (its fsync is left to the next sync) and start a new one."""
@@ -404,6 +713,11 @@ class SegmentStore(Store):
         self._new_segment()
         if old not in self._refs:  # everything in it already left its queues
             self._doomed.append(old)
+        # unreferenced segments also go here, not only at sync: transient-only traffic never syncs
+        doomed, self._doomed = self._doomed, []
+        for no in doomed:
+            if no not in self._refs and no != self._seg_no:
+                self._drop_segment(no)
 
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
         qi = self._queues.get((vhost, queue))
@@ -544,34 +858,45 @@ class SegmentStore(Store):
     def _compact(self) -> None:
         """Rewrite the journal as the live state (caller holds ``_lock``). Segment data it refers to
         is written out first; its fsync is left to the next sync, as for any append."""
-        out = bytearray(JRN_MAGIC)
-
-        def meta(*op: Any) -> None:
-            out.extend(_record(bytes((K_META,)) + pickle.dumps(op, 5)))
-
-        for v in self._vhosts:
-            meta("add_vhost", v)
-        for x in self._exchanges.values():
-            meta("add_exchange", _fields(x))
-        for qi in self._queues.values():
-            meta("add_queue", qi.qid, _fields(qi.qdef))
-        for b in self._bindings.values():
-            meta("add_binding", _fields(b))
-        for qi in self._queues.values():
-            for mid, pos in qi.entries():
-                out.extend(_record(_ENQ.pack(K_ENQ, qi.qid, mid, pos)))
-            for mid, count in (qi.counts or {}).items():
-                out.extend(_record(_CNT.pack(K_CNT, qi.qid, mid, count)))
         for f in self._segs.values():
             self._write_file(f)
         tmp = os.path.join(self.path, "journal.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            done = 0
-            while done < len(out):
+        out = bytearray(JRN_MAGIC)
+        done = 0
+
+        def flush() -> None:  # written in chunks: a big journal is never one buffer in memory
+            nonlocal done
+            while out:
                 n = self._pwrite(fd, out, done)
                 done += n
                 del out[:n]
+
+        try:
+            for v in self._vhosts:
+                out += _record(meta_vhost(OP_ADD_VHOST, v))
+            for x in self._exchanges.values():
+                out += _record(meta_exchange(x))
+            for qi in self._queues.values():
+                out += _record(meta_queue(qi.qid, qi.qdef))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for b in self._bindings.values():
+                out += _record(meta_binding(OP_ADD_B, b))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for qi in self._queues.values():
+                for mid, pos in qi.entries():
+                    out += _record(_ENQ.pack(K_ENQ, qi.qid, mid, pos))
+                    if len(out) >= FLUSH_AT:
+                        flush()
+                for mid, count in (qi.counts or {}).items():
+                    out += _record(_CNT.pack(K_CNT, qi.qid, mid, count))
+                for mid, when in (qi.exp or {}).items():
+                    out += _record(_EXP.pack(K_EXP, qi.qid, mid, when))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            flush()
             self._fsync(fd)
         except BaseException:
             os.close(fd)
@@ -600,6 +925,3 @@ class SegmentStore(Store):
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-
-def _fields(d: Any) -> tuple[Any, ...]:
-    return tuple(getattr(d, name) for name in d.__slots__)
