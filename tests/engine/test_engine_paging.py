@@ -202,6 +202,28 @@ def test_max_length_across_paged_messages(env: Env, overflow: str) -> None:
         assert env.model.enqueue(q, Message(env.model.next_message_id(), "", "q", {}, b"x")) is False
 
 
+@pytest.mark.parametrize("overflow", ["drop-head", "reject-publish"])
+def test_max_length_bytes_counts_paged_messages(env: Env, overflow: str) -> None:
+    q = env.declare(**{"x-max-length-bytes": 100, "x-overflow": overflow})
+    for i in range(25):
+        env.publish("q", b"%010d" % i)  # 10-byte bodies: room for 10
+    assert q.count == 10 and q.bytes + q.paged_bytes == 100
+    kept = range(15, 25) if overflow == "drop-head" else range(10)
+    assert env.ready_bodies(q) == [b"%010d" % i for i in kept]
+    if overflow == "reject-publish":
+        assert env.model.enqueue(q, Message(env.model.next_message_id(), "", "q", {}, b"x")) is False
+
+
+def test_memory_alarm_counts_only_bodies_held_in_memory(env: Env) -> None:
+    q = env.declare()
+    for i in range(50):
+        env.publish("q", b"x" * 1000)
+    assert q.paged == 50 - WINDOW and env.model.queued_bytes == WINDOW * 1000
+    c, log = env.consume(q, auto_ack=True)
+    env.sync()
+    assert len(log) == 50 and q.count == 0 and env.model.queued_bytes == 0
+
+
 def test_ttl_and_dead_lettering_of_paged_messages(env: Env) -> None:
     env.declare("dead")
     q = env.declare(**{"x-message-ttl": 1000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
