@@ -31,14 +31,14 @@ from collections.abc import Iterable
 from ._buffer import ReceiveBuffer
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue,
+    Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue, Message,
     PeerTimedOut, Unsubscribe,
 )
 from ._readers import FrameReader
 from ._state import (
     ALLOWED, BODY_ALLOWED, CLIENT, REQUIRED_HEADERS, SERVER, VERSION_MIN, Role, State,
 )
-from ._writers import HEARTBEAT_BYTES, serialize
+from ._writers import HEARTBEAT_BYTES, encode_headers, message_tail, serialize
 
 __all__ = [
     "Connection", "NEED_DATA", "SUPPORTED_VERSIONS", "negotiate_heartbeat",
@@ -242,6 +242,43 @@ class Connection:
                 self._on_connected(event, LocalProtocolError)
             if new is not self._state:
                 self._set_state(new)
+        if now is not None:
+            self._last_sent = now
+            if self._hb[0]:
+                self._send_deadline = now + self._hb[0] / 1000
+        return data
+
+    # -- pre-encoded MESSAGE frames (servers fanning one message out) ---------------------------
+
+    @property
+    def escape(self) -> str | None:
+        """The header escaping of frames sent now: "1.1", "1.2" or None (1.0, or CONNECTED has not
+        passed yet). Pre-encoded parts are only valid for connections with the same value."""
+        v = self._wire_version
+        return None if v == "1.0" else v
+
+    def encode_headers(self, headers: dict[str, str]) -> bytes:
+        """``headers`` as encoded header lines (``b"name:value\\n"`` each) under this connection's
+        escaping; LocalProtocolError for what it cannot carry."""
+        try:
+            return encode_headers(headers, self.escape).encode()
+        except UnicodeEncodeError:
+            raise LocalProtocolError("header is not encodable as UTF-8") from None
+
+    def message_tail(self, headers: dict[str, str], body: bytes) -> bytes:
+        """The last headers of a MESSAGE, then its ``content-length``, blank line, body and NUL.
+        ``b"MESSAGE\\n" + encode_headers(first) + message_tail(rest, body)`` is exactly what
+        ``send(Message({**first, **rest, "content-length": ...}, body))`` returns."""
+        return message_tail(headers, body, self.escape)
+
+    def send_message_bytes(self, data: bytes, now: float | None = None) -> bytes:
+        """Send a MESSAGE assembled from the pre-encoded parts above, trusting the caller that it
+        has ``destination``, ``message-id`` and ``subscription``: only the state is checked (no
+        header validation, no re-encoding). Returns ``data``."""
+        if Message not in self._send_allowed:
+            raise LocalProtocolError(
+                f"MESSAGE not allowed from the {self._role.value} in state {self._state.value}"
+            )
         if now is not None:
             self._last_sent = now
             if self._hb[0]:
