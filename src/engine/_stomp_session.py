@@ -126,6 +126,8 @@ class StompLightSubscription(LightConsumer):
 
 AnySubscription = StompSubscription | StompLightSubscription
 
+#: parsed destinations kept per connection (forgotten all at once when full)
+_DESTS_MAX = 64
 #: tails bigger than this are not kept (encoding them again costs little next to copying them)
 _TAIL_MAX = 64 * 1024
 #: at most this many tails per escaping, and this many bytes in all, are kept per broker
@@ -229,7 +231,7 @@ def _num(value: str | None) -> float | None:
 class StompSession(Session):
     __slots__ = (
         "conn", "vhost", "user", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
-        "_tail_cache",
+        "_tail_cache", "_dests", "_dest_lines",
     )
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
@@ -256,6 +258,10 @@ class StompSession(Session):
         if cache is None:
             cache = _TAIL_CACHES[broker] = _TailCache()
         self._tail_cache = cache
+        #: destination header -> parsed (a producer mostly sends to the same few)
+        self._dests: dict[str, Destination] = {}
+        #: destination -> its encoded MESSAGE header line
+        self._dest_lines: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"StompSession(conn_id={self.conn_id})"
@@ -428,8 +434,12 @@ class StompSession(Session):
     def _transactional(self, frame: Frame, apply: Callable[[Frame], dict[str, str] | None]) -> None:
         """Run ``apply`` now (it may return extra receipt headers), or buffer the frame when it
         names a transaction."""
-        tx = frame.headers.get("transaction")
+        headers = frame.headers
+        tx = headers.get("transaction")
         if tx is None:
+            if "receipt" not in headers:  # the common case: no receipt to hold back for the store
+                apply(frame)
+                return
             before = self.broker.model.store_writes
             extra = apply(frame)
             if not self.closed:
@@ -799,7 +809,17 @@ class StompSession(Session):
 
     def _tail(self, msg: Message, destination: str) -> bytes:
         """``destination``, the message's own headers, content-length, body and NUL, encoded."""
-        return self.conn.message_tail(message_headers(msg, destination), msg.body)
+        if msg.headers:
+            return self.conn.message_tail(message_headers(msg, destination), msg.body)
+        # no headers of its own (a plain SEND): only the destination line needs encoding, once
+        lines = self._dest_lines
+        line = lines.get(destination)
+        if line is None:
+            if len(lines) >= _DESTS_MAX:
+                lines.clear()
+            line = lines[destination] = self.conn.encode_headers({"destination": destination})
+        body = msg.body
+        return b"".join((line, b"content-length:%d\n\n" % len(body), body, b"\x00"))
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         assert isinstance(consumer, StompSubscription)
@@ -815,10 +835,18 @@ class StompSession(Session):
 
     # -- helpers ----------------------------------------------------------------------------------
     def _parse(self, destination: str | None) -> Destination:
+        dests = self._dests
+        dest = dests.get(destination)  # type: ignore[arg-type]
+        if dest is not None:
+            return dest
         try:
-            return parse_destination(destination)
+            dest = parse_destination(destination)
         except BadDestination as exc:
             raise StompError("Invalid destination", str(exc)) from None
+        if len(dests) >= _DESTS_MAX:
+            dests.clear()
+        dests[destination] = dest  # type: ignore[index]
+        return dest
 
 
 def message_headers(msg: Message, destination: str) -> dict[str, str]:

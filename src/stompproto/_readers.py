@@ -146,14 +146,16 @@ class FrameReader:
         if "\r" in text:
             return None
         lines = text.split("\n")
-        cls = _STR_COMMANDS.get(lines[0])
+        command = lines[0]
+        cls = _STR_COMMANDS.get(command)
         if cls is None or len(lines) > self.max_header_count + 1:
             return None
         if "\\" in text and version is not None and version != "1.0" and cls not in _NO_ESCAPE_FRAMES:
             return None  # something to unescape
+        del lines[0]
         headers: dict[str, str] = {}
-        for i in range(1, len(lines)):
-            name, sep, value = lines[i].partition(":")
+        for line in lines:
+            name, sep, value = line.partition(":")
             if not sep or not name or name in headers:
                 return None
             headers[name] = value
@@ -177,13 +179,13 @@ class FrameReader:
         self._cls = cls
         self.headers = headers
         if nul < 0:  # the body is still arriving (or is wrong: _body says so)
-            self._stomp_cmd = lines[0] == "STOMP"
+            self._stomp_cmd = command == "STOMP"
             self._clen = None if n < 0 else n
             self._phase = _BODY
             self._body_start = self._scan = head_len
             return self._body(buf, pos) or _PARTIAL
         if cls is Connect:
-            event: Frame = Connect(headers, bytes(buf[bs:nul]), lines[0] == "STOMP")
+            event: Frame = Connect(headers, bytes(buf[bs:nul]), command == "STOMP")
         else:
             event = cls(headers, bytes(buf[bs:nul]))
         self._buf.consume_to(nul + 1)
