@@ -57,7 +57,7 @@ __all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVE
 SERVER_NAME = "sansmq/0.1.0"
 ACK_MODES = ("auto", "client", "client-individual")
 #: SEND headers that only steer this frame and are not part of the message
-_TRANSPORT_HEADERS = ("destination", "receipt", "transaction", "content-length")
+_TRANSPORT_HEADERS = frozenset(("destination", "receipt", "transaction", "content-length"))
 #: SEND headers that change how the broker treats the message
 _STEERING = frozenset(("priority", "expires", "ttl", "expiration", "ack-timeout"))
 #: MESSAGE headers only the broker sets

@@ -1,10 +1,12 @@
 """The per-connection receive buffer: the received bytes plus a read offset.
 
 While a chunk is parsed on its own, ``data`` *is* that chunk (``bytes``): slicing a frame's body out
-of it yields ``bytes`` with a single copy, and nothing is copied in. Only when a frame straddles two
-chunks does ``data`` become a ``bytearray`` (amortised appends, so a large frame arriving in many
-chunks stays linear). Consumed bytes are not deleted frame by frame; the offset moves and the
-consumed prefix is dropped once per incoming chunk (``append``), or all at once when drained.
+of it yields ``bytes`` with a single copy, and nothing is copied in. The start of a frame left over
+at the end of a chunk is joined with the next chunk into new ``bytes`` when it is no longer than that
+chunk (so the copying stays linear in the input); a longer leftover (a large frame arriving in many
+chunks, or a peer dribbling bytes) makes ``data`` a ``bytearray`` with amortised appends. Consumed
+bytes are not deleted frame by frame; the offset moves and the consumed prefix is dropped once per
+incoming chunk (``append``), or all at once when drained.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ class ReceiveBuffer:
         data = self.data
         pos = self.pos
         self.pos = 0
-        if pos >= len(data):  # nothing left over: parse the chunk in place
+        rest = len(data) - pos
+        if rest <= 0:  # nothing left over: parse the chunk in place
             self.data = chunk if type(chunk) is bytes else bytes(chunk)
+            return
+        if rest <= len(chunk):  # a frame's start left over: copying it costs no more than the chunk
+            self.data = b"".join((memoryview(data)[pos:], chunk))
             return
         if type(data) is bytes:
             data = self.data = bytearray(memoryview(data)[pos:])

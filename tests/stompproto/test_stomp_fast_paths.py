@@ -182,3 +182,39 @@ def test_send_message_bytes_checks_the_state_and_keeps_heartbeat_time():
     server._hb = (1000, 0)
     assert server.send_message_bytes(b"x", 50.0) == b"x"
     assert server.get_timer() == 51.0
+
+
+# ---- the receive buffer ------------------------------------------------------------------------
+
+@given(ops=st.lists(st.one_of(st.binary(min_size=1, max_size=30), st.integers(0, 40)), max_size=30))
+def test_receive_buffer_keeps_exactly_the_unconsumed_bytes(ops):
+    from stompproto._buffer import ReceiveBuffer
+
+    buf = ReceiveBuffer()
+    model = b""
+    for op in ops:
+        if isinstance(op, bytes):
+            buf.append(op)
+            model += op
+        else:
+            n = min(op, len(model))
+            buf.consume_to(buf.pos + n)
+            model = model[n:]
+        assert bytes(buf.data[buf.pos:]) == model and buf.pending() == len(model)
+
+
+def test_receive_buffer_parses_whole_chunks_in_place_and_large_leftovers_in_a_bytearray():
+    from stompproto._buffer import ReceiveBuffer
+
+    buf = ReceiveBuffer()
+    chunk = b"SEND\ndestination:/a\n\nx\x00"
+    buf.append(chunk)
+    assert buf.data is chunk  # nothing copied
+    buf.consume_to(10)
+    buf.append(b"more bytes than the leftover")
+    assert type(buf.data) is bytes and buf.data == chunk[10:] + b"more bytes than the leftover"
+    left = buf.data[-8:]
+    buf.consume_to(len(buf.data) - 8)
+    for b in b"abc":  # a peer dribbling: chunks shorter than what is left over
+        buf.append(bytes([b]))
+    assert type(buf.data) is bytearray and bytes(buf.data[buf.pos:]) == left + b"abc"
