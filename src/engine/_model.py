@@ -539,6 +539,11 @@ class Model:
             return [q] if q is not None else []
         found: dict[Any, None] = {}
         exchange.router.route(key, headers, found)
+        for dest in found:
+            if type(dest) is Exchange:
+                break
+        else:  # no exchange-to-exchange binding reached (the common case): nothing to follow
+            return list(found)
         queues: dict[Queue | LightConsumer, None] = {}
         visited = {exchange.name}
         pending = list(found)

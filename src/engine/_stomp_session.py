@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
 from stompproto import (
@@ -27,7 +29,6 @@ from stompproto import (
     Frame,
     Heartbeat,
     HeartbeatDue,
-    Message as MessageFrame,
     Nack,
     PeerTimedOut,
     LocalProtocolError,
@@ -51,12 +52,12 @@ from .store import StoreError
 if TYPE_CHECKING:
     from ._broker import Broker
 
-__all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVER_NAME"]
+__all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVER_NAME", "message_headers"]
 
 SERVER_NAME = "sansmq/0.1.0"
 ACK_MODES = ("auto", "client", "client-individual")
 #: SEND headers that only steer this frame and are not part of the message
-_TRANSPORT_HEADERS = ("destination", "receipt", "transaction", "content-length")
+_TRANSPORT_HEADERS = frozenset(("destination", "receipt", "transaction", "content-length"))
 #: SEND headers that change how the broker treats the message
 _STEERING = frozenset(("priority", "expires", "ttl", "expiration", "ack-timeout"))
 #: MESSAGE headers only the broker sets
@@ -81,7 +82,7 @@ class StompError(Exception):
 
 
 class StompSubscription(Consumer):
-    __slots__ = ("id", "destination", "ack_mode", "owns_queue")
+    __slots__ = ("id", "destination", "ack_mode", "owns_queue", "wire")
 
     def __init__(self, queue: Queue, owner: "StompSession", prefetch: int, sub_id: str, destination: str,
                  ack_mode: str, owns_queue: bool) -> None:
@@ -91,6 +92,8 @@ class StompSubscription(Consumer):
         self.ack_mode = ack_mode
         #: the queue exists for this subscription only (non-durable topic/exchange): delete it with us
         self.owns_queue = owns_queue
+        #: its pre-encoded MESSAGE header lines (``_Wire``), made at the first delivery
+        self.wire: _Wire | None = None
 
 
 #: StompLightSubscription flag: ack mode client-individual (else client, unless auto)
@@ -100,7 +103,7 @@ _INDIVIDUAL = FIRST_FREE_FLAG
 class StompLightSubscription(LightConsumer):
     """A non-durable topic subscription without a queue of its own (see ``_light``)."""
 
-    __slots__ = ("id",)
+    __slots__ = ("id", "wire")
 
     #: only temp-queue subscriptions need their destination back
     destination = ""
@@ -111,6 +114,7 @@ class StompLightSubscription(LightConsumer):
         super().__init__(owner, exchange, key, prefix, prefetch, ack_mode == "auto",
                          _INDIVIDUAL if ack_mode == "client-individual" else 0)
         self.id = sub_id
+        self.wire: _Wire | None = None
 
     @property
     def ack_mode(self) -> str:
@@ -121,6 +125,65 @@ class StompLightSubscription(LightConsumer):
 
 
 AnySubscription = StompSubscription | StompLightSubscription
+
+#: parsed destinations kept per connection (forgotten all at once when full)
+_DESTS_MAX = 64
+#: tails bigger than this are not kept (encoding them again costs little next to copying them)
+_TAIL_MAX = 64 * 1024
+#: at most this many tails per escaping, and this many bytes in all, are kept per broker
+_TAILS_MAX = 1024
+_TAIL_BYTES = 8 * 1024 * 1024
+
+
+class _TailCache:
+    """The encoded tails (``Connection.message_tail``: destination, the message's own headers,
+    content-length, body, NUL) of the messages delivered last, one dict per header escaping, shared
+    by a broker's STOMP sessions: a message fanned out to N subscribers is encoded once per escaping
+    rather than N times. Only the per-delivery lines (subscription, message-id, ack, redelivered)
+    are written per subscriber. A tail is only useful while its message is being dispatched, so the
+    oldest go first once a bound is passed."""
+
+    __slots__ = ("by_escape", "size")
+
+    def __init__(self) -> None:
+        # OrderedDict: popping the oldest is O(1) (a dict's first live slot moves right as it empties)
+        self.by_escape: dict[str | None, OrderedDict[Message, bytes]] = {
+            None: OrderedDict(), "1.1": OrderedDict(), "1.2": OrderedDict(),
+        }
+        self.size = 0
+
+    def put(self, tails: "OrderedDict[Message, bytes]", msg: Message, tail: bytes) -> None:
+        if len(tail) > _TAIL_MAX:
+            return
+        tails[msg] = tail
+        self.size += len(tail)
+        while len(tails) > _TAILS_MAX or self.size > _TAIL_BYTES:
+            self.size -= len(tails.popitem(last=False)[1])
+            if not tails:  # the other escapings' tails hold the bytes: start afresh
+                for other in self.by_escape.values():
+                    other.clear()
+                self.size = 0
+
+
+#: one cache per broker (the engine may run several brokers in one process, e.g. in tests)
+_TAIL_CACHES: "weakref.WeakKeyDictionary[Any, _TailCache]" = weakref.WeakKeyDictionary()
+
+
+class _Wire:
+    """A subscription's MESSAGE lines, encoded once under its connection's escaping:
+    ``pre`` = ``MESSAGE``, ``subscription`` and ``message-id`` up to the tag; ``ack`` = the ``ack``
+    line up to the tag (None when the frame has none); ``destination`` = the subscription's own
+    destination (temp-queue replies) or None when it is the message's; ``tails`` = the shared tail
+    cache of that escaping."""
+
+    __slots__ = ("pre", "ack", "destination", "tails")
+
+    def __init__(self, pre: bytes, ack: bytes | None, destination: str | None,
+                 tails: "OrderedDict[Message, bytes]") -> None:
+        self.pre = pre
+        self.ack = ack
+        self.destination = destination
+        self.tails = tails
 
 
 class _Tx:
@@ -168,6 +231,7 @@ def _num(value: str | None) -> float | None:
 class StompSession(Session):
     __slots__ = (
         "conn", "vhost", "user", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
+        "_tail_cache", "_dests", "_dest_lines",
     )
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
@@ -190,6 +254,14 @@ class StompSession(Session):
         self.temp: dict[str, Queue] | None = None
         self.timed_out: dict[int, None] | None = None
         self._disconnecting = False
+        cache = _TAIL_CACHES.get(broker)
+        if cache is None:
+            cache = _TAIL_CACHES[broker] = _TailCache()
+        self._tail_cache = cache
+        #: destination header -> parsed (a producer mostly sends to the same few)
+        self._dests: dict[str, Destination] = {}
+        #: destination -> its encoded MESSAGE header line
+        self._dest_lines: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"StompSession(conn_id={self.conn_id})"
@@ -364,8 +436,12 @@ class StompSession(Session):
     def _transactional(self, frame: Frame, apply: Callable[[Frame], dict[str, str] | None]) -> None:
         """Run ``apply`` now (it may return extra receipt headers), or buffer the frame when it
         names a transaction."""
-        tx = frame.headers.get("transaction")
+        headers = frame.headers
+        tx = headers.get("transaction")
         if tx is None:
+            if "receipt" not in headers:  # the common case: no receipt to hold back for the store
+                apply(frame)
+                return
             before = self.broker.model.store_writes
             extra = apply(frame)
             if not self.closed:
@@ -695,32 +771,57 @@ class StompSession(Session):
 
     # -- deliveries (ConsumerOwner) ----------------------------------------------------------------
     def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
-        assert isinstance(consumer, (StompSubscription, StompLightSubscription))
         msg = entry.msg
-        message_id = f"T_{consumer.id}@@{tag}"
-        if consumer.destination.startswith("/temp-queue/"):
-            destination = consumer.destination
-        else:
-            destination = destination_for(msg.exchange, msg.routing_key)
-        headers = {"subscription": consumer.id, "destination": destination, "message-id": message_id}
-        if consumer.ack_mode != "auto" and self.version == "1.2":
-            headers["ack"] = message_id
-        if entry.count:
-            headers["redelivered"] = "true"
-            headers["x-delivery-count"] = str(entry.count)
-        for name, value in msg.headers.items():
-            if name not in headers and name not in _RESERVED_MESSAGE_HEADERS:
-                if type(value) is not str:  # from an AMQP headers table
-                    value = stomp_value(value)
-                    if value is None:
-                        continue
-                headers[name] = value
-        headers["content-length"] = str(len(msg.body))
         try:
-            self.send(MessageFrame(headers, msg.body))
+            wire = consumer.wire  # type: ignore[attr-defined]
+            if wire is None:
+                wire = consumer.wire = self._wire(consumer)  # type: ignore[attr-defined]
+            if wire.destination is not None:
+                tail = self._tail(msg, wire.destination)
+            elif not msg.exchange:  # the default exchange routes to one queue: nothing to share
+                tail = self._tail(msg, "/queue/" + msg.routing_key)
+            else:
+                tail = wire.tails.get(msg)
+                if tail is None:
+                    tail = self._tail(msg, destination_for(msg.exchange, msg.routing_key))
+                    self._tail_cache.put(wire.tails, msg, tail)
+            t = b"%d" % tag
+            if wire.ack is None:
+                head = wire.pre + t + b"\n"
+            else:
+                head = wire.pre + t + wire.ack + t + b"\n"
+            if entry.count:
+                head += b"redelivered:true\nx-delivery-count:%d\n" % entry.count
+            self.write(self.conn.send_message_bytes(head + tail, self.broker.now))
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
             self.broker.internal_errors.append(exc)
             self.abort("internal error")  # the delivery counts as unacked and is requeued by the teardown
+
+    def _wire(self, consumer: AnySubscription) -> _Wire:
+        """Encode the subscription's own MESSAGE lines (see ``_Wire``)."""
+        conn = self.conn
+        message_id = f"T_{consumer.id}@@"
+        # each ends in "\n": cut it, the tag follows (digits never need escaping)
+        pre = b"MESSAGE\n" + conn.encode_headers({"subscription": consumer.id, "message-id": message_id})[:-1]
+        ack = None
+        if consumer.ack_mode != "auto" and self.version == "1.2":
+            ack = b"\n" + conn.encode_headers({"ack": message_id})[:-1]
+        own = consumer.destination if consumer.destination.startswith("/temp-queue/") else None
+        return _Wire(pre, ack, own, self._tail_cache.by_escape[conn.escape])
+
+    def _tail(self, msg: Message, destination: str) -> bytes:
+        """``destination``, the message's own headers, content-length, body and NUL, encoded."""
+        if msg.headers:
+            return self.conn.message_tail(message_headers(msg, destination), msg.body)
+        # no headers of its own (a plain SEND): only the destination line needs encoding, once
+        lines = self._dest_lines
+        line = lines.get(destination)
+        if line is None:
+            if len(lines) >= _DESTS_MAX:
+                lines.clear()
+            line = lines[destination] = self.conn.encode_headers({"destination": destination})
+        body = msg.body
+        return b"".join((line, b"content-length:%d\n\n" % len(body), body, b"\x00"))
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         assert isinstance(consumer, StompSubscription)
@@ -736,10 +837,33 @@ class StompSession(Session):
 
     # -- helpers ----------------------------------------------------------------------------------
     def _parse(self, destination: str | None) -> Destination:
+        dests = self._dests
+        dest = dests.get(destination)  # type: ignore[arg-type]
+        if dest is not None:
+            return dest
         try:
-            return parse_destination(destination)
+            dest = parse_destination(destination)
         except BadDestination as exc:
             raise StompError("Invalid destination", str(exc)) from None
+        if len(dests) >= _DESTS_MAX:
+            dests.clear()
+        dests[destination] = dest  # type: ignore[index]
+        return dest
+
+
+def message_headers(msg: Message, destination: str) -> dict[str, str]:
+    """The headers of a MESSAGE frame for ``msg`` after the per-delivery ones (subscription,
+    message-id, ack, redelivered, x-delivery-count) and before ``content-length``: ``destination``,
+    then the message's own headers as STOMP text (broker-set names and AMQP tables left out)."""
+    headers = {"destination": destination}
+    for name, value in msg.headers.items():
+        if name not in _RESERVED_MESSAGE_HEADERS:
+            if type(value) is not str:  # from an AMQP headers table
+                value = stomp_value(value)
+                if value is None:
+                    continue
+            headers[name] = value
+    return headers
 
 
 def _durable(headers: dict[str, str]) -> bool:

@@ -74,11 +74,26 @@ class ThreadsServer(Driver):
 
     def _send(self, conn_id: int, data: bytes) -> None:
         conn = self.conns.get(conn_id)
-        if conn is not None:
-            waiting = bool(conn.out)  # already waiting for EPOLLOUT: just keep the order
+        if conn is None:
+            return
+        if conn.out:  # already waiting for EPOLLOUT: just keep the order
             conn.out += data
-            if not waiting:
-                self._flush(conn)
+            return
+        # straight from the batch to the socket: only what the kernel does not take is copied
+        try:
+            n = conn.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self._drop(conn)
+            return
+        if n:
+            self.sent(conn_id, n)
+        if n < len(data):
+            conn.out += memoryview(data)[n:]
+            self._update(conn)
+        elif conn.closing:
+            self._drop(conn)
 
     def _flush(self, conn: _Conn) -> None:
         try:

@@ -31,14 +31,14 @@ from collections.abc import Iterable
 from ._buffer import ReceiveBuffer
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue,
+    Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue, Message,
     PeerTimedOut, Unsubscribe,
 )
 from ._readers import FrameReader
 from ._state import (
     ALLOWED, BODY_ALLOWED, CLIENT, REQUIRED_HEADERS, SERVER, VERSION_MIN, Role, State,
 )
-from ._writers import HEARTBEAT_BYTES, serialize
+from ._writers import HEARTBEAT_BYTES, encode_headers, message_tail, serialize
 
 __all__ = [
     "Connection", "NEED_DATA", "SUPPORTED_VERSIONS", "negotiate_heartbeat",
@@ -89,6 +89,29 @@ def negotiate_version(accept_version: str | None, versions: Iterable[str]) -> st
     return common[-1] if common else None
 
 
+_RULES: dict[tuple[Role, State, str], dict[type[Frame], tuple[State, tuple[str, ...] | None]]] = {}
+
+
+def _receive_rules(
+    sender: Role, state: State, version: str
+) -> dict[type[Frame], tuple[State, tuple[str, ...] | None]]:
+    """The ``ALLOWED`` slice for (sender, state) joined with the headers each frame must carry in
+    ``version``: ``{frame class: (new state, required header names)}``, the names None for the
+    frames with rules of their own (CONNECT, CONNECTED, 1.0's UNSUBSCRIBE, a frame the version
+    lacks), which go through ``_check_headers``. Built once per key and shared."""
+    key = (sender, state, version)
+    rules = _RULES.get(key)
+    if rules is None:
+        rules = {}
+        for cls, new in ALLOWED[(sender, state)].items():
+            special = cls in (Connect, Connected, Unsubscribe) or (
+                cls in VERSION_MIN and version < VERSION_MIN[cls]
+            )
+            rules[cls] = (new, None if special else REQUIRED_HEADERS[(cls, version)])
+        rules = _RULES.setdefault(key, rules)
+    return rules
+
+
 class Connection:
     """One STOMP connection in the CLIENT or SERVER role. Never does I/O, never reads a clock."""
 
@@ -112,6 +135,7 @@ class Connection:
         self._peer = role.peer
         self.versions = tuple(v for v in SUPPORTED_VERSIONS if v in versions)
         self.heartbeat_grace = heartbeat_grace
+        self._wire_version: str | None = None  # escaping/header rules: set once CONNECTED passed
         self._set_state(State.AWAIT_CONNECT)
         self._buf = ReceiveBuffer()
         self._reader = FrameReader(
@@ -123,7 +147,6 @@ class Connection:
         self._eof = False
         self._closed_reported = False
         self._version: str | None = None       # negotiated (server: from CONNECT)
-        self._wire_version: str | None = None  # escaping/header rules: set once CONNECTED passed
         self._offered: tuple[str, ...] = ()    # client: versions our CONNECT offered
         self._connect_hb = (0, 0)
         self._hb = (0, 0)
@@ -196,19 +219,26 @@ class Connection:
 
     def _received(self, frame: Frame) -> None:
         cls = type(frame)
-        new = self._recv_allowed.get(cls)
-        if new is None:
+        rule = self._recv_rules.get(cls)
+        if rule is None:
             raise RemoteProtocolError(
                 f"{frame.command} not allowed from the {self._peer.value} "
                 f"in state {self._state.value}"
             )
-        problem = self._check_headers(frame)
-        if problem:
-            raise RemoteProtocolError(problem)
-        if cls is Connect:
-            self._on_connect(frame, RemoteProtocolError)  # type: ignore[arg-type]
-        elif cls is Connected:
-            self._on_connected(frame, RemoteProtocolError)
+        new, required = rule
+        if required is None:  # a frame with rules of its own (see _receive_rules)
+            problem = self._check_headers(frame)
+            if problem:
+                raise RemoteProtocolError(problem)
+            if cls is Connect:
+                self._on_connect(frame, RemoteProtocolError)  # type: ignore[arg-type]
+            elif cls is Connected:
+                self._on_connected(frame, RemoteProtocolError)
+        else:
+            headers = frame.headers
+            for name in required:
+                if name not in headers:
+                    raise RemoteProtocolError(self._check_headers(frame) or "missing header")
         if new is not self._state:
             self._set_state(new)
 
@@ -242,6 +272,43 @@ class Connection:
                 self._on_connected(event, LocalProtocolError)
             if new is not self._state:
                 self._set_state(new)
+        if now is not None:
+            self._last_sent = now
+            if self._hb[0]:
+                self._send_deadline = now + self._hb[0] / 1000
+        return data
+
+    # -- pre-encoded MESSAGE frames (servers fanning one message out) ---------------------------
+
+    @property
+    def escape(self) -> str | None:
+        """The header escaping of frames sent now: "1.1", "1.2" or None (1.0, or CONNECTED has not
+        passed yet). Pre-encoded parts are only valid for connections with the same value."""
+        v = self._wire_version
+        return None if v == "1.0" else v
+
+    def encode_headers(self, headers: dict[str, str]) -> bytes:
+        """``headers`` as encoded header lines (``b"name:value\\n"`` each) under this connection's
+        escaping; LocalProtocolError for what it cannot carry."""
+        try:
+            return encode_headers(headers, self.escape).encode()
+        except UnicodeEncodeError:
+            raise LocalProtocolError("header is not encodable as UTF-8") from None
+
+    def message_tail(self, headers: dict[str, str], body: bytes) -> bytes:
+        """The last headers of a MESSAGE, then its ``content-length``, blank line, body and NUL.
+        ``b"MESSAGE\\n" + encode_headers(first) + message_tail(rest, body)`` is exactly what
+        ``send(Message({**first, **rest, "content-length": ...}, body))`` returns."""
+        return message_tail(headers, body, self.escape)
+
+    def send_message_bytes(self, data: bytes, now: float | None = None) -> bytes:
+        """Send a MESSAGE assembled from the pre-encoded parts above, trusting the caller that it
+        has ``destination``, ``message-id`` and ``subscription``: only the state is checked (no
+        header validation, no re-encoding). Returns ``data``."""
+        if Message not in self._send_allowed:
+            raise LocalProtocolError(
+                f"MESSAGE not allowed from the {self._role.value} in state {self._state.value}"
+            )
         if now is not None:
             self._last_sent = now
             if self._hb[0]:
@@ -289,7 +356,7 @@ class Connection:
     def _set_state(self, state: State) -> None:
         self._state = state
         self._send_allowed = ALLOWED[(self._role, state)]
-        self._recv_allowed = ALLOWED[(self._peer, state)]
+        self._recv_rules = _receive_rules(self._peer, state, self._wire_version or "1.0")
 
     # -- per-frame rules -----------------------------------------------------------------
 
@@ -367,6 +434,7 @@ class Connection:
                     f"CONNECTED must carry version:{version} (got {given!r})"
                 )
         self._wire_version = version
+        self._recv_rules = _receive_rules(self._peer, self._state, version)
         c2s, s2c = negotiate_heartbeat(self._connect_hb, hb)
         self._hb = (c2s, s2c) if self._role is CLIENT else (s2c, c2s)
         send_base = self._last_sent if self._last_sent is not None else self._last_recv

@@ -31,6 +31,8 @@ _COMMAND_LIST = tuple(_COMMANDS)
 _STOMP = b"STOMP"
 _NO_ESCAPE_FRAMES = (Connect, Connected)
 _FAST_HEAD_SCAN = 1 << 16  # how far the one-shot "\n\n" search may look
+_STR_COMMANDS: dict[str, type[Frame]] = dict(COMMAND_TO_EVENT)
+_PARTIAL = object()  # _fast_frame: head parsed, body not complete yet
 
 UNESCAPES: dict[str, dict[str, str]] = {
     "1.1": {"\\": "\\", "n": "\n", "c": ":"},
@@ -61,7 +63,7 @@ class FrameReader:
     __slots__ = (
         "_buf", "max_frame_size", "max_header_count", "max_header_line", "max_body_size",
         "_phase", "_line_start", "_scan", "_lines", "_cls", "_stomp_cmd", "headers",
-        "_clen", "_body_start",
+        "_clen", "_body_start", "_fast_scan",
     )
 
     def __init__(
@@ -82,6 +84,7 @@ class FrameReader:
         self.headers: dict[str, str] | None = None  # of the frame in progress, once parsed
         self._clen: int | None = None
         self._body_start = 0
+        self._fast_scan = min(max_frame_size, _FAST_HEAD_SCAN)
 
     def mid_frame(self) -> bool:
         """True when unconsumed bytes belong to an unfinished frame (or a lone CR)."""
@@ -110,6 +113,9 @@ class FrameReader:
                     self._buf.consume_to(pos + 2)
                     return Heartbeat()
                 raise RemoteProtocolError("unexpected CR between frames")
+            event = self._fast_frame(buf, pos, version)
+            if event is not None:
+                return event if event is not _PARTIAL else None
             self._phase = _HEAD
             self._lines = []
             self._line_start = self._scan = 0
@@ -123,7 +129,69 @@ class FrameReader:
 
     # -- head ----------------------------------------------------------------------------
 
-    def _fast_head(self, buf: bytearray, pos: int, version: str | None) -> bool:
+    def _fast_frame(self, buf: bytes | bytearray, pos: int, version: str | None) -> Frame | object | None:
+        """The common frame in one go: LF-only head already buffered, valid UTF-8, a known command,
+        no escapes to undo, no repeated or malformed header. Returns the frame, ``_PARTIAL`` when
+        the head was parsed but the body is not all here yet (phase ``_BODY``), or None when the
+        general path must handle it (which also reports every error with its usual message)."""
+        e = buf.find(b"\n\n", pos, pos + self._fast_scan)
+        if e < 0:
+            return None
+        if e - pos > self.max_header_line:
+            return None
+        try:
+            text = buf[pos:e].decode()
+        except UnicodeDecodeError:
+            return None
+        if "\r" in text:
+            return None
+        lines = text.split("\n")
+        command = lines[0]
+        cls = _STR_COMMANDS.get(command)
+        if cls is None or len(lines) > self.max_header_count + 1:
+            return None
+        if "\\" in text and version is not None and version != "1.0" and cls not in _NO_ESCAPE_FRAMES:
+            return None  # something to unescape
+        del lines[0]
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if not sep or not name or name in headers:
+                return None
+            headers[name] = value
+        head_len = e + 2 - pos
+        bs = e + 2
+        clen = headers.get("content-length")
+        if clen is not None:
+            if not (clen.isascii() and clen.isdigit()):
+                return None
+            n = int(clen)
+            if n > self.max_body_size or head_len + n + 1 > self.max_frame_size:
+                return None
+            nul = bs + n
+            if len(buf) <= nul or buf[nul] != 0:
+                nul = -1
+        else:
+            n = -1
+            nul = buf.find(b"\x00", bs, bs + self.max_body_size + 1)
+            if nul >= 0 and nul + 1 - pos > self.max_frame_size:
+                nul = -1
+        self._cls = cls
+        self.headers = headers
+        if nul < 0:  # the body is still arriving (or is wrong: _body says so)
+            self._stomp_cmd = command == "STOMP"
+            self._clen = None if n < 0 else n
+            self._phase = _BODY
+            self._body_start = self._scan = head_len
+            return self._body(buf, pos) or _PARTIAL
+        if cls is Connect:
+            event: Frame = Connect(headers, bytes(buf[bs:nul]), command == "STOMP")
+        else:
+            event = cls(headers, bytes(buf[bs:nul]))
+        self._buf.consume_to(nul + 1)
+        return event
+
+    def _fast_head(self, buf: bytes | bytearray, pos: int, version: str | None) -> bool:
         """Whole LF-only head already buffered: one find, no line-by-line scanning."""
         e = buf.find(b"\n\n", pos, pos + min(self.max_frame_size, _FAST_HEAD_SCAN))
         if e < 0:
@@ -148,7 +216,7 @@ class FrameReader:
             self._finish_head(block[i + 1 :], head_len, version)
         return True
 
-    def _slow_head(self, buf: bytearray, pos: int, version: str | None) -> bool:
+    def _slow_head(self, buf: bytes | bytearray, pos: int, version: str | None) -> bool:
         """Line by line, resuming where the previous call stopped; checks limits on the
         partial line so an oversized or garbage head fails before it is complete."""
         max_line = self.max_header_line
@@ -239,7 +307,7 @@ class FrameReader:
 
     # -- body ----------------------------------------------------------------------------
 
-    def _body(self, buf: bytearray, pos: int) -> Frame | None:
+    def _body(self, buf: bytes | bytearray, pos: int) -> Frame | None:
         bs = pos + self._body_start
         n = self._clen
         if n is not None:

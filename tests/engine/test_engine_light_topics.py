@@ -438,10 +438,6 @@ def test_prefix_lengths_stay_ordered_as_prefixes_come_and_go():
 
 
 def test_a_delivery_that_breaks_the_session_closes_it_cleanly(monkeypatch):
-    from stompproto import Message as MessageFrame
-
-    from engine._stomp_session import StompSession
-
     net = new_net(strict=False)
     a, b, p = connected(net), connected(net), connected(net)
     subscribe(a, "/topic/boom", "1", ack="client-individual")
@@ -450,14 +446,11 @@ def test_a_delivery_that_breaks_the_session_closes_it_cleanly(monkeypatch):
     net.run_until_idle()
     broken = net.broker.sessions[a.conn_id]
     subs = list(broken.subs.values())
-    original = StompSession.send
 
-    def send_frame(self, event):
-        if self is broken and isinstance(event, MessageFrame):
-            raise RuntimeError("bug while delivering")
-        original(self, event)
+    def send_message_bytes(data, now=None):  # every MESSAGE of that session goes through here
+        raise RuntimeError("bug while delivering")
 
-    monkeypatch.setattr(StompSession, "send", send_frame)
+    monkeypatch.setattr(broken.conn, "send_message_bytes", send_message_bytes)
     send(p, "/topic/boom", b"x")
     send(p, "/topic/boom", b"y")
     net.run_until_idle()
