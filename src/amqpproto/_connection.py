@@ -31,6 +31,11 @@ _unpack_frame_header = FRAME_HEADER.unpack_from
 _pack_frame_header = FRAME_HEADER.pack
 _END_AND_HEADER = struct.Struct(">BBHI").pack  # frame-end of one frame + header of the next
 _HEADER_FRAME_START = struct.Struct(">HHQ").pack
+#: frame header + basic.deliver's class/method ids + consumer-tag length; then tag/flags/exchange length
+_DELIVER_HEAD = struct.Struct(">BHIIB").pack
+_DELIVER_MID = struct.Struct(">QBB").pack
+_DELIVER_IDS = (60 << 16) | 60
+_BYTE = [bytes((i,)) for i in range(256)]
 _decode_properties = spec.decode_properties
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
@@ -182,6 +187,44 @@ class Connection:
             self._last_send = now
             self._due_sent = False
         return out
+
+    def send_deliver(self, ch: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                     exchange: str, routing_key: str, properties: bytes, body: bytes,
+                     now: float | None = None) -> bytes:
+        """``send(BasicDeliver(...))`` for a server's hot path, byte for byte the same output.
+
+        ``properties`` is an encoded property list (``encode_properties`` output), so a message
+        fanned out to many consumers is encoded once. No event object is built; anything
+        unusual (channel not plainly open, paused, long names, a body needing several frames)
+        takes the general path, which also raises its errors.
+        """
+        chan = self._channels.get(ch)
+        n = len(body)
+        if (chan is None or chan.state is not S.CH_OPEN or chan.paused or self.state is not S.OPEN
+                or self.our_role is not SERVER or n > self._send_max_payload
+                or len(properties) + 12 > self._send_max_payload or type(body) is not bytes):
+            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                               routing_key, properties, body, channel=ch), now)
+        ct = consumer_tag.encode("utf-8", "surrogateescape")
+        ex = exchange.encode("utf-8", "surrogateescape")
+        rk = routing_key.encode("utf-8", "surrogateescape")
+        lct, lex, lrk = len(ct), len(ex), len(rk)
+        if lct > 255 or lex > 255 or lrk > 255 or not 0 <= delivery_tag < 1 << 64:
+            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                               routing_key, properties, body, channel=ch), now)
+        parts = [_DELIVER_HEAD(1, ch, 16 + lct + lex + lrk, _DELIVER_IDS, lct), ct,
+                 _DELIVER_MID(delivery_tag, 1 if redelivered else 0, lex), ex,
+                 _BYTE[lrk], rk,
+                 _END_AND_HEADER(0xCE, 2, ch, 12 + len(properties)),
+                 _HEADER_FRAME_START(60, 0, n), properties]
+        if n:
+            parts.append(_END_AND_HEADER(0xCE, 3, ch, n))
+            parts.append(body)
+        parts.append(b"\xce")
+        if now is not None:
+            self._last_send = now
+            self._due_sent = False
+        return b"".join(parts)
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqpproto import BasicProperties, spec
+from amqpproto.spec import encode_properties
 
 from ._message import Entry, Message
 from ._model import Consumer, Exchange, ModelError, Queue, VHost
@@ -405,8 +406,9 @@ class AmqpChannel:
         if not consumer.auto_ack:
             self.unacked[dtag] = (consumer, tag, self._deadline(consumer.queue))
         msg = entry.msg
-        self.send(spec.BasicDeliver(consumer.tag, dtag, entry.count > 0, msg.exchange, msg.routing_key,
-                                    _props(msg), msg.body))
+        session = self.session
+        session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
+                                                msg.routing_key, props_bytes(msg), msg.body, session.broker.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue, type(m))
@@ -677,6 +679,18 @@ class AmqpChannel:
 
 def _props(msg: Message) -> BasicProperties:
     return headers_to_props(msg.headers, msg.persistent, msg.priority)
+
+
+_PLAIN_PROPS = encode_properties(headers_to_props({}, False, 0))
+_PERSISTENT_PROPS = encode_properties(headers_to_props({}, True, 0))
+
+
+def props_bytes(msg: Message) -> bytes:
+    """The encoded AMQP properties of ``msg``: constants for a message without headers (the
+    common case, and ``headers_to_props`` then only looks at ``persistent``), else encoded."""
+    if not msg.headers:
+        return _PERSISTENT_PROPS if msg.persistent else _PLAIN_PROPS
+    return encode_properties(headers_to_props(msg.headers, msg.persistent, msg.priority))
 
 
 class AmqpConnectionError(Exception):
