@@ -31,11 +31,36 @@ _unpack_frame_header = FRAME_HEADER.unpack_from
 _pack_frame_header = FRAME_HEADER.pack
 _END_AND_HEADER = struct.Struct(">BBHI").pack  # frame-end of one frame + header of the next
 _HEADER_FRAME_START = struct.Struct(">HHQ").pack
-#: frame header + basic.deliver's class/method ids + consumer-tag length; then tag/flags/exchange length
-_DELIVER_HEAD = struct.Struct(">BHIIB").pack
-_DELIVER_MID = struct.Struct(">QBB").pack
+#: send_deliver's pieces: frame header + basic.deliver's ids; delivery tag + flags; frame end +
+#: content-header frame header + class/weight/body size
+_DELIVER_HEAD = struct.Struct(">BHII").pack
+_DELIVER_MID = struct.Struct(">QB").pack
+_DELIVER_PROPS = struct.Struct(">BBHIHHQ").pack
 _DELIVER_IDS = (60 << 16) | 60
-_BYTE = [bytes((i,)) for i in range(256)]
+#: encoded shortstrs (length octet included) of consumer tags and (exchange, routing key) pairs;
+#: b"" marks a name too long for a shortstr. Cleared when full: routing keys may be unbounded.
+_SHORT_CACHE: dict[str, bytes] = {}
+_ROUTE_CACHE: dict[tuple[str, str], bytes] = {}
+_CACHE_MAX = 4096
+
+
+def _short(s: str) -> bytes:
+    b = s.encode("utf-8", "surrogateescape")
+    out = bytes((len(b),)) + b if len(b) <= 255 else b""
+    if len(_SHORT_CACHE) >= _CACHE_MAX:
+        _SHORT_CACHE.clear()
+    _SHORT_CACHE[s] = out
+    return out
+
+
+def _route_bytes(exchange: str, routing_key: str) -> bytes:
+    x = exchange.encode("utf-8", "surrogateescape")
+    k = routing_key.encode("utf-8", "surrogateescape")
+    out = bytes((len(x),)) + x + bytes((len(k),)) + k if len(x) <= 255 and len(k) <= 255 else b""
+    if len(_ROUTE_CACHE) >= _CACHE_MAX:
+        _ROUTE_CACHE.clear()
+    _ROUTE_CACHE[(exchange, routing_key)] = out
+    return out
 _decode_properties = spec.decode_properties
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
@@ -205,18 +230,19 @@ class Connection:
                 or len(properties) + 12 > self._send_max_payload or type(body) is not bytes):
             return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
                                                routing_key, properties, body, channel=ch), now)
-        ct = consumer_tag.encode("utf-8", "surrogateescape")
-        ex = exchange.encode("utf-8", "surrogateescape")
-        rk = routing_key.encode("utf-8", "surrogateescape")
-        lct, lex, lrk = len(ct), len(ex), len(rk)
-        if lct > 255 or lex > 255 or lrk > 255 or not 0 <= delivery_tag < 1 << 64:
+        ct = _SHORT_CACHE.get(consumer_tag)
+        if ct is None:
+            ct = _short(consumer_tag)
+        route = _ROUTE_CACHE.get((exchange, routing_key))
+        if route is None:
+            route = _route_bytes(exchange, routing_key)
+        if not ct or not route or not 0 <= delivery_tag < 1 << 64:  # b"": a name over 255 bytes
             return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
                                                routing_key, properties, body, channel=ch), now)
-        parts = [_DELIVER_HEAD(1, ch, 16 + lct + lex + lrk, _DELIVER_IDS, lct), ct,
-                 _DELIVER_MID(delivery_tag, 1 if redelivered else 0, lex), ex,
-                 _BYTE[lrk], rk,
-                 _END_AND_HEADER(0xCE, 2, ch, 12 + len(properties)),
-                 _HEADER_FRAME_START(60, 0, n), properties]
+        lp = len(properties)
+        parts = [_DELIVER_HEAD(1, ch, 13 + len(ct) + len(route), _DELIVER_IDS), ct,
+                 _DELIVER_MID(delivery_tag, 1 if redelivered else 0), route,
+                 _DELIVER_PROPS(0xCE, 2, ch, 12 + lp, 60, 0, n), properties]
         if n:
             parts.append(_END_AND_HEADER(0xCE, 3, ch, n))
             parts.append(body)

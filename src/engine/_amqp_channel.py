@@ -580,18 +580,22 @@ class AmqpChannel:
         model = session.broker.model
         vhost = self.vhost
         headers = msg.headers
-        keys = [msg.routing_key]
-        for extra in ("CC", "BCC"):
-            more = headers.get(extra)
-            if more is not None:
-                if isinstance(more, list):
-                    keys.extend(str(k) for k in more)
-                if extra == "BCC":
-                    del headers["BCC"]
-        targets: dict[Any, None] = {}
-        for key in keys:
-            for t in model.route(vhost, x, key, headers):
-                targets[t] = None
+        targets: dict[Any, None]
+        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
+            keys = [msg.routing_key]
+            for extra in ("CC", "BCC"):
+                more = headers.get(extra)
+                if more is not None:
+                    if isinstance(more, list):
+                        keys.extend(str(k) for k in more)
+                    if extra == "BCC":
+                        del headers["BCC"]
+            targets = {}
+            for key in keys:
+                for t in model.route(vhost, x, key, headers):
+                    targets[t] = None
+        else:
+            targets = dict.fromkeys(model.route(vhost, x, msg.routing_key, headers))
         if not targets and x.args and "alternate-exchange" in x.args:
             alt = vhost.exchanges.get(str(x.args["alternate-exchange"]))
             if alt is not None:
@@ -686,9 +690,11 @@ _PERSISTENT_PROPS = encode_properties(headers_to_props({}, True, 0))
 
 
 def props_bytes(msg: Message) -> bytes:
-    """The encoded AMQP properties of ``msg``: constants for a message without headers (the
-    common case, and ``headers_to_props`` then only looks at ``persistent``), else encoded."""
-    if not msg.headers:
+    """The encoded AMQP properties of ``msg``: constants for a message whose headers are empty or
+    only the ``persistent`` marker (the common case: ``headers_to_props`` then only looks at
+    ``msg.persistent``), else encoded."""
+    headers = msg.headers
+    if not headers or (len(headers) == 1 and "persistent" in headers):
         return _PERSISTENT_PROPS if msg.persistent else _PLAIN_PROPS
     return encode_properties(headers_to_props(msg.headers, msg.persistent, msg.priority))
 

@@ -33,3 +33,12 @@ def test_props_bytes_for_plain_messages_are_shared_constants():
     b = Message(2, "", "q", {}, b"b", 0, None, True)
     assert props_bytes(a) is props_bytes(b)
     assert props_bytes(a) == encode_properties(BasicProperties(delivery_mode=2))
+    c = Message(3, "", "q", props_to_headers(BasicProperties(delivery_mode=2)), b"c", 0, None, True)
+    assert c.headers == {"persistent": "true"} and props_bytes(c) is props_bytes(a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=st.sampled_from(["true", "false", "1", ""]), persistent=st.booleans())
+def test_props_bytes_with_only_a_persistent_header(value, persistent):
+    msg = Message(1, "", "q", {"persistent": value}, b"x", 0, None, persistent)
+    assert props_bytes(msg) == encode_properties(_props(msg))
