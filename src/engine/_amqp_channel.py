@@ -573,7 +573,10 @@ class AmqpChannel:
         if self.confirm:
             self.pub_seq += 1
         seq = self.pub_seq if self.confirm else 0
-        self._later(lambda: self._route(x, msg, mandatory, seq))
+        if self.tx is None:  # the common case, without a closure per message
+            self._route(x, msg, mandatory, seq)
+        else:
+            self.tx.append(lambda: self._route(x, msg, mandatory, seq))
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
         session = self.session
