@@ -31,6 +31,36 @@ _unpack_frame_header = FRAME_HEADER.unpack_from
 _pack_frame_header = FRAME_HEADER.pack
 _END_AND_HEADER = struct.Struct(">BBHI").pack  # frame-end of one frame + header of the next
 _HEADER_FRAME_START = struct.Struct(">HHQ").pack
+#: send_deliver's pieces: frame header + basic.deliver's ids; delivery tag + flags; frame end +
+#: content-header frame header + class/weight/body size
+_DELIVER_HEAD = struct.Struct(">BHII").pack
+_DELIVER_MID = struct.Struct(">QB").pack
+_DELIVER_PROPS = struct.Struct(">BBHIHHQ").pack
+_DELIVER_IDS = (60 << 16) | 60
+#: encoded shortstrs (length octet included) of consumer tags and (exchange, routing key) pairs;
+#: b"" marks a name too long for a shortstr. Cleared when full: routing keys may be unbounded.
+_SHORT_CACHE: dict[str, bytes] = {}
+_ROUTE_CACHE: dict[tuple[str, str], bytes] = {}
+_CACHE_MAX = 4096
+
+
+def _short(s: str) -> bytes:
+    b = s.encode("utf-8", "surrogateescape")
+    out = bytes((len(b),)) + b if len(b) <= 255 else b""
+    if len(_SHORT_CACHE) >= _CACHE_MAX:
+        _SHORT_CACHE.clear()
+    _SHORT_CACHE[s] = out
+    return out
+
+
+def _route_bytes(exchange: str, routing_key: str) -> bytes:
+    x = exchange.encode("utf-8", "surrogateescape")
+    k = routing_key.encode("utf-8", "surrogateescape")
+    out = bytes((len(x),)) + x + bytes((len(k),)) + k if len(x) <= 255 and len(k) <= 255 else b""
+    if len(_ROUTE_CACHE) >= _CACHE_MAX:
+        _ROUTE_CACHE.clear()
+    _ROUTE_CACHE[(exchange, routing_key)] = out
+    return out
 _decode_properties = spec.decode_properties
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
@@ -182,6 +212,45 @@ class Connection:
             self._last_send = now
             self._due_sent = False
         return out
+
+    def send_deliver(self, ch: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                     exchange: str, routing_key: str, properties: bytes, body: bytes,
+                     now: float | None = None) -> bytes:
+        """``send(BasicDeliver(...))`` for a server's hot path, byte for byte the same output.
+
+        ``properties`` is an encoded property list (``encode_properties`` output), so a message
+        fanned out to many consumers is encoded once. No event object is built; anything
+        unusual (channel not plainly open, paused, long names, a body needing several frames)
+        takes the general path, which also raises its errors.
+        """
+        chan = self._channels.get(ch)
+        n = len(body)
+        if (chan is None or chan.state is not S.CH_OPEN or chan.paused or self.state is not S.OPEN
+                or self.our_role is not SERVER or n > self._send_max_payload
+                or len(properties) + 12 > self._send_max_payload or type(body) is not bytes):
+            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                               routing_key, properties, body, channel=ch), now)
+        ct = _SHORT_CACHE.get(consumer_tag)
+        if ct is None:
+            ct = _short(consumer_tag)
+        route = _ROUTE_CACHE.get((exchange, routing_key))
+        if route is None:
+            route = _route_bytes(exchange, routing_key)
+        if not ct or not route or not 0 <= delivery_tag < 1 << 64:  # b"": a name over 255 bytes
+            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                               routing_key, properties, body, channel=ch), now)
+        lp = len(properties)
+        parts = [_DELIVER_HEAD(1, ch, 13 + len(ct) + len(route), _DELIVER_IDS), ct,
+                 _DELIVER_MID(delivery_tag, 1 if redelivered else 0), route,
+                 _DELIVER_PROPS(0xCE, 2, ch, 12 + lp, 60, 0, n), properties]
+        if n:
+            parts.append(_END_AND_HEADER(0xCE, 3, ch, n))
+            parts.append(body)
+        parts.append(b"\xce")
+        if now is not None:
+            self._last_send = now
+            self._due_sent = False
+        return b"".join(parts)
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from amqpproto import BasicProperties, spec
+from amqpproto.spec import encode_properties
 
 from ._message import Entry, Message
 from ._model import Consumer, Exchange, ModelError, Queue, VHost
@@ -405,8 +406,9 @@ class AmqpChannel:
         if not consumer.auto_ack:
             self.unacked[dtag] = (consumer, tag, self._deadline(consumer.queue))
         msg = entry.msg
-        self.send(spec.BasicDeliver(consumer.tag, dtag, entry.count > 0, msg.exchange, msg.routing_key,
-                                    _props(msg), msg.body))
+        session = self.session
+        session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
+                                                msg.routing_key, props_bytes(msg), msg.body, session.broker.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue, type(m))
@@ -571,25 +573,32 @@ class AmqpChannel:
         if self.confirm:
             self.pub_seq += 1
         seq = self.pub_seq if self.confirm else 0
-        self._later(lambda: self._route(x, msg, mandatory, seq))
+        if self.tx is None:  # the common case, without a closure per message
+            self._route(x, msg, mandatory, seq)
+        else:
+            self.tx.append(lambda: self._route(x, msg, mandatory, seq))
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
         session = self.session
         model = session.broker.model
         vhost = self.vhost
         headers = msg.headers
-        keys = [msg.routing_key]
-        for extra in ("CC", "BCC"):
-            more = headers.get(extra)
-            if more is not None:
-                if isinstance(more, list):
-                    keys.extend(str(k) for k in more)
-                if extra == "BCC":
-                    del headers["BCC"]
-        targets: dict[Any, None] = {}
-        for key in keys:
-            for t in model.route(vhost, x, key, headers):
-                targets[t] = None
+        targets: dict[Any, None]
+        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
+            keys = [msg.routing_key]
+            for extra in ("CC", "BCC"):
+                more = headers.get(extra)
+                if more is not None:
+                    if isinstance(more, list):
+                        keys.extend(str(k) for k in more)
+                    if extra == "BCC":
+                        del headers["BCC"]
+            targets = {}
+            for key in keys:
+                for t in model.route(vhost, x, key, headers):
+                    targets[t] = None
+        else:
+            targets = dict.fromkeys(model.route(vhost, x, msg.routing_key, headers))
         if not targets and x.args and "alternate-exchange" in x.args:
             alt = vhost.exchanges.get(str(x.args["alternate-exchange"]))
             if alt is not None:
@@ -677,6 +686,20 @@ class AmqpChannel:
 
 def _props(msg: Message) -> BasicProperties:
     return headers_to_props(msg.headers, msg.persistent, msg.priority)
+
+
+_PLAIN_PROPS = encode_properties(headers_to_props({}, False, 0))
+_PERSISTENT_PROPS = encode_properties(headers_to_props({}, True, 0))
+
+
+def props_bytes(msg: Message) -> bytes:
+    """The encoded AMQP properties of ``msg``: constants for a message whose headers are empty or
+    only the ``persistent`` marker (the common case: ``headers_to_props`` then only looks at
+    ``msg.persistent``), else encoded."""
+    headers = msg.headers
+    if not headers or (len(headers) == 1 and "persistent" in headers):
+        return _PERSISTENT_PROPS if msg.persistent else _PLAIN_PROPS
+    return encode_properties(headers_to_props(msg.headers, msg.persistent, msg.priority))
 
 
 class AmqpConnectionError(Exception):

@@ -1,0 +1,44 @@
+"""The AMQP session's delivery fast path encodes exactly what the general path encodes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amqpproto.spec import encode_properties
+from engine._amqp_channel import _props, props_bytes
+from engine._message import Message
+from engine._props import props_to_headers
+
+from amqpproto.spec import BasicProperties
+
+_text = st.text(max_size=20)
+_props_st = st.builds(
+    BasicProperties,
+    content_type=st.none() | _text, headers=st.none() | st.dictionaries(_text, st.integers(-5, 5) | _text, max_size=3),
+    delivery_mode=st.none() | st.sampled_from([1, 2]), priority=st.none() | st.integers(0, 255),
+    correlation_id=st.none() | _text, reply_to=st.none() | _text, expiration=st.none() | st.just("100"),
+    message_id=st.none() | _text, type=st.none() | _text, app_id=st.none() | _text)
+
+
+@settings(max_examples=80, deadline=None)
+@given(props=st.none() | _props_st, persistent=st.booleans(), priority=st.integers(0, 9))
+def test_props_bytes_matches_general_encoding(props, persistent, priority):
+    msg = Message(1, "x", "k", props_to_headers(props), b"body", priority, None, persistent)
+    assert props_bytes(msg) == encode_properties(_props(msg))
+
+
+def test_props_bytes_for_plain_messages_are_shared_constants():
+    a = Message(1, "", "q", {}, b"a", 3, None, True)
+    b = Message(2, "", "q", {}, b"b", 0, None, True)
+    assert props_bytes(a) is props_bytes(b)
+    assert props_bytes(a) == encode_properties(BasicProperties(delivery_mode=2))
+    c = Message(3, "", "q", props_to_headers(BasicProperties(delivery_mode=2)), b"c", 0, None, True)
+    assert c.headers == {"persistent": "true"} and props_bytes(c) is props_bytes(a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=st.sampled_from(["true", "false", "1", ""]), persistent=st.booleans())
+def test_props_bytes_with_only_a_persistent_header(value, persistent):
+    msg = Message(1, "", "q", {"persistent": value}, b"x", 0, None, persistent)
+    assert props_bytes(msg) == encode_properties(_props(msg))
