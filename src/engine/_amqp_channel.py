@@ -18,6 +18,7 @@ from amqpproto.spec import encode_properties
 from ._message import Entry, Message
 from ._model import Consumer, Exchange, ModelError, Queue, VHost
 from ._props import headers_to_props, props_to_headers
+from .store import StoreError
 
 if TYPE_CHECKING:
     from ._amqp_session import AmqpSession
@@ -69,6 +70,37 @@ class _GetHolder(Consumer):
 
 def _bool_arg(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true") or value == 1
+
+
+class _Confirm:
+    """A publisher confirm held until the store's sync: an ack then (coalesced when one sync
+    releases many), a nack when the message was refused or the sync failed."""
+
+    __slots__ = ("chan", "seq", "refused")
+
+    def __init__(self, chan: "AmqpChannel", seq: int, refused: bool) -> None:
+        self.chan = chan
+        self.seq = seq
+        self.refused = refused
+
+    def __call__(self) -> None:
+        chan = self.chan
+        session = chan.session
+        if session.channels.get(chan.id) is not chan:
+            return
+        if self.refused:
+            chan.nack(self.seq)
+        elif session.batching is not None:  # released by a sync: coalesce
+            chan.ack_upto = self.seq
+            chan.ack_batch += 1
+            session.batching[chan] = None
+        else:
+            chan.send(spec.BasicAck(self.seq, False))
+
+    def fail(self) -> None:
+        chan = self.chan
+        if chan.session.channels.get(chan.id) is chan:
+            chan.nack(self.seq)
 
 
 class AmqpChannel:
@@ -612,30 +644,23 @@ class AmqpChannel:
             # those with one), so they get a priority-0 twin (same id, headers and body)
             plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
                             msg.persistent)
-        for t in targets:
-            args = t.args
-            if not model.enqueue(t, msg if args and "x-max-priority" in args else plain):
-                refused = True  # x-overflow reject-publish: the publisher gets a nack
+        try:
+            for t in targets:
+                args = t.args
+                if not model.enqueue(t, msg if args and "x-max-priority" in args else plain):
+                    refused = True  # x-overflow reject-publish: the publisher gets a nack
+        except StoreError:
+            if not seq:
+                raise  # nobody to nack: the session closes the connection with 541
+            refused = True  # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
         if not targets and mandatory:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, _props(msg), msg.body))
         if seq:
-            wrote = model.store_writes != before
-            chan_id = self.id
+            session.after_sync(model.store_writes != before, _Confirm(self, seq, refused))
 
-            def confirm() -> None:
-                if session.channels.get(chan_id) is not self:
-                    return
-                if refused:
-                    self.flush_confirms()
-                    self.send(spec.BasicNack(seq, False, False))
-                elif session.batching is not None:  # released by a sync: coalesce
-                    self.ack_upto = seq
-                    self.ack_batch += 1
-                    session.batching[self] = None
-                else:
-                    self.send(spec.BasicAck(seq, False))
-
-            session.after_sync(wrote, confirm)
+    def nack(self, seq: int) -> None:
+        self.flush_confirms()  # acks released before it keep their place in the sequence
+        self.send(spec.BasicNack(seq, False, False))
 
     def flush_confirms(self) -> None:
         """Send the coalesced acks: every sequence number up to ``ack_upto`` not yet confirmed

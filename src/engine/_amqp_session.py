@@ -14,7 +14,7 @@ import amqpproto as A
 from amqpproto import spec
 from amqpproto import AWAIT_HEADER, AWAIT_START
 
-from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
+from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 from ._message import Entry
 from ._model import Consumer, Queue, VHost
 from ._session import Session
@@ -263,9 +263,19 @@ class AmqpSession(Session):
             chan.flush_confirms()
 
     def fail_held(self, token: int) -> None:
-        if self.held and self.held[0][0] <= token:
+        """The sync covering ``token`` failed: held publisher confirms become nacks (RabbitMQ's
+        answer when it cannot persist); anything else held (tx.commit-ok) cannot be honestly
+        answered, so the connection is closed with 541."""
+        held = self.held
+        if not held or held[0][0] > token:
+            return
+        if any(not isinstance(thunk, _Confirm) for tok, thunk in held if tok <= token):
             self.close_with(spec.INTERNAL_ERROR, "the message store could not persist a message")
             self.close()
+            return
+        while held and held[0][0] <= token:
+            held.popleft()[1].fail()  # type: ignore[attr-defined]
+        self.release_held(-1)  # releases nothing more: drops the empty queue, resumes reading
 
     # -- ConsumerOwner ------------------------------------------------------------------------------
     def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from amqpproto import BasicProperties, spec
 from stompproto import Ack, Nack
 
 from engine.segment_store import SegmentStore
@@ -208,3 +210,51 @@ def test_recovered_backlog_bodies_stay_on_disk(tmp_path: Path) -> None:
     send(c, "/queue/other", b"", receipt="x")  # another sync: the emptied old segment goes
     net.run_until_idle()
     assert len(list((tmp_path / "segments").iterdir())) == 1
+
+
+def _amqp_publisher(net: Any) -> Any:
+    c = net.connect(protocol="amqp")
+    c.amqp_open()
+    c.open_channel(1)
+    c.call(spec.QueueDeclare(queue="a", durable=True, channel=1))
+    c.call(spec.ConfirmSelect(channel=1))
+    return c
+
+
+def _publish(c: Any, body: bytes) -> None:
+    c.send(spec.BasicPublish(exchange="", routing_key="a", properties=BasicProperties(delivery_mode=2),
+                             body=body, channel=1))
+    c.net.run_until_idle()
+
+
+def test_amqp_confirms_become_nacks_when_the_disk_fails(tmp_path: Path) -> None:
+    store = FaultyStore(tmp_path)
+    net = new_net(store)
+    c = _amqp_publisher(net)
+    _publish(c, b"ok")
+    assert [(a.delivery_tag, a.multiple) for a in c.of(spec.BasicAck, 1)] == [(1, False)]
+    store.fail_writes = -1  # the disk is full: refused at once
+    _publish(c, b"refused")
+    assert [n.delivery_tag for n in c.of(spec.BasicNack, 1)] == [2]
+    store.fail_writes = 0
+    store.fail_fsyncs = 1  # written, but the fsync that should cover it fails
+    _publish(c, b"unsynced")
+    assert [n.delivery_tag for n in c.of(spec.BasicNack, 1)] == [2, 3]
+    _publish(c, b"after")  # the next sync succeeds: the channel was never closed
+    assert [a.delivery_tag for a in c.of(spec.BasicAck, 1)] == [1, 4]
+    assert not c.of(spec.ChannelClose) and not c.of(spec.ConnectionClose)
+
+
+def test_amqp_publish_without_confirms_on_a_failed_disk_closes_with_541(tmp_path: Path) -> None:
+    store = FaultyStore(tmp_path)
+    net = new_net(store)
+    c = net.connect(protocol="amqp")
+    c.amqp_open()
+    c.open_channel(1)
+    c.call(spec.QueueDeclare(queue="a", durable=True, channel=1))
+    store.fail_writes = -1
+    _publish(c, b"lost")  # nothing to tell an unconfirmed publisher: its write fails at the sync
+    assert c.last(spec.ConnectionClose) is None
+    _publish(c, b"refused")  # refused at once now: nobody to nack, so the connection closes
+    close = c.last(spec.ConnectionClose)
+    assert close is not None and close.reply_code == 541
