@@ -1,8 +1,8 @@
 """Deterministic crash consistency on every durable store (``store_factory``): a broker in a
 SimNetwork, killed at random points (what was not synced is lost: buffered segment bytes, the
 PostgreSQL store's uncommitted batch), reopened; receipted sends are there unless an ack went out,
-and messages whose ack was receipted never come back. (The segment store's own variant, with small
-segments: test_storage_crash_sim.py.)"""
+and messages whose ack was receipted never come back. The segment store runs with 4 KB segments, so
+rotation and segment deletion happen under the crashes too."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def die(store) -> None:
 @example(["send", "send", "sync", "deliver_ack", "crash", "send", "sync", "deliver_noack", "send", "crash"], 0)
 def test_random_kills_keep_receipted_and_drop_confirmed_acks(store_factory, ops, seed) -> None:
     stores = store_factory.fresh()
+    if stores.kind == "segment":
+        stores.kw["segment_size"] = 4096  # rotation and segment deletion under the crashes too
     net = new_net(stores.open(), seed=seed, auto_sync=False)
     receipted: set[bytes] = set()
     ack_sent: set[bytes] = set()
