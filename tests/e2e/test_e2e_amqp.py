@@ -143,6 +143,67 @@ def test_pika_hundred_channels_and_10mb_message(conn: pika.BlockingConnection) -
     assert chans[3].basic_get(q2, auto_ack=True)[2] == big
 
 
+# -- pika (asyncio adapter) --------------------------------------------------------------------
+def test_pika_asyncio_adapter_confirms_consume_ack(srv: Any) -> None:
+    """pika's callback-style AsyncioConnection: confirm.select, 50 confirmed publishes, a consumer
+    with prefetch that acks each delivery, in order, then a clean close."""
+    from pika.adapters.asyncio_connection import AsyncioConnection
+
+    loop = asyncio.new_event_loop()
+    q = _name("pika-asyncio")
+    state: dict[str, Any] = {"acked": 0, "got": [], "error": None}
+    done = loop.create_future()
+
+    def fail(reason: Any) -> None:
+        state["error"] = reason
+        if not done.done():
+            done.set_result(None)
+
+    def on_open(conn: Any) -> None:
+        conn.channel(on_open_callback=on_channel)
+
+    def on_channel(ch: Any) -> None:
+        state["ch"] = ch
+        ch.add_on_close_callback(lambda _ch, reason: fail(reason) if not done.done() else None)
+        ch.confirm_delivery(on_confirm, callback=lambda _f: ch.queue_declare(q, callback=on_declared))
+
+    def on_confirm(frame: Any) -> None:
+        method = frame.method
+        if isinstance(method, pika.spec.Basic.Ack):
+            state["acked"] = method.delivery_tag  # cumulative when multiple
+        else:
+            fail(f"nacked {method.delivery_tag}")
+
+    def on_declared(_frame: Any) -> None:
+        ch = state["ch"]
+        for i in range(50):
+            ch.basic_publish("", q, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+        ch.basic_qos(prefetch_count=10, callback=lambda _f: ch.basic_consume(q, on_message))
+
+    def on_message(ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        state["got"].append(body)
+        ch.basic_ack(method.delivery_tag)
+        if len(state["got"]) == 50 and not done.done():
+            done.set_result(None)
+
+    conn = AsyncioConnection(params(srv), on_open_callback=on_open,
+                             on_open_error_callback=lambda _c, err: fail(err),
+                             on_close_callback=lambda _c, reason: fail(reason) if not done.done() else None,
+                             custom_ioloop=loop)
+    try:
+        loop.run_until_complete(asyncio.wait_for(done, 15))
+        assert state["error"] is None, state["error"]
+        assert state["got"] == [str(i).encode() for i in range(50)]
+        loop.run_until_complete(asyncio.sleep(0.2))  # the last confirms
+        assert state["acked"] == 50
+        closed = loop.create_future()
+        conn.add_on_close_callback(lambda _c, _r: closed.done() or closed.set_result(None))
+        conn.close()
+        loop.run_until_complete(asyncio.wait_for(closed, 5))
+    finally:
+        loop.close()
+
+
 # -- other clients -----------------------------------------------------------------------------
 def test_py_amqp_roundtrip(srv: Any) -> None:
     import amqp
