@@ -42,6 +42,7 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Any, Iterator
 from zlib import crc32
 
@@ -72,6 +73,7 @@ from ._records import (
     _decode_message,
     _encode_message,
     decode_meta,
+    decode_plain_queue,
     encode_meta,
     meta_binding,
     meta_exchange,
@@ -114,6 +116,34 @@ class _File:
 
 #: ``SegmentStore._qs`` value of an idle plain queue (a cached small int: costs nothing per queue)
 _IDLE = 0
+
+
+class _QueueDefs(Sequence[QueueDef]):
+    """``Recovered.queues`` of a SegmentStore: the queues as loaded (vhost -> name -> index),
+    each QueueDef made when it is read."""
+
+    __slots__ = ("_qs",)
+
+    def __init__(self, qs: dict[str, dict[str, int | _QIndex]]) -> None:
+        self._qs = qs
+
+    def __iter__(self) -> Iterator[QueueDef]:
+        qdef = SegmentStore._qdef
+        for vname, v in self._qs.items():
+            for qname, x in v.items():
+                yield qdef(vname, qname, x)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._qs.values())
+
+    def __getitem__(self, i: Any) -> Any:  # not used by the broker: a list is fine here
+        return list(self)[i]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, (list, _QueueDefs)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 class SegmentStore(Store):
@@ -236,6 +266,10 @@ class SegmentStore(Store):
                             qi.exp = {}
                         qi.exp[mid] = when
                 elif kind == K_META:
+                    plain = decode_plain_queue(p)
+                    if plain is not None:  # the common case, without a QueueDef
+                        self._load_plain_queue(*plain, by_qid)
+                        continue
                     try:
                         meta = decode_meta(bytes(p))
                     except (ValueError, IndexError, struct.error) as exc:
@@ -276,7 +310,6 @@ class SegmentStore(Store):
         rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
         max_id = 0
         for vname, qname, qi in self._all_queues():
-            rec.queues.append(self._qdef(vname, qname, qi))
             if type(qi) is int:
                 continue
             if not qi.live:
@@ -340,6 +373,9 @@ class SegmentStore(Store):
                 else:
                     del refs[pos >> 32]
         rec.max_message_id = max_id
+        # the queues' definitions are made as they are read: a million idle queues need not be a
+        # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
+        rec.queues = _QueueDefs({vname: dict(v) for vname, v in self._qs.items()})  # type: ignore[assignment]
         if self.dropped_on_recovery:
             log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
         # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
@@ -375,7 +411,7 @@ class SegmentStore(Store):
             self._forget_exchange(strs[0], strs[1])
         elif op == OP_ADD_Q:
             qdef = meta_to_def(op, strs, flags, args)
-            self._forget_loaded(qdef.vhost, qdef.name, by_qid)
+            self._forget_loaded(qdef.vhost, qdef.name, by_qid, True)
             x = self._put_queue(qid, qdef)
             if type(x) is int and qid:  # idle, but records may refer to its qid: keep it until loaded
                 self._qs[qdef.vhost][qdef.name] = qid
@@ -393,9 +429,24 @@ class SegmentStore(Store):
         elif op == OP_DEL_B:
             self._bindings.pop(meta_to_def(op, strs, flags, args).ident(), None)
 
-    def _forget_loaded(self, vhost: str, name: str, by_qid: dict[int, _QIndex]) -> None:
+    def _load_plain_queue(self, vhost: str, name: str, qid: int, by_qid: dict[int, _QIndex]) -> None:
+        """OP_ADD_Q of a plain queue while loading (as _apply_meta, faster)."""
         v = self._qs.get(vhost)
-        x = v.pop(name, None) if v is not None else None
+        if v is None:
+            v = self._qs[vhost] = {}
+        elif name in v:
+            self._forget_loaded(vhost, name, by_qid, True)
+        v[name] = qid  # 0 (_IDLE) when written without one
+        if qid:
+            self._idle_names[qid] = name
+            self._idle_vhosts[qid] = vhost
+            if qid >= self._next_qid:
+                self._next_qid = qid + 1
+
+    def _forget_loaded(self, vhost: str, name: str, by_qid: dict[int, _QIndex], keep_place: bool = False) -> None:
+        """Drop a loaded queue (``keep_place``: an ADD_Q replaces it, in its place in creation order)."""
+        v = self._qs.get(vhost)
+        x = (v.get(name) if keep_place else v.pop(name, None)) if v is not None else None
         if type(x) is _QIndex:
             by_qid.pop(x.qid, None)
         elif x:  # idle with a qid (while loading, see _apply_meta)
