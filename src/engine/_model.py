@@ -242,15 +242,17 @@ class Queue:
         ones. The model refills the window from the page before calling this (``Model._pop``)."""
         while self.count > self.paged:
             level = None
-            if self._hi:
-                for prio in sorted(self._hi, reverse=True):
-                    level = self._hi[prio]
+            x = self._x  # the priority levels, read without the property (hot path)
+            hi = x.hi if x is not None else None
+            if hi:
+                for prio in sorted(hi, reverse=True):
+                    level = hi[prio]
                     if level:
                         break
-                    del self._hi[prio]
+                    del hi[prio]
                     level = None
-                if not self._hi:
-                    self._hi = None
+                if not hi:
+                    x.hi = None  # type: ignore[union-attr]
             if level is None:
                 level = self._q0
             assert level
@@ -267,8 +269,9 @@ class Queue:
     def _trim(self) -> None:
         if self._q0 is not None and not self._q0:
             self._q0 = None
-        if self._hi is not None and not any(self._hi.values()):
-            self._hi = None
+        x = self._x
+        if x is not None and x.hi is not None and not any(x.hi.values()):
+            x.hi = None
 
     def drop_gone_heads(self, priority: int) -> None:
         """Free entries removed in place (expired) once they reach the head of their level."""
