@@ -14,18 +14,27 @@ Measured with tracemalloc as the allocation delta of creating N of each, divided
     SUBSCRIBE frame carried is created inside the measurement, so it counts when it is kept.
   * the same own-key subscriptions again after each received one message and acked it (the lazy
     buffer must be gone again), measured on N // 10; likewise one prefix (/topic/p<i>*) and one
-    wildcard pattern (/topic/w.<i>.*, informational: trie nodes, over the target) per subscription.
+    wildcard pattern (/topic/w.<i>.*, informational: trie nodes, over the target) per subscription;
+  * with a SegmentStore (a temporary directory, fsync off), on N // 10: an idle durable queue as
+    issue 6 makes them (SUBSCRIBE + UNSUBSCRIBE /queue/idle-<i>: Queue, name, the store's slot) and
+    mqload's s9 destination (SUBSCRIBE /queue/bench.mq.<i> with a receipt and auto-delete:true, kept:
+    all of the above plus the subscription, its id and the queue's consumer list), both fed as
+    bytes through the broker, so everything the frames make counts when it is kept.
 """
 
 from __future__ import annotations
 
 import gc
 import random
+import shutil
 import sys
+import tempfile
 import tracemalloc
 
 from engine import Broker, Config, Limits, MemoryStore
+from engine._actions import Sync
 from engine._stomp_session import StompSession, StompSubscription
+from engine.segment_store import SegmentStore
 
 
 def measure(label: str, n: int, build) -> float:
@@ -40,6 +49,36 @@ def measure(label: str, n: int, build) -> float:
     print(f"{label:<24} {n:>10,}  {per:8.1f} B each")
     del keep
     return per
+
+
+def stomp_with_store(n: int, frame: bytes, label: str) -> float:
+    """Per-frame cost of ``frame % (i, ...)`` fed to a STOMP connection of a broker on a SegmentStore."""
+    path = tempfile.mkdtemp(prefix="sansmq-bench-mem-")
+    store = SegmentStore(path, sync=False)
+    try:
+        broker = Broker(Config(limits=Limits(max_subscriptions=n + 10)), store, random.Random(0))
+        broker.connection_made(1, "stomp", ("127.0.0.1", 1), 1.0)
+
+        def feed(data: bytes) -> None:
+            broker.data_received(1, data, 1.0)
+            for _ in range(2):  # receipts are released by the sync
+                for action in broker.drain():
+                    if isinstance(action, Sync):
+                        store.sync(action.token)
+                        broker.synced(action.token, 1.0)
+
+        feed(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+        args = frame.count(b"%d")
+        frames = [frame % ((i,) * args) for i in range(n)]
+
+        def build(count: int) -> None:
+            for i in range(0, count, 20):  # 20 in flight, as mqload --pipeline 20
+                feed(b"".join(frames[i:i + 20]))
+
+        return measure(label, n, build)
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def main() -> None:
@@ -136,11 +175,16 @@ def main() -> None:
     per_prefix = measure("topic sub, own prefix", k, own_pattern_subs("/topic/p{}*"))
     # informational (no target): a trie node chain per own wildcard pattern
     measure("topic sub, own wildcard", k, own_pattern_subs("/topic/w.{}.*"))
+    per_idle_durable = stomp_with_store(k, b"SUBSCRIBE\nid:s\ndestination:/queue/idle-%d\nack:auto\n\n\x00"
+                                           b"UNSUBSCRIBE\nid:s\n\n\x00", "idle durable queue")
+    per_s9 = stomp_with_store(k, b"SUBSCRIBE\nid:%d\ndestination:/queue/bench.mq.%d\nauto-delete:true\n"
+                                 b"receipt:r%d\n\n\x00", "s9 /queue destination")
     print()
     target = 300
     for label, value in (("idle queue incl. name", per_queue), ("queue subscription", per_sub), ("topic sub, own key", per_topic),
                          ("topic sub, shared key", per_shared), ("topic sub, after 1 msg", per_used),
-                         ("topic sub, own prefix", per_prefix)):
+                         ("topic sub, own prefix", per_prefix), ("idle durable queue", per_idle_durable),
+                         ("s9 /queue destination", per_s9)):
         print(f"{label:<24} {value:8.1f} B  {'OK' if value <= target else 'OVER'} (target <= {target} B)")
 
 

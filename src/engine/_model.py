@@ -120,38 +120,96 @@ class Consumer:
         return not self.prefetch or self.unacked is None or len(self.unacked) < self.prefetch
 
 
+class _QueueExtras:
+    """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
+
+    __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes")
+
+    def __init__(self) -> None:
+        self.exclusive_owner: Any = None
+        self.args: dict[str, Any] | None = None
+        self.hi: dict[int, deque[Entry]] | None = None
+        self.bindings: list[tuple[Exchange, str, dict[str, Any] | None]] | None = None
+        self.paged_bytes = 0
+
+
+def _extra(name: str, default: Any) -> property:
+    """A Queue attribute kept in its ``_QueueExtras`` (read as ``default`` while there is none)."""
+
+    def get(q: "Queue") -> Any:
+        x = q._x
+        return default if x is None else getattr(x, name)
+
+    def set_(q: "Queue", value: Any) -> None:
+        x = q._x
+        if x is None:
+            if value is None or value == default:
+                return
+            x = q._x = _QueueExtras()
+        setattr(x, name, value)
+
+    return property(get, set_)
+
+
+#: Queue._f bits
+_DURABLE = 1
+_AUTO_DELETE = 2
+
+
 class Queue:
-    """A queue. Idle queues are small: containers are created on first use and dropped when empty.
+    """A queue. Idle queues are small: containers are created on first use and dropped when empty,
+    and the rarely used fields (exclusive owner, arguments, priority levels, bindings, paged bytes)
+    live in one ``_QueueExtras`` created on first use (an idle queue is 112 bytes).
 
     Ready messages beyond the model's ``page_window`` live in the store's page for this queue
     (``Store.page_out``/``page_in``); the queue only counts them in ``paged``."""
 
-    __slots__ = (
-        "vhost", "name", "durable", "auto_delete", "exclusive_owner", "args",
-        "_q0", "_hi", "count", "bytes", "consumers", "_rr", "bindings", "paged", "paged_bytes",
-    )
+    __slots__ = ("vhost", "name", "_f", "_q0", "count", "bytes", "consumers", "paged", "_rr", "_x")
 
     def __init__(self, vhost: "VHost", name: str, durable: bool = False, auto_delete: bool = False,
                  exclusive_owner: Any = None, args: dict[str, Any] | None = None) -> None:
         self.vhost = vhost
         self.name = name
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.exclusive_owner = exclusive_owner
-        self.args = args
+        self._f = (_DURABLE if durable else 0) | (_AUTO_DELETE if auto_delete else 0)
+        self._x: _QueueExtras | None = None
+        if exclusive_owner is not None or args:
+            self._x = _QueueExtras()
+            self._x.exclusive_owner = exclusive_owner
+            self._x.args = args or None
         self._q0: deque[Entry] | None = None  # priority 0
-        self._hi: dict[int, deque[Entry]] | None = None  # priorities 1..9, created per used level
         #: ready (not unacked, not expired) messages, including the paged ones
         self.count = 0
         #: body bytes of the in-memory ready messages (x-max-length-bytes adds ``paged_bytes``)
         self.bytes = 0
-        #: ready messages in the store's page (after every in-memory one of their level), their bytes
+        #: ready messages in the store's page (after every in-memory one of their level)
         self.paged = 0
-        self.paged_bytes = 0
         self.consumers: list[Consumer] | None = None
         self._rr = 0
-        #: bindings to this queue: (exchange, key, args); needed to unbind on delete
-        self.bindings: list[tuple[Exchange, str, dict[str, Any] | None]] | None = None
+
+    @property
+    def durable(self) -> bool:
+        return bool(self._f & _DURABLE)
+
+    @durable.setter
+    def durable(self, value: bool) -> None:
+        self._f = self._f | _DURABLE if value else self._f & ~_DURABLE
+
+    @property
+    def auto_delete(self) -> bool:
+        return bool(self._f & _AUTO_DELETE)
+
+    @auto_delete.setter
+    def auto_delete(self, value: bool) -> None:
+        self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
+
+    exclusive_owner = _extra("exclusive_owner", None)
+    args = _extra("args", None)
+    #: priorities 1..9, a deque per used level
+    _hi = _extra("hi", None)
+    #: bindings to this queue: (exchange, key, args); needed to unbind on delete
+    bindings = _extra("bindings", None)
+    #: body bytes of the paged ready messages
+    paged_bytes = _extra("paged_bytes", 0)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={self.count})"
@@ -184,15 +242,17 @@ class Queue:
         ones. The model refills the window from the page before calling this (``Model._pop``)."""
         while self.count > self.paged:
             level = None
-            if self._hi:
-                for prio in sorted(self._hi, reverse=True):
-                    level = self._hi[prio]
+            x = self._x  # the priority levels, read without the property (hot path)
+            hi = x.hi if x is not None else None
+            if hi:
+                for prio in sorted(hi, reverse=True):
+                    level = hi[prio]
                     if level:
                         break
-                    del self._hi[prio]
+                    del hi[prio]
                     level = None
-                if not self._hi:
-                    self._hi = None
+                if not hi:
+                    x.hi = None  # type: ignore[union-attr]
             if level is None:
                 level = self._q0
             assert level
@@ -209,8 +269,9 @@ class Queue:
     def _trim(self) -> None:
         if self._q0 is not None and not self._q0:
             self._q0 = None
-        if self._hi is not None and not any(self._hi.values()):
-            self._hi = None
+        x = self._x
+        if x is not None and x.hi is not None and not any(x.hi.values()):
+            x.hi = None
 
     def drop_gone_heads(self, priority: int) -> None:
         """Free entries removed in place (expired) once they reach the head of their level."""
@@ -635,9 +696,10 @@ class Model:
         if q.exclusive_owner is not None and q.exclusive_owner is not consumer.owner:
             raise ResourceLocked(f"queue '{q.name}' is exclusive to another connection")
         if q.consumers is None:
-            q.consumers = []
+            q.consumers = [consumer]  # sized exactly: most queues have one consumer
             self.timers.cancel(self._unused_timers.pop(q, None))
-        q.consumers.append(consumer)
+        else:
+            q.consumers.append(consumer)
         if priority or q in self._prio_queues:
             self._prio_queues[q] = None
             q.consumers.sort(key=_consumer_priority, reverse=True)  # stable: arrival order kept

@@ -81,19 +81,45 @@ class StompError(Exception):
         self.receipt: str | None = None
 
 
+#: StompSubscription ack modes (low bits of its flags) and its "owns the queue" bit
+_ACK_MODE_BITS = {"auto": 0, "client": 1, "client-individual": 2}
+_ACK_MODES_BY_BITS = ("auto", "client", "client-individual")
+_OWNS_QUEUE = 4
+
+
 class StompSubscription(Consumer):
-    __slots__ = ("id", "destination", "ack_mode", "owns_queue", "wire")
+    """A subscription consuming from a queue. Idle ones are small (96 bytes): the ack mode and
+    "owns its queue" are bits, and a ``/queue/<its queue's name>`` destination is not kept but
+    rebuilt when asked for (``_m`` is the flags, or (destination, flags) for other destinations)."""
+
+    __slots__ = ("id", "_m", "wire")
 
     def __init__(self, queue: Queue, owner: "StompSession", prefetch: int, sub_id: str, destination: str,
                  ack_mode: str, owns_queue: bool) -> None:
         super().__init__(queue, owner, prefetch, ack_mode == "auto")
         self.id = sub_id
-        self.destination = destination
-        self.ack_mode = ack_mode
         #: the queue exists for this subscription only (non-durable topic/exchange): delete it with us
-        self.owns_queue = owns_queue
+        flags = _ACK_MODE_BITS[ack_mode] | (_OWNS_QUEUE if owns_queue else 0)
+        derived = destination.startswith("/queue/") and destination[7:] == queue.name
+        self._m: int | tuple[str, int] = flags if derived else (destination, flags)
         #: its pre-encoded MESSAGE header lines (``_Wire``), made at the first delivery
         self.wire: _Wire | None = None
+
+    @property
+    def destination(self) -> str:
+        m = self._m
+        return m[0] if type(m) is tuple else "/queue/" + self.queue.name
+
+    @property
+    def ack_mode(self) -> str:
+        m = self._m
+        return _ACK_MODES_BY_BITS[(m if type(m) is int else m[1]) & 3]
+
+    @property
+    def owns_queue(self) -> bool:
+        """The queue exists for this subscription only (non-durable topic/exchange): deleted with it."""
+        m = self._m
+        return bool((m if type(m) is int else m[1]) & _OWNS_QUEUE)
 
 
 #: StompLightSubscription flag: ack mode client-individual (else client, unless auto)

@@ -11,11 +11,13 @@ from typing import Iterator
 from ..store import QueueDef
 
 class _QIndex:
-    """One durable queue: its definition and the compact index of its persistent messages."""
+    """One durable queue: the compact index of its persistent messages, and its definition when it
+    is not a plain one (durable, no auto-delete, no arguments: ``qdef`` None, the store knows its
+    vhost and name). An idle plain queue has no _QIndex at all (see ``SegmentStore._qs``)."""
 
     __slots__ = ("qid", "qdef", "ids", "pos", "live", "counts", "exp")
 
-    def __init__(self, qid: int, qdef: QueueDef) -> None:
+    def __init__(self, qid: int, qdef: QueueDef | None = None) -> None:
         self.qid = qid
         self.qdef = qdef
         self.ids: array[int] | None = None

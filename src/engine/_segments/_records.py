@@ -98,6 +98,27 @@ def decode_meta(p: bytes) -> tuple[int, list[str], int, int, dict[str, Any] | No
     return op, strs, flags, qid, args
 
 
+def decode_plain_queue(p: Any) -> tuple[str, str, int] | None:
+    """(vhost, name, qid) when ``p`` (bytes or a memoryview) declares a plain queue (durable, no
+    auto-delete, no args: most records of a big journal), else None (``decode_meta`` handles it)."""
+    if len(p) < _META.size + 8 or p[1] != OP_ADD_Q or p[2] != _F_DURABLE:
+        return None
+    qid = _U32.unpack_from(p, 3)[0]
+    o = _META.size
+    (ln,) = _U32.unpack_from(p, o)
+    vend = o + 4 + ln
+    if vend + 4 > len(p):
+        return None
+    (ln2,) = _U32.unpack_from(p, vend)
+    if vend + 4 + ln2 != len(p):
+        return None
+    try:
+        return (str(p[o + 4 : vend], "utf-8", "surrogateescape"),
+                str(p[vend + 4 :], "utf-8", "surrogateescape"), qid)
+    except UnicodeDecodeError:
+        return None
+
+
 def meta_to_def(op: int, strs: list[str], flags: int, args: dict[str, Any] | None) -> Any:
     if op == OP_ADD_X:
         return ExchangeDef(strs[0], strs[1], strs[2], bool(flags & _F_DURABLE), bool(flags & _F_AUTO_DELETE),

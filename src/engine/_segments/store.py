@@ -42,7 +42,8 @@ import mmap
 import os
 import struct
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Iterator
 from zlib import crc32
 
 from .._message import Message
@@ -72,6 +73,7 @@ from ._records import (
     _decode_message,
     _encode_message,
     decode_meta,
+    decode_plain_queue,
     encode_meta,
     meta_binding,
     meta_exchange,
@@ -112,6 +114,38 @@ class _File:
         return self.written + len(self.buf)
 
 
+#: ``SegmentStore._qs`` value of an idle plain queue (a cached small int: costs nothing per queue)
+_IDLE = 0
+
+
+class _QueueDefs(Sequence[QueueDef]):
+    """``Recovered.queues`` of a SegmentStore: the queues as loaded (vhost -> name -> index),
+    each QueueDef made when it is read."""
+
+    __slots__ = ("_qs",)
+
+    def __init__(self, qs: dict[str, dict[str, int | _QIndex]]) -> None:
+        self._qs = qs
+
+    def __iter__(self) -> Iterator[QueueDef]:
+        qdef = SegmentStore._qdef
+        for vname, v in self._qs.items():
+            for qname, x in v.items():
+                yield qdef(vname, qname, x)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._qs.values())
+
+    def __getitem__(self, i: Any) -> Any:  # not used by the broker: a list is fine here
+        return list(self)[i]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, (list, _QueueDefs)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 class SegmentStore(Store):
     """Durable store in directory ``path``. Opening loads everything (``recover()`` hands it over once).
 
@@ -130,7 +164,10 @@ class SegmentStore(Store):
         self._failed: str | None = None  # why the last write-out failed (new messages refused)
         self._vhosts: dict[str, None] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
-        self._queues: dict[tuple[str, str], _QIndex] = {}
+        #: vhost -> queue name -> its index. An idle plain queue (durable, no auto-delete, no
+        #: arguments, no messages) is ``_IDLE`` and has no qid yet: its first message gives it one
+        #: (a new ADD_Q record, which replaces the old one on replay) and a _QIndex
+        self._qs: dict[str, dict[str, int | _QIndex]] = {}
         self._bindings: dict[tuple[Any, ...], BindingDef] = {}
         self._next_qid = 1
         self._refs: dict[int, int] = {}  # segment -> live (queue, message) references
@@ -181,6 +218,10 @@ class SegmentStore(Store):
             with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         by_qid: dict[int, _QIndex] = {}
+        #: loaded idle queues whose journal qid may still get messages: qid -> vhost, name (two
+        #: dicts, no tuple per queue)
+        self._idle_names: dict[int, str] = {}
+        self._idle_vhosts: dict[int, str] = {}
         n_rec = 0  # records replayed
         torn = False
         magic = bytes(data[: len(JRN_MAGIC)])
@@ -200,6 +241,9 @@ class SegmentStore(Store):
                 if kind == K_ENQ:
                     _, qid, mid, pos = _ENQ.unpack(p)
                     qi = by_qid.get(qid)
+                    if qi is None and qid in self._idle_names:
+                        qname = self._idle_names.pop(qid)
+                        qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid)
                     if qi is not None:
                         qi.add(mid, pos)
                 elif kind == K_REM:
@@ -222,6 +266,10 @@ class SegmentStore(Store):
                             qi.exp = {}
                         qi.exp[mid] = when
                 elif kind == K_META:
+                    plain = decode_plain_queue(p)
+                    if plain is not None:  # the common case, without a QueueDef
+                        self._load_plain_queue(*plain, by_qid)
+                        continue
                     try:
                         meta = decode_meta(bytes(p))
                     except (ValueError, IndexError, struct.error) as exc:
@@ -239,6 +287,11 @@ class SegmentStore(Store):
         if isinstance(data, mmap.mmap):
             data.close()
         del data
+        del self._idle_names, self._idle_vhosts
+        for v in self._qs.values():  # the loaded idle queues drop their qids
+            for qname, x in v.items():
+                if type(x) is int:
+                    v[qname] = _IDLE
         # segment references, and the files they keep
         refs = self._refs
         for qi in by_qid.values():
@@ -256,11 +309,14 @@ class SegmentStore(Store):
         budget = self.memory_bodies
         rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
         max_id = 0
-        for qi in by_qid.values():
-            key = (qi.qdef.vhost, qi.qdef.name)
-            rec.queues.append(qi.qdef)
-            if not qi.live:
+        for vname, qname, qi in self._all_queues():
+            if type(qi) is int:
                 continue
+            if not qi.live:
+                if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
+                    self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
+                continue
+            key = (vname, qname)
             assert qi.ids is not None and qi.pos is not None
             max_id = max(max_id, qi.ids[-1])
             stored: list[StoredMessage] = []
@@ -317,6 +373,9 @@ class SegmentStore(Store):
                 else:
                     del refs[pos >> 32]
         rec.max_message_id = max_id
+        # the queues' definitions are made as they are read: a million idle queues need not be a
+        # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
+        rec.queues = _QueueDefs({vname: dict(v) for vname, v in self._qs.items()})  # type: ignore[assignment]
         if self.dropped_on_recovery:
             log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
         # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
@@ -329,7 +388,7 @@ class SegmentStore(Store):
                     pass
         self._seg_no = max(existing, default=0)
         live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
-                + len(self._vhosts) + len(self._exchanges) + len(self._queues) + len(self._bindings))
+                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings))
         with self._lock:
             self._new_segment()
             if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
@@ -352,22 +411,90 @@ class SegmentStore(Store):
             self._forget_exchange(strs[0], strs[1])
         elif op == OP_ADD_Q:
             qdef = meta_to_def(op, strs, flags, args)
-            old = self._queues.get((qdef.vhost, qdef.name))
-            if old is not None:
-                by_qid.pop(old.qid, None)
-            qi = self._queues[(qdef.vhost, qdef.name)] = _QIndex(qid, qdef)
-            by_qid[qid] = qi
+            self._forget_loaded(qdef.vhost, qdef.name, by_qid, True)
+            x = self._put_queue(qid, qdef)
+            if type(x) is int and qid:  # idle, but records may refer to its qid: keep it until loaded
+                self._qs[qdef.vhost][qdef.name] = qid
+                self._idle_names[qid] = qdef.name
+                self._idle_vhosts[qid] = qdef.vhost
+            elif type(x) is _QIndex:
+                by_qid[qid] = x
             self._next_qid = max(self._next_qid, qid + 1)
         elif op == OP_DEL_Q:
-            qi = self._queues.pop((strs[0], strs[1]), None)
-            if qi is not None:
-                by_qid.pop(qi.qid, None)
+            self._forget_loaded(strs[0], strs[1], by_qid)
             self._forget_queue_bindings(strs[0], strs[1])
         elif op == OP_ADD_B:
             b = meta_to_def(op, strs, flags, args)
             self._bindings[b.ident()] = b
         elif op == OP_DEL_B:
             self._bindings.pop(meta_to_def(op, strs, flags, args).ident(), None)
+
+    def _load_plain_queue(self, vhost: str, name: str, qid: int, by_qid: dict[int, _QIndex]) -> None:
+        """OP_ADD_Q of a plain queue while loading (as _apply_meta, faster)."""
+        v = self._qs.get(vhost)
+        if v is None:
+            v = self._qs[vhost] = {}
+        elif name in v:
+            self._forget_loaded(vhost, name, by_qid, True)
+        v[name] = qid  # 0 (_IDLE) when written without one
+        if qid:
+            self._idle_names[qid] = name
+            self._idle_vhosts[qid] = vhost
+            if qid >= self._next_qid:
+                self._next_qid = qid + 1
+
+    def _forget_loaded(self, vhost: str, name: str, by_qid: dict[int, _QIndex], keep_place: bool = False) -> None:
+        """Drop a loaded queue (``keep_place``: an ADD_Q replaces it, in its place in creation order)."""
+        v = self._qs.get(vhost)
+        x = (v.get(name) if keep_place else v.pop(name, None)) if v is not None else None
+        if type(x) is _QIndex:
+            by_qid.pop(x.qid, None)
+        elif x:  # idle with a qid (while loading, see _apply_meta)
+            self._idle_names.pop(x, None)  # type: ignore[call-overload]
+            self._idle_vhosts.pop(x, None)  # type: ignore[call-overload]
+
+    # -- per-queue state ----------------------------------------------------------------------------------
+    def _put_queue(self, qid: int, qdef: QueueDef) -> int | _QIndex:
+        v = self._qs.get(qdef.vhost)
+        if v is None:
+            v = self._qs[qdef.vhost] = {}
+        plain = qdef.durable and not qdef.auto_delete and not qdef.args
+        x = v[qdef.name] = _IDLE if plain else _QIndex(qid, qdef)
+        return x
+
+    def _qget(self, vhost: str, name: str) -> _QIndex | None:
+        """The index of a queue holding (or having held) messages; None for unknown and idle ones."""
+        v = self._qs.get(vhost)
+        x = v.get(name) if v is not None else None
+        return None if x is None or type(x) is int else x  # type: ignore[return-value]
+
+    def _upgrade(self, v: dict[str, int | _QIndex], vhost: str, name: str) -> _QIndex:
+        """An idle plain queue's first message: a qid and a _QIndex (journalled as a new ADD_Q)."""
+        qid = self._next_qid
+        self._next_qid += 1
+        qi = v[name] = _QIndex(qid)
+        self._meta(meta_queue(qid, QueueDef(vhost, name)))
+        return qi
+
+    @staticmethod
+    def _qdef(vhost: str, name: str, x: int | _QIndex) -> QueueDef:
+        if type(x) is int or x.qdef is None:  # type: ignore[union-attr]
+            return QueueDef(vhost, name)
+        return x.qdef  # type: ignore[union-attr,return-value]
+
+    def _all_queues(self) -> Iterator[tuple[str, str, int | _QIndex]]:
+        for vname, v in self._qs.items():
+            for qname, x in v.items():
+                yield vname, qname, x
+
+    def _indexes(self) -> Iterator[_QIndex]:
+        for v in self._qs.values():
+            for x in v.values():
+                if type(x) is not int:
+                    yield x  # type: ignore[misc]
+
+    def _queue_count(self) -> int:
+        return sum(len(v) for v in self._qs.values())
 
     def _forget_exchange(self, vhost: str, name: str) -> None:
         self._exchanges.pop((vhost, name), None)
@@ -452,19 +579,24 @@ class SegmentStore(Store):
 
     def add_queue(self, qdef: QueueDef) -> None:
         self._check_writable()
-        key = (qdef.vhost, qdef.name)
-        if key in self._queues:
+        v = self._qs.get(qdef.vhost)
+        if v is not None and qdef.name in v:
             self.delete_queue(qdef.vhost, qdef.name)
-        qid = self._next_qid
-        self._next_qid += 1
-        self._queues[key] = _QIndex(qid, qdef)
+        x = self._put_queue(self._next_qid, qdef)
+        qid = 0
+        if type(x) is _QIndex:
+            qid = x.qid
+            self._next_qid += 1
         self._meta(meta_queue(qid, qdef))
 
     def delete_queue(self, vhost: str, name: str) -> None:
         self.page_drop(vhost, name, False)
-        qi = self._queues.pop((vhost, name), None)
-        if qi is not None:
-            for _, pos in qi.entries():
+        v = self._qs.get(vhost)
+        qi = v.pop(name, None) if v is not None else None
+        if v is not None and not v:
+            del self._qs[vhost]
+        if qi is not None and type(qi) is not int:
+            for _, pos in qi.entries():  # type: ignore[union-attr]
                 self._unref(pos >> 32)
         self._forget_queue_bindings(vhost, name)
         self._meta(encode_meta(OP_DEL_Q, vhost, name))
@@ -479,10 +611,13 @@ class SegmentStore(Store):
         self._meta(meta_binding(OP_DEL_B, bdef))
 
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
-        qi = self._queues.get((vhost, queue))
+        v = self._qs.get(vhost)
+        qi = v.get(queue) if v is not None else None
         if qi is None:
             return  # not a durable queue this store knows of
         self._check_writable()
+        if type(qi) is int:
+            qi = self._upgrade(v, vhost, queue)  # type: ignore[arg-type]
         with self._lock:
             pos = self._append_message(msg)
             assert self._j is not None
@@ -493,7 +628,7 @@ class SegmentStore(Store):
 
     def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
         self.enqueue(vhost, queue, msg)
-        qi = self._queues.get((vhost, queue))
+        qi = self._qget(vhost, queue)
         if qi is None or qi.find(msg.id) < 0:
             return
         if qi.exp is None:
@@ -526,7 +661,7 @@ class SegmentStore(Store):
         if page is None:
             page = self._pages[key] = _Page()
         if stored:
-            qi = self._queues.get(key)
+            qi = self._qget(*key)
             if qi is not None and qi.find(msg.id) >= 0:  # already a record + index entry: just its id
                 page.add_stored(msg.id)
                 return
@@ -555,7 +690,7 @@ class SegmentStore(Store):
                 return None
             count, expires = extra if extra is not None else (0, msg.expires_at)
             return msg, count, expires
-        qi = self._queues.get(key)
+        qi = self._qget(*key)
         i = qi.find(e) if qi is not None else -1
         if i < 0:
             return None
@@ -574,7 +709,7 @@ class SegmentStore(Store):
             return [], 0
         out: list[PagedMessage] = []
         items = page.items(n, True)
-        qi = self._queues.get(key)
+        qi = self._qget(*key)
         positions = []
         for _, e in items:
             if e & TRANSIENT:
@@ -720,7 +855,7 @@ class SegmentStore(Store):
                 self._drop_segment(no)
 
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
-        qi = self._queues.get((vhost, queue))
+        qi = self._qget(vhost, queue)
         if qi is None:
             return
         i = qi.find(msg_id)
@@ -734,7 +869,7 @@ class SegmentStore(Store):
             self._maybe_compact()
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
-        qi = self._queues.get((vhost, queue))
+        qi = self._qget(vhost, queue)
         if qi is None or qi.find(msg_id) < 0:
             return
         if qi.counts is None:
@@ -844,7 +979,7 @@ class SegmentStore(Store):
 
     # -- journal compaction ---------------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
-        live = sum(qi.live for qi in self._queues.values()) + len(self._bindings) + len(self._queues)
+        live = sum(qi.live for qi in self._indexes()) + len(self._bindings) + self._queue_count()
         assert self._j is not None
         limit = max(COMPACT_MIN, COMPACT_RATIO * 32 * live)
         if self._j.size > limit and self._failed is None:
@@ -877,15 +1012,15 @@ class SegmentStore(Store):
                 out += _record(meta_vhost(OP_ADD_VHOST, v))
             for x in self._exchanges.values():
                 out += _record(meta_exchange(x))
-            for qi in self._queues.values():
-                out += _record(meta_queue(qi.qid, qi.qdef))
+            for vname, qname, x in self._all_queues():
+                out += _record(meta_queue(0 if type(x) is int else x.qid, self._qdef(vname, qname, x)))  # type: ignore[union-attr,arg-type]
                 if len(out) >= FLUSH_AT:
                     flush()
             for b in self._bindings.values():
                 out += _record(meta_binding(OP_ADD_B, b))
                 if len(out) >= FLUSH_AT:
                     flush()
-            for qi in self._queues.values():
+            for qi in self._indexes():
                 for mid, pos in qi.entries():
                     out += _record(_ENQ.pack(K_ENQ, qi.qid, mid, pos))
                     if len(out) >= FLUSH_AT:

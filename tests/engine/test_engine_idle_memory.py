@@ -1,0 +1,98 @@
+"""What idle queues and STOMP queue subscriptions cost in the engine, pinned loosely so a regression
+shows (measured with tracemalloc: ~133 B per idle queue besides its name, was ~173 B; ~181 B per
+subscription besides its frame, was ~330 B with the destination string it kept), and the compact layout keeps the attributes the rest of the broker reads and writes."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from typing import Any, Callable
+
+from stompproto import Subscribe
+
+from engine import Broker, Config, Limits, MemoryStore
+from engine._model import Queue, _QueueExtras
+from engine._stomp_session import StompSession, StompSubscription
+
+N = 20_000
+
+
+def per_object(build: Callable[[int], Any]) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        keep = build(N)
+        gc.collect()
+        per = (tracemalloc.get_traced_memory()[0] - before) / N
+    finally:
+        tracemalloc.stop()
+    del keep
+    return per
+
+
+def make_broker() -> Broker:
+    return Broker(Config(limits=Limits(max_subscriptions=N + 10)), MemoryStore(), random.Random(0))
+
+
+def test_idle_queue_and_queue_subscription_stay_small() -> None:
+    broker = make_broker()
+    model = broker.model
+    vhost = model.vhosts["/"]
+    names = [f"bench.mq.{i}" for i in range(N)]
+
+    def queues(n: int) -> None:
+        for name in names[:n]:
+            model.declare_queue(vhost, name)  # non-durable: the store's part is pinned in tests/storage
+
+    assert per_object(queues) < 150
+
+    session = StompSession(broker, 1, ("127.0.0.1", 1))
+    session.vhost = vhost
+    frames = [Subscribe({"destination": "/queue/" + name, "id": str(i)}) for i, name in enumerate(names)]
+
+    def subs(n: int) -> None:
+        for frame in frames[:n]:
+            session._on_subscribe(frame)
+        model._dirty.clear()
+
+    # the subscription, the queue's consumer list, the session's dict slot
+    assert per_object(subs) < 210
+    sub = session.subs["7"]
+    assert isinstance(sub, StompSubscription)
+    assert sub.destination == "/queue/bench.mq.7" and sub.ack_mode == "auto" and not sub.owns_queue
+    assert type(sub._m) is int  # the destination is its queue's: not kept
+
+
+def test_subscription_keeps_other_destinations_and_modes() -> None:
+    broker = make_broker()
+    vhost = broker.model.vhosts["/"]
+    session = StompSession(broker, 1, ("127.0.0.1", 1))
+    session.vhost = vhost
+    q = broker.model.declare_queue(vhost, "q")
+    for mode in ("auto", "client", "client-individual"):
+        for owns in (False, True):
+            sub = StompSubscription(q, session, 0, "s", "/amq/queue/q", mode, owns)
+            assert (sub.destination, sub.ack_mode, sub.owns_queue, sub.auto_ack) == \
+                ("/amq/queue/q", mode, owns, mode == "auto")
+            sub = StompSubscription(q, session, 0, "s", "/queue/q", mode, owns)
+            assert (sub.destination, sub.ack_mode, sub.owns_queue) == ("/queue/q", mode, owns)
+
+
+def test_queue_extras_are_created_on_first_use_only() -> None:
+    vhost = make_broker().model.vhosts["/"]
+    q = Queue(vhost, "q", durable=True)
+    assert q._x is None and q.durable and not q.auto_delete
+    assert (q.exclusive_owner, q.args, q.bindings, q._hi, q.paged_bytes) == (None, None, None, None, 0)
+    q.paged_bytes = 0
+    q.args = None
+    assert q._x is None  # writing a default creates nothing
+    q.paged_bytes = 10
+    assert isinstance(q._x, _QueueExtras) and q.paged_bytes == 10
+    q.auto_delete = True
+    q.durable = False
+    assert q.auto_delete and not q.durable
+    owner = object()
+    q2 = Queue(vhost, "q2", False, True, owner, {"x-max-length": 1})
+    assert (q2.exclusive_owner, q2.args, q2.auto_delete) == (owner, {"x-max-length": 1}, True)
