@@ -64,6 +64,7 @@ def _route_bytes(exchange: str, routing_key: str) -> bytes:
 _decode_properties = spec.decode_properties
 _decode_publish = spec.DECODERS[spec.BasicPublish.INDEX]
 _PUBLISH_IDX = spec.BasicPublish.INDEX
+_Properties = spec.BasicProperties
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
 _CHANNEL_MGMT = frozenset({spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose,
@@ -465,7 +466,11 @@ class Connection:
             bend = hend
         try:
             m = _decode_publish(bytes(data[pos + 7:end]), ch)
-            props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
+            # the common property lists, none or delivery-mode only, without the general decoder
+            if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
+                props = _Properties(delivery_mode=data[h + 21])
+            else:
+                props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
         except Exception:  # malformed: the general path reports it as it always does
             return None
         m.properties = props

@@ -25,7 +25,8 @@ def _publish(draw) -> bytes:
     ch = draw(_CH)
     m = spec.BasicPublish(0, draw(st.sampled_from(["", "x"])), draw(st.text(max_size=8)),
                           draw(st.booleans()), draw(st.booleans()))
-    props = draw(st.none() | st.just(spec.BasicProperties(delivery_mode=1)) | properties())
+    props = draw(st.none() | st.integers(0, 255).map(lambda d: spec.BasicProperties(delivery_mode=d))
+                 | properties())
     body = draw(st.binary(max_size=40) | st.integers(0, 5000).map(lambda n: b"b" * n))
     declared = len(body) if draw(st.integers(0, 9)) else draw(st.integers(0, 50))
     header = struct.pack(">HHQ", draw(st.sampled_from([60, 60, 60, 50])), 0, declared) + \
@@ -119,6 +120,8 @@ def _triplet(body: bytes, header: bytes | None = None, body_frames: list[bytes] 
     _triplet(b"", header=struct.pack(">HHQ", 60, 0, 0) + b"\x00"),  # half a flag word
     _triplet(b"abc", header=struct.pack(">HHQ", 60, 0, 3) + b"\x10\x00"),  # flag without its value
     _triplet(b"abc", header=struct.pack(">HHQ", 60, 0, 3) + b"\x00\x01"),  # continuation bit
+    _triplet(b"abc", header=struct.pack(">HHQ", 60, 0, 3) + b"\x10\x00\x02"),  # delivery-mode only
+    _triplet(b"abc", header=struct.pack(">HHQ", 60, 0, 3) + b"\x10\x00\x02\x00"),  # one byte too many
     _triplet(b"abcd", body_frames=[b"ab", b"cd"]),
     _triplet(b"abcd", body_frames=[b"abcde"]),
     _triplet(b"", body_frames=[]),
