@@ -65,6 +65,9 @@ _decode_properties = spec.decode_properties
 _decode_publish = spec.DECODERS[spec.BasicPublish.INDEX]
 _PUBLISH_IDX = spec.BasicPublish.INDEX
 _Properties = spec.BasicProperties
+_Publish = spec.BasicPublish
+#: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate) by payload
+_PUBLISH_CACHE: dict[bytes, tuple[int, str, str, bool, bool]] = {}
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
 _CHANNEL_MGMT = frozenset({spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose,
@@ -465,7 +468,14 @@ class Connection:
         else:
             bend = hend
         try:
-            m = _decode_publish(bytes(data[pos + 7:end]), ch)
+            mp = bytes(data[pos + 7:end])
+            fields = _PUBLISH_CACHE.get(mp)  # a producer sends the same method over and over
+            if fields is None:
+                m = _decode_publish(mp, ch)
+                fields = (m.ticket, m.exchange, m.routing_key, m.mandatory, m.immediate)
+                if len(_PUBLISH_CACHE) >= _CACHE_MAX:
+                    _PUBLISH_CACHE.clear()
+                _PUBLISH_CACHE[mp] = fields
             # the common property lists, none or delivery-mode only, without the general decoder
             if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
                 props = _Properties(delivery_mode=data[h + 21])
@@ -473,13 +483,14 @@ class Connection:
                 props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
         except Exception:  # malformed: the general path reports it as it always does
             return None
-        m.properties = props
         if body_size:
-            m.body = bytes(data[bend - body_size:bend])
+            body = bytes(data[bend - body_size:bend])
             chan.size = body_size
             chan.got = 0
+        else:
+            body = b""
         self._buf.pos = bend + 1
-        return m
+        return _Publish(*fields, props, body, ch)
 
     def _on_method(self, ch: int, payload: bytes) -> Any:
         if len(payload) < 4:
