@@ -62,6 +62,12 @@ def _route_bytes(exchange: str, routing_key: str) -> bytes:
     _ROUTE_CACHE[(exchange, routing_key)] = out
     return out
 _decode_properties = spec.decode_properties
+_decode_publish = spec.DECODERS[spec.BasicPublish.INDEX]
+_PUBLISH_IDX = spec.BasicPublish.INDEX
+_Properties = spec.BasicProperties
+_Publish = spec.BasicPublish
+#: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate) by payload
+_PUBLISH_CACHE: dict[bytes, tuple[int, str, str, bool, bool]] = {}
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
 _CHANNEL_MGMT = frozenset({spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose,
@@ -142,6 +148,8 @@ class Connection:
         self._due_sent = False
         self._timed_out = False
         self._tune = spec.ConnectionTune(0, 0, 0)
+        #: parse basic.publish + header + body in one pass when all are buffered (server role)
+        self._fast_publish = role is SERVER
 
     @staticmethod
     def _senders(role: Role) -> frozenset[type]:
@@ -369,6 +377,10 @@ class Connection:
                 return NEED_DATA
             if data[end] != 0xCE:
                 raise self._hard(spec.FRAME_ERROR, "frame-end octet missing", fatal=True)
+            if ftype == 1 and size >= 9 and self._fast_publish and self.state is S.OPEN:
+                ev = self._publish_triplet(data, pos, end, ch, size, max_payload)
+                if ev is not None:
+                    return ev
             buf.pos = end + 1
             payload = bytes(data[pos + 7:end])
             if ftype == 3:
@@ -420,6 +432,65 @@ class Connection:
 
     def _chan_discarding(self, chan: _Channel) -> bool:
         return chan.state is S.CH_ERROR or S.CH_DISCARDING.get(chan.state) is self.our_role
+
+    def _publish_triplet(self, data: bytearray, pos: int, end: int, ch: int, size: int,
+                         max_payload: int) -> Any:
+        """A server's hot path: a basic.publish whose content header and single body frame are
+        all in the buffer, on a plainly open channel, parsed in one go into the same event the
+        frame-by-frame path would return. None (nothing consumed) for anything else, which the
+        general path then handles, errors included."""
+        if _U32.unpack_from(data, pos + 7)[0] != _PUBLISH_IDX:
+            return None
+        chan = self._channels.get(ch)
+        if chan is None or chan.state is not S.CH_OPEN or chan.cstate is not S.C_IDLE:
+            return None
+        h = end + 1  # the content header frame
+        n = len(data)
+        if h + 7 > n:
+            return None
+        htype, hch, hsize = _unpack_frame_header(data, h)
+        hend = h + 7 + hsize
+        if (htype != 2 or hch != ch or hsize < 14 or hsize > max_payload or hend >= n
+                or data[hend] != 0xCE):
+            return None
+        class_id, _weight, body_size = CONTENT_HEADER.unpack_from(data, h + 7)
+        if class_id != 60 or body_size > self.max_body_size:
+            return None
+        if body_size:
+            b = hend + 1
+            if b + 7 > n:
+                return None
+            btype, bch, bsize = _unpack_frame_header(data, b)
+            bend = b + 7 + bsize
+            if (btype != 3 or bch != ch or bsize != body_size or bsize > max_payload
+                    or bend >= n or data[bend] != 0xCE):
+                return None
+        else:
+            bend = hend
+        try:
+            mp = bytes(data[pos + 7:end])
+            fields = _PUBLISH_CACHE.get(mp)  # a producer sends the same method over and over
+            if fields is None:
+                m = _decode_publish(mp, ch)
+                fields = (m.ticket, m.exchange, m.routing_key, m.mandatory, m.immediate)
+                if len(_PUBLISH_CACHE) >= _CACHE_MAX:
+                    _PUBLISH_CACHE.clear()
+                _PUBLISH_CACHE[mp] = fields
+            # the common property lists, none or delivery-mode only, without the general decoder
+            if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
+                props = _Properties(delivery_mode=data[h + 21])
+            else:
+                props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
+        except Exception:  # malformed: the general path reports it as it always does
+            return None
+        if body_size:
+            body = bytes(data[bend - body_size:bend])
+            chan.size = body_size
+            chan.got = 0
+        else:
+            body = b""
+        self._buf.pos = bend + 1
+        return _Publish(*fields, props, body, ch)
 
     def _on_method(self, ch: int, payload: bytes) -> Any:
         if len(payload) < 4:

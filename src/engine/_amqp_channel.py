@@ -43,7 +43,7 @@ class ChannelError(Exception):
 
 
 class AmqpConsumer(Consumer):
-    __slots__ = ("channel", "tag", "exclusive", "priority")
+    __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")
 
     def __init__(self, queue: Queue, channel: "AmqpChannel", prefetch: int, auto_ack: bool, tag: str,
                  exclusive: bool = False, priority: int = 0) -> None:
@@ -52,6 +52,9 @@ class AmqpConsumer(Consumer):
         self.tag = tag
         self.exclusive = exclusive
         self.priority = priority
+        #: the consumer timeout of its deliveries in seconds (0.0: none), looked up once: queue
+        #: arguments and the broker's limits do not change while the consumer exists
+        self.timeout = channel._timeout_ms(queue) / 1000.0
 
     def ready(self) -> bool:
         chan = self.channel
@@ -435,10 +438,20 @@ class AmqpChannel:
     def deliver(self, consumer: AmqpConsumer, tag: int, entry: Entry) -> None:
         self.next_tag += 1
         dtag = self.next_tag
-        if not consumer.auto_ack:
-            self.unacked[dtag] = (consumer, tag, self._deadline(consumer.queue))
-        msg = entry.msg
         session = self.session
+        if not consumer.auto_ack:
+            timeout = consumer.timeout
+            if timeout:  # _deadline() inlined, with the queue's timeout cached on the consumer
+                broker = session.broker
+                deadline = broker.now + timeout
+                key = self.timeout_key
+                if key is None or deadline < key[0]:
+                    broker.timers.cancel(key)
+                    self._arm(deadline)
+                self.unacked[dtag] = (consumer, tag, deadline)
+            else:
+                self.unacked[dtag] = (consumer, tag, 0.0)
+        msg = entry.msg
         session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
                                                 msg.routing_key, props_bytes(msg), msg.body, session.broker.now))
 
@@ -510,11 +523,19 @@ class AmqpChannel:
                 return taken
             if tag not in unacked and (not unacked or tag < next(iter(unacked))):
                 raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+            if tag >= self.next_tag:  # everything delivered so far (the usual cumulative ack)
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
             taken = []
-            for t in list(unacked):
+            keys = []
+            for t, item in unacked.items():  # tag order: stop at the first later tag
                 if t > tag:
                     break
-                taken.append(unacked.pop(t))
+                keys.append(t)
+                taken.append(item)
+            for t in keys:
+                del unacked[t]
             return taken
         item = unacked.pop(tag, None)
         if item is None:

@@ -9,6 +9,7 @@ STOMP SEND can be consumed over AMQP and the other way round.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from amqpproto import BasicProperties, from_timestamp
@@ -27,6 +28,8 @@ _STR_PROPS = (
     ("user-id", "user_id"),
     ("app-id", "app_id"),
 )
+_get_str_props = attrgetter(*(f for _, f in _STR_PROPS))
+_NO_STR_PROPS = (None,) * len(_STR_PROPS)
 #: header names that become AMQP properties rather than entries of the headers table
 PROPERTY_HEADERS = frozenset([h for h, _ in _STR_PROPS] + ["persistent", "priority", "timestamp"])
 
@@ -37,10 +40,11 @@ def props_to_headers(props: BasicProperties | None) -> dict[str, Any]:
         return {}
     table = props.headers
     out: dict[str, Any] = dict(table) if table else {}
-    for name, field in _STR_PROPS:
-        value = getattr(props, field)
-        if value is not None:
-            out[name] = value
+    values = _get_str_props(props)
+    if values != _NO_STR_PROPS:  # most messages carry none of them: one C-level check
+        for (name, _), value in zip(_STR_PROPS, values):
+            if value is not None:
+                out[name] = value
     if props.delivery_mode == 2:
         out["persistent"] = "true"
     if props.priority is not None:

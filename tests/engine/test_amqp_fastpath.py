@@ -42,3 +42,29 @@ def test_props_bytes_for_plain_messages_are_shared_constants():
 def test_props_bytes_with_only_a_persistent_header(value, persistent):
     msg = Message(1, "", "q", {"persistent": value}, b"x", 0, None, persistent)
     assert props_bytes(msg) == encode_properties(_props(msg))
+
+
+def _reference_props_to_headers(props):
+    """props_to_headers as it was before the one-check shortcut: every field looked at."""
+    if props is None:
+        return {}
+    out = dict(props.headers) if props.headers else {}
+    for name, field in (("content-type", "content_type"), ("content-encoding", "content_encoding"),
+                        ("correlation-id", "correlation_id"), ("reply-to", "reply_to"),
+                        ("expiration", "expiration"), ("amqp-message-id", "message_id"), ("type", "type"),
+                        ("user-id", "user_id"), ("app-id", "app_id")):
+        if getattr(props, field) is not None:
+            out[name] = getattr(props, field)
+    if props.delivery_mode == 2:
+        out["persistent"] = "true"
+    if props.priority is not None:
+        out["priority"] = str(props.priority)
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(props=st.none() | st.just(BasicProperties(delivery_mode=1)) | _props_st)
+def test_props_to_headers_matches_the_field_by_field_mapping(props):
+    got = props_to_headers(props)
+    assert got == _reference_props_to_headers(props)
+    assert list(got) == list(_reference_props_to_headers(props))  # same order, too
