@@ -93,7 +93,8 @@ class StoredMessage:
 
 @dataclass(slots=True)
 class Recovered:
-    """What the broker rebuilds on start, in creation order."""
+    """What the broker rebuilds on start: vhosts, exchanges, queues, then bindings (each list in an order
+    that respects dependencies within it; queues need none among themselves)."""
 
     vhosts: list[str] = field(default_factory=list)
     exchanges: list[ExchangeDef] = field(default_factory=list)
