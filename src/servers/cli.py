@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sansmq", description="sansmq message broker")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
-    serve.add_argument("--server", choices=SERVER_KINDS, default="asyncio", help="I/O driver")
+    serve.add_argument("--server", choices=SERVER_KINDS, default="threads",
+                       help="I/O driver (default threads: the fastest in benchmarks/, see the README)")
     for proto, port, enabled in PROTOCOLS:
         default = f"{DEFAULT_HOST}:{port}" if enabled else ""
         serve.add_argument(

@@ -30,7 +30,7 @@ def test_parse_address_rejects(text: str) -> None:
 def test_parser_defaults_and_disable() -> None:
     args = build_parser().parse_args(["serve"])
     assert (args.server, args.stomp, args.config, args.log_level) == (
-        "asyncio",
+        "threads",
         "127.0.0.1:61613",
         None,
         "info",
