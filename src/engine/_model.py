@@ -712,23 +712,33 @@ class Model:
         Returns ``(tag, entry)`` or None when nothing is ready."""
         now = self.now
         while (entry := self._pop(q)) is not None:
-            if entry.timer is not None:
-                self.timers.cancel(entry.timer)
-                entry.timer = None
-            if entry.expires is not None and entry.expires <= now:
-                self._expire(q, entry)
-                continue
-            self._next_tag += 1
-            tag = self._next_tag
-            if holder.auto_ack:
-                self._forget(q, entry)
-            else:
-                entry.state = UNACKED
-                if holder.unacked is None:
-                    holder.unacked = {}
-                holder.unacked[tag] = entry
-            return tag, entry
+            tag = self._hand_out(q, entry, holder, now, arm_ack_timeout=False)
+            if tag is not None:
+                return tag, entry
         return None
+
+    def _hand_out(self, q: Queue, entry: Entry, holder: Consumer, now: float, arm_ack_timeout: bool) -> int | None:
+        """Give an entry just popped from ``q`` to ``holder``: its delivery tag, or None when it had
+        expired (then it is dead-lettered here). Unacked in ``holder`` unless that auto-acks; the
+        message's own ack timeout is armed for consumers (``dispatch``), not for ``get``."""
+        if entry.timer is not None:
+            self.timers.cancel(entry.timer)
+            entry.timer = None
+        if entry.expires is not None and entry.expires <= now:
+            self._expire(q, entry)
+            return None
+        self._next_tag += 1
+        tag = self._next_tag
+        if holder.auto_ack:
+            self._forget(q, entry)
+        else:
+            entry.state = UNACKED
+            if holder.unacked is None:
+                holder.unacked = {}
+            holder.unacked[tag] = entry
+            if arm_ack_timeout and entry.msg.ack_timeout is not None:
+                entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (holder, tag))
+        return tag
 
     def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,
                keep_unacked: bool = False) -> None:
@@ -927,24 +937,9 @@ class Model:
             entry = self._pop(q)
             if entry is None:
                 return
-            if entry.timer is not None:
-                self.timers.cancel(entry.timer)
-                entry.timer = None
-            if entry.expires is not None and entry.expires <= now:
-                self._expire(q, entry)
-                continue
-            self._next_tag += 1
-            tag = self._next_tag
-            if chosen.auto_ack:
-                self._forget(q, entry)
-            else:
-                entry.state = UNACKED
-                if chosen.unacked is None:
-                    chosen.unacked = {}
-                chosen.unacked[tag] = entry
-                if entry.msg.ack_timeout is not None:
-                    entry.timer = self.timers.add(now + entry.msg.ack_timeout, self._on_ack_timeout, (chosen, tag))
-            chosen.owner.deliver(chosen, tag, entry)
+            tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
+            if tag is not None:
+                chosen.owner.deliver(chosen, tag, entry)
 
     @staticmethod
     def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:

@@ -10,6 +10,7 @@ from typing import Any
 from stompproto import Connected, Error, Message, Receipt, Send, Subscribe
 
 from engine import Broker, Config
+from engine._message import Message as StoreMessage
 from engine.segment_store import SegmentStore
 from engine.testing import SimClient, SimNetwork
 
@@ -82,3 +83,27 @@ def kill(store: SegmentStore) -> None:
         store._j = None
     os.close(store._lock_fd)
     store._lock_fd = -1
+
+
+def msg(i: int, body: bytes = b"", **kw: Any) -> StoreMessage:
+    """A persistent message for store-level tests: id ``i``, one header, a body naming it."""
+    return StoreMessage(i, "", "q", {"n": i}, body or b"body-%d" % i, persistent=True, **kw)
+
+
+def apply_op(store: Any, model: dict[int, int], op: str, k: int, count: int, next_id: int) -> int:
+    """One step of a random store workload on queue "q", mirrored in ``model`` (id -> delivery
+    count): "e" enqueues a new message, "r" removes and "c" recounts the k-th live one. Returns the
+    last id used."""
+    if op == "e":
+        next_id += 1
+        store.enqueue("/", "q", msg(next_id))
+        model[next_id] = 0
+    elif op == "r" and model:
+        mid = sorted(model)[k % len(model)]
+        store.remove("/", "q", mid)
+        del model[mid]
+    elif op == "c" and model:
+        mid = sorted(model)[k % len(model)]
+        store.update_delivery("/", "q", mid, count)
+        model[mid] = count
+    return next_id

@@ -13,11 +13,7 @@ import engine._segments.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
-from storagetest_helpers import FaultyStore
-
-
-def msg(i: int, body: bytes = b"", **kw) -> Message:
-    return Message(i, "", "q", {"n": i}, body or b"body-%d" % i, persistent=True, **kw)
+from storagetest_helpers import FaultyStore, apply_op, msg
 
 
 def reopen(store: SegmentStore, path: Path, **kw) -> SegmentStore:
@@ -148,18 +144,7 @@ def test_replay_matches_model_and_any_truncation_recovers_a_prefix(tmp_path_fact
     states = [dict(model)]
     next_id = 0
     for op, k, count in ops:
-        if op == "e":
-            next_id += 1
-            s.enqueue("/", "q", msg(next_id))
-            model[next_id] = 0
-        elif op == "r" and model:
-            mid = sorted(model)[k % len(model)]
-            s.remove("/", "q", mid)
-            del model[mid]
-        elif op == "c" and model:
-            mid = sorted(model)[k % len(model)]
-            s.update_delivery("/", "q", mid, count)
-            model[mid] = count
+        next_id = apply_op(s, model, op, k, count, next_id)
         s.sync(1)
         states.append(dict(model))
     s.close()

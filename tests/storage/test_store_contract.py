@@ -15,10 +15,7 @@ from hypothesis import strategies as st
 
 from engine._message import Message
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
-
-
-def msg(i: int, body: bytes = b"", **kw) -> Message:
-    return Message(i, "", "q", {"n": i}, body or b"body-%d" % i, persistent=True, **kw)
+from storagetest_helpers import apply_op, msg
 
 
 def reopen(store, stores, **kw):
@@ -147,18 +144,7 @@ def test_replay_matches_a_model(store_factory, ops) -> None:
     model: dict[int, int] = {}
     next_id = 0
     for op, k, count, sync in ops:
-        if op == "e":
-            next_id += 1
-            s.enqueue("/", "q", msg(next_id))
-            model[next_id] = 0
-        elif op == "r" and model:
-            mid = sorted(model)[k % len(model)]
-            s.remove("/", "q", mid)
-            del model[mid]
-        elif op == "c" and model:
-            mid = sorted(model)[k % len(model)]
-            s.update_delivery("/", "q", mid, count)
-            model[mid] = count
+        next_id = apply_op(s, model, op, k, count, next_id)
         if sync:
             s.sync(1)
     s.sync(2)
