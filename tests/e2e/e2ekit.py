@@ -7,6 +7,7 @@ second core); the bound port is read from its log line.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import re
 import shutil
@@ -277,3 +278,11 @@ class RawStomp:
 
     def close(self) -> None:
         self.sock.close()
+
+
+_uid_seq = itertools.count()
+
+
+def uid(prefix: str) -> str:
+    """A queue/destination name no other test (or test process) uses."""
+    return f"{prefix}-{os.getpid()}-{next(_uid_seq)}"

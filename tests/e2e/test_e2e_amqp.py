@@ -12,7 +12,7 @@ import pika
 import pytest
 
 import servers
-from e2ekit import close_quietly, connect
+from e2ekit import close_quietly, connect, uid
 
 LISTENERS = [("amqp", "127.0.0.1", 0), ("stomp", "127.0.0.1", 0)]
 
@@ -39,14 +39,10 @@ def conn(srv: Any) -> Iterator[pika.BlockingConnection]:
             c.close()
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{time.monotonic_ns()}"
-
-
 # -- pika (blocking) ----------------------------------------------------------------------------
 def test_pika_declare_publish_consume_ack_in_order(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = ch.queue_declare(_name("order")).method.queue
+    q = ch.queue_declare(uid("order")).method.queue
     for i in range(200):
         ch.basic_publish("", q, str(i).encode(), pika.BasicProperties(content_type="text/plain",
                                                                        headers={"n": i}))
@@ -65,7 +61,7 @@ def test_pika_declare_publish_consume_ack_in_order(conn: pika.BlockingConnection
 
 def test_pika_get_nack_requeue_redelivered(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = ch.queue_declare(_name("get")).method.queue
+    q = ch.queue_declare(uid("get")).method.queue
     ch.basic_publish("", q, b"m")
     method, _, body = ch.basic_get(q)
     assert body == b"m" and not method.redelivered
@@ -79,7 +75,7 @@ def test_pika_get_nack_requeue_redelivered(conn: pika.BlockingConnection) -> Non
 def test_pika_confirms_and_mandatory_return(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
-    q = ch.queue_declare(_name("conf"), durable=True).method.queue
+    q = ch.queue_declare(uid("conf"), durable=True).method.queue
     ch.basic_publish("", q, b"safe", pika.BasicProperties(delivery_mode=2), mandatory=True)
     with pytest.raises(pika.exceptions.UnroutableError):
         ch.basic_publish("amq.direct", "no-such-key", b"lost", mandatory=True)
@@ -89,7 +85,7 @@ def test_pika_confirms_and_mandatory_return(conn: pika.BlockingConnection) -> No
 
 def test_pika_tx_commit_rollback(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = ch.queue_declare(_name("tx")).method.queue
+    q = ch.queue_declare(uid("tx")).method.queue
     ch.tx_select()
     ch.basic_publish("", q, b"a")
     ch.tx_rollback()
@@ -105,7 +101,7 @@ def test_pika_channel_error_keeps_connection(conn: pika.BlockingConnection) -> N
         ch.queue_declare("does-not-exist", passive=True)
     assert info.value.reply_code == 404
     ch2 = conn.channel()
-    assert ch2.queue_declare(_name("after")).method.queue
+    assert ch2.queue_declare(uid("after")).method.queue
     assert conn.is_open
 
 
@@ -118,7 +114,7 @@ def test_pika_bad_login_is_access_refused(srv: Any) -> None:
 
 def test_pika_redelivery_after_connection_dies(srv: Any, conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = ch.queue_declare(_name("redeliver")).method.queue
+    q = ch.queue_declare(uid("redeliver")).method.queue
     ch.basic_publish("", q, b"x")
     other = pika.BlockingConnection(params(srv))
     och = other.channel()
@@ -131,14 +127,14 @@ def test_pika_redelivery_after_connection_dies(srv: Any, conn: pika.BlockingConn
 
 def test_pika_hundred_channels_and_10mb_message(conn: pika.BlockingConnection) -> None:
     chans = [conn.channel() for _ in range(100)]
-    q = chans[0].queue_declare(_name("many")).method.queue
+    q = chans[0].queue_declare(uid("many")).method.queue
     for i, ch in enumerate(chans):
         ch.basic_publish("", q, str(i).encode())
     assert chans[-1].queue_declare(q, passive=True).method.message_count == 100
     big = bytes(range(256)) * 40_960  # 10 MiB
     chans[1].basic_publish("", q, big)
     chans[1].queue_purge(q)
-    q2 = chans[2].queue_declare(_name("big")).method.queue
+    q2 = chans[2].queue_declare(uid("big")).method.queue
     chans[2].basic_publish("", q2, big)
     assert chans[3].basic_get(q2, auto_ack=True)[2] == big
 
@@ -150,7 +146,7 @@ def test_pika_asyncio_adapter_confirms_consume_ack(srv: Any) -> None:
     from pika.adapters.asyncio_connection import AsyncioConnection
 
     loop = asyncio.new_event_loop()
-    q = _name("pika-asyncio")
+    q = uid("pika-asyncio")
     state: dict[str, Any] = {"acked": 0, "got": [], "error": None}
     done = loop.create_future()
 
@@ -211,7 +207,7 @@ def test_py_amqp_roundtrip(srv: Any) -> None:
     host, port = srv.address("amqp")
     with amqp.Connection(f"{host}:{port}", userid="guest", password="guest") as c:
         ch = c.channel()
-        q, _, _ = ch.queue_declare(_name("pyamqp"))
+        q, _, _ = ch.queue_declare(uid("pyamqp"))
         ch.basic_publish(amqp.Message("hello", application_headers={"k": "v"}), routing_key=q)
         msg = None
         for _ in range(50):
@@ -228,7 +224,7 @@ def test_kombu_simple_queue(srv: Any) -> None:
 
     host, port = srv.address("amqp")
     with kombu.Connection(f"amqp://guest:guest@{host}:{port}//") as c:
-        sq = c.SimpleQueue(_name("kombu"))
+        sq = c.SimpleQueue(uid("kombu"))
         sq.put({"hello": "world"})
         msg = sq.get(timeout=5)
         assert msg.payload == {"hello": "world"}
@@ -246,7 +242,7 @@ def test_aio_pika_roundtrip(srv: Any) -> None:
         async with c:
             ch = await c.channel()
             await ch.set_qos(prefetch_count=10)
-            q = await ch.declare_queue(_name("aio"), auto_delete=True)
+            q = await ch.declare_queue(uid("aio"), auto_delete=True)
             await ch.default_exchange.publish(aio_pika.Message(b"async"), routing_key=q.name)
             async with q.iterator() as it:
                 async for message in it:
@@ -260,7 +256,7 @@ def test_aio_pika_roundtrip(srv: Any) -> None:
 # -- one model with STOMP ----------------------------------------------------------------------
 def test_stomp_send_consumed_by_amqp_and_back(srv: Any, conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = _name("interop")
+    q = uid("interop")
     ch.queue_declare(q, durable=True)
     st, coll = connect(srv.address("stomp"), "1.2")
     try:
@@ -323,4 +319,4 @@ def test_garbage_after_handshake_closes_with_frame_error(srv: Any, conn: pika.Bl
     assert i > 0, data
     (code,) = struct.unpack_from(">H", data, i + 4)
     assert code in (501, 505)
-    assert conn.channel().queue_declare(_name("still")).method.queue  # others unaffected
+    assert conn.channel().queue_declare(uid("still")).method.queue  # others unaffected

@@ -11,7 +11,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from e2ekit import LISTEN_RE, RawStomp, ServerProcess, start_server, wait_until
+from e2ekit import LISTEN_RE, RawStomp, ServerProcess, start_server, uid, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,10 +61,6 @@ def conn(server: ServerProcess) -> Iterator[pika.BlockingConnection]:
             c.close()
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{time.monotonic_ns()}"
-
-
 def depth(ch: Any, q: str) -> int:
     return ch.queue_declare(q, passive=True).method.message_count
 
@@ -77,7 +73,7 @@ def test_publisher_is_blocked_over_the_watermark_and_resumes_after_consumers_dra
         pub.add_on_connection_blocked_callback(lambda conn, frame: events.append(frame.method.NAME))
         pub.add_on_connection_unblocked_callback(lambda conn, frame: events.append(frame.method.NAME))
         pch = pub.channel()
-        q = _name("mem")
+        q = uid("mem")
         pch.queue_declare(q)
         body = b"m" * 50_000
         # 1.5 MB: over the watermark, and what the broker leaves unread still fits in the socket
@@ -114,7 +110,7 @@ def test_publisher_is_blocked_over_the_watermark_and_resumes_after_consumers_dra
 
 
 def test_stomp_publisher_is_paused_too(server: ServerProcess, conn: pika.BlockingConnection) -> None:
-    q = _name("smem")
+    q = uid("smem")
     ch = conn.channel()
     ch.queue_declare(q, durable=True)
     raw = RawStomp(address(server, "stomp"))
@@ -142,7 +138,7 @@ def test_stomp_publisher_is_paused_too(server: ServerProcess, conn: pika.Blockin
 
 def test_consumer_timeout_closes_channel_406_and_requeues(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
-    q = _name("ctmo")
+    q = uid("ctmo")
     ch.queue_declare(q)
     ch.basic_publish("", q, b"slow")
     reasons: list[Any] = []
@@ -163,14 +159,14 @@ def test_consumer_timeout_closes_channel_406_and_requeues(conn: pika.BlockingCon
 def test_max_length_bytes_and_priority_cap(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
-    q = _name("mlb")
+    q = uid("mlb")
     ch.queue_declare(q, arguments={"x-max-length-bytes": 1000, "x-overflow": "reject-publish"})
     ch.basic_publish("", q, b"a" * 600)
     with pytest.raises(pika.exceptions.NackError):
         ch.basic_publish("", q, b"b" * 600)
     ch.basic_publish("", q, b"c" * 400)
     assert depth(ch, q) == 2
-    pq = _name("prio")
+    pq = uid("prio")
     ch.queue_declare(pq, arguments={"x-max-priority": 3})
     for body, prio in ((b"low", 1), (b"high", 200), (b"mid", 3), (b"none", None)):
         ch.basic_publish("", pq, body, pika.BasicProperties(priority=prio))
@@ -193,7 +189,7 @@ def test_no_local_consumer_gets_its_own_messages(server: ServerProcess) -> None:
     host, port = address(server, "amqp")
     with amqp.Connection(f"{host}:{port}", userid="guest", password="guest") as c:
         ch = c.channel()
-        q = _name("nolocal")
+        q = uid("nolocal")
         ch.queue_declare(q)
         seen: list[bytes] = []
         ch.basic_consume(q, no_local=True, no_ack=True, callback=lambda m: seen.append(m.body))

@@ -4,8 +4,6 @@ amqpproto's client role, against every server kind (subprotocol ``amqp``, as Lav
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 import time
 from typing import Any, Iterator
 
@@ -18,16 +16,12 @@ import amqpproto as A
 from amqpproto import BasicProperties, spec
 
 import servers
+from e2ekit import uid
 from engine import Config
 
 pytestmark = pytest.mark.timeout(120)
 
-_seq = itertools.count()
 TIMEOUT = 10.0
-
-
-def uid(prefix: str) -> str:
-    return f"{prefix}-{os.getpid()}-{next(_seq)}"
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ ephemeral ports; the ws listener hands raw socket bytes to the broker's "ws" ses
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 from typing import Iterator
 
 import pytest
@@ -16,17 +14,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 import servers
-from e2ekit import RawStomp, frame
+from e2ekit import RawStomp, frame, uid
 from engine import Config
 
 pytestmark = pytest.mark.timeout(120)
 
-_seq = itertools.count()
 TIMEOUT = 10.0
-
-
-def uid(prefix: str) -> str:
-    return f"{prefix}-{os.getpid()}-{next(_seq)}"
 
 
 @pytest.fixture(scope="module")
