@@ -19,7 +19,7 @@ import amqpproto as a
 from amqpproto import spec
 from engine import Broker, Config
 from engine.store import MemoryStore
-from engine._actions import Write
+from engine import Write
 from amqpproto._writers import frame
 
 

@@ -32,8 +32,8 @@ import tempfile
 import tracemalloc
 
 from engine import Broker, Config, Limits, MemoryStore
-from engine._actions import Sync
-from engine._stomp_session import StompSession, StompSubscription
+from engine import Sync
+from engine.stomp.session import StompSession, StompSubscription
 from engine.segment_store import SegmentStore
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 
 from engine import Broker, Config, MemoryStore  # noqa: E402
-from engine._actions import Write
+from engine import Write
 
 BATCH = 64 * 1024
 

@@ -13,9 +13,12 @@ from typing import Any, Callable
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._model import Model
 from ._session import Session
-from ._timers import TimerQueue
+from ._timers import TimerKey, TimerQueue
+from .amqp import AmqpSession
 from .config import Config
+from .stomp import StompSession
 from .store import Store
+from .ws import WsSession
 
 __all__ = ["Broker", "register_protocol"]
 
@@ -29,15 +32,9 @@ def register_protocol(name: str, factory: SessionFactory) -> None:
     SESSION_TYPES[name] = factory
 
 
-def _register_sessions() -> None:
-    from ._stomp_session import StompSession  # imported late: it imports this module's users
-    from ._ws_session import WsSession
-
-    SESSION_TYPES.setdefault("stomp", StompSession)
-    SESSION_TYPES.setdefault("ws", WsSession)
-    from ._amqp_session import AmqpSession
-
-    SESSION_TYPES.setdefault("amqp", AmqpSession)
+SESSION_TYPES.setdefault("stomp", StompSession)
+SESSION_TYPES.setdefault("amqp", AmqpSession)
+SESSION_TYPES.setdefault("ws", WsSession)
 
 
 class Broker:
@@ -64,16 +61,15 @@ class Broker:
         self._open_token: int | None = None
         self._synced_token = 0
         #: sessions holding receipts until a token is synced, in the order they started holding
-        self.holding: dict[Session, None] = {}
+        self._holding: dict[Session, None] = {}
         #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
-        self.timer_dirty: dict[Session, None] = {}
+        self._timer_dirty: dict[Session, None] = {}
         self._store_writes_seen = 0
         self._name_seq = 0
         #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
         self.mem_alarm = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
-        _register_sessions()
         self.model.restore(store.recover())
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
@@ -110,6 +106,7 @@ class Broker:
         session = self.sessions.get(conn_id)
         if session is not None:
             session.lost()
+            self.sessions.pop(conn_id, None)
         self._settle()
 
     def handle_timer(self, now: float) -> None:
@@ -153,7 +150,7 @@ class Broker:
         self._enter(now)
         if token > self._synced_token:
             self._synced_token = token
-        for session in list(self.holding):
+        for session in list(self._holding):
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()
 
@@ -161,11 +158,11 @@ class Broker:
         """Extension: ``store.sync(token)`` raised. Connections waiting on it get an ERROR and close,
         so no client is told a message is safe when it may not be."""
         self._enter(now)
-        for session in list(self.holding):
+        for session in list(self._holding):
             self._guarded(session, session.fail_held, token)
         self._settle()
 
-    # -- for sessions --------------------------------------------------------------------------
+    # -- the host interface of sessions (engine._session.Host) ---------------------------------
     def write(self, conn_id: int, data: bytes) -> None:
         last = self._last_write
         if last is not None and last[0] == conn_id:
@@ -189,6 +186,11 @@ class Broker:
     def resume_reading(self, conn_id: int) -> None:
         self._emit(ResumeReading(conn_id))
 
+    def sync_token(self, wrote: bool) -> int | None:
+        if not self.store.needs_sync:
+            return None
+        return self.sync_token_for_writes() if wrote else 0
+
     def sync_token_for_writes(self) -> int:
         """The token whose Sync will cover every store write made so far (opening one if needed)."""
         self._check_store_writes()
@@ -199,6 +201,25 @@ class Broker:
 
     def is_synced(self, token: int) -> bool:
         return token <= self._synced_token
+
+    def holding(self, session: Session, on: bool) -> None:
+        if on:
+            self._holding[session] = None
+        else:
+            self._holding.pop(session, None)
+
+    def arm_timer(self, deadline: float, fn: Callable[[Any, float], None], arg: Any) -> TimerKey:
+        return self.timers.add(deadline, fn, arg)
+
+    def cancel_timer(self, key: TimerKey | None) -> None:
+        self.timers.cancel(key)
+
+    def timer_moved(self, session: Session) -> None:
+        self._timer_dirty[session] = None
+
+    def internal_error(self, exc: Exception) -> None:
+        self.internal_errors.append(exc)
+        del self.internal_errors[:-100]
 
     def new_name(self, prefix: str) -> str:
         """An unguessable but reproducible name (from the injected rng)."""
@@ -212,13 +233,12 @@ class Broker:
         try:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - isolation boundary
-            self.internal_errors.append(exc)
-            del self.internal_errors[:-100]
+            self.internal_error(exc)
             if not session.closed:
                 try:
                     session.abort("internal error")
                 except Exception as exc2:  # noqa: BLE001
-                    self.internal_errors.append(exc2)
+                    self.internal_error(exc2)
                     session.closed = True
                     self.sessions.pop(session.conn_id, None)
                     self._emit(Close(session.conn_id))
@@ -254,7 +274,7 @@ class Broker:
     def _settle(self) -> None:
         self.model.dispatch()
         self._check_memory()
-        while self.timer_dirty:
-            session = next(iter(self.timer_dirty))
-            del self.timer_dirty[session]
+        while self._timer_dirty:
+            session = next(iter(self._timer_dirty))
+            del self._timer_dirty[session]
             session.refresh_timer()

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amqpproto.spec import encode_properties
-from engine._amqp_channel import _props, props_bytes
+from engine.amqp.channel import _props, props_bytes
 from engine._message import Message
 from engine._props import props_to_headers
 

@@ -13,7 +13,7 @@ from stompproto import Subscribe
 
 from engine import Broker, Config, Limits, MemoryStore
 from engine._model import Queue, _QueueExtras
-from engine._stomp_session import StompSession, StompSubscription
+from engine.stomp.session import StompSession, StompSubscription
 
 N = 20_000
 

@@ -8,7 +8,7 @@ from stompproto import Receipt
 from engine import Config, Limits
 from engine._light import LightConsumer
 from engine._routing import TopicRouter
-from engine._stomp_session import StompLightSubscription, StompSubscription
+from engine.stomp.session import StompLightSubscription, StompSubscription
 from enginetest_helpers import ack, bodies, connected, errors, messages, nack, new_net, send, subscribe, unsubscribe
 
 

@@ -277,7 +277,7 @@ def test_disconnect_frame_requeues_and_closes():
 
 
 def test_bug_in_session_code_closes_only_that_connection(monkeypatch):
-    from engine._stomp_session import _HANDLERS
+    from engine.stomp.session import _HANDLERS
 
     def boom(self, frame):
         raise RuntimeError("bug")

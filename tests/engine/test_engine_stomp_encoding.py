@@ -15,7 +15,7 @@ from stompproto import LocalProtocolError, Message as MessageFrame
 
 from engine import Broker, Config, Entry, MemoryStore, Message, Write
 from engine._props import stomp_value
-from engine._stomp_session import StompLightSubscription, StompSession, StompSubscription
+from engine.stomp.session import StompLightSubscription, StompSession, StompSubscription
 from engine.testing import SimNetwork
 from enginetest_helpers import connected, messages, new_net, send, subscribe
 
@@ -118,7 +118,7 @@ def test_one_message_to_subscribers_of_every_version_is_escaped_for_each():
 
 
 def test_the_tail_cache_stays_bounded():
-    from engine import _stomp_session as ss
+    from engine.stomp import session as ss
 
     net = new_net()
     sub = connected(net, version="1.2")
@@ -138,7 +138,7 @@ def test_the_tail_cache_stays_bounded():
 
 
 def test_brokers_do_not_share_a_tail_cache():
-    from engine import _stomp_session as ss
+    from engine.stomp import session as ss
 
     a = Broker(Config(), MemoryStore(), random.Random(0))
     b = Broker(Config(), MemoryStore(), random.Random(0))

@@ -300,7 +300,7 @@ def test_server_close_waits_for_the_clients_answer():
 
 
 def test_server_close_gives_up_waiting_after_the_close_timeout():
-    from engine._ws_session import CLOSE_TIMEOUT
+    from engine.ws.session import CLOSE_TIMEOUT
 
     net = new_net()
     c = ws_connected(net)
@@ -412,7 +412,7 @@ def test_invalid_utf8_text_is_close_1007():
 
 
 def test_internal_error_closes_only_that_connection(monkeypatch):
-    from engine._stomp_session import _HANDLERS
+    from engine.stomp.session import _HANDLERS
 
     def boom(self, frame):
         raise RuntimeError("bug")

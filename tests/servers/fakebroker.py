@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine._actions import Close, PauseReading, ResumeReading, Sync, Write
+from engine import Close, PauseReading, ResumeReading, Sync, Write
 
 
 class FakeStore:

@@ -10,20 +10,20 @@ are raised as :class:`ChannelError` (the session closes this channel only) or th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
+import amqpproto
 from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
-from ._message import Entry, Message
-from ._model import Consumer, Exchange, ModelError, Queue, VHost
-from ._props import headers_to_props, props_to_headers
-from .store import StoreError
+from .._message import Entry, Message
+from .._model import Consumer, Exchange, Model, ModelError, Queue, VHost
+from .._props import headers_to_props, props_to_headers
+from .._session import Host
+from ..config import User
+from ..store import StoreError
 
-if TYPE_CHECKING:
-    from ._amqp_session import AmqpSession
-
-__all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO"]
+__all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 _EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
@@ -40,6 +40,31 @@ class ChannelError(Exception):
         self.code = code
         self.text = text
         self.method = method
+
+
+class ChannelOwner(Protocol):
+    """What a channel uses of its connection's session (``AmqpSession``)."""
+
+    host: Host
+    model: Model
+    conn: amqpproto.Connection
+    vhost: VHost | None
+    user: User | None
+    channels: dict[int, "AmqpChannel"]
+    #: exclusive queues of the connection (deleted with it)
+    exclusive: dict[Queue, None]
+    reply_to: str | None
+    cancel_notify: bool
+    #: while a store sync releases held confirms: channels with acks to coalesce
+    batching: dict["AmqpChannel", None] | None
+
+    def send(self, event: Any) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def after_sync(self, wrote: bool, thunk: Callable[[], None]) -> None: ...
+
+    def channel_timed_out(self, chan: "AmqpChannel", timeout_ms: int) -> None: ...
 
 
 class AmqpConsumer(Consumer):
@@ -111,7 +136,7 @@ class AmqpChannel:
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
                  "ack_batch")
 
-    def __init__(self, session: "AmqpSession", channel_id: int) -> None:
+    def __init__(self, session: ChannelOwner, channel_id: int) -> None:
         self.session = session
         self.id = channel_id
         self.consumers: dict[str, AmqpConsumer] = {}
@@ -155,7 +180,7 @@ class AmqpChannel:
 
     def teardown(self) -> None:
         """The channel is gone: cancel its consumers and requeue every unacked delivery."""
-        model = self.session.broker.model
+        model = self.session.model
         consumers = self.consumers
         self.consumers = {}
         for c in consumers.values():
@@ -167,7 +192,7 @@ class AmqpChannel:
         self.getters = {}
         self.unacked = {}
         self.tx = None
-        self.session.broker.timers.cancel(self.timeout_key)
+        self.session.host.cancel_timer(self.timeout_key)
         self.timeout_key = None
 
     def _queue(self, name: str, method: type) -> Queue:
@@ -201,12 +226,12 @@ class AmqpChannel:
         self.flow_paused = not m.active
         if m.active:
             for c in self.consumers.values():
-                self.session.broker.model.mark_dirty(c.queue)
+                self.session.model.mark_dirty(c.queue)
         self.send(spec.ChannelFlowOk(m.active))
 
     # -- exchanges ----------------------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.ExchangeDeclare) -> None:
-        model = self.session.broker.model
+        model = self.session.model
         name = m.exchange
         if m.passive:
             if name and name not in self.vhost.exchanges:
@@ -250,7 +275,7 @@ class AmqpChannel:
             if m.if_unused and (any(True for _ in x.router.bindings()) or self._is_destination(x)):
                 raise ChannelError(spec.PRECONDITION_FAILED, f"exchange '{name}' in vhost "
                                    f"'{self.vhost.name}' in use", type(m))
-            self.session.broker.model.delete_exchange(self.vhost, name)
+            self.session.model.delete_exchange(self.vhost, name)
         if not m.nowait:
             self.send(spec.ExchangeDeleteOk())
 
@@ -262,7 +287,7 @@ class AmqpChannel:
         source = self._exchange(m.source, type(m))
         self._bind_check(source, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.bind(self.vhost, dest, source, m.routing_key, args)
+        self.session.model.bind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeBindOk())
 
@@ -270,7 +295,7 @@ class AmqpChannel:
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.unbind(self.vhost, dest, source, m.routing_key, args)
+        self.session.model.unbind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeUnbindOk())
 
@@ -281,14 +306,14 @@ class AmqpChannel:
     # -- queues -------------------------------------------------------------------------------------
     def on_queue_declare(self, m: spec.QueueDeclare) -> None:
         session = self.session
-        model = session.broker.model
+        model = session.model
         name = m.queue
         vhost = self.vhost
         if m.passive:
             q = self._queue(name, type(m))
         else:
             if not name:
-                name = session.broker.new_name("amq.gen-")
+                name = session.host.new_name("amq.gen-")
             elif name.startswith("amq."):
                 if name not in vhost.queues:
                     raise ChannelError(spec.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix "
@@ -329,7 +354,7 @@ class AmqpChannel:
         x = self._exchange(m.exchange, type(m))
         self._bind_check(x, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.bind(self.vhost, q, x, m.routing_key, args)
+        self.session.model.bind(self.vhost, q, x, m.routing_key, args)
         if not m.nowait:
             self.send(spec.QueueBindOk())
 
@@ -338,12 +363,12 @@ class AmqpChannel:
         x = self._exchange(m.exchange, type(m))
         self._bind_check(x, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.unbind(self.vhost, q, x, m.routing_key, args)
+        self.session.model.unbind(self.vhost, q, x, m.routing_key, args)
         self.send(spec.QueueUnbindOk())
 
     def on_queue_purge(self, m: spec.QueuePurge) -> None:
         q = self._queue(m.queue, type(m))
-        n = self.session.broker.model.purge(q)
+        n = self.session.model.purge(q)
         if not m.nowait:
             self.send(spec.QueuePurgeOk(n))
 
@@ -359,7 +384,7 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
                                    f"'{self.vhost.name}' is not empty", type(m))
             n = q.count
-            self.session.broker.model.delete_queue(q)
+            self.session.model.delete_queue(q)
             self.session.exclusive.pop(q, None)
         if not m.nowait:
             self.send(spec.QueueDeleteOk(n))
@@ -371,14 +396,14 @@ class AmqpChannel:
         if m.global_:
             self.global_prefetch = m.prefetch_count
             for c in self.consumers.values():
-                self.session.broker.model.mark_dirty(c.queue)
+                self.session.model.mark_dirty(c.queue)
         else:
             self.prefetch = m.prefetch_count
         self.send(spec.BasicQosOk())
 
     def on_consume(self, m: spec.BasicConsume) -> None:
         session = self.session
-        model = session.broker.model
+        model = session.model
         name = m.queue
         if name == REPLY_TO:
             q = self._reply_queue(m)
@@ -386,7 +411,7 @@ class AmqpChannel:
             q = self._queue(name, type(m))
         tag = m.consumer_tag
         if not tag:
-            tag = session.broker.new_name("amq.ctag-")
+            tag = session.host.new_name("amq.ctag-")
         if tag in self.consumers:
             raise AmqpConnectionError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", type(m))
         if q.consumers and any(getattr(c, "exclusive", False) for c in q.consumers):
@@ -414,8 +439,8 @@ class AmqpChannel:
         if not m.no_ack:
             raise ChannelError(spec.PRECONDITION_FAILED, "reply consumer cannot acknowledge", type(m))
         session = self.session
-        name = session.broker.new_name(REPLY_TO + ".")
-        q = session.broker.model.declare_queue(self.vhost, name, False, True, session, None)
+        name = session.host.new_name(REPLY_TO + ".")
+        q = session.model.declare_queue(self.vhost, name, False, True, session, None)
         session.exclusive[q] = None
         session.reply_to = name
         return q
@@ -424,7 +449,7 @@ class AmqpChannel:
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             # as RabbitMQ: its unacked deliveries stay on the channel, to be acked or rejected
-            self.session.broker.model.cancel(consumer, keep_unacked=True)
+            self.session.model.cancel(consumer, keep_unacked=True)
         if not m.nowait:
             self.send(spec.BasicCancelOk(m.consumer_tag))
 
@@ -442,18 +467,18 @@ class AmqpChannel:
         if not consumer.auto_ack:
             timeout = consumer.timeout
             if timeout:  # _deadline() inlined, with the queue's timeout cached on the consumer
-                broker = session.broker
-                deadline = broker.now + timeout
+                host = session.host
+                deadline = host.now + timeout
                 key = self.timeout_key
                 if key is None or deadline < key[0]:
-                    broker.timers.cancel(key)
+                    host.cancel_timer(key)
                     self._arm(deadline)
                 self.unacked[dtag] = (consumer, tag, deadline)
             else:
                 self.unacked[dtag] = (consumer, tag, 0.0)
         msg = entry.msg
         session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
-                                                msg.routing_key, props_bytes(msg), msg.body, session.broker.now))
+                                                msg.routing_key, props_bytes(msg), msg.body, session.host.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue, type(m))
@@ -461,7 +486,7 @@ class AmqpChannel:
         if holder is None:
             holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)
         holder.auto_ack = m.no_ack
-        got = self.session.broker.model.get(q, holder)
+        got = self.session.model.get(q, holder)
         if got is None:
             self.send(spec.BasicGetEmpty())
             return
@@ -479,24 +504,24 @@ class AmqpChannel:
         """x-consumer-timeout of the queue, else Limits.consumer_timeout (ms; 0 = none)."""
         if q.args is not None and "x-consumer-timeout" in q.args:
             return int(q.args["x-consumer-timeout"])
-        return self.session.broker.config.limits.consumer_timeout
+        return self.session.host.config.limits.consumer_timeout
 
     def _deadline(self, q: Queue) -> float:
         """When a delivery from ``q`` made now times out (0.0: never); arms the channel's timer."""
         ms = self._timeout_ms(q)
         if not ms:
             return 0.0
-        broker = self.session.broker
-        deadline = broker.now + ms / 1000.0
+        host = self.session.host
+        deadline = host.now + ms / 1000.0
         key = self.timeout_key
         if key is None or deadline < key[0]:  # earlier only with a shorter x-consumer-timeout
-            broker.timers.cancel(key)
+            host.cancel_timer(key)
             self._arm(deadline)
         return deadline
 
     def _arm(self, deadline: float) -> None:
         # the timer's argument is the session, so the broker guards the call as a session's
-        self.timeout_key = self.session.broker.timers.add(
+        self.timeout_key = self.session.host.arm_timer(
             deadline, lambda session, now: self._check_timeouts(now), self.session)
 
     def _check_timeouts(self, now: float) -> None:
@@ -543,7 +568,7 @@ class AmqpChannel:
         return [item]
 
     def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
-        model = self.session.broker.model
+        model = self.session.model
         # nacks go back in reverse so requeued messages keep their order at the head
         for consumer, mtag, _ in (items if requeue is None else reversed(items)):
             if requeue is None:
@@ -590,7 +615,7 @@ class AmqpChannel:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
                                f"vhost '{self.vhost.name}'", type(m))
         session = self.session
-        now = session.broker.now
+        now = session.host.now
         props = m.properties
         headers = props_to_headers(props)
         priority = 0
@@ -618,7 +643,7 @@ class AmqpChannel:
                 if name is None:
                     raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
                 headers["reply-to"] = name
-        model = session.broker.model
+        model = session.model
         model.publishes += 1  # the broker blocks publishing connections under the memory alarm
         msg = Message(model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
@@ -633,7 +658,7 @@ class AmqpChannel:
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
         session = self.session
-        model = session.broker.model
+        model = session.model
         vhost = self.vhost
         headers = msg.headers
         targets: dict[Any, None]
@@ -710,7 +735,7 @@ class AmqpChannel:
         if self.tx is None:
             raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
         work, self.tx = self.tx, []
-        model = self.session.broker.model
+        model = self.session.model
         before = model.store_writes
         for fn in work:
             fn()
