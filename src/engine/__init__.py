@@ -9,6 +9,9 @@ from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
 from ._message import Entry, Message
 from ._model import (
+    PUBLISH_REFUSED,
+    PUBLISH_ROUTED,
+    PUBLISH_WROTE,
     AccessRefused,
     Consumer,
     Exchange,
@@ -38,4 +41,5 @@ __all__ = [
     "Store", "MemoryStore", "StoreError", "ExchangeDef", "QueueDef", "BindingDef", "StoredMessage", "Recovered",
     "Model", "VHost", "Exchange", "Queue", "Consumer", "Message", "Entry",
     "ModelError", "NotFound", "AccessRefused", "PreconditionFailed", "ResourceLocked",
+    "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE",
 ]

@@ -30,7 +30,16 @@ __all__ = [
     "PreconditionFailed",
     "ResourceLocked",
     "STANDARD_EXCHANGES",
+    "PUBLISH_ROUTED",
+    "PUBLISH_REFUSED",
+    "PUBLISH_WROTE",
 ]
+
+
+#: ``Model.publish`` result bits
+PUBLISH_ROUTED = 1
+PUBLISH_REFUSED = 2
+PUBLISH_WROTE = 4
 
 
 class ModelError(Exception):
@@ -367,6 +376,8 @@ def _x_death(previous: Any, queue: str, reason: str, msg: Message, expiration: A
     cc = msg.headers.get("CC")
     if isinstance(cc, list):
         keys.extend(str(k) for k in cc)
+    elif isinstance(cc, str):
+        keys.extend(k for k in cc.split(",") if k)
     death: dict[str, Any] = {"count": count, "reason": reason, "queue": queue,
                              "time": int(now),  # seconds; AMQP sessions send it as a timestamp
                              "exchange": msg.exchange, "routing-keys": keys}
@@ -619,16 +630,75 @@ class Model:
                 pending.extend(more)
         return list(queues)
 
-    def publish(self, vhost: VHost, exchange_name: str, msg: Message) -> int:
-        """Route and enqueue ``msg``; returns how many queues took it. Raises NotFound."""
-        exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            raise NotFound(f"no exchange '{exchange_name}' in vhost '{vhost.name}'")
+    def exchange(self, vhost: VHost, name: str) -> Exchange:
+        x = vhost.exchanges.get(name)
+        if x is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
+        return x
+
+    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False) -> int:
+        """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
+        its name: NotFound when there is none) plus the keys
+        of its ``CC``/``BCC`` headers; ``BCC`` is removed), else through the exchange's alternate
+        exchange, and enqueue it on every queue reached. Returns ``PUBLISH_*`` bits: ROUTED (some
+        queue took or refused it; else a mandatory publisher gets it back), REFUSED (a full queue
+        with ``x-overflow`` reject-publish(-dlx) refused it: a confirm is a nack), WROTE (the store
+        was written: a confirm or receipt waits for its sync). A StoreError propagates.
+
+        ``queue_priority_only``: the message's priority counts only in queues with
+        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq)."""
+        if type(exchange) is str:
+            exchange = self.exchange(vhost, exchange)
+        assert isinstance(exchange, Exchange)
         self.publishes += 1
-        queues = self.route(vhost, exchange, msg.routing_key, msg.headers)
-        for q in queues:
-            self.enqueue(q, msg)
-        return len(queues)
+        headers = msg.headers
+        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
+            targets = self._route_cc(vhost, exchange, msg)
+        else:
+            targets = self.route(vhost, exchange, msg.routing_key, headers)
+        if not targets:
+            args = exchange.args
+            if not args or "alternate-exchange" not in args:
+                return 0
+            alt = vhost.exchanges.get(str(args["alternate-exchange"]))
+            if alt is None:
+                return 0
+            targets = self.route(vhost, alt, msg.routing_key, headers)
+            if not targets:
+                return 0
+        plain = msg
+        if msg.priority and queue_priority_only:
+            # queues without x-max-priority ignore priority (enqueue caps it for those with one),
+            # so they get a priority-0 twin (same id, headers and body)
+            plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
+                            msg.persistent, msg.ack_timeout)
+        result = PUBLISH_ROUTED
+        before = self.store_writes
+        for q in targets:
+            args = q.args
+            if not self.enqueue(q, msg if args and "x-max-priority" in args else plain):
+                result |= PUBLISH_REFUSED
+        if self.store_writes != before:
+            result |= PUBLISH_WROTE
+        return result
+
+    def _route_cc(self, vhost: VHost, exchange: Exchange, msg: Message) -> list[Queue | LightConsumer]:
+        """Routes for the routing key and every key of the ``CC`` and ``BCC`` headers (a list, or
+        a comma-separated string from protocols whose header values are strings)."""
+        headers = msg.headers
+        keys = [msg.routing_key]
+        for name in ("CC", "BCC"):
+            more = headers.get(name)
+            if isinstance(more, list):
+                keys.extend(str(k) for k in more)
+            elif isinstance(more, str):
+                keys.extend(k for k in more.split(",") if k)
+        headers.pop("BCC", None)
+        targets: dict[Queue | LightConsumer, None] = {}
+        for key in keys:
+            for q in self.route(vhost, exchange, key, headers):
+                targets[q] = None
+        return list(targets)
 
     def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True,
                 queue_expires: float | None = None, resident: bool = False) -> bool:

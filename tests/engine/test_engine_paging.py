@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from engine import Consumer, Message
+from engine import PUBLISH_REFUSED, PUBLISH_ROUTED, Consumer, Message
 from engine._model import Model
 from engine._timers import TimerQueue
 from engine.segment_store import SegmentStore
@@ -193,12 +193,14 @@ def test_max_length_across_paged_messages(env: Env, overflow: str) -> None:
     taken = [env.publish("q", body) for body in bodies(25)]
     dead = env.vhost.queues["dead"]
     if overflow == "drop-head":
-        assert taken == [1] * 25
+        assert [r & (PUBLISH_ROUTED | PUBLISH_REFUSED) for r in taken] == [PUBLISH_ROUTED] * 25
         assert env.ready_bodies(q) == bodies(10, 15) and q.count == 10
         assert env.ready_bodies(dead) == bodies(15)  # dead-lettered in order, paged ones too
     else:
         assert env.ready_bodies(q) == bodies(10) and q.count == 10
         assert env.ready_bodies(dead) == []
+        refused = PUBLISH_ROUTED | PUBLISH_REFUSED
+        assert [r & refused for r in taken] == [PUBLISH_ROUTED] * 10 + [refused] * 15
         assert env.model.enqueue(q, Message(env.model.next_message_id(), "", "q", {}, b"x")) is False
 
 

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import Consumer, Message, MemoryStore
+from engine import PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, Message, MemoryStore
 from engine._model import Model
 from engine._timers import TimerQueue
 from engine.segment_store import SegmentStore
@@ -87,7 +87,7 @@ class ModelMachine(RuleBasedStateMachine):
         msg = Message(self.model.next_message_id(), "", "q", {}, b"", priority)
         self.prio_of[msg.id] = priority
         self.published += 1
-        assert self.model.publish(self.vhost, "", msg) == 1
+        assert self.model.publish(self.vhost, "", msg) == PUBLISH_ROUTED
         self.ready[priority].append(msg.id)
         self._settle()
 
@@ -210,7 +210,8 @@ class PagedModelMachine(ModelMachine):
                       persistent=persistent)
         self.prio_of[msg.id] = priority
         self.published += 1
-        assert self.model.publish(self.vhost, "", msg) == 1
+        wrote = PUBLISH_WROTE if persistent and self.model.store.needs_sync else 0
+        assert self.model.publish(self.vhost, "", msg) == PUBLISH_ROUTED | wrote
         self.ready[priority].append(msg.id)
         self._settle()
 

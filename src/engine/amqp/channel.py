@@ -17,7 +17,7 @@ from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
 from .._message import Entry, Message
-from .._model import Consumer, Exchange, Model, ModelError, Queue, VHost
+from .._model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, Exchange, Model, ModelError, Queue, VHost
 from .._props import headers_to_props, props_to_headers
 from .._session import Host
 from ..config import User
@@ -643,9 +643,7 @@ class AmqpChannel:
                 if name is None:
                     raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
                 headers["reply-to"] = name
-        model = session.model
-        model.publishes += 1  # the broker blocks publishing connections under the memory alarm
-        msg = Message(model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
+        msg = Message(session.model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
         mandatory = m.mandatory
         if self.confirm:
@@ -659,50 +657,18 @@ class AmqpChannel:
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
         session = self.session
         model = session.model
-        vhost = self.vhost
-        headers = msg.headers
-        targets: dict[Any, None]
-        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
-            keys = [msg.routing_key]
-            for extra in ("CC", "BCC"):
-                more = headers.get(extra)
-                if more is not None:
-                    if isinstance(more, list):
-                        keys.extend(str(k) for k in more)
-                    if extra == "BCC":
-                        del headers["BCC"]
-            targets = {}
-            for key in keys:
-                for t in model.route(vhost, x, key, headers):
-                    targets[t] = None
-        else:
-            targets = dict.fromkeys(model.route(vhost, x, msg.routing_key, headers))
-        if not targets and x.args and "alternate-exchange" in x.args:
-            alt = vhost.exchanges.get(str(x.args["alternate-exchange"]))
-            if alt is not None:
-                for t in model.route(vhost, alt, msg.routing_key, headers):
-                    targets[t] = None
         before = model.store_writes
-        refused = False
-        plain = msg
-        if msg.priority:
-            # RabbitMQ: a queue without x-max-priority ignores priority (the model caps it for
-            # those with one), so they get a priority-0 twin (same id, headers and body)
-            plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
-                            msg.persistent)
         try:
-            for t in targets:
-                args = t.args
-                if not model.enqueue(t, msg if args and "x-max-priority" in args else plain):
-                    refused = True  # x-overflow reject-publish: the publisher gets a nack
+            result = model.publish(self.vhost, x, msg, queue_priority_only=True)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541
-            refused = True  # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
-        if not targets and mandatory:
+            # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
+            result = PUBLISH_ROUTED | PUBLISH_REFUSED | (PUBLISH_WROTE if model.store_writes != before else 0)
+        if mandatory and not result:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, _props(msg), msg.body))
         if seq:
-            session.after_sync(model.store_writes != before, _Confirm(self, seq, refused))
+            session.after_sync(bool(result & PUBLISH_WROTE), _Confirm(self, seq, bool(result & PUBLISH_REFUSED)))
 
     def nack(self, seq: int) -> None:
         self.flush_confirms()  # acks released before it keep their place in the sequence
