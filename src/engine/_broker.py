@@ -154,6 +154,17 @@ class Broker:
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()
 
+    def run_sync(self, token: int) -> None:
+        """Make every store write covered by ``token`` durable (the fsync). The one broker method a
+        server calls from a worker thread, one call at a time, while the loop goes on; it touches
+        only the store, whose ``sync`` is safe to run beside the loop's writes. Raises what the
+        store raises (then call ``sync_failed``)."""
+        self.store.sync(token)
+
+    def close_store(self) -> None:
+        """Close the store once no server drives the broker any more (flushes and releases files)."""
+        self.store.close()
+
     def sync_failed(self, token: int, now: float) -> None:
         """Extension: ``store.sync(token)`` raised. Connections waiting on it get an ERROR and close,
         so no client is told a message is safe when it may not be."""

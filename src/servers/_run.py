@@ -110,7 +110,7 @@ def run(
         srv.serve_forever(ready)
     finally:
         if own:
-            broker.store.close()
+            broker.close_store()
     log.info("stopped")
 
 

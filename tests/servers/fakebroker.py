@@ -152,6 +152,9 @@ class LineBroker:
         st.sent += nbytes
         assert st.sent <= st.written, (st.sent, st.written)
 
+    def run_sync(self, token: int) -> None:
+        self.store.sync(token)  # on the server's sync worker thread
+
     def synced(self, token: int, now: float) -> None:
         self._enter()
         conn_id = self._sync_waiters.pop(token)
