@@ -108,7 +108,7 @@ def main() -> None:
             sub = StompSubscription(q, session, 0, ids[i], "/queue/" + names[i], "auto", False)
             session.subs[ids[i]] = sub
             model.consume(q, sub)
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_sub = measure("queue subscription", n, queue_subs)
@@ -122,7 +122,7 @@ def main() -> None:
         for i in range(count):
             frame = Subscribe({"destination": f"/topic/t.{i}", "id": f"s{i}"})
             session2._on_subscribe(frame)
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_topic = measure("topic sub, own key", m, topic_subs)
@@ -133,7 +133,7 @@ def main() -> None:
     def shared_topic_subs(count: int):
         for i in range(count):
             session3._on_subscribe(Subscribe({"destination": "/topic/shared.key", "id": f"s{i}"}))
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_shared = measure("topic sub, shared key", m, shared_topic_subs)
@@ -152,7 +152,7 @@ def main() -> None:
                                               "ack": "client-individual"}))
             session4._apply_send(Send({"destination": f"/topic/u.{i}"}, b"x"))
             model.dispatch()
-            session4._apply_ack(Ack({"id": f"T_u{i}@@{model._next_tag}"}))
+            session4._apply_ack(Ack({"id": f"T_u{i}@@{model.next_tag}"}))
             model.dispatch()
             if i % 1000 == 0:
                 broker.drain()  # the MESSAGE frames are written and gone

@@ -8,7 +8,7 @@ the actions ``drain()`` returns. ``engine.testing`` runs the same broker in a si
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
 from ._message import Entry, Message
-from ._model import (
+from .model import (
     PUBLISH_REFUSED,
     PUBLISH_ROUTED,
     PUBLISH_WROTE,

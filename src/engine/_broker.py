@@ -11,7 +11,7 @@ import random
 from typing import Any, Callable
 
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
-from ._model import Model
+from .model import Model
 from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession

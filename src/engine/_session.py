@@ -16,7 +16,7 @@ import ipaddress
 import random
 from typing import Any, Callable, Protocol
 
-from ._model import Consumer, Model
+from .model import Consumer, Model
 from ._timers import TimerKey
 from .config import Config
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from engine import PUBLISH_REFUSED, PUBLISH_ROUTED, Consumer, Message
-from engine._model import Model
+from engine.model import Model
 from engine._timers import TimerQueue
 from engine.segment_store import SegmentStore
 from engine.store import Store

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine import PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, Message, MemoryStore
-from engine._model import Model
+from engine.model import Model
 from engine._timers import TimerQueue
 from engine.segment_store import SegmentStore
 from engine.testing import FakeStore

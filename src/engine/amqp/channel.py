@@ -17,7 +17,9 @@ from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
 from .._message import Entry, Message
-from .._model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, Exchange, Model, ModelError, Queue, VHost
+from ..model import (
+    PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, ConsumerOwner, Exchange, Model, ModelError, Queue, VHost,
+)
 from .._props import headers_to_props, props_to_headers
 from .._session import Host
 from ..config import User
@@ -42,7 +44,7 @@ class ChannelError(Exception):
         self.method = method
 
 
-class ChannelOwner(Protocol):
+class ChannelOwner(ConsumerOwner, Protocol):
     """What a channel uses of its connection's session (``AmqpSession``)."""
 
     host: Host

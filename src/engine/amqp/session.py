@@ -16,7 +16,7 @@ from amqpproto import AWAIT_HEADER, AWAIT_START
 
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 from .._message import Entry
-from .._model import Consumer, Queue, VHost
+from ..model import Consumer, Queue, VHost
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..config import User
 from ..store import StoreError

@@ -38,11 +38,11 @@ from stompproto import (
     Unsubscribe,
 )
 
-from .._light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
+from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from .._message import Entry, Message
-from .._model import Consumer, ModelError, Queue, VHost
+from ..model import Consumer, ModelError, Queue, VHost
 from .._props import stomp_value
-from .._routing import PREFIX_ARG
+from ..model.routers import PREFIX_ARG
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 from ..config import User

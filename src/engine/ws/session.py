@@ -58,7 +58,7 @@ from wsframe import (
 )
 
 from ..amqp import AmqpSession
-from .._model import Consumer
+from ..model import Consumer
 from .._session import Host, Session
 from ..stomp import StompSession
 

@@ -10,8 +10,8 @@ Policy for a subscription that cannot keep up (blocked owner, prefetch full or a
 it holds at most ``limit`` messages not yet acknowledged (ready + unacked). A message arriving when
 it is full pushes out the oldest *ready* one (drop-head, as ``x-max-length``); when every held
 message is an unacked delivery, the new message is dropped instead. Both are counted per
-subscription (``Model.light_dropped``, only for subscriptions that dropped something) and in total
-(``Model.light_dropped_total``). Ready messages that expire are marked by their expiry timer and
+subscription (``ModelState.light_dropped``, only for subscriptions that dropped something) and in total
+(``ModelState.light_dropped_total``). Ready messages that expire are marked by their expiry timer and
 freed once they reach the head (as in a ``Queue``).
 
 The messages of a light subscription die with it (unsubscribe, disconnect), as the auto-delete
@@ -21,14 +21,14 @@ queue would.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
-from ._message import READY, Entry
+from .._message import GONE, READY, UNACKED, Entry, Message
+from .objects import ConsumerOwner, Exchange
+from .routers import PREFIX_ARG, TopicRouter
+from .state import ModelState
 
-if TYPE_CHECKING:
-    from ._model import ConsumerOwner, Exchange
-
-__all__ = ["LightConsumer", "LightBuffer", "AUTO_ACK", "PREFIX", "FIRST_FREE_FLAG"]
+__all__ = ["LightConsumer", "LightBuffer", "LightTopics", "AUTO_ACK", "PREFIX", "FIRST_FREE_FLAG", "binding_args"]
 
 #: ``flags`` bits (one int slot instead of one slot per boolean)
 AUTO_ACK = 1
@@ -153,8 +153,126 @@ class LightConsumer:
         return len(unacked) if unacked else 0
 
 
+class LightTopics:
+    """The operations on light subscriptions: bind into a topic router, buffer what arrives (with
+    the drop policy above), deliver, take back, expire, cancel. ``on_ack_timeout`` is the
+    delivery layer's callback for a delivery whose ack timeout passed."""
+
+    __slots__ = ("state", "on_ack_timeout")
+
+    def __init__(self, state: ModelState, on_ack_timeout: Callable[[Any, float], None]) -> None:
+        self.state = state
+        self.on_ack_timeout = on_ack_timeout
+
+    @staticmethod
+    def supports(exchange: Exchange) -> bool:
+        """Whether light subscriptions can bind to ``exchange`` (topic routers index them)."""
+        return isinstance(exchange.router, TopicRouter)
+
+    def bind(self, sub: LightConsumer) -> None:
+        router = sub.exchange.router
+        assert isinstance(router, TopicRouter)
+        router.add_light(sub, sub.key, sub.prefix)
+
+    def cancel(self, sub: LightConsumer) -> None:
+        router = sub.exchange.router
+        if isinstance(router, TopicRouter):  # the exchange may have been deleted meanwhile
+            router.remove_light(sub, sub.key, sub.prefix)
+        buf = sub.buf
+        sub.buf = None
+        state = self.state
+        state.dirty.pop(sub, None)
+        state.light_dropped.pop(sub, None)
+        if buf is None:
+            return
+        for entry in buf.ready:
+            self.discard(entry)
+        for entry in (buf.unacked or {}).values():
+            self.discard(entry)
+
+    def discard(self, entry: Entry) -> None:
+        entry.state = GONE
+        if entry.timer is not None:
+            self.state.timers.cancel(entry.timer)
+            entry.timer = None
+
+    def enqueue(self, sub: LightConsumer, msg: Message) -> None:
+        state = self.state
+        expires = msg.expires_at
+        if expires is not None and expires <= state.now:
+            return
+        buf = sub.buf
+        if buf is None:
+            buf = sub.buf = LightBuffer()
+        elif buf.held() >= state.light_limit:
+            state.light_dropped[sub] = state.light_dropped.get(sub, 0) + 1
+            state.light_dropped_total += 1
+            if not buf.ready:
+                return  # everything held is an unacked delivery: drop the newcomer
+            self.discard(buf.ready.popleft())  # drop-head
+        entry = Entry(msg, 0, expires)
+        buf.push(entry)
+        if expires is not None:
+            entry.timer = self.state.timers.add(expires, self._on_expiry, (sub, entry))
+        self.state.dirty[sub] = None
+
+    def _on_expiry(self, arg: tuple[LightConsumer, Entry], now: float) -> None:
+        sub, entry = arg
+        entry.timer = None
+        if entry.state != READY or sub.buf is None:
+            return
+        entry.state = GONE  # left in place; skipped by dispatch, freed once it reaches the head
+        ready = sub.buf.ready
+        while ready and ready[0].state != READY:
+            ready.popleft()
+        sub.trim()
+
+    def requeue(self, sub: LightConsumer, entry: Entry) -> None:
+        """A nacked or timed-out delivery goes back first in line (it was taken out of
+        ``unacked`` already)."""
+        entry.count += 1
+        if entry.expires is not None and entry.expires <= self.state.now:
+            entry.state = GONE
+            sub.trim()
+            return
+        entry.state = READY
+        if sub.buf is None:
+            sub.buf = LightBuffer()
+        sub.buf.push_front(entry)
+        if entry.expires is not None:
+            entry.timer = self.state.timers.add(entry.expires, self._on_expiry, (sub, entry))
+        self.state.dirty[sub] = None
+
+    def dispatch(self, sub: LightConsumer) -> None:
+        state = self.state
+        now = state.now
+        buf = sub.buf
+        while buf is not None and buf.ready and sub.ready():
+            entry = buf.ready.popleft()
+            if entry.state != READY:
+                continue  # expired in place
+            if entry.timer is not None:
+                state.timers.cancel(entry.timer)
+                entry.timer = None
+            if entry.expires is not None and entry.expires <= now:
+                entry.state = GONE
+                continue
+            state.next_tag += 1
+            tag = state.next_tag
+            if sub.flags & AUTO_ACK:
+                entry.state = GONE
+            else:
+                entry.state = UNACKED
+                if buf.unacked is None:
+                    buf.unacked = {}
+                buf.unacked[tag] = entry
+                if entry.msg.ack_timeout is not None:
+                    entry.timer = state.timers.add(now + entry.msg.ack_timeout, self.on_ack_timeout, (sub, tag))
+            sub.owner.deliver(sub, tag, entry)  # type: ignore[arg-type]
+            buf = sub.buf  # the owner may have gone (and cancelled us) while delivering
+        sub.trim()
+
+
 def binding_args(sub: LightConsumer) -> dict[str, Any] | None:
     """The binding arguments an equivalent queue binding would carry."""
-    from ._routing import PREFIX_ARG
-
     return {PREFIX_ARG: True} if sub.flags & PREFIX else None
