@@ -8,7 +8,7 @@ Measured with tracemalloc as the allocation delta of creating N of each, divided
   * queue subscription: a STOMP SUBSCRIBE to /queue/<q> on an existing queue (the subscription
     object, its id, the queue's consumer list, the session's subscription dict slot);
   * topic subscription: a STOMP SUBSCRIBE to /topic/<k> handled by the session (a light
-    subscription bound straight into the amq.topic router, see engine._light: the subscription
+    subscription bound straight into the amq.topic router, see engine.model.light: the subscription
     object, its id string, its session dict slot, and for "own key" its key string and router slot),
     once with a key per subscription and once with every subscription on one key. Everything the
     SUBSCRIBE frame carried is created inside the measurement, so it counts when it is kept.

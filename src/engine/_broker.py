@@ -28,7 +28,7 @@ SESSION_TYPES: dict[str, SessionFactory] = {}
 
 
 def register_protocol(name: str, factory: SessionFactory) -> None:
-    """Plug in a session type (the AMQP and WebSocket sessions of later issues register here)."""
+    """Plug in a session type for protocol ``name`` (stomp, amqp and ws are built in)."""
     SESSION_TYPES[name] = factory
 
 
@@ -200,10 +200,9 @@ class Broker:
     def sync_token(self, wrote: bool) -> int | None:
         if not self.store.needs_sync:
             return None
-        return self.sync_token_for_writes() if wrote else 0
-
-    def sync_token_for_writes(self) -> int:
-        """The token whose Sync will cover every store write made so far (opening one if needed)."""
+        if not wrote:
+            return 0
+        # the token whose Sync will cover every store write made so far (opening one if needed)
         self._check_store_writes()
         if self._open_token is None:
             # nothing unsynced since the last Sync: the last emitted token covers it

@@ -46,7 +46,7 @@ class Limits:
     #: connection (resumed at half); bounds what a client pipelining receipts can pin
     max_pending_receipts: int = 10_000
     #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
-    #: oldest ready one (RabbitMQ would keep queueing; see engine._light)
+    #: oldest ready one (RabbitMQ would keep queueing; see engine.model.light)
     max_topic_buffer: int = 10_000
     #: bytes of message bodies held in queues (ready + unacked, counted per queue) above which the
     #: memory alarm goes on, as RabbitMQ's vm_memory_high_watermark: connections that publish are

@@ -2,7 +2,7 @@
 
 This module owns the connection: protocol header, start/start-ok (SASL PLAIN and AMQPLAIN),
 tune, open, close, heartbeats, and errors by RabbitMQ's scope (soft errors close one channel,
-hard errors the connection). Channel methods live in ``_amqp_channel``.
+hard errors the connection). Channel methods live in ``channel``.
 """
 
 from __future__ import annotations

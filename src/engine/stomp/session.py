@@ -123,7 +123,7 @@ _INDIVIDUAL = FIRST_FREE_FLAG
 
 
 class StompLightSubscription(LightConsumer):
-    """A non-durable topic subscription without a queue of its own (see ``_light``)."""
+    """A non-durable topic subscription without a queue of its own (see ``engine.model.light``)."""
 
     __slots__ = ("id", "wire")
 

@@ -34,12 +34,11 @@ from typing import Any
 
 import psycopg
 
-from amqpproto._readers import read_table
-from amqpproto._writers import write_table
+from amqpproto import read_table, write_table
 
-from .._message import Message
-from .._segments._records import _decode_message, _encode_message
-from ..store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ..._message import Message
+from ..segment._records import _decode_message, _encode_message
+from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
 from ._batch import Item, _Group
 from ._schema import lock_key, schema_ddl, statements
 

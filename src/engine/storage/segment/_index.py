@@ -8,7 +8,7 @@ import bisect
 from array import array
 from typing import Iterator
 
-from ..store import QueueDef
+from ...store import QueueDef
 
 class _QIndex:
     """One durable queue: the compact index of its persistent messages, and its definition when it

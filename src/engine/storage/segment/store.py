@@ -46,8 +46,8 @@ from collections.abc import Sequence
 from typing import Any, Iterator
 from zlib import crc32
 
-from .._message import Message
-from ..store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ..._message import Message
+from ...store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
 from ._index import TRANSIENT, _Page, _QIndex
 from ._records import (
     _CNT,

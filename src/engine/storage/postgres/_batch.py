@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from .._message import Message
+from ..._message import Message
 
 Key = tuple[int, int]  # (queue id, message id)
 
