@@ -1,8 +1,18 @@
 """sansmq's broker core: deterministic, time-injected, single-threaded.
 
 Servers drive a :class:`Broker` through the driver contract (``connection_made``, ``data_received``,
-``connection_lost``, ``handle_timer``/``get_timer``, ``drain``, ``data_sent``, ``synced``) and execute
-the actions ``drain()`` returns. ``engine.testing`` runs the same broker in a simulated network.
+``connection_lost``, ``handle_timer``/``get_timer``, ``drain``, ``data_sent``, ``synced``, and
+``run_sync`` on a worker thread) and execute the actions ``drain()`` returns. ``engine.testing`` runs the same broker in a simulated network.
+
+Layout, top down (a module imports only those below it; tests/engine/test_engine_purity.py checks):
+
+    _broker        the driver contract: sessions, timers, sync tokens, actions (``_actions``)
+    stomp/ amqp/ ws/   protocol sessions: frames -> model operations, deliveries -> frames; they
+                   reach the broker only through ``_session.Host``
+    _session       what every session shares (output accounting, held receipts, codec timer)
+    model/         the protocol-neutral model, in layers (see ``model.model``)
+    store          the Store interface and MemoryStore; ``storage/`` the stores doing I/O
+    _message, _timers, _props, config   messages, the timer queue, header mapping, settings
 """
 
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
