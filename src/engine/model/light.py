@@ -213,8 +213,8 @@ class LightTopics:
         entry = Entry(msg, 0, expires)
         buf.push(entry)
         if expires is not None:
-            entry.timer = self.state.timers.add(expires, self._on_expiry, (sub, entry))
-        self.state.dirty[sub] = None
+            entry.timer = state.timers.add(expires, self._on_expiry, (sub, entry))
+        state.dirty[sub] = None
 
     def _on_expiry(self, arg: tuple[LightConsumer, Entry], now: float) -> None:
         sub, entry = arg

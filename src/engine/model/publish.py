@@ -52,16 +52,16 @@ class Publisher:
             if found is None:
                 raise NotFound(f"no exchange '{exchange}' in vhost '{vhost.name}'")
             exchange = found
-        assert isinstance(exchange, Exchange)
+        x: Exchange = exchange  # type: ignore[assignment]
         state = self.state
         state.publishes += 1
         headers = msg.headers
         if "CC" in headers or "BCC" in headers:  # sender-selected distribution
-            targets = route_cc(vhost, exchange, msg)
+            targets = route_cc(vhost, x, msg)
         else:
-            targets = route(vhost, exchange, msg.routing_key, headers)
+            targets = route(vhost, x, msg.routing_key, headers)
         if not targets:
-            args = exchange.args
+            args = x.args
             if not args or "alternate-exchange" not in args:
                 return 0
             alt = vhost.exchanges.get(str(args["alternate-exchange"]))
@@ -80,8 +80,10 @@ class Publisher:
         before = state.store_writes
         enqueue = self.enqueue
         for q in targets:
-            args = q.args
-            if not enqueue(q, msg if args and "x-max-priority" in args else plain):
+            if plain is not msg and (args := q.args) and "x-max-priority" in args:
+                if not enqueue(q, msg):
+                    result |= PUBLISH_REFUSED
+            elif not enqueue(q, plain):
                 result |= PUBLISH_REFUSED
         if state.store_writes != before:
             result |= PUBLISH_WROTE
