@@ -11,14 +11,14 @@ WebSocket) defers to its carrier, which owns the socket.
 
 from __future__ import annotations
 
-from collections import deque
 import ipaddress
 import random
+from collections import deque
 from typing import Any, Callable, Protocol
 
-from .model import Consumer, Model
 from ._timers import TimerKey
 from .config import Config
+from .model import Consumer, Model
 
 __all__ = ["Carrier", "Host", "Session", "SERVER_NAME", "is_loopback"]
 

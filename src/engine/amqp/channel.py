@@ -17,12 +17,12 @@ from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
 from .._message import Entry, Message
-from ..model import (
-    PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, ConsumerOwner, Exchange, Model, ModelError, Queue, VHost,
-)
 from .._props import headers_to_props, props_to_headers
 from .._session import Host
 from ..config import User
+from ..model import (
+    PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, ConsumerOwner, Exchange, Model, ModelError, Queue, VHost,
+)
 from ..store import StoreError
 
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]

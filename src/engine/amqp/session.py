@@ -14,13 +14,12 @@ import amqpproto as A
 from amqpproto import spec
 from amqpproto import AWAIT_HEADER, AWAIT_START
 
-from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 from .._message import Entry
-from ..model import Consumer, Queue, VHost
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..config import User
+from ..model import Consumer, Queue, VHost
 from ..store import StoreError
-
+from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 
 __all__ = ["AmqpSession", "SERVER_PROPERTIES"]
 

@@ -38,16 +38,15 @@ from stompproto import (
     Unsubscribe,
 )
 
-from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from .._message import Entry, Message
-from ..model import Consumer, ModelError, Queue, VHost
 from .._props import stomp_value
-from ..model.routers import PREFIX_ARG
 from .._session import SERVER_NAME, Host, Session, is_loopback
-from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 from ..config import User
+from ..model import Consumer, ModelError, Queue, VHost
+from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
+from ..model.routers import PREFIX_ARG
 from ..store import StoreError
-
+from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
 __all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVER_NAME", "message_headers"]
 

@@ -57,11 +57,10 @@ from wsframe import (
     choose_subprotocol,
 )
 
+from .._session import Host, Session
 from ..amqp import AmqpSession
 from ..model import Consumer
-from .._session import Host, Session
 from ..stomp import StompSession
-
 
 __all__ = ["WsSession", "WS_PATHS"]
 
