@@ -38,6 +38,11 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
+    __slots__ = ("publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+                 "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
+                 "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
+                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
+
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         super().__init__(store, timers)
         # the pager and light topics report back through callbacks, so they are made after the

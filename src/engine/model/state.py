@@ -15,6 +15,11 @@ __all__ = ["ModelState"]
 
 
 class ModelState:
+    # slots: the layers read these on every message (a slot is the fastest attribute to load)
+    __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
+                 "store_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
+                 "light_dropped_total", "page_window")
+
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
         self.timers = timers
