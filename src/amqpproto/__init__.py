@@ -36,20 +36,25 @@ from . import spec
 from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
-    CLIENT,
     NEED_DATA,
-    SERVER,
     ConnectionClosed,
+    Event,
     Heartbeat,
     HeartbeatDue,
+    NeedData,
+    OutgoingEvent,
     PeerTimedOut,
     ProtocolHeader,
-    Role,
 )
 from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
 from ._state import (
     AWAIT_HEADER,
+    CLIENT,
+    SERVER,
+    ChannelState,
+    ConnectionState,
+    Role,
     AWAIT_OPEN,
     AWAIT_OPEN_OK,
     AWAIT_SECURE_OK,
@@ -66,7 +71,8 @@ from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
 __all__ = [
-    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA",
+    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "OutgoingEvent",
+    "ConnectionState", "ChannelState",
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",

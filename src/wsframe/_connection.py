@@ -19,7 +19,7 @@ from ._events import (
     RejectConnection,
     Request,
     TextMessage,
-    _NeedData,
+    NeedData,
 )
 from ._handshake import ClientHandshake, ServerHandshake
 from ._readers import FrameReader, MessageReader
@@ -138,7 +138,7 @@ class Connection:
         else:
             self._buf.feed(data)
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | NeedData:
         """The next event, or NEED_DATA. Only RemoteProtocolError escapes; after one, the
         same error is raised again and only its ``hint`` may still be sent."""
         if self._error is not None:
@@ -151,7 +151,7 @@ class Connection:
             raise
         return event
 
-    def _next(self) -> Event | _NeedData:
+    def _next(self) -> Event | NeedData:
         state = self._state
         if state in _RECEIVING:
             return self._next_frame_event()
@@ -161,7 +161,7 @@ class Connection:
             return self._next_response()
         return self._at_eof()
 
-    def _next_frame_event(self) -> Event | _NeedData:
+    def _next_frame_event(self) -> Event | NeedData:
         reader, messages = self._reader, self._messages
         assert reader is not None and messages is not None
         while True:
@@ -180,13 +180,13 @@ class Connection:
                 )
             return event
 
-    def _at_eof(self) -> Event | _NeedData:
+    def _at_eof(self) -> Event | NeedData:
         if not self._eof or self._state is S.CLOSED:
             return NEED_DATA
         self._state = S.CLOSED
         return CloseConnection(CloseReason.ABNORMAL_CLOSURE, "connection lost without a Close frame")
 
-    def _next_request(self) -> Event | _NeedData:
+    def _next_request(self) -> Event | NeedData:
         hs = self._hs_server
         assert hs is not None
         request = hs.next_request()
@@ -196,7 +196,7 @@ class Connection:
         self._offered_protocols = request.subprotocols
         return request
 
-    def _next_response(self) -> Event | _NeedData:
+    def _next_response(self) -> Event | NeedData:
         hs = self._hs_client
         assert hs is not None
         try:
