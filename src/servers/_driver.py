@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-from engine._actions import Close, PauseReading, ResumeReading, Sync, Write
+from engine import Close, PauseReading, ResumeReading, Sync, Write
 
 __all__ = ["Listener", "BrokerLike", "Driver", "ReadyCallback", "format_address", "log"]
 
