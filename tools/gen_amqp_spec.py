@@ -190,12 +190,12 @@ class Gen:
             if kind == "fixed":
                 fmt = fmt_of(items)
                 names = []
-                for n, t in items:
+                for n, _t in items:
                     names.append("_bits" + str(len(names)) if n == "<bits>" else n)
                 self.w(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = "
                        f"{self.struct_name(fmt)}.unpack_from(b, o)")
                 self.w(f"    o += {struct.calcsize(fmt)}")
-                for (n, t), local in zip(items, names):
+                for (n, t), local in zip(items, names, strict=True):
                     if n == "<bits>":
                         for i, bn in enumerate(t):
                             self.w(f"    {bn} = bool({local} & {1 << i})")
@@ -207,10 +207,10 @@ class Gen:
                 n = items[0]
                 args.append(n)
                 if kind == "shortstr":
-                    self.w(f"    n = b[o]; o += 1 + n")
+                    self.w("    n = b[o]; o += 1 + n")
                     self.w(f"    {n} = b[o - n:o].decode('utf-8', 'surrogateescape')")
                 elif kind == "longstr":
-                    self.w(f"    n, = _S_I.unpack_from(b, o); o += 4 + n")
+                    self.w("    n, = _S_I.unpack_from(b, o); o += 4 + n")
                     self.w(f"    {n} = b[o - n:o]")
                 elif kind == "table":
                     self.w(f"    {n}, o = read_table(b, o)")

@@ -50,11 +50,6 @@ from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
 from ._state import (
     AWAIT_HEADER,
-    CLIENT,
-    SERVER,
-    ChannelState,
-    ConnectionState,
-    Role,
     AWAIT_OPEN,
     AWAIT_OPEN_OK,
     AWAIT_SECURE_OK,
@@ -62,10 +57,15 @@ from ._state import (
     AWAIT_START,
     AWAIT_START_OK,
     AWAIT_TUNE_OK,
+    CLIENT,
     CLOSED,
     CLOSING_BY_CLIENT,
     CLOSING_BY_SERVER,
     OPEN,
+    SERVER,
+    ChannelState,
+    ConnectionState,
+    Role,
 )
 from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)

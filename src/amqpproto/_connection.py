@@ -21,8 +21,8 @@ from ._events import (
     PeerTimedOut,
     ProtocolHeader,
 )
-from ._state import CLIENT, SERVER, ChannelState, ConnectionState, Role
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
+from ._state import CLIENT, SERVER, ChannelState, ConnectionState, Role
 from ._writers import HEARTBEAT_FRAME
 
 _DECODERS = spec.DECODERS

@@ -8,7 +8,7 @@ order pamqp uses, so tables encode byte-identically); float ``d`` (lossless); De
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -35,7 +35,7 @@ def to_timestamp(v: datetime | int) -> int:
     """datetime (naive = UTC) or int seconds -> int seconds."""
     if isinstance(v, datetime):
         if v.tzinfo is None:
-            v = v.replace(tzinfo=timezone.utc)
+            v = v.replace(tzinfo=UTC)
         return int(v.timestamp())
     return v
 

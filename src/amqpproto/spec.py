@@ -10,13 +10,16 @@ whole message is one object on both the receive and the send path.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from collections.abc import Callable
 from typing import Any, ClassVar, TypeAlias
 
-from ._readers import from_timestamp as _from_ts, read_table
-from ._writers import as_bytes as _as_bytes, to_timestamp as _to_ts, write_table
+from ._readers import from_timestamp as _from_ts
+from ._readers import read_table
+from ._writers import as_bytes as _as_bytes
+from ._writers import to_timestamp as _to_ts
+from ._writers import write_table
 
 PROTOCOL_HEADER = b'AMQP\x00\x00\x09\x01'
 PORT = 5672

@@ -12,13 +12,34 @@ see ``_readers``, ``_state`` and ``_connection`` for the rest.
 """
 
 from ._connection import (
-    NEED_DATA, SUPPORTED_VERSIONS, Connection, negotiate_heartbeat, negotiate_version,
+    NEED_DATA,
+    SUPPORTED_VERSIONS,
+    Connection,
+    negotiate_heartbeat,
+    negotiate_version,
     parse_heartbeat,
 )
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
-    Abort, Ack, Begin, Commit, Connect, Connected, ConnectionClosed, Disconnect, Error, Event,
-    Frame, Heartbeat, HeartbeatDue, Message, Nack, PeerTimedOut, Receipt, Send, Subscribe,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    Disconnect,
+    Error,
+    Event,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    Message,
+    Nack,
+    PeerTimedOut,
+    Receipt,
+    Send,
+    Subscribe,
     Unsubscribe,
 )
 from ._state import CLIENT, SERVER, Role, State

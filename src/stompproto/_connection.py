@@ -31,12 +31,30 @@ from collections.abc import Iterable
 from ._buffer import ReceiveBuffer
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    NEED_DATA, Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue,
-    Message, NeedData, PeerTimedOut, Unsubscribe,
+    NEED_DATA,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    Error,
+    Event,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    Message,
+    NeedData,
+    PeerTimedOut,
+    Unsubscribe,
 )
 from ._readers import FrameReader
 from ._state import (
-    ALLOWED, BODY_ALLOWED, CLIENT, REQUIRED_HEADERS, SERVER, VERSION_MIN, Role, State,
+    ALLOWED,
+    BODY_ALLOWED,
+    CLIENT,
+    REQUIRED_HEADERS,
+    SERVER,
+    VERSION_MIN,
+    Role,
+    State,
 )
 from ._writers import HEARTBEAT_BYTES, encode_headers, message_tail, serialize
 

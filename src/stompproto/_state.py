@@ -19,8 +19,21 @@ from __future__ import annotations
 import enum
 
 from ._events import (
-    Abort, Ack, Begin, Commit, Connect, Connected, Disconnect, Error, Frame, Message,
-    Nack, Receipt, Send, Subscribe, Unsubscribe,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Disconnect,
+    Error,
+    Frame,
+    Message,
+    Nack,
+    Receipt,
+    Send,
+    Subscribe,
+    Unsubscribe,
 )
 
 __all__ = [

@@ -14,12 +14,12 @@ from ._events import (
     CloseConnection,
     CloseReason,
     Event,
+    NeedData,
     Ping,
     Pong,
     RejectConnection,
     Request,
     TextMessage,
-    NeedData,
 )
 from ._handshake import ClientHandshake, ServerHandshake
 from ._readers import FrameReader, MessageReader
@@ -31,6 +31,7 @@ __all__ = ["Connection"]
 S = ConnectionState
 _RECEIVING = frozenset({S.OPEN, S.CLIENT_CLOSING, S.SERVER_CLOSING})
 _DONE = frozenset({S.CLOSED, S.FAILED, S.HANDSHAKE_FAILED})
+_DEFAULT_DEFLATE = PerMessageDeflate()  # frozen: one shared default offer
 
 
 class Connection:
@@ -75,7 +76,7 @@ class Connection:
         max_frame_size: int = 16 * 1024 * 1024,
         max_message_size: int = 16 * 1024 * 1024,
         max_handshake_size: int = 64 * 1024,
-        permessage_deflate: PerMessageDeflate | None = PerMessageDeflate(),
+        permessage_deflate: PerMessageDeflate | None = _DEFAULT_DEFLATE,
         deliver_fragments: bool = False,
         origin_check: Callable[[str | None], bool] | None = None,
         rng: Callable[[int], bytes] = os.urandom,
@@ -245,7 +246,9 @@ class Connection:
         """Validate ``event`` against the state and serialise it."""
         new_state = next_state(self.role, self._state, type(event))
         if new_state is None:
-            raise LocalProtocolError(f"cannot send {type(event).__name__} in state {self._state.value} as {self.role.value}")
+            raise LocalProtocolError(
+                f"cannot send {type(event).__name__} in state {self._state.value} as {self.role.value}"
+            )
         writer = self._writer
         if isinstance(event, TextMessage):
             assert writer is not None

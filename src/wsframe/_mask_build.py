@@ -6,7 +6,7 @@ at import time of wsframe. By hand: ``python src/wsframe/_mask_build.py`` builds
 """
 from __future__ import annotations
 
-import cffi  # type: ignore[import-untyped]  # cffi ships no type information
+import cffi
 
 CDEF = "void wsframe_mask(const unsigned char *key, const unsigned char *src, unsigned char *dst, size_t n);"
 CSRC = r"""

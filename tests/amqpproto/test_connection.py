@@ -6,14 +6,13 @@ from __future__ import annotations
 import struct
 
 import pytest
+from amqp_strategies import CI, HANDSHAKE, drain, feed, method, pair
 from hypothesis import given
 from hypothesis import strategies as st
 
 import amqpproto as a
 from amqpproto import _state as S
 from amqpproto import spec
-
-from amqp_strategies import CI, HANDSHAKE, drain, feed, method, pair
 
 
 def frame(ftype: int, ch: int, payload: bytes, end: bytes = b"\xce") -> bytes:
