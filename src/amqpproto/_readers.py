@@ -16,7 +16,6 @@ from typing import Any
 
 FRAME_HEADER = struct.Struct(">BHI")  # type, channel, payload size
 CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body size
-CLASS_METHOD = struct.Struct(">HH")
 
 _U32 = struct.Struct(">I")
 _b = struct.Struct(">b")
