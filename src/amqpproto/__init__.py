@@ -26,8 +26,12 @@ RemoteProtocolError(msg, reply_code, hint): the peer did; ``hint`` is the Connec
 error), ChannelClose (soft error, the channel alone is affected) or ProtocolHeader (wrong
 protocol header) to send; ``fatal`` says the stream cannot be parsed further.
 
-State. ``conn.state`` is one of the connection-state constants exported here (``AWAIT_HEADER``,
-``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``, ``CLOSED``).
+State. ``conn.state`` is a ``ConnectionState`` (a StrEnum, its members also exported as
+``AWAIT_HEADER``, ``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``,
+``CLOSED``); ``conn.channel_state(n)`` a ``ChannelState``. The tables behind them are keyed
+``(sender role, state, event type)`` like stompproto's and wsframe's.
+Types. ``next_event()`` returns ``Event | NeedData`` (``Event``: any ``spec.Method`` or the events
+above); ``send()`` takes an ``OutgoingEvent``.
 Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded ``T`` field holds;
 ``to_timestamp(datetime | int)`` the seconds one encodes to.
 """

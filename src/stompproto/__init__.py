@@ -12,7 +12,6 @@ see ``_readers``, ``_state`` and ``_connection`` for the rest.
 """
 
 from ._connection import (
-    NEED_DATA,
     SUPPORTED_VERSIONS,
     Connection,
     negotiate_heartbeat,
@@ -21,6 +20,7 @@ from ._connection import (
 )
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
+    NEED_DATA,
     Abort,
     Ack,
     Begin,
@@ -36,6 +36,7 @@ from ._events import (
     HeartbeatDue,
     Message,
     Nack,
+    NeedData,
     PeerTimedOut,
     Receipt,
     Send,
@@ -45,7 +46,7 @@ from ._events import (
 from ._state import CLIENT, SERVER, Role, State
 
 __all__ = [
-    "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "SUPPORTED_VERSIONS",
+    "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "NeedData", "SUPPORTED_VERSIONS",
     "negotiate_heartbeat", "negotiate_version", "parse_heartbeat",
     "Event", "Frame", "Connect", "Connected", "Send", "Subscribe", "Unsubscribe", "Ack", "Nack",
     "Begin", "Commit", "Abort", "Disconnect", "Message", "Receipt", "Error",
