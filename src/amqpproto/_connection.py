@@ -247,9 +247,8 @@ class Connection:
         if (chan is None or chan.state is not S.CH_OPEN or chan.paused or self.state is not S.OPEN
                 or self.our_role is not SERVER or n > self._send_max_payload
                 or len(properties) + 12 > self._send_max_payload or type(body) is not bytes):
-            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
-                                               routing_key, properties,  # type: ignore[arg-type]  # send() takes pre-encoded properties too
-                                               body, channel=ch), now)
+            return self._send_deliver_general(ch, consumer_tag, delivery_tag, redelivered, exchange,
+                                              routing_key, properties, body, now)
         ct = self._tag_cache.get(consumer_tag)
         if ct is None:
             ct = _short(self._tag_cache, consumer_tag)
@@ -257,9 +256,8 @@ class Connection:
         if route is None:
             route = _route_bytes(self._route_cache, exchange, routing_key)
         if not ct or not route or not 0 <= delivery_tag < 1 << 64:  # b"": a name over 255 bytes
-            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
-                                               routing_key, properties,  # type: ignore[arg-type]  # send() takes pre-encoded properties too
-                                               body, channel=ch), now)
+            return self._send_deliver_general(ch, consumer_tag, delivery_tag, redelivered, exchange,
+                                              routing_key, properties, body, now)
         lp = len(properties)
         parts = [_DELIVER_HEAD(1, ch, 13 + len(ct) + len(route), _DELIVER_IDS), ct,
                  _DELIVER_MID(delivery_tag, 1 if redelivered else 0), route,
@@ -272,6 +270,14 @@ class Connection:
             self._last_send = now
             self._due_sent = False
         return b"".join(parts)
+
+    def _send_deliver_general(self, ch: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                              exchange: str, routing_key: str, properties: bytes, body: bytes,
+                              now: float | None) -> bytes:
+        """send_deliver's way out for anything unusual: send() with its checks and errors."""
+        encoded: Any = properties  # send() takes encoded properties in place of BasicProperties
+        return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                           routing_key, encoded, body, channel=ch), now)
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""
