@@ -31,10 +31,9 @@ import sys
 import tempfile
 import tracemalloc
 
-from engine import Broker, Config, Limits, MemoryStore
-from engine import Sync
-from engine.stomp.session import StompSession, StompSubscription
+from engine import Broker, Config, Limits, MemoryStore, Sync
 from engine.segment_store import SegmentStore
+from engine.stomp.session import StompSession, StompSubscription
 
 
 def measure(label: str, n: int, build) -> float:

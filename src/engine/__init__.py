@@ -2,7 +2,8 @@
 
 Servers drive a :class:`Broker` through the driver contract (``connection_made``, ``data_received``,
 ``connection_lost``, ``handle_timer``/``get_timer``, ``drain``, ``data_sent``, ``synced``, and
-``run_sync`` on a worker thread) and execute the actions ``drain()`` returns. ``engine.testing`` runs the same broker in a simulated network.
+``run_sync`` on a worker thread) and execute the actions ``drain()`` returns. ``engine.testing``
+runs the same broker in a simulated network.
 
 Layout, top down (a module imports only those below it; tests/engine/test_engine_purity.py checks):
 
@@ -18,6 +19,7 @@ Layout, top down (a module imports only those below it; tests/engine/test_engine
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
 from ._message import Entry, Message
+from .config import Config, Limits, User
 from .model import (
     PUBLISH_REFUSED,
     PUBLISH_ROUTED,
@@ -33,7 +35,6 @@ from .model import (
     ResourceLocked,
     VHost,
 )
-from .config import Config, Limits, User
 from .store import (
     BindingDef,
     ExchangeDef,

@@ -8,14 +8,15 @@ token. ``drain()`` hands back the actions in the order they were produced.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
-from .model import Model
 from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
 from .config import Config
+from .model import Model
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -237,7 +238,7 @@ class Broker:
         return f"{prefix}{self._name_seq}-{self.rng.getrandbits(48):012x}"
 
     # -- internals ---------------------------------------------------------------------------------
-    def _guarded(self, session: "Session", fn: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, session: Session, fn: Callable[..., None], *args: Any) -> None:
         """A bug met while serving one connection closes that connection, not the broker.
         The exception is kept in ``internal_errors`` (``engine.testing`` re-raises it)."""
         try:

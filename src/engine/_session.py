@@ -14,7 +14,8 @@ from __future__ import annotations
 import ipaddress
 import random
 from collections import deque
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ._timers import TimerKey
 from .config import Config
@@ -50,14 +51,14 @@ class Host(Protocol):
 
     def is_synced(self, token: int) -> bool: ...
 
-    def holding(self, session: "Session", on: bool) -> None:
+    def holding(self, session: Session, on: bool) -> None:
         """``session`` holds (or no longer holds) answers until a sync: call its release_held."""
 
     def arm_timer(self, deadline: float, fn: Callable[[Any, float], None], arg: Any) -> TimerKey: ...
 
     def cancel_timer(self, key: TimerKey | None) -> None: ...
 
-    def timer_moved(self, session: "Session") -> None:
+    def timer_moved(self, session: Session) -> None:
         """The session's codec deadline may have moved: ``refresh_timer`` it when the call settles."""
 
     def new_name(self, prefix: str) -> str: ...
@@ -223,7 +224,7 @@ class Session:
             self.timer_key = self.host.arm_timer(deadline, Session._fire, self)
 
     @staticmethod
-    def _fire(session: "Session", now: float) -> None:
+    def _fire(session: Session, now: float) -> None:
         session.timer_key = None
         fired = session.timer_deadline
         session.timer_deadline = None

@@ -73,7 +73,7 @@ class Config:
     anonymous_user: str | None = "guest"
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> "Config":
+    def from_mapping(cls, data: dict[str, Any]) -> Config:
         cfg = cls()
         if "users" in data:
             cfg.users = {
@@ -99,6 +99,6 @@ class Config:
         return cfg
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Config":
+    def from_file(cls, path: str | Path) -> Config:
         with open(path, "rb") as fh:
             return cls.from_mapping(tomllib.load(fh))

@@ -77,7 +77,8 @@ class BindingDef:
     args: dict[str, Any] | None = None
 
     def ident(self) -> tuple[str, str, str, bool, str, str]:
-        return (self.vhost, self.source, self.dest, self.dest_is_exchange, self.key, repr(sorted((self.args or {}).items())))
+        return (self.vhost, self.source, self.dest, self.dest_is_exchange, self.key,
+                repr(sorted((self.args or {}).items())))
 
 
 @dataclass(slots=True)
@@ -150,7 +151,7 @@ class Store(ABC):
     def sync(self, token: int) -> None:
         """Block until everything appended before ``Sync(token)`` was emitted is durable."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: stores holding nothing open need no close
         pass
 
     # -- optional: per-queue expiry (x-message-ttl) that survives a restart ----------------------------

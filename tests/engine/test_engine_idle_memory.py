@@ -7,13 +7,13 @@ from __future__ import annotations
 import gc
 import random
 import tracemalloc
-from typing import Any, Callable
-
-from stompproto import Subscribe
+from collections.abc import Callable
+from typing import Any
 
 from engine import Broker, Config, Limits, MemoryStore
 from engine.model.objects import Queue, _QueueExtras
 from engine.stomp.session import StompSession, StompSubscription
+from stompproto import Subscribe
 
 N = 20_000
 

@@ -5,14 +5,15 @@ crosses the page boundary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from engine import PUBLISH_REFUSED, PUBLISH_ROUTED, Consumer, Message
-from engine.model import Model
 from engine._timers import TimerQueue
+from engine.model import Model
 from engine.segment_store import SegmentStore
 from engine.store import Store
 from engine.testing import FakeStore
@@ -218,7 +219,7 @@ def test_max_length_bytes_counts_paged_messages(env: Env, overflow: str) -> None
 
 def test_memory_alarm_counts_only_bodies_held_in_memory(env: Env) -> None:
     q = env.declare()
-    for i in range(50):
+    for _ in range(50):
         env.publish("q", b"x" * 1000)
     assert q.paged == 50 - WINDOW and env.model.queued_bytes == WINDOW * 1000
     c, log = env.consume(q, auto_ack=True)

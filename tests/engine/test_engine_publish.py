@@ -3,10 +3,10 @@ model (alternate exchange, CC/BCC sender-selected distribution, overflow refusal
 
 from __future__ import annotations
 
-from amqpproto import spec
-
-from engine.testing import AmqpSimClient, SimNetwork
 from enginetest_helpers import connected, messages, new_net, receipts, send, subscribe
+
+from amqpproto import spec
+from engine.testing import AmqpSimClient, SimNetwork
 
 
 def amqp(net: SimNetwork) -> AmqpSimClient:

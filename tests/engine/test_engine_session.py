@@ -2,11 +2,10 @@
 back-pressure, unknown protocols."""
 
 import pytest
-
-from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
+from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
 
 from engine import Close, Config, Limits, User
-from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
+from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
 
 
 def test_receipts_on_every_frame_kind():
@@ -212,7 +211,7 @@ def test_back_pressure_stops_delivery_to_slow_consumer():
     net.run_until_idle()
     slow.stop_reading()
     p = connected(net)
-    for i in range(200):
+    for _ in range(200):
         send(p, "/queue/q", b"x" * 100)
     net.run_until_idle()
     assert not slow.paused  # still read, so its ACKs would arrive; only deliveries stopped

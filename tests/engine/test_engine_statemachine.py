@@ -7,16 +7,16 @@ import shutil
 import tempfile
 from collections import deque
 
+from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, Message, MemoryStore
-from engine.model import Model
+from engine import PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, MemoryStore, Message
 from engine._timers import TimerQueue
+from engine.model import Model
 from engine.segment_store import SegmentStore
 from engine.testing import FakeStore
-from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 
 
 class Owner:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hypothesis import given, strategies as st
-
-from stompproto import LocalProtocolError, Message as MessageFrame
+from enginetest_helpers import connected, messages, new_net, send, subscribe
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Broker, Config, Entry, MemoryStore, Message, Write
 from engine._props import stomp_value
 from engine.stomp.session import StompLightSubscription, StompSession, StompSubscription
 from engine.testing import SimNetwork
-from enginetest_helpers import connected, messages, new_net, send, subscribe
+from stompproto import LocalProtocolError
+from stompproto import Message as MessageFrame
 
 _RESERVED = ("subscription", "destination", "message-id", "ack", "redelivered", "x-delivery-count",
              "content-length")
@@ -126,7 +127,7 @@ def test_the_tail_cache_stays_bounded():
     publisher = connected(net)
     net.run_until_idle()
     cache = ss._TAIL_CACHES[net.broker]
-    for n in range(ss._TAILS_MAX + 50):
+    for _ in range(ss._TAILS_MAX + 50):
         send(publisher, "/topic/big", b"x" * 10)
     send(publisher, "/topic/big", b"y" * (ss._TAIL_MAX + 1))  # too big to keep
     net.run_until_idle()

@@ -6,14 +6,14 @@ from __future__ import annotations
 import base64
 
 import pytest
+from enginetest_helpers import ack, bodies, connected, messages, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import wsframe
-from stompproto import Connect, Connected, Disconnect, Error, Heartbeat, Message, Receipt, Subscribe
 
+import wsframe
 from engine import Close, Config, Limits, Write
 from engine.testing import WsSimClient
-from enginetest_helpers import ack, bodies, connected, messages, new_net, send, subscribe
+from stompproto import Connect, Connected, Disconnect, Error, Heartbeat, Message, Receipt, Subscribe
 
 CONNECT_12 = b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00"
 

@@ -10,7 +10,8 @@ are raised as :class:`ChannelError` (the session closes this channel only) or th
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import amqpproto
 from amqpproto import BasicProperties, spec
@@ -21,7 +22,16 @@ from .._props import headers_to_props, props_to_headers
 from .._session import Host
 from ..config import User
 from ..model import (
-    PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, ConsumerOwner, Exchange, Model, ModelError, Queue, VHost,
+    PUBLISH_REFUSED,
+    PUBLISH_ROUTED,
+    PUBLISH_WROTE,
+    Consumer,
+    ConsumerOwner,
+    Exchange,
+    Model,
+    ModelError,
+    Queue,
+    VHost,
 )
 from ..store import StoreError
 
@@ -52,13 +62,13 @@ class ChannelOwner(ConsumerOwner, Protocol):
     conn: amqpproto.Connection
     vhost: VHost | None
     user: User | None
-    channels: dict[int, "AmqpChannel"]
+    channels: dict[int, AmqpChannel]
     #: exclusive queues of the connection (deleted with it)
     exclusive: dict[Queue, None]
     reply_to: str | None
     cancel_notify: bool
     #: while a store sync releases held confirms: channels with acks to coalesce
-    batching: dict["AmqpChannel", None] | None
+    batching: dict[AmqpChannel, None] | None
 
     def send(self, event: Any) -> None: ...
 
@@ -66,13 +76,13 @@ class ChannelOwner(ConsumerOwner, Protocol):
 
     def after_sync(self, wrote: bool, thunk: Callable[[], None]) -> None: ...
 
-    def channel_timed_out(self, chan: "AmqpChannel", timeout_ms: int) -> None: ...
+    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None: ...
 
 
 class AmqpConsumer(Consumer):
     __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")
 
-    def __init__(self, queue: Queue, channel: "AmqpChannel", prefetch: int, auto_ack: bool, tag: str,
+    def __init__(self, queue: Queue, channel: AmqpChannel, prefetch: int, auto_ack: bool, tag: str,
                  exclusive: bool = False, priority: int = 0) -> None:
         super().__init__(queue, channel.session, prefetch, auto_ack)
         self.channel = channel
@@ -108,7 +118,7 @@ class _Confirm:
 
     __slots__ = ("chan", "seq", "refused")
 
-    def __init__(self, chan: "AmqpChannel", seq: int, refused: bool) -> None:
+    def __init__(self, chan: AmqpChannel, seq: int, refused: bool) -> None:
         self.chan = chan
         self.seq = seq
         self.refused = refused

@@ -8,11 +8,11 @@ hard errors the connection). Channel methods live in ``channel``.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import amqpproto as A
-from amqpproto import spec
-from amqpproto import AWAIT_HEADER, AWAIT_START
+from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback

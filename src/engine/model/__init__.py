@@ -1,8 +1,8 @@
 """The protocol-neutral model, split by concern (see ``model.Model`` for the layers)."""
 
+from .._message import Entry, Message
 from .errors import AccessRefused, ModelError, NotFound, PreconditionFailed, ResourceLocked
 from .light import LightConsumer
-from .._message import Entry, Message
 from .model import Model
 from .objects import STANDARD_EXCHANGES, Consumer, ConsumerOwner, Exchange, Queue, VHost
 from .publish import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE

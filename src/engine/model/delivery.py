@@ -6,14 +6,14 @@ their ``ConsumerOwner`` interface."""
 
 from __future__ import annotations
 
-from .light import LightConsumer, LightTopics
 from .._message import GONE, READY, UNACKED, Entry
+from .errors import ResourceLocked
+from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority
 from .paging import Pager
 from .publish import Publisher
 from .state import ModelState
 from .topology import Topology
-from .errors import ResourceLocked
 
 __all__ = ["Delivery"]
 

@@ -4,10 +4,11 @@ exchange. Pure functions over the objects and routing: the publish layer enqueue
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .light import LightConsumer
 from .._message import Entry, Message
+from .light import LightConsumer
 from .objects import Queue
 from .routing import cc_keys, route
 

@@ -21,7 +21,8 @@ queue would.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._message import GONE, READY, UNACKED, Entry, Message
 from .objects import ConsumerOwner, Exchange
@@ -89,7 +90,7 @@ class LightConsumer:
     auto_delete = True
     args = None
 
-    def __init__(self, owner: "ConsumerOwner", exchange: "Exchange", key: str, prefix: bool,
+    def __init__(self, owner: ConsumerOwner, exchange: Exchange, key: str, prefix: bool,
                  prefetch: int, auto_ack: bool, flags: int = 0) -> None:
         self.owner = owner
         self.exchange = exchange
@@ -103,7 +104,7 @@ class LightConsumer:
         return f"{type(self).__name__}({self.exchange.name!r}, {self.key!r})"
 
     @property
-    def queue(self) -> "LightConsumer":
+    def queue(self) -> LightConsumer:
         return self
 
     @property

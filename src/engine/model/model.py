@@ -88,7 +88,8 @@ class Model(ModelState):
         for xd in rec.exchanges:
             vhost = self.topology.add_vhost(xd.vhost, persist=False)
             if xd.name not in vhost.exchanges:
-                vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete, xd.internal, xd.args)
+                vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete, xd.internal,
+                                                    xd.args)
         for qd in rec.queues:
             vhost = self.topology.add_vhost(qd.vhost, persist=False)
             if qd.name not in vhost.queues:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Protocol
 
-from .errors import PreconditionFailed
 from .._message import READY, Entry
+from .errors import PreconditionFailed
 from .routers import ROUTER_TYPES, Router
 
 __all__ = [
@@ -41,19 +41,19 @@ class ConsumerOwner(Protocol):
     #: True while the owner's outbound buffer is over its limit: no deliveries then.
     blocked: bool
 
-    def deliver(self, consumer: "Consumer", tag: int, entry: Entry) -> None: ...
+    def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None: ...
 
-    def consumer_cancelled(self, consumer: "Consumer") -> None:
+    def consumer_cancelled(self, consumer: Consumer) -> None:
         """The queue went away under the consumer (deleted)."""
 
-    def delivery_timed_out(self, consumer: "Consumer", tag: int) -> None:
+    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
         """An ack timeout took ``tag`` back; a late ack for it should be tolerated."""
 
 
 class Exchange:
     __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router")
 
-    def __init__(self, vhost: "VHost", name: str, type: str, durable: bool, auto_delete: bool,
+    def __init__(self, vhost: VHost, name: str, type: str, durable: bool, auto_delete: bool,
                  internal: bool, args: dict[str, Any] | None) -> None:
         self.vhost = vhost
         self.name = name
@@ -73,7 +73,7 @@ class Consumer:
 
     __slots__ = ("queue", "owner", "prefetch", "auto_ack", "unacked")
 
-    def __init__(self, queue: "Queue", owner: ConsumerOwner, prefetch: int = 0, auto_ack: bool = False) -> None:
+    def __init__(self, queue: Queue, owner: ConsumerOwner, prefetch: int = 0, auto_ack: bool = False) -> None:
         self.queue = queue
         self.owner = owner
         self.prefetch = prefetch  # 0 = unlimited
@@ -103,11 +103,11 @@ class _QueueExtras:
 def _extra(name: str, default: Any) -> property:
     """A Queue attribute kept in its ``_QueueExtras`` (read as ``default`` while there is none)."""
 
-    def get(q: "Queue") -> Any:
+    def get(q: Queue) -> Any:
         x = q._x
         return default if x is None else getattr(x, name)
 
-    def set_(q: "Queue", value: Any) -> None:
+    def set_(q: Queue, value: Any) -> None:
         x = q._x
         if x is None:
             if value is None or value == default:
@@ -133,7 +133,7 @@ class Queue:
 
     __slots__ = ("vhost", "name", "_f", "_q0", "count", "bytes", "consumers", "paged", "_rr", "_x")
 
-    def __init__(self, vhost: "VHost", name: str, durable: bool = False, auto_delete: bool = False,
+    def __init__(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
                  exclusive_owner: Any = None, args: dict[str, Any] | None = None) -> None:
         self.vhost = vhost
         self.name = name

@@ -7,7 +7,8 @@ them); live ones get their expiry timer with ``on_expiry`` as the callback."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._message import Entry, Message
 from .objects import Queue

@@ -9,10 +9,10 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+from .._message import READY, Entry, Message
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .._message import READY, Entry, Message
 from .objects import Exchange, Queue, VHost, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc

@@ -7,7 +7,8 @@ order. Routers know nothing of STOMP or AMQP.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "Router",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .light import LightConsumer
 from .._message import Message
+from .light import LightConsumer
 from .objects import Exchange, Queue, VHost
 
 __all__ = ["route", "route_cc", "cc_keys"]

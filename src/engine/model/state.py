@@ -4,11 +4,12 @@ publishes, light-subscription drops). ``Model`` is a ``ModelState``; the layers 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
+from .._message import GONE, Entry
 from .._timers import TimerQueue
 from ..store import Store
-from .._message import GONE, Entry
 from .objects import Consumer, Queue, VHost
 
 __all__ = ["ModelState"]

@@ -177,7 +177,8 @@ class Topology:
         if source.router.has(dest, key, args):
             return
         if source.durable and dest.durable:
-            state.store.add_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key, args))
+            state.store.add_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key,
+                                               args))
             state.store_write()
         source.router.add(dest, key, args)
         if isinstance(dest, Queue):
@@ -198,7 +199,8 @@ class Topology:
             if not dest.bindings:
                 dest.bindings = None
         if source.durable and dest.durable:
-            state.store.delete_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange), key, args))
+            state.store.delete_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange),
+                                                  key, args))
             state.store_write()
         self._auto_delete(source)
 

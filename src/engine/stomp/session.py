@@ -10,7 +10,8 @@ from __future__ import annotations
 import hmac
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from stompproto import (
     NEED_DATA,
@@ -28,9 +29,9 @@ from stompproto import (
     Frame,
     Heartbeat,
     HeartbeatDue,
+    LocalProtocolError,
     Nack,
     PeerTimedOut,
-    LocalProtocolError,
     Receipt,
     RemoteProtocolError,
     Send,
@@ -89,7 +90,7 @@ class StompSubscription(Consumer):
 
     __slots__ = ("id", "_m", "wire")
 
-    def __init__(self, queue: Queue, owner: "StompSession", prefetch: int, sub_id: str, destination: str,
+    def __init__(self, queue: Queue, owner: StompSession, prefetch: int, sub_id: str, destination: str,
                  ack_mode: str, owns_queue: bool) -> None:
         super().__init__(queue, owner, prefetch, ack_mode == "auto")
         self.id = sub_id
@@ -130,7 +131,7 @@ class StompLightSubscription(LightConsumer):
     destination = ""
     owns_queue = False
 
-    def __init__(self, owner: "StompSession", exchange: Any, key: str, prefix: bool, prefetch: int,
+    def __init__(self, owner: StompSession, exchange: Any, key: str, prefix: bool, prefetch: int,
                  sub_id: str, ack_mode: str) -> None:
         super().__init__(owner, exchange, key, prefix, prefetch, ack_mode == "auto",
                          _INDIVIDUAL if ack_mode == "client-individual" else 0)
@@ -173,7 +174,7 @@ class _TailCache:
         }
         self.size = 0
 
-    def put(self, tails: "OrderedDict[Message, bytes]", msg: Message, tail: bytes) -> None:
+    def put(self, tails: OrderedDict[Message, bytes], msg: Message, tail: bytes) -> None:
         if len(tail) > _TAIL_MAX:
             return
         tails[msg] = tail
@@ -187,7 +188,7 @@ class _TailCache:
 
 
 #: one cache per broker (the engine may run several brokers in one process, e.g. in tests)
-_TAIL_CACHES: "weakref.WeakKeyDictionary[Any, _TailCache]" = weakref.WeakKeyDictionary()
+_TAIL_CACHES: weakref.WeakKeyDictionary[Any, _TailCache] = weakref.WeakKeyDictionary()
 
 
 class _Wire:
@@ -200,7 +201,7 @@ class _Wire:
     __slots__ = ("pre", "ack", "destination", "tails")
 
     def __init__(self, pre: bytes, ack: bytes | None, destination: str | None,
-                 tails: "OrderedDict[Message, bytes]") -> None:
+                 tails: OrderedDict[Message, bytes]) -> None:
         self.pre = pre
         self.ack = ack
         self.destination = destination
@@ -300,7 +301,8 @@ class StompSession(Session):
             handler = _HANDLERS.get(type(event))
             if handler is None:
                 raise StompError(f"unexpected frame {getattr(event, 'command', type(event).__name__)}")
-            if self.vhost is None and not isinstance(event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
+            if self.vhost is None and not isinstance(
+                    event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
                 raise StompError("not connected", "send CONNECT first")
             try:
                 try:

@@ -34,7 +34,8 @@ error sends the codec's Close hint (1002, 1007, 1009) and closes.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from wsframe import (
     AMQP_SUBPROTOCOL,

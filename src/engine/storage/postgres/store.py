@@ -37,8 +37,8 @@ import psycopg
 from amqpproto import read_table, write_table
 
 from ..._message import Message
+from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoredMessage, StoreError
 from ..segment._records import _decode_message, _encode_message
-from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
 from ._batch import Item, _Group
 from ._schema import lock_key, schema_ddl, statements
 

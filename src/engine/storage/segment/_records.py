@@ -212,7 +212,7 @@ def _decode_message(p: memoryview, lazy: tuple[Any, int] | None = None) -> Messa
         raw = bytes(p[o : o + lhdr])
         if flags & _HDR_PAIRS:
             items = read_array(raw, 0)[0]
-            headers = dict(zip(items[::2], items[1::2]))
+            headers = dict(zip(items[::2], items[1::2], strict=False))
         else:
             headers = read_table(raw, 0)[0]
     o += lhdr
