@@ -26,7 +26,7 @@ def _listeners(specs: Sequence[ListenerSpec]) -> list[Listener]:
     return [s if isinstance(s, Listener) else Listener(*s) for s in specs]
 
 
-def make_broker(config: Any = None, *, seed: int | None = None, store: Store | None = None) -> BrokerLike:
+def make_broker(config: Any = None, *, seed: int | None = None, store: Store | None = None) -> Broker:
     """A real ``engine.Broker`` (``config``: an engine ``Config``) over ``store``, by default an
     in-memory one; pass ``make_store(data_dir)`` for the durable embedded store."""
     return Broker(config if config is not None else Config(), store if store is not None else MemoryStore(),
@@ -93,9 +93,9 @@ def run(
     """Serve in the calling thread until SIGINT/SIGTERM (main thread only), then shut down
     gracefully and return. A broker built here (from ``config``) has its store closed on return.
     For in-process tests prefer :func:`running`, which can be stopped from the test."""
-    own = broker is None
+    own: Broker | None = None
     if broker is None:
-        broker = make_broker(config)
+        broker = own = make_broker(config)
     srv = make_server(server, broker, listeners)
     if handle_signals and threading.current_thread() is threading.main_thread():
 
@@ -109,8 +109,8 @@ def run(
     try:
         srv.serve_forever(ready)
     finally:
-        if own:
-            broker.close_store()
+        if own is not None:
+            own.close_store()
     log.info("stopped")
 
 

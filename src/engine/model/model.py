@@ -95,11 +95,11 @@ class Model(ModelState):
             if qd.name not in vhost.queues:
                 vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
         for bd in rec.bindings:
-            vhost = self.vhosts.get(bd.vhost)
-            if vhost is None:
+            bound = self.vhosts.get(bd.vhost)
+            if bound is None:
                 continue
-            source = vhost.exchanges.get(bd.source)
-            dest = vhost.exchanges.get(bd.dest) if bd.dest_is_exchange else vhost.queues.get(bd.dest)
+            source = bound.exchanges.get(bd.source)
+            dest = bound.exchanges.get(bd.dest) if bd.dest_is_exchange else bound.queues.get(bd.dest)
             if source is None or dest is None:
                 continue
             if source.router.add(dest, bd.key, bd.args) and isinstance(dest, Queue):
@@ -108,8 +108,8 @@ class Model(ModelState):
                 dest.bindings.append((source, bd.key, bd.args))
         max_id = self._next_msg_id
         for (vname, qname), stored in rec.messages.items():
-            vhost = self.vhosts.get(vname)
-            q = vhost.queues.get(qname) if vhost else None
+            holder = self.vhosts.get(vname)
+            q = holder.queues.get(qname) if holder else None
             if q is None:
                 continue
             paged = rec.paged.get((vname, qname), 0)
@@ -121,8 +121,8 @@ class Model(ModelState):
             q.count += paged
         for (vname, qname), paged in rec.paged.items():
             if (vname, qname) not in rec.messages:
-                vhost = self.vhosts.get(vname)
-                q = vhost.queues.get(qname) if vhost else None
+                holder = self.vhosts.get(vname)
+                q = holder.queues.get(qname) if holder else None
                 if q is not None:
                     q.paged += paged
                     q.count += paged

@@ -144,8 +144,8 @@ class Topology:
         for exchange, _, _ in bound:
             self._auto_delete(exchange)
         for consumer in list(q.consumers or ()):
-            for entry in (consumer.unacked or {}).values():
-                state.forget(q, entry)
+            for held in (consumer.unacked or {}).values():
+                state.forget(q, held)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
