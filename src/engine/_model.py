@@ -8,7 +8,9 @@ model never formats a frame. Dispatch is deferred: operations mark queues dirty 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
+from operator import attrgetter
 from typing import Any, Iterable, Protocol
 
 from ._light import AUTO_ACK, LightBuffer, LightConsumer
@@ -151,6 +153,8 @@ def _extra(name: str, default: Any) -> property:
     return property(get, set_)
 
 
+_entry_seq = attrgetter("seq")
+
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
@@ -232,8 +236,18 @@ class Queue:
         self.count += 1
         self.bytes += len(entry.msg.body)
 
-    def push_front(self, entry: Entry) -> None:
-        self._level(entry.msg.priority).appendleft(entry)
+    def requeue(self, entry: Entry) -> None:
+        """Put a returned entry back at its original position within its priority level (by
+        ``seq``): at the head when nothing older is ready (the common case, O(1)), else found by
+        bisection. Paged messages all came later than any returned one, so it stays in memory."""
+        level = self._level(entry.msg.priority)
+        seq = entry.seq
+        if not level or level[0].seq > seq:
+            level.appendleft(entry)
+        elif level[-1].seq < seq:
+            level.append(entry)
+        else:
+            level.insert(bisect_left(level, seq, key=_entry_seq), entry)
         self.count += 1
         self.bytes += len(entry.msg.body)
 
@@ -466,13 +480,15 @@ class Model:
             raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
         if name == "" or name.startswith("amq."):
             raise AccessRefused(f"cannot delete exchange '{name}'")
+        # out of the vhost first: unbinding its last binding must not auto-delete it a second
+        # time, and the cascades below (auto-delete sources) change ``vhost.exchanges``
+        del vhost.exchanges[name]
         for dest, key, args in list(x.router.bindings()):
             self.unbind(vhost, dest, x, key, args)
-        for other in vhost.exchanges.values():  # bindings where x is the destination
+        for other in list(vhost.exchanges.values()):  # bindings where x is the destination
             for dest, key, args in list(other.router.bindings()):
                 if dest is x:
-                    self.unbind(vhost, x, other, key, args)
-        del vhost.exchanges[name]
+                    self.unbind(vhost, x, other, key, args)  # may auto-delete ``other``
         if x.durable:
             self.store.delete_exchange(vhost.name, name)
             self._store_write()
@@ -770,7 +786,7 @@ class Model:
         if not unacked:
             return
         q = consumer.queue
-        for entry in reversed(list(unacked.values())):  # push_front in reverse keeps original order
+        for entry in reversed(list(unacked.values())):  # newest first: each goes back at the head
             self._return(q, entry, requeue)
 
     def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
@@ -844,7 +860,7 @@ class Model:
                 self._expire(q, entry)
                 return
             entry.timer = self.timers.add(entry.expires, self._on_expiry, (q, entry))
-        q.push_front(entry)
+        q.requeue(entry)
         self._dirty[q] = None
 
     # -- paging -----------------------------------------------------------------------------------
