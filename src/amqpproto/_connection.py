@@ -574,9 +574,11 @@ class Connection:
                 raise self._hard(spec.CHANNEL_ERROR, f"channel {ch} is already open", cls)
             raise self._hard(spec.COMMAND_INVALID,
                              f"{cls.NAME} not allowed on channel {ch} in {st}", cls)
-        if cls is spec.ChannelOpen and ch > self.channel_max:
-            raise self._hard(spec.NOT_ALLOWED,
-                             f"channel {ch} exceeds channel_max {self.channel_max}", cls)
+        if cls is spec.ChannelOpen and len(self._channels) >= self.channel_max:
+            # RabbitMQ's rule: channel_max bounds how many channels are open at once, not their
+            # numbers (any of 1..65535 may be used)
+            raise self._hard(spec.NOT_ALLOWED, f"number of channels opened ({len(self._channels)}) has "
+                             f"reached the negotiated channel_max ({self.channel_max})", cls)
         self._set_channel(ch, chan, new)
         if cls.CONTENT:  # only reachable on CH_OPEN, handled above
             raise AssertionError("unreachable")
@@ -609,7 +611,8 @@ class Connection:
             raise RemoteProtocolError(
                 f"content of {size} bytes exceeds max_body_size {self.max_body_size}",
                 spec.CONTENT_TOO_LARGE,
-                spec.ChannelClose(spec.CONTENT_TOO_LARGE, "message too large", m.CLASS_ID,
+                spec.ChannelClose(spec.CONTENT_TOO_LARGE, f"message size {size} is larger than "
+                                  f"configured max size {self.max_body_size}", m.CLASS_ID,
                                   m.METHOD_ID, channel=ch))
         m.properties = props
         if size == 0:
@@ -720,8 +723,8 @@ class Connection:
         if self.state is not S.OPEN:
             if not (self.state in S.CLOSING_BY and cls in (spec.ChannelCloseOk,)):
                 raise LocalProtocolError(f"{cls.NAME} while the connection is {self.state}")
-        if not 0 < ch <= min(self.channel_max, 65535):
-            raise LocalProtocolError(f"channel {ch} outside 1..{self.channel_max}")
+        if not 0 < ch <= 65535:
+            raise LocalProtocolError(f"channel {ch} outside 1..65535")
         chan = self._channels.get(ch)
         if chan is not None and chan.state is S.CH_OPEN and cls in self._may_send and \
                 cls not in _CHANNEL_MGMT:
