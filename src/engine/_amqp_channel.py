@@ -16,7 +16,7 @@ from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
 from ._message import Entry, Message
-from ._model import Consumer, Exchange, ModelError, Queue, VHost
+from ._model import Consumer, Exchange, ModelError, Queue, VHost, amqp_type_name
 from ._props import headers_to_props, props_to_headers
 from .store import StoreError
 
@@ -258,9 +258,10 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for exchange "
                                    f"'{x.name}' in vhost '{self.vhost.name}': received '{_term(theirs)}' but "
                                    f"current is '{_term(ours)}'", type(m))
-        if (x.args or {}).get("alternate-exchange") != (args or {}).get("alternate-exchange"):
-            raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg 'alternate-exchange' for "
-                               f"exchange '{x.name}' in vhost '{self.vhost.name}'", type(m))
+        ours, theirs = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
+        if ours != theirs:
+            raise ChannelError(spec.PRECONDITION_FAILED, _inequivalent("alternate-exchange", "exchange", x.name,
+                                                                       self.vhost.name, theirs, ours), type(m))
 
     def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
         name = m.exchange
@@ -346,8 +347,8 @@ class AmqpChannel:
                 if key in _NUMERIC_ARGS and \
                         str(ours_args.get(key)) == str((args or {}).get(key)):
                     continue
-                raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{key}' for queue "
-                                   f"'{q.name}' in vhost '{self.vhost.name}'", type(m))
+                raise ChannelError(spec.PRECONDITION_FAILED, _inequivalent(
+                    key, "queue", q.name, self.vhost.name, (args or {}).get(key), ours_args.get(key)), type(m))
 
     def on_queue_bind(self, m: spec.QueueBind) -> None:
         _not_default(m.exchange, type(m))
@@ -386,7 +387,7 @@ class AmqpChannel:
                                    f"'{self.vhost.name}' in use", type(m))
             if m.if_empty and q.count:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
-                                   f"'{self.vhost.name}' is not empty", type(m))
+                                   f"'{self.vhost.name}' not empty", type(m))
             n = q.count
             self.session.broker.model.delete_queue(q)
             self.session.exclusive.pop(q, None)
@@ -422,8 +423,8 @@ class AmqpChannel:
             raise ChannelError(spec.ACCESS_REFUSED, f"queue '{q.name}' in vhost '{self.vhost.name}' in "
                                "exclusive use", type(m))
         if m.exclusive and q.consumers:
-            raise ChannelError(spec.ACCESS_REFUSED, f"cannot obtain exclusive access to queue '{q.name}' "
-                               f"in vhost '{self.vhost.name}'", type(m))
+            raise ChannelError(spec.ACCESS_REFUSED, f"queue '{q.name}' in vhost '{self.vhost.name}' in "
+                               "exclusive use", type(m))
         priority = 0
         if m.arguments and "x-priority" in m.arguments:
             try:
@@ -616,6 +617,8 @@ class AmqpChannel:
             self.unacked = dict(sorted(restored.items()))
 
     def on_recover(self, m: Any) -> None:
+        if not m.requeue:  # RabbitMQ: a hard error
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "requeue=false", type(m))
         items = list(self.unacked.values())
         self.unacked.clear()
         self._settle(items, True)  # RabbitMQ requeues whatever ``requeue`` says
@@ -641,13 +644,7 @@ class AmqpChannel:
             if props.priority is not None:
                 priority = props.priority  # an octet; only queues with x-max-priority use it
             if props.expiration is not None:
-                try:
-                    ms = int(props.expiration)
-                    if ms < 0:
-                        raise ValueError
-                except ValueError:
-                    raise ChannelError(spec.PRECONDITION_FAILED, f"invalid expiration '{props.expiration}'",
-                                       type(m)) from None
+                ms = _expiration_ms(props.expiration, type(m))
                 expires_at = now + ms / 1000.0
             persistent = props.delivery_mode == 2
             if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
@@ -776,6 +773,36 @@ def _not_default(exchange: str, method: type) -> None:
     """RabbitMQ refuses every declare, delete and (un)bind naming the default exchange."""
     if exchange == "":
         raise ChannelError(spec.ACCESS_REFUSED, "operation not permitted on the default exchange", method)
+
+
+def _expiration_ms(text: str, method: type) -> int:
+    """The expiration property in milliseconds; refused with RabbitMQ's reasons."""
+    digits = text.lstrip("+-")
+    sign_len = len(text) - len(digits)
+    n = 0
+    while n < len(digits) and digits[n].isdigit():
+        n += 1
+    if not n or sign_len > 1:
+        reason = "no_integer"
+    elif n < len(digits):
+        reason = f'{{leftover_string,"{digits[n:]}"}}'
+    else:
+        ms = int(text)
+        if ms >= 0:
+            return ms
+        reason = f"{{value_negative,{ms}}}"
+    raise ChannelError(spec.PRECONDITION_FAILED, f"invalid expiration '{text}': {reason}", method)
+
+
+def _inequivalent(key: str, kind: str, name: str, vhost: str, theirs: Any, ours: Any) -> str:
+    """RabbitMQ's text for a redeclare whose argument ``key`` differs."""
+    def val(v: Any) -> str:
+        return "none" if v is None else f"the value '{_term(v)}' of type '{amqp_type_name(v)}'"
+
+    head = f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': received "
+    if theirs is None or ours is None:
+        return f"{head}{val(theirs)} but current is {val(ours)}"
+    return f"{head}'{_term(theirs)}' but current is '{_term(ours)}'"
 
 
 def _term(value: Any) -> str:

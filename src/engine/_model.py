@@ -323,26 +323,54 @@ MAX_PRIORITY = 255
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
-def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Validate and normalise queue arguments (protocols may hand them over as strings)."""
+def _check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = "/") -> dict[str, Any] | None:
+    """Validate and normalise queue arguments (STOMP hands them over as strings); refusals carry
+    RabbitMQ's texts ("invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}")."""
     if not args:
         return None
     out = dict(args)
+
+    def invalid(name: str, reason: str) -> PreconditionFailed:
+        return PreconditionFailed(f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': {reason}")
+
     for name in _INT_QUEUE_ARGS:
         if name in out:
             try:
                 value = int(out[name])
+                if isinstance(out[name], (bool, float)):
+                    raise TypeError
             except (TypeError, ValueError):
-                raise PreconditionFailed(f"invalid arg '{name}': {out[name]!r} is not an integer") from None
-            if value < 0 or (name == "x-expires" and value == 0) or (name == "x-max-priority" and value > MAX_PRIORITY):
-                raise PreconditionFailed(f"invalid arg '{name}': {value} is out of range")
+                raise invalid(name, f'"expected integer, got {amqp_type_name(out[name])}"') from None
+            if value < 0:
+                raise invalid(name, f"{{value_negative,{value}}}")
+            if name == "x-expires" and value == 0:
+                raise invalid(name, f"{{value_zero,{value}}}")
+            if name == "x-max-priority" and value > MAX_PRIORITY:
+                raise invalid(name, f"{{max_value_exceeded,{value}}}")
             out[name] = value
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
         if name in out:
             out[name] = str(out[name])
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
-        raise PreconditionFailed(f"invalid arg 'x-overflow': {out['x-overflow']!r}")
+        raise invalid("x-overflow", "invalid_overflow")
     return out
+
+
+def amqp_type_name(value: Any) -> str:
+    """The AMQP field-table type RabbitMQ names for a decoded value (in its reply texts)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(1 << 31) <= value < (1 << 31) else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
 
 
 def _over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> bool:
@@ -505,7 +533,7 @@ class Model:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
-        args = _check_queue_args(args)
+        args = _check_queue_args(args, name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             self.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             self._store_write()

@@ -514,3 +514,103 @@ def test_reserved_names_and_unknown_delivery_tag(conn: pika.BlockingConnection) 
     with pytest.raises(pe.ChannelClosedByBroker) as ei:
         ch.queue_declare("", exclusive=True)
     assert (ei.value.reply_code, ei.value.reply_text) == (406, "PRECONDITION_FAILED - unknown delivery tag 12345")
+
+
+def _declare_twice(first: dict[str, Any], second: dict[str, Any] | None) -> Any:
+    def run(conn: pika.BlockingConnection, ch: Any, name: str) -> None:
+        ch.queue_declare(name, auto_delete=True, arguments=first)
+        ch.queue_declare(name, auto_delete=True, arguments=second)
+    return run
+
+
+def _publish_then_sync(props: pika.BasicProperties) -> Any:
+    def run(conn: pika.BlockingConnection, ch: Any, name: str) -> None:
+        ch.basic_publish("", name, b"x", props)
+        ch.queue_declare("", exclusive=True)  # the channel.close of the publish arrives first
+    return run
+
+
+def _exclusive_consumer_then(exclusive: bool) -> Any:
+    def run(conn: pika.BlockingConnection, ch: Any, name: str) -> None:
+        ch.queue_declare(name, exclusive=True)
+        ch.basic_consume(name, lambda *a: None, exclusive=not exclusive)
+        ch.basic_consume(name, lambda *a: None, exclusive=exclusive)
+    return run
+
+
+def _delete_non_empty(conn: pika.BlockingConnection, ch: Any, name: str) -> None:
+    ch.queue_declare(name, exclusive=True)
+    ch.basic_publish("", name, b"x")
+    wait_until(lambda: ch.queue_declare(name, passive=True).method.message_count, what="the message")
+    ch.queue_delete(name, if_empty=True)
+
+
+def _alternate_exchange(conn: pika.BlockingConnection, ch: Any, name: str) -> None:
+    ch.exchange_declare(name, "fanout", auto_delete=True, arguments={"alternate-exchange": "a"})
+    conn.channel().exchange_declare(name, "fanout", auto_delete=True, arguments={"alternate-exchange": "a"})
+    ch.exchange_declare(name, "fanout", auto_delete=True, arguments={"alternate-exchange": "b"})
+
+
+def _invalid(arg: str, reason: str) -> str:
+    return f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{{q}}' in vhost '/': {reason}"
+
+
+#: a common mistake -> RabbitMQ 3.10's (channel or connection, code, text); {q} is the name used
+MISTAKES: dict[str, tuple[Any, str, int, str]] = {
+    "ttl not an integer": (lambda c, ch, q: ch.queue_declare(q, auto_delete=True, arguments={"x-message-ttl": "abc"}),
+                           "channel", 406, _invalid("x-message-ttl", '"expected integer, got longstr"')),
+    "negative max-length": (lambda c, ch, q: ch.queue_declare(q, auto_delete=True, arguments={"x-max-length": -1}),
+                            "channel", 406, _invalid("x-max-length", "{value_negative,-1}")),
+    "x-expires zero": (lambda c, ch, q: ch.queue_declare(q, auto_delete=True, arguments={"x-expires": 0}),
+                       "channel", 406, _invalid("x-expires", "{value_zero,0}")),
+    "max-priority too high": (lambda c, ch, q: ch.queue_declare(q, auto_delete=True, arguments={"x-max-priority": 300}),
+                              "channel", 406, _invalid("x-max-priority", "{max_value_exceeded,300}")),
+    "bad overflow": (lambda c, ch, q: ch.queue_declare(q, auto_delete=True, arguments={"x-overflow": "bogus"}),
+                     "channel", 406, _invalid("x-overflow", "invalid_overflow")),
+    "inequivalent ttl": (_declare_twice({"x-message-ttl": 1000}, {"x-message-ttl": 2000}), "channel", 406,
+                         "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{q}' in vhost '/': "
+                         "received '2000' but current is '1000'"),
+    "ttl missing on redeclare": (_declare_twice({"x-message-ttl": 1000}, None), "channel", 406,
+                                 "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{q}' in vhost "
+                                 "'/': received none but current is the value '1000' of type 'signedint'"),
+    "inequivalent alternate-exchange": (_alternate_exchange, "channel", 406,
+                                        "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
+                                        "'{q}' in vhost '/': received 'b' but current is 'a'"),
+    "delete non-empty if_empty": (_delete_non_empty, "channel", 406,
+                                  "PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty"),
+    "exclusive consume on a used queue": (_exclusive_consumer_then(True), "channel", 403,
+                                          "ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use"),
+    "consume beside an exclusive consumer": (_exclusive_consumer_then(False), "channel", 403,
+                                             "ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use"),
+    "expiration not a number": (_publish_then_sync(pika.BasicProperties(expiration="abc")), "channel", 406,
+                                "PRECONDITION_FAILED - invalid expiration 'abc': no_integer"),
+    "negative expiration": (_publish_then_sync(pika.BasicProperties(expiration="-5")), "channel", 406,
+                            "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}"),
+    "expiration with trailing text": (_publish_then_sync(pika.BasicProperties(expiration="10s")), "channel", 406,
+                                      "PRECONDITION_FAILED - invalid expiration '10s': {leftover_string,\"s\"}"),
+    "recover without requeue": (lambda c, ch, q: ch.basic_recover(requeue=False), "connection", 540,
+                                "NOT_IMPLEMENTED - requeue=false"),
+    "commit outside a transaction": (lambda c, ch, q: ch.tx_commit(), "channel", 406,
+                                     "PRECONDITION_FAILED - channel is not transactional"),
+    "tx after confirm": (lambda c, ch, q: (ch.confirm_delivery(), ch.tx_select()), "channel", 406,
+                         "PRECONDITION_FAILED - cannot switch from confirm to tx mode"),
+    "publish to a missing exchange": (lambda c, ch, q: (ch.basic_publish(q, "k", b"x"),
+                                                        ch.queue_declare("", exclusive=True)),
+                                      "channel", 404, "NOT_FOUND - no exchange '{q}' in vhost '/'"),
+    "prefetch_size": (lambda c, ch, q: ch.basic_qos(prefetch_size=1), "connection", 540,
+                      "NOT_IMPLEMENTED - prefetch_size!=0 (1)"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_reply_codes_and_texts_of_common_mistakes(srv: Target, mistake: str) -> None:
+    fn, scope, code, text = MISTAKES[mistake]
+    name = uid("mistake")
+    c = pika.BlockingConnection(params(srv))
+    try:
+        error = pe.ChannelClosedByBroker if scope == "channel" else pe.ConnectionClosedByBroker
+        with pytest.raises(error) as ei:
+            fn(c, c.channel(), name)
+        assert (ei.value.reply_code, ei.value.reply_text) == (code, text.replace("{q}", name))
+    finally:
+        close_quietly(c)
