@@ -61,6 +61,7 @@ class Broker:
         self.model = Model(store, self.timers)
         self.model.light_limit = config.limits.max_topic_buffer
         self.model.page_window = max(1, config.limits.queue_window)
+        self.model.page_window_bytes = max(1, config.limits.queue_window_bytes)
         self.sessions: dict[int, Session] = {}
         self._out: list[Action | list[Any]] = []  # a list item is a pending Write: [conn_id, chunks]
         self._last_write: list[Any] | None = None

@@ -458,6 +458,9 @@ class Model:
         #: ready messages a queue keeps in memory; later arrivals go to the store's page
         #: (``Limits.queue_window``); the window is refilled when it drains below half
         self.page_window = 2048
+        #: body bytes of ready messages a queue keeps in memory (at least one message): large
+        #: bodies are paged by size, not only by count (``Limits.queue_window_bytes``)
+        self.page_window_bytes = 64 * 1024 * 1024
 
     # -- ids --------------------------------------------------------------------------------------
     def next_message_id(self) -> int:
@@ -713,7 +716,8 @@ class Model:
             self.queued_bytes += len(msg.body)  # _forget takes it off again
             self._expire(q, Entry(msg, count, expires))
             return True
-        if q.paged or (q.count - q.paged >= self.page_window and not resident and _pageable(q)):
+        if q.paged or (not resident and (q.count - q.paged >= self.page_window or (
+                q.count > q.paged and q.bytes + len(msg.body) > self.page_window_bytes)) and _pageable(q)):
             self.store.page_out(q.vhost.name, q.name, msg, count, expires, stored)
             q.paged += 1
             q.count += 1
@@ -894,7 +898,8 @@ class Model:
     # -- paging -----------------------------------------------------------------------------------
     def _pop(self, q: Queue) -> Entry | None:
         """``q.pop()`` after refilling the in-memory window from the page when it ran low."""
-        if q.paged and q.count - q.paged < max(1, self.page_window // 2):
+        if q.paged and (q.count == q.paged or (q.count - q.paged < self.page_window // 2
+                                               and q.bytes < self.page_window_bytes // 2)):
             self._page_in(q)
             while q.paged and q.count == q.paged:  # everything paged in had expired: next batch
                 self._page_in(q)
@@ -903,7 +908,10 @@ class Model:
     def _page_in(self, q: Queue) -> None:
         """Bring the next paged messages into memory, in order, up to the window. Expiry of paged
         messages is checked here (RabbitMQ, too, only expires messages at the head)."""
-        want = max(1, self.page_window - (q.count - q.paged))
+        want = self.page_window - (q.count - q.paged)
+        if q.paged_bytes:  # as many as fit the byte window at the paged messages' average size
+            want = min(want, (self.page_window_bytes - q.bytes) * q.paged // q.paged_bytes)
+        want = max(1, want)
         items, consumed = self.store.page_in(q.vhost.name, q.name, want)
         if not consumed:  # the store has nothing left: do not count phantoms
             consumed = q.paged

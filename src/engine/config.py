@@ -63,6 +63,8 @@ class Limits:
     #: ready messages a queue keeps in memory; later arrivals wait in the store's page (in the
     #: segment files with the embedded store) and are read back in order as the window drains
     queue_window: int = 2048
+    #: and at most this many body bytes of them (at least one message): large bodies are paged too
+    queue_window_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
