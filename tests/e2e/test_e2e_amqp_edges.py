@@ -102,6 +102,33 @@ def test_unbind_cascades_auto_delete_through_exchange_binding(conn: pika.Blockin
     assert conn.is_open
 
 
+def test_exclusive_and_auto_delete_queues_go_with_their_connection_and_consumer(srv: Target) -> None:
+    """kombu: an exclusive queue is deleted when its connection closes; an auto-delete queue when
+    its last consumer is cancelled, taking its auto-delete exchange (last source binding) along."""
+    import kombu
+
+    x, excl, auto = uid("kx"), uid("kexcl"), uid("kauto")
+    exchange = kombu.Exchange(x, "direct", auto_delete=True, durable=False)
+    with kombu.Connection(amqp_url(srv)) as c1:
+        channel = c1.channel()
+        kombu.Queue(excl, exchange, "e", exclusive=True, channel=channel).declare()
+        auto_q = kombu.Queue(auto, exchange, "a", auto_delete=True, durable=False, channel=channel)
+        auto_q.declare()
+        consumer = kombu.Consumer(channel, [auto_q], callbacks=[lambda body, message: None])
+        consumer.consume()
+        consumer.cancel()  # the auto-delete queue goes; the exchange keeps its binding to excl
+    # c1 closed: the exclusive queue went, and with it the exchange's last binding
+    with kombu.Connection(amqp_url(srv)) as c2:
+        for name, kind in ((auto, "queue"), (excl, "queue"), (x, "exchange")):
+            channel = c2.channel()
+            with pytest.raises(Exception) as ei:
+                if kind == "queue":
+                    channel.queue_declare(name, passive=True)
+                else:
+                    channel.exchange_declare(name, "direct", passive=True)
+            assert getattr(ei.value, "code", None) == 404, (name, ei.value)
+
+
 # -- 2. internal errors are logged -------------------------------------------------------------------
 def test_internal_error_is_logged_with_traceback_and_client_gets_541(
         srv: Target, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
