@@ -19,7 +19,7 @@ import pika.exceptions as pe
 import pytest
 
 import servers
-from e2ekit import close_quietly, connect, uid, wait_until
+from e2ekit import close_quietly, connect, pika_open, uid, wait_until
 from engine import Config
 from engine.config import Limits
 
@@ -58,12 +58,8 @@ def params(srv: Target, password: str = "guest") -> pika.ConnectionParameters:
 
 @pytest.fixture()
 def conn(srv: Target) -> Iterator[pika.BlockingConnection]:
-    c = pika.BlockingConnection(params(srv))
-    try:
+    with pika_open(params(srv)) as c:
         yield c
-    finally:
-        if c.is_open:
-            c.close()
 
 
 def channel_error(conn: pika.BlockingConnection, fn: Any, *args: Any, **kw: Any) -> tuple[int, str]:
