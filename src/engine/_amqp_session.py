@@ -158,6 +158,8 @@ class AmqpSession(Session):
     # -- errors -----------------------------------------------------------------------------------
     def _remote_error(self, exc: A.RemoteProtocolError) -> None:
         hint = exc.hint
+        if exc.reply_code == spec.INTERNAL_ERROR:  # the codec met a bug of its own: log it too
+            self.broker.internal_error(self, exc.__cause__ or exc)
         if isinstance(hint, spec.ChannelClose):
             if hint.reply_code == spec.CONTENT_TOO_LARGE:  # RabbitMQ answers an oversized body so
                 hint.reply_code = spec.PRECONDITION_FAILED
