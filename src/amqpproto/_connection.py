@@ -683,13 +683,16 @@ class Connection:
             self._channels.clear()
 
     def _check_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
-        fm, cm = self._tune.frame_max, self._tune.channel_max  # what we proposed
+        # RabbitMQ's checks and texts; 0 ("no limit") exceeds any limit we proposed
         if m.frame_max and m.frame_max < spec.FRAME_MIN_SIZE:
-            raise self._hard(spec.NOT_ALLOWED, f"frame_max {m.frame_max} below 4096",
-                             spec.ConnectionTuneOk)
-        if (fm and (m.frame_max == 0 or m.frame_max > fm)) or (cm and m.channel_max > cm):
-            raise self._hard(spec.NOT_ALLOWED, "tune-ok exceeds the server's limits",
-                             spec.ConnectionTuneOk)
+            raise self._hard(spec.NOT_ALLOWED, f"negotiated frame_max = {m.frame_max} is lower than the "
+                             f"minimum allowed value ({spec.FRAME_MIN_SIZE})", spec.ConnectionTuneOk)
+        for field, ours, theirs in (("frame_max", self._tune.frame_max, m.frame_max),
+                                    ("channel_max", self._tune.channel_max, m.channel_max)):
+            if ours and (theirs == 0 or theirs > ours):
+                detail = " (no limit)" if field == "channel_max" and theirs == 0 else ""
+                raise self._hard(spec.NOT_ALLOWED, f"negotiated {field} = {theirs}{detail} is higher than "
+                                 f"the maximum allowed value ({ours})", spec.ConnectionTuneOk)
 
     @staticmethod
     def _channel_next(st: ChannelState, cls: Any, sender: Role) -> ChannelState | None:

@@ -284,6 +284,25 @@ def test_server_rejects_tune_ok_above_its_limits():
     assert ei.value.reply_code == 530
 
 
+@pytest.mark.parametrize("tune_ok, text", [
+    (a.ConnectionTuneOk(channel_max=0, frame_max=8192), "negotiated channel_max = 0 (no limit) is higher than "
+                                                        "the maximum allowed value (2047)"),
+    (a.ConnectionTuneOk(channel_max=4000, frame_max=8192), "negotiated channel_max = 4000 is higher than the "
+                                                           "maximum allowed value (2047)"),
+    (a.ConnectionTuneOk(channel_max=10, frame_max=0), "negotiated frame_max = 0 is higher than the maximum "
+                                                      "allowed value (8192)"),
+    (a.ConnectionTuneOk(channel_max=10, frame_max=100), "negotiated frame_max = 100 is lower than the minimum "
+                                                        "allowed value (4096)"),
+])
+def test_tune_ok_refusals_have_rabbitmqs_texts(tune_ok, text):
+    c, s = a.Connection(a.CLIENT), a.Connection(a.SERVER, frame_max=8192, channel_max=2047)
+    for who, ev in HANDSHAKE[:3]:
+        transfer(*((c, s) if who == "c" else (s, c)), ev)
+    transfer(s, c, s.tune())
+    err = _err(s, method_frame(tune_ok))  # raw: the client codec would refuse to send some of them
+    assert (err.reply_code, err.hint.reply_text) == (530, text)
+
+
 def test_eof():
     c, s = pair()
     s.receive_data(b"")
