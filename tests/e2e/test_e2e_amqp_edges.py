@@ -70,6 +70,12 @@ def channel_error(conn: pika.BlockingConnection, fn: Any, *args: Any, **kw: Any)
     return ei.value.reply_code, ei.value.reply_text
 
 
+def get_one(ch: Any, q: str, auto_ack: bool = False) -> tuple[Any, Any, bytes]:
+    """basic.get until a message is there (publishes are asynchronous)."""
+    got = wait_until(lambda: (r := ch.basic_get(q, auto_ack=auto_ack))[0] is not None and r, what=f"a message on {q}")
+    return got  # type: ignore[no-any-return]
+
+
 def amqp_url(srv: Target) -> str:
     return f"amqp://guest:guest@{srv.host}:{srv.port}/"
 
@@ -88,7 +94,7 @@ def test_unbind_cascades_auto_delete_through_exchange_binding(conn: pika.Blockin
     ch.queue_bind(q, dst, rk)
     ch.exchange_bind(dst, src, rk)
     ch.basic_publish(src, rk, b"through two exchanges")
-    method = wait_until(lambda: ch.basic_get(q, auto_ack=True)[0], what="the routed message")
+    method = get_one(ch, q, auto_ack=True)[0]
     assert method.routing_key == rk
     ch.queue_unbind(q, dst, rk)  # dst loses its last source binding: gone, and src with it
     ch.exchange_unbind(dst, src, rk)  # unbinding what is gone: fine
@@ -177,6 +183,15 @@ def test_large_messages_up_to_22_mib_from_aio_pika(srv: Target) -> None:
     assert run_async(main(), 120) == [20 * MiB, 22 * MiB]
 
 
+def test_large_message_from_pika(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    payload = bytes(range(256)) * (21 * MiB // 256)
+    ch.basic_publish("", q, payload, pika.BasicProperties(delivery_mode=2))
+    method, _, body = get_one(ch, q, auto_ack=True)
+    assert body == payload
+
+
 def test_default_max_message_size_is_rabbitmqs() -> None:
     assert Limits().max_message_size == 128 * MiB
 
@@ -197,7 +212,7 @@ def test_message_over_configured_max_size_gets_406_and_the_connection_lives(kind
                 406, f"PRECONDITION_FAILED - message size {MiB + 1} is larger than configured max size {MiB}")
             ch2 = c.channel()
             ch2.basic_publish("", q, b"x" * MiB)  # at the limit: fine
-            assert wait_until(lambda: ch2.basic_get(q, auto_ack=True)[2], what="the message") == b"x" * MiB
+            assert get_one(ch2, q, auto_ack=True)[2] == b"x" * MiB
         finally:
             close_quietly(c)
 
@@ -240,7 +255,7 @@ def test_requeue_keeps_position_within_priority(conn: pika.BlockingConnection) -
     q = ch.queue_declare(uid("prio"), arguments={"x-max-priority": 5}).method.queue
     for name, prio in (("a1", 1), ("b5", 5), ("a2", 1), ("c5", 5), ("a3", 1)):
         ch.basic_publish("", q, name.encode(), pika.BasicProperties(priority=prio))
-    got = [wait_until(lambda: ch.basic_get(q), what="a message") for _ in range(5)]
+    got = [get_one(ch, q) for _ in range(5)]
     assert [body for _, _, body in got] == [b"b5", b"c5", b"a1", b"a2", b"a3"]
     for method, _, _ in got:  # in delivery order: later ones must not jump ahead
         ch.basic_nack(method.delivery_tag, requeue=True)
@@ -279,7 +294,7 @@ def test_rolled_back_settle_is_requeued_when_the_channel_closes(conn: pika.Block
     q = ch.queue_declare(uid("tx")).method.queue
     ch.basic_publish("", q, b"precious")
     ch.tx_select()
-    method = wait_until(lambda: ch.basic_get(q)[0], what="the message")
+    method = get_one(ch, q)[0]
     if settle == "ack":
         ch.basic_ack(method.delivery_tag)
     elif settle == "nack":
@@ -289,7 +304,7 @@ def test_rolled_back_settle_is_requeued_when_the_channel_closes(conn: pika.Block
     ch.tx_rollback()
     ch.close()
     ch2 = conn.channel()
-    method, _, body = wait_until(lambda: ch2.basic_get(q, auto_ack=True), what="the requeued message")
+    method, _, body = get_one(ch2, q, auto_ack=True)
     assert body == b"precious" and method.redelivered
     ch2.queue_delete(q)
 
@@ -299,7 +314,7 @@ def test_rolled_back_ack_leaves_the_delivery_unacked_and_ackable(conn: pika.Bloc
     q = ch.queue_declare(uid("tx2")).method.queue
     ch.basic_publish("", q, b"once")
     ch.tx_select()
-    method = wait_until(lambda: ch.basic_get(q)[0], what="the message")
+    method = get_one(ch, q)[0]
     ch.basic_ack(method.delivery_tag)
     ch.tx_rollback()
     ch.basic_ack(method.delivery_tag)  # unacked again: a second ack is valid (RabbitMQ)
@@ -382,7 +397,7 @@ def test_channel_65535_can_be_opened_and_used(conn: pika.BlockingConnection) -> 
     ch = conn.channel(channel_number=65535)
     q = ch.queue_declare("", exclusive=True).method.queue
     ch.basic_publish("", q, b"on the last channel")
-    assert wait_until(lambda: ch.basic_get(q, auto_ack=True)[2], what="the message") == b"on the last channel"
+    assert get_one(ch, q, auto_ack=True)[2] == b"on the last channel"
     ch.close()
 
 

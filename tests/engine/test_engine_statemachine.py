@@ -1,6 +1,7 @@
 """Hypothesis state machines comparing the engine with a small reference model of queue semantics:
 publish, consume (with prefetch), ack, nack (requeue or drop), cancel/disconnect -> requeue in
-order; highest priority first, FIFO within a level, requeued messages back at their original position in their level (RabbitMQ's);
+order; highest priority first, FIFO within a level, requeued messages back at their original
+position in their level (RabbitMQ's);
 nothing lost, nothing duplicated beyond redelivery."""
 
 import shutil

@@ -110,7 +110,8 @@ class TeardownMachine(RuleBasedStateMachine):
         return self.vhost.queues[name]
 
     # -- rules ---------------------------------------------------------------------------------------
-    @rule(name=st.sampled_from(EXCHANGES), auto_delete=st.booleans(), type=st.sampled_from(("direct", "topic", "fanout")))
+    @rule(name=st.sampled_from(EXCHANGES), auto_delete=st.booleans(),
+          type=st.sampled_from(("direct", "topic", "fanout")))
     def declare_exchange(self, name: str, auto_delete: bool, type: str) -> None:
         if name in self.ref.exchanges:
             return  # a redeclare changes nothing (the channel checks equivalence)
