@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pika
 import pika.exceptions as pe
 import pytest
+from e2ekit import close_quietly, connect, pika_open, uid, wait_until
 
 import servers
-from e2ekit import close_quietly, connect, pika_open, uid, wait_until
 from engine import Config
 from engine.config import Limits
 
@@ -234,7 +235,7 @@ def test_rejected_messages_go_back_to_their_original_position(conn: pika.Blockin
         ch.basic_publish("", q, f"m{i}".encode())
     ch.basic_qos(prefetch_count=5)
     tags = []
-    for method, _, body in ch.consume(q, inactivity_timeout=10):
+    for method, _, _ in ch.consume(q, inactivity_timeout=10):
         assert method is not None
         tags.append(method.delivery_tag)
         if len(tags) == 5:
@@ -470,41 +471,47 @@ def test_unbind_of_missing_queue_exchange_or_binding_is_ok(conn: pika.BlockingCo
     assert code == 404 and text.startswith("NOT_FOUND - no queue")
 
 
+async def _rpc_then_master_worker(connection: Any, cycle: int) -> None:
+    """One aio-pika RPC call and one Master/Worker round, each on its own channel, then closed."""
+    from aio_pika.patterns import RPC, Master
+
+    channel = await connection.channel()
+    rpc = await RPC.create(channel)
+
+    async def multiply(*, x: int, y: int) -> int:
+        return x * y
+
+    name = uid(f"mul{cycle}")
+    await rpc.register(name, multiply, auto_delete=True)
+    assert await rpc.proxy.__getattr__(name)(x=cycle, y=7) == cycle * 7
+    assert await rpc.call(name, kwargs=dict(x=3, y=cycle)) == 3 * cycle
+    await rpc.close()  # basic.cancel (auto-deletes its queue), then queue.unbind: fine
+
+    worker_channel = await connection.channel()
+    master = Master(worker_channel)
+    done: asyncio.Queue[int] = asyncio.Queue()
+
+    async def work(*, n: int) -> None:
+        await done.put(n)
+
+    task = uid(f"task{cycle}")
+    worker = await master.create_worker(task, work, auto_delete=True)
+    for n in range(3):
+        await master.proxy.__getattr__(task)(n=n)
+    assert sorted([await asyncio.wait_for(done.get(), 10) for _ in range(3)]) == [0, 1, 2]
+    await worker.close()
+    await worker_channel.close()
+    await channel.close()
+
+
 def test_aio_pika_rpc_and_master_worker_repeatedly_on_one_connection(srv: Target) -> None:
     import aio_pika
-    from aio_pika.patterns import RPC, Master
 
     async def main() -> None:
         connection = await aio_pika.connect(amqp_url(srv))
         async with connection:
             for cycle in range(5):
-                channel = await connection.channel()
-                rpc = await RPC.create(channel)
-
-                async def multiply(*, x: int, y: int) -> int:
-                    return x * y
-
-                name = uid(f"mul{cycle}")
-                await rpc.register(name, multiply, auto_delete=True)
-                assert await rpc.proxy.__getattr__(name)(x=cycle, y=7) == cycle * 7
-                assert await rpc.call(name, kwargs=dict(x=3, y=cycle)) == 3 * cycle
-                await rpc.close()  # basic.cancel (auto-deletes its queue), then queue.unbind: fine
-
-                worker_channel = await connection.channel()
-                master = Master(worker_channel)
-                done: asyncio.Queue[int] = asyncio.Queue()
-
-                async def work(*, n: int) -> None:
-                    await done.put(n)
-
-                task = uid(f"task{cycle}")
-                worker = await master.create_worker(task, work, auto_delete=True)
-                for n in range(3):
-                    await master.proxy.__getattr__(task)(n=n)
-                assert sorted([await asyncio.wait_for(done.get(), 10) for _ in range(3)]) == [0, 1, 2]
-                await worker.close()
-                await worker_channel.close()
-                await channel.close()
+                await _rpc_then_master_worker(connection, cycle)
 
     run_async(main(), 120)
 
