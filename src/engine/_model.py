@@ -1074,8 +1074,8 @@ class Model:
         sub.trim()
 
     def _light_return(self, sub: LightConsumer, entry: Entry) -> None:
-        """A nacked or timed-out delivery goes back first in line (it was taken out of
-        ``unacked`` already)."""
+        """A nacked or timed-out delivery goes back to its original position (it was taken out
+        of ``unacked`` already)."""
         entry.count += 1
         if entry.expires is not None and entry.expires <= self.now:
             entry.state = GONE
@@ -1084,7 +1084,7 @@ class Model:
         entry.state = READY
         if sub.buf is None:
             sub.buf = LightBuffer()
-        sub.buf.push_front(entry)
+        sub.buf.requeue(entry)
         if entry.expires is not None:
             entry.timer = self.timers.add(entry.expires, self._on_light_expiry, (sub, entry))
         self._dirty[sub] = None  # type: ignore[index]
