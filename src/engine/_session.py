@@ -63,8 +63,8 @@ class Host(Protocol):
 
     def new_name(self, prefix: str) -> str: ...
 
-    def internal_error(self, exc: Exception) -> None:
-        """A bug met while serving a connection (kept for tests and logs)."""
+    def internal_error(self, session: Session, exc: BaseException) -> None:
+        """A bug met while serving ``session`` (kept for tests, logged with its traceback)."""
 
 
 def is_loopback(peer: tuple[Any, ...]) -> bool:

@@ -398,7 +398,7 @@ class SimNetwork:
 
     def _sync(self, token: int) -> None:
         try:
-            self.broker.store.sync(token)
+            self.broker.run_sync(token)
         except StoreError:
             self.broker.sync_failed(token, self._now)
         else:

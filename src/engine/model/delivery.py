@@ -114,7 +114,7 @@ class Delivery:
         if not unacked:
             return
         q = consumer.queue
-        for entry in reversed(list(unacked.values())):  # push_front in reverse keeps original order
+        for entry in reversed(list(unacked.values())):  # newest first: each goes back at the head
             self._return(q, entry, requeue)
 
     def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
@@ -191,7 +191,7 @@ class Delivery:
                 self.publisher.expire(q, entry)
                 return
             entry.timer = state.timers.add(entry.expires, self.publisher.on_expiry, (q, entry))
-        q.push_front(entry)
+        q.requeue(entry)
         state.dirty[q] = None
 
     # -- dispatch ---------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ queue arguments they obey. Nothing here calls upward: operations on them live in
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
+from operator import attrgetter
 from typing import Any, Protocol
 
 from .._message import READY, Entry
@@ -20,6 +22,7 @@ __all__ = [
     "STANDARD_EXCHANGES",
     "MAX_PRIORITY",
     "check_queue_args",
+    "amqp_type_name",
     "over_limits",
     "pageable",
     "consumer_priority",
@@ -118,6 +121,8 @@ def _extra(name: str, default: Any) -> property:
     return property(get, set_)
 
 
+_entry_seq = attrgetter("seq")
+
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
@@ -199,8 +204,18 @@ class Queue:
         self.count += 1
         self.bytes += len(entry.msg.body)
 
-    def push_front(self, entry: Entry) -> None:
-        self._level(entry.msg.priority).appendleft(entry)
+    def requeue(self, entry: Entry) -> None:
+        """Put a returned entry back at its original position within its priority level (by
+        ``seq``): at the head when nothing older is ready (the common case, O(1)), else found by
+        bisection. Paged messages all came later than any returned one, so it stays in memory."""
+        level = self._level(entry.msg.priority)
+        seq = entry.seq
+        if not level or level[0].seq > seq:
+            level.appendleft(entry)
+        elif level[-1].seq < seq:
+            level.append(entry)
+        else:
+            level.insert(bisect_left(level, seq, key=_entry_seq), entry)
         self.count += 1
         self.bytes += len(entry.msg.body)
 
@@ -276,26 +291,54 @@ MAX_PRIORITY = 255
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
-def check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Validate and normalise queue arguments (protocols may hand them over as strings)."""
+def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = "/") -> dict[str, Any] | None:
+    """Validate and normalise queue arguments (STOMP hands them over as strings); refusals carry
+    RabbitMQ's texts ("invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}")."""
     if not args:
         return None
     out = dict(args)
+
+    def invalid(name: str, reason: str) -> PreconditionFailed:
+        return PreconditionFailed(f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': {reason}")
+
     for name in _INT_QUEUE_ARGS:
         if name in out:
             try:
                 value = int(out[name])
+                if isinstance(out[name], (bool, float)):
+                    raise TypeError
             except (TypeError, ValueError):
-                raise PreconditionFailed(f"invalid arg '{name}': {out[name]!r} is not an integer") from None
-            if value < 0 or (name == "x-expires" and value == 0) or (name == "x-max-priority" and value > MAX_PRIORITY):
-                raise PreconditionFailed(f"invalid arg '{name}': {value} is out of range")
+                raise invalid(name, f'"expected integer, got {amqp_type_name(out[name])}"') from None
+            if value < 0:
+                raise invalid(name, f"{{value_negative,{value}}}")
+            if name == "x-expires" and value == 0:
+                raise invalid(name, f"{{value_zero,{value}}}")
+            if name == "x-max-priority" and value > MAX_PRIORITY:
+                raise invalid(name, f"{{max_value_exceeded,{value}}}")
             out[name] = value
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
         if name in out:
             out[name] = str(out[name])
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
-        raise PreconditionFailed(f"invalid arg 'x-overflow': {out['x-overflow']!r}")
+        raise invalid("x-overflow", "invalid_overflow")
     return out
+
+
+def amqp_type_name(value: Any) -> str:
+    """The AMQP field-table type RabbitMQ names for a decoded value (in its reply texts)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(1 << 31) <= value < (1 << 31) else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
 
 
 def over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> bool:

@@ -28,7 +28,9 @@ class Pager:
 
     def pop(self, q: Queue) -> Entry | None:
         """``q.pop()`` after refilling the in-memory window from the page when it ran low."""
-        if q.paged and q.count - q.paged < max(1, self.state.page_window // 2):
+        state = self.state
+        if q.paged and (q.count == q.paged or (q.count - q.paged < state.page_window // 2
+                                               and q.bytes < state.page_window_bytes // 2)):
             self.page_in(q)
             while q.paged and q.count == q.paged:  # everything paged in had expired: next batch
                 self.page_in(q)
@@ -44,7 +46,10 @@ class Pager:
         """Bring the next paged messages into memory, in order, up to the window. Expiry of paged
         messages is checked here (RabbitMQ, too, only expires messages at the head)."""
         state = self.state
-        want = max(1, state.page_window - (q.count - q.paged))
+        want = state.page_window - (q.count - q.paged)
+        if q.paged_bytes:  # as many as fit the byte window at the paged messages' average size
+            want = min(want, (state.page_window_bytes - q.bytes) * q.paged // q.paged_bytes)
+        want = max(1, want)
         items, consumed = state.store.page_in(q.vhost.name, q.name, want)
         if not consumed:  # the store has nothing left: do not count phantoms
             consumed = q.paged

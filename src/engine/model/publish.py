@@ -126,7 +126,8 @@ class Publisher:
             state.queued_bytes += len(msg.body)  # forget takes it off again
             self.expire(q, Entry(msg, count, expires))
             return True
-        if q.paged or (q.count - q.paged >= state.page_window and not resident and pageable(q)):
+        if q.paged or (not resident and (q.count - q.paged >= state.page_window or (
+                q.count > q.paged and q.bytes + len(msg.body) > state.page_window_bytes)) and pageable(q)):
             self.pager.page_out(q, msg, count, expires, stored)
         else:
             entry = Entry(msg, count, expires)

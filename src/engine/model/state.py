@@ -19,7 +19,7 @@ class ModelState:
     # slots: the layers read these on every message (a slot is the fastest attribute to load)
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
-                 "light_dropped_total", "page_window")
+                 "light_dropped_total", "page_window", "page_window_bytes")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
@@ -49,6 +49,9 @@ class ModelState:
         #: ready messages a queue keeps in memory; later arrivals go to the store's page
         #: (``Limits.queue_window``); the window is refilled when it drains below half
         self.page_window = 2048
+        #: body bytes of ready messages a queue keeps in memory (at least one message): large
+        #: bodies are paged by size, not only by count (``Limits.queue_window_bytes``)
+        self.page_window_bytes = 64 * 1024 * 1024
 
     def next_message_id(self) -> int:
         self._next_msg_id += 1

@@ -79,13 +79,15 @@ class Topology:
             raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
         if name == "" or name.startswith("amq."):
             raise AccessRefused(f"cannot delete exchange '{name}'")
+        # out of the vhost first: unbinding its last binding must not auto-delete it a second
+        # time, and the cascades below (auto-delete sources) change ``vhost.exchanges``
+        del vhost.exchanges[name]
         for dest, key, args in list(x.router.bindings()):
             self.unbind(vhost, dest, x, key, args)
-        for other in vhost.exchanges.values():  # bindings where x is the destination
+        for other in list(vhost.exchanges.values()):  # bindings where x is the destination
             for dest, key, args in list(other.router.bindings()):
                 if dest is x:
-                    self.unbind(vhost, x, other, key, args)
-        del vhost.exchanges[name]
+                    self.unbind(vhost, x, other, key, args)  # may auto-delete ``other``
         if x.durable:
             state.store.delete_exchange(vhost.name, name)
             state.store_write()
@@ -103,7 +105,7 @@ class Topology:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
-        args = check_queue_args(args)
+        args = check_queue_args(args, name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()

@@ -804,7 +804,7 @@ class StompSession(Session):
                 head += b"redelivered:true\nx-delivery-count:%d\n" % entry.count
             self.write(self.conn.send_message_bytes(head + tail, self.host.now))
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
-            self.host.internal_error(exc)
+            self.host.internal_error(self, exc)
             self.abort("internal error")  # the delivery counts as unacked and is requeued by the teardown
 
     def _wire(self, consumer: AnySubscription) -> _Wire:
