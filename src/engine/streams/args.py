@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
@@ -108,7 +108,9 @@ def parse_stream_offset(value: Any, argument: str = "x-stream-offset") -> Offset
             return OffsetSpec("interval", parse_interval_ms(argument, value))
         raise StreamArgumentError(
             argument, f"{value!r} is not first, last, next, an offset, a timestamp or an interval such as '1h'")
-    if isinstance(value, datetime):
+    if isinstance(value, datetime):  # an AMQP timestamp (naive: UTC, never the local zone)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
         return OffsetSpec("timestamp", int(value.timestamp() * 1000))
     if _is_int(value):
         if value < 0:
