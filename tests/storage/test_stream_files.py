@@ -109,6 +109,48 @@ def test_a_corrupt_byte_in_the_middle_ends_the_valid_data(tmp_path) -> None:
     check_contents(log)
 
 
+def test_sealed_segments_are_opened_from_their_saved_index(tmp_path, monkeypatch) -> None:
+    d = str(tmp_path)
+    build(d, 60)
+    segs = segment_files(d)
+    idx = sorted(n for n in os.listdir(d) if n.endswith(".idx"))
+    assert len(segs) > 3 and len(idx) == len(segs) - 1  # every sealed one, not the active one
+    scans: list[str] = []
+    real_scan = FileStreamLog._scan
+    monkeypatch.setattr(FileStreamLog, "_scan", lambda self, seg, state: scans.append(seg.path) or real_scan(self, seg, state))
+    log = FileStreamLog(d)
+    assert scans == [segs[-1]]  # only the newest segment is read
+    check_contents(log)
+    assert (log.stored_offset("c"), log.last_publishing_id("p")) == (59 - (59 - 3) % 7, 59)
+    log.close()
+    with open(os.path.join(d, idx[1]), "r+b") as f:  # a damaged sidecar: that segment is scanned
+        f.seek(30)
+        f.write(b"\xff\xff")
+    open(os.path.join(d, "junk.idx.tmp"), "wb").close()
+    scans.clear()
+    log = FileStreamLog(d)
+    assert scans == [segs[1], segs[-1]]
+    assert not os.path.exists(os.path.join(d, "junk.idx.tmp"))
+    check_contents(log)
+    assert log.offset_at(int((T0 + 30) * 1000)) == 30
+    log.close()
+
+
+def test_the_newest_segment_keeps_its_state_when_the_one_after_it_is_dropped(tmp_path) -> None:
+    d = str(tmp_path)
+    build(d, 60)
+    segs = segment_files(d)
+    with open(segs[-1], "r+b") as f:
+        f.truncate(len(b"SMQSTRM1") + 5)  # its snapshot torn: nothing valid in it
+    log = FileStreamLog(d)
+    assert segment_files(d) == segs[:-1]
+    assert not os.path.exists(segs[-2][:-4] + ".idx")  # appended to again: no stale sidecar
+    assert log.last_publishing_id("p") == log.tail - 1 and log.stored_offset("c") is not None
+    assert log.append(smsg(log.tail), T0) == log.tail - 1
+    log.close()
+    check_contents(FileStreamLog(d))
+
+
 class RecordingLog(FileStreamLog):
     """Remembers, per segment file, the size it had when it was last fsynced."""
 

@@ -15,8 +15,15 @@ is ``SMQSTRM1`` then records framed as in the segment store: ``<u32 length><u32 
 - ``K_TRACK``: consumer ``<name>`` (the rest of the payload) stored ``offset``.
 - ``K_SNAP``: the first record of every segment: the whole tracking state at that point,
   ``<u32 consumers><u32 producers>`` then per entry ``<u64 value><u16 n><name>`` (consumers first).
-  Retention deletes whole old segments, so the state in the snapshot of the oldest kept segment
-  plus the records after it is always complete (osiris' tracking snapshots).
+  Retention deletes whole old segments, so the snapshot of the newest segment plus the records
+  after it is always the complete state (osiris' tracking snapshots); opening reads only those.
+
+A sealed segment gets a sidecar ``<first>.idx`` once a sync has fsynced all of it: ``SMQSIDX1``,
+``<u64 first><u64 end><u64 size><i64 last ts><i64 last chunk><u32 entries>``, the three index
+arrays (little-endian u64, u64, i64) and a crc32 of all that. Opening loads a sealed segment's
+index from its sidecar when the CRC and the segment's size match, so a restart reads only the
+newest segment; otherwise (no sidecar, torn, stale) it scans the segment. Sidecars are not fsynced:
+a lost one only costs a scan.
 
 In memory each segment keeps a sparse index: three arrays (offset, file position, timestamp) with an
 entry for its first message and then every ``INDEX_STRIDE`` messages or ``INDEX_BYTES`` bytes, plus
@@ -44,6 +51,7 @@ import mmap
 import os
 import shutil
 import struct
+import sys
 import threading
 from array import array
 from bisect import bisect_right
@@ -65,9 +73,12 @@ _HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
 _PROD = Struct("<QH")  # publishing id, len(producer name)
 _SNAP = Struct("<II")  # consumers, producers
 _ENT = Struct("<QH")  # value, len(name)
+_U32 = Struct("<I")
 K_MSG, K_TRACK, K_SNAP = 1, 2, 3
 F_CHUNK, F_PRODUCER = 0x40, 0x80
 _KIND = 0x0F
+IDX_MAGIC = b"SMQSIDX1"
+_IDX = Struct("<QQQqqI")  # first, end, size, last ts, last chunk, entries
 INDEX_STRIDE = 64
 INDEX_BYTES = 64 << 10
 #: a segment's buffer is written out on the loop thread once it is this large
@@ -82,7 +93,7 @@ class _Seg:
     """One segment file: what is written, the buffer, and its sparse index."""
 
     __slots__ = ("path", "fd", "first", "end", "written", "buf", "dirty", "last_ts", "chunk",
-                 "idx_off", "idx_pos", "idx_ts")
+                 "idx_off", "idx_pos", "idx_ts", "sidecar")
 
     def __init__(self, path: str, fd: int, first: int, written: int) -> None:
         self.path = path
@@ -97,6 +108,43 @@ class _Seg:
         self.idx_off = array("Q")
         self.idx_pos = array("Q")
         self.idx_ts = array("q")
+        self.sidecar = False  # its index is saved next to it
+
+    @property
+    def idx_path(self) -> str:
+        return self.path[:-4] + ".idx"
+
+    def save_index(self) -> bytes:
+        arrays = [self.idx_off, self.idx_pos, self.idx_ts]
+        if sys.byteorder != "little":
+            arrays = [array(a.typecode, a) for a in arrays]
+            for a in arrays:
+                a.byteswap()
+        body = (IDX_MAGIC + _IDX.pack(self.first, self.end, self.written, self.last_ts, self.chunk,
+                                      len(self.idx_off)) + b"".join(a.tobytes() for a in arrays))
+        return body + _U32.pack(crc32(body))
+
+    def load_index(self) -> bool:
+        """Take the index from the sidecar if it is intact and matches the segment's size."""
+        try:
+            with open(self.idx_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        head = len(IDX_MAGIC) + _IDX.size
+        if len(data) < head + 4 or data[: len(IDX_MAGIC)] != IDX_MAGIC:
+            return False
+        if crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
+            return False
+        first, end, size, last_ts, chunk, n = _IDX.unpack_from(data, len(IDX_MAGIC))
+        if first != self.first or size != os.fstat(self.fd).st_size or len(data) != head + 24 * n + 4:
+            return False
+        for i, a in enumerate((self.idx_off, self.idx_pos, self.idx_ts)):
+            a.frombytes(data[head + 8 * n * i: head + 8 * n * (i + 1)])
+            if sys.byteorder != "little":
+                a.byteswap()
+        self.end, self.written, self.last_ts, self.chunk, self.sidecar = end, size, last_ts, chunk, True
+        return True
 
     @property
     def size(self) -> int:
@@ -166,7 +214,10 @@ class FileStreamLog(StreamLog):
     # -- opening ----------------------------------------------------------------------------------------
     def _open(self) -> None:
         names = sorted(n for n in os.listdir(self.path) if n.endswith(".seg") and n[:-4].isdigit())
-        state: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        for n in os.listdir(self.path):  # sidecars of deleted segments, half-written ones
+            if n.endswith(".tmp") or (n.endswith(".idx") and n[:-4] + ".seg" not in names):
+                os.unlink(os.path.join(self.path, n))
+        state: tuple[dict[str, int], dict[str, int]] | None = None
         for i, name in enumerate(names):
             path = os.path.join(self.path, name)
             first = int(name[:-4])
@@ -174,7 +225,12 @@ class FileStreamLog(StreamLog):
                 self._discard(names[i:], "does not continue the previous segment")
                 break
             seg = _Seg(path, os.open(path, os.O_RDWR), first, 0)
-            end, torn = self._scan(seg, state)
+            state = None
+            if i < len(names) - 1 and seg.load_index():
+                end, torn = seg.written, False
+            else:
+                state = ({}, {})
+                end, torn = self._scan(seg, state)
             if end <= len(MAGIC):  # nothing valid (a segment started just before a crash)
                 os.close(seg.fd)
                 os.unlink(path)
@@ -186,7 +242,15 @@ class FileStreamLog(StreamLog):
                 os.ftruncate(seg.fd, end)
                 self._discard(names[i + 1:], "follows a torn segment")
                 break
-        self._consumers, self._producers = dict(state[0]), dict(state[1])
+        if self._segs:
+            last = self._segs[-1]
+            if state is None or last.sidecar:  # its tracking state comes from a scan
+                state = ({}, {})
+                self._scan(_Seg(last.path, last.fd, last.first, 0), state)
+            if last.sidecar:  # it is appended to again
+                os.unlink(last.idx_path)
+                last.sidecar = False
+            self._consumers, self._producers = dict(state[0]), dict(state[1])
         self._firsts = [s.first for s in self._segs]
         if self._segs:
             self.first = self._segs[0].first
@@ -445,10 +509,12 @@ class FileStreamLog(StreamLog):
             self._firsts = self._firsts[n:]
             for seg in gone:
                 os.close(seg.fd)
-                try:
-                    os.unlink(seg.path)
-                except FileNotFoundError:
-                    pass
+                seg.fd = -1
+                for path in (seg.path, seg.idx_path):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
             self._dir_dirty = True
         self._hints = {k: v for k, v in self._hints.items() if v[0] not in gone}
         return self._segs[0].first
@@ -485,11 +551,12 @@ class FileStreamLog(StreamLog):
                 self._failed = None
                 self._chunk_open = False
                 tail = self.tail
-                dirty = [s for s in self._segs if s.dirty] if self.fsync else []
+                dirty = [s for s in self._segs if s.dirty]
                 fds = []
                 for seg in dirty:
                     seg.dirty = False
-                    fds.append(os.dup(seg.fd))
+                    if self.fsync:  # without fsync, written is as durable as it gets
+                        fds.append(os.dup(seg.fd))
                 dir_dirty = self._dir_dirty and self.fsync
                 self._dir_dirty = False
             try:
@@ -508,6 +575,25 @@ class FileStreamLog(StreamLog):
                 for fd in fds:
                     os.close(fd)
             self.committed = max(self.committed, tail)
+            self._save_indexes()
+
+    def _save_indexes(self) -> None:
+        """Write the sidecar of every sealed segment that is fully fsynced (worker thread)."""
+        with self._lock:
+            sealed = [s for s in self._segs[:-1] if not s.sidecar and not s.dirty and not s.buf]
+        for seg in sealed:
+            tmp = seg.idx_path + ".tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(seg.save_index())
+                with self._lock:
+                    if seg.fd >= 0 and seg in self._segs:
+                        os.replace(tmp, seg.idx_path)
+                        seg.sidecar = True
+                    else:
+                        os.unlink(tmp)
+            except OSError as exc:  # only costs a scan on the next open
+                log.warning("stream %s: could not save a segment index: %s", self.path, exc)
 
     def close(self) -> None:
         try:
