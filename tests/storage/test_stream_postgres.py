@@ -4,33 +4,15 @@ backlog), and replaying a batch whose commit outcome is unknown."""
 
 from __future__ import annotations
 
-import time
-
-import psycopg
 import pytest
 
 from engine.postgres_store import PostgresStore
 from engine.store import StoreError
 from engine.streams import StreamSettings
 from streamtest_helpers import smsg
+from test_postgres_store import FlakyStore, wait_until
 
 T0 = 1_700_000_000.0
-
-
-class FlakyStore(PostgresStore):
-    down = False
-
-    def _connect(self):
-        if self.down:
-            raise psycopg.OperationalError("connection refused (injected)")
-        return super()._connect()
-
-
-def wait_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def bodies(log, start: int = 0) -> list[bytes]:

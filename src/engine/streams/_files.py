@@ -344,8 +344,11 @@ class FileStreamLog(StreamLog):
     def _check_writable(self) -> None:
         """While a write-out fails new records are refused (a retry here may clear it); caller
         holds ``_lock``."""
-        if self._failed is None:
-            return
+        if self._failed is not None:
+            self._write_out()
+
+    def _write_out(self) -> None:
+        """Write every buffer out, or raise StoreError (caller holds ``_lock``)."""
         try:
             self._write_all()
         except OSError as exc:
@@ -450,8 +453,7 @@ class FileStreamLog(StreamLog):
 
     def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
              upto: int | None = None) -> list[StreamRecord]:
-        end = self.tail if upto is None else min(upto, self.tail)
-        offset = max(offset, self.first)
+        offset, end = self._bounds(offset, upto)
         out: list[StreamRecord] = []
         nbytes = 0
         while offset < end and len(out) < max_count:
@@ -543,12 +545,7 @@ class FileStreamLog(StreamLog):
     def sync(self) -> None:
         with self._sync_lock:
             with self._lock:
-                try:
-                    self._write_all()
-                except OSError as exc:
-                    self._mark_failed(exc)
-                    raise StoreError(f"stream store cannot write ({self._failed})") from None
-                self._failed = None
+                self._write_out()
                 self._chunk_open = False
                 tail = self.tail
                 dirty = [s for s in self._segs if s.dirty]

@@ -158,6 +158,10 @@ class StreamLog(ABC):
         tail), at most ``max_count`` of them and, past the first, bodies of at most ``max_bytes``
         in all. Empty at the end of the log."""
 
+    def _bounds(self, offset: int, upto: int | None) -> tuple[int, int]:
+        """A read's first offset (raised to ``first``) and its end (``upto``, at most the tail)."""
+        return max(offset, self.first), self.tail if upto is None else min(upto, self.tail)
+
     @abstractmethod
     def offset_at(self, ts_ms: int) -> int:
         """The first offset appended at or after ``ts_ms``; the tail if none is."""

@@ -245,8 +245,7 @@ class PgStreamLog(StreamLog):
     # -- reading (loop thread) ------------------------------------------------------------------------
     def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
              upto: int | None = None) -> list[StreamRecord]:
-        end = self.tail if upto is None else min(upto, self.tail)
-        offset = max(offset, self.first)
+        offset, end = self._bounds(offset, upto)
         with self._streams.store._lock:
             committed = self.committed
             pending = [r for r in self._unwritten if r[0] >= offset] if end > committed else []

@@ -80,8 +80,7 @@ class MemoryStreamLog(StreamLog):
 
     def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
              upto: int | None = None) -> list[StreamRecord]:
-        end = self.tail if upto is None else min(upto, self.tail)
-        offset = max(offset, self.first)
+        offset, end = self._bounds(offset, upto)
         out: list[StreamRecord] = []
         nbytes = 0
         while offset < end and len(out) < max_count and (not out or nbytes < max_bytes):
