@@ -247,6 +247,10 @@ def test_records_larger_than_a_read_block_and_sequential_batches(tmp_path) -> No
         got += batch
         at = batch[-1].offset + 1
     assert [r.offset for r in got] == [0, 1, 2, 3, 4] and got[3].message.body == big
+    log.store_offset("c", 4, T0)  # a record that is no message, between two reads at the tail
+    log.append(smsg(5), T0)
+    assert log._seek(log._segs[-1], 5) > log._segs[-1].idx_pos[-1]  # resumes where the last read ended
+    assert [(r.offset, r.message.body) for r in log.read(5)] == [(5, b"m5")]
 
 
 @pytest.mark.slow

@@ -459,7 +459,9 @@ class FileStreamLog(StreamLog):
         while offset < end and len(out) < max_count:
             seg = self._segs[bisect_right(self._firsts, offset) - 1]
             stop_pos = None
+            after = 0  # the position after the last record seen
             for pos, p in self._records(seg, self._seek(seg, offset)):
+                after = pos + _REC.size + len(p)
                 o, ts, kind = _HEAD.unpack_from(p, 0)
                 if kind & _KIND != K_MSG or o < offset:
                     continue
@@ -481,6 +483,8 @@ class FileStreamLog(StreamLog):
                 break
             if offset < end and offset < seg.end:
                 raise StoreError(f"stream {self.path}: offset {offset} missing from its segment")
+            if offset == self.tail and after:  # a consumer at the end resumes here, without a seek
+                self._hint(offset, seg, after)
         return out
 
     def _hint(self, offset: int, seg: _Seg, pos: int) -> None:
