@@ -12,9 +12,9 @@ from engine.store import StoreError
 
 from ._driver import Listener
 from ._run import SERVER_KINDS, is_postgres_url, make_broker, make_store, run
-from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
-from .bench.options import EPILOG as BENCH_EPILOG
-from .bench.options import add_arguments as add_bench_arguments
+from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
+from sansmq_bench.options import EPILOG as BENCH_EPILOG
+from sansmq_bench.options import add_arguments as add_bench_arguments
 
 __all__ = ["main", "parse_address", "parse_bytes", "build_parser"]
 
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bench":
-        from .bench import command
+        from sansmq_bench import command
 
         return command(args, parser)
     logging.basicConfig(

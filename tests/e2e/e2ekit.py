@@ -18,12 +18,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import stomp
 from stomp.listener import ConnectionListener
-
 
 LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
 
@@ -88,7 +88,7 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}")
+            raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}") from None
 
 
 def fresh_data_dir() -> str:
