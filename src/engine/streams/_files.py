@@ -56,7 +56,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from struct import Struct
-from typing import Iterator
+from typing import Callable, Iterator
 from zlib import crc32
 
 from .._message import Message
@@ -608,10 +608,10 @@ class FileStreamLog(StreamLog):
             self._firsts = []
 
 
-def _fsync_dir(path: str, fsync: "object") -> None:
+def _fsync_dir(path: str, fsync: Callable[[int], None]) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        fsync(fd)  # type: ignore[operator]
+        fsync(fd)
     finally:
         os.close(fd)
 
