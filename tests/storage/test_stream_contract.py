@@ -5,13 +5,13 @@ and resolving ``x-stream-offset`` specs on a fake clock."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from streamtest_helpers import STREAM_KINDS, StreamStores, smsg
 
 from engine.store import QueueDef
 from engine.streams import OffsetSpec, StreamSettings, parse_stream_offset, resolve_offset
-from streamtest_helpers import STREAM_KINDS, StreamStores, smsg
 
 T0 = 1_700_000_000.0
 
@@ -121,7 +121,7 @@ def test_timestamps_are_monotonic_and_offset_at_finds_the_first_at_or_after(stor
     assert log.offset_at(ms + 2000) == 4
     assert log.offset_at(ms + 2001) == 5
     assert log.offset_at(ms + 10_001) == 6  # after everything: the tail
-    when = datetime.fromtimestamp(T0 + 2, timezone.utc)
+    when = datetime.fromtimestamp(T0 + 2, UTC)
     assert resolve_offset(parse_stream_offset(when), log, T0) == 4
     assert resolve_offset(parse_stream_offset("9s"), log, T0 + 11) == 4
     assert resolve_offset(parse_stream_offset("1h"), log, T0 + 11) == 0

@@ -14,12 +14,12 @@ import tracemalloc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streamtest_helpers import smsg
 
 from engine._message import Message
 from engine.store import StoreError
 from engine.streams import StreamSettings
 from engine.streams._files import INDEX_STRIDE, FileStreamLog
-from streamtest_helpers import smsg
 
 T0 = 1_700_000_000.0
 

@@ -5,12 +5,12 @@ backlog), and replaying a batch whose commit outcome is unknown."""
 from __future__ import annotations
 
 import pytest
+from streamtest_helpers import smsg
+from test_postgres_store import FlakyStore, wait_until
 
 from engine.postgres_store import PostgresStore
 from engine.store import StoreError
 from engine.streams import StreamSettings
-from streamtest_helpers import smsg
-from test_postgres_store import FlakyStore, wait_until
 
 T0 = 1_700_000_000.0
 
