@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import threading
@@ -18,6 +19,8 @@ from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 __all__ = ["SERVER_KINDS", "make_server", "make_broker", "make_store", "run", "running", "Running"]
 
 SERVER_KINDS = ("asyncio", "threads", "trio")
+#: exit status after a second SIGINT cut the graceful shutdown short (128 + SIGINT, as shells)
+EXIT_INTERRUPTED = 130
 
 ListenerSpec = Listener | tuple[str, str, int]
 
@@ -98,9 +101,18 @@ def run(
         broker = make_broker(config)
     srv = make_server(server, broker, listeners)
     if handle_signals and threading.current_thread() is threading.main_thread():
+        signalled: list[int] = []
 
         def on_signal(signum: int, frame: object) -> None:
-            log.info("%s: shutting down", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if signalled and signum == signal.SIGINT:
+                # the operator insists: no more waiting (unsynced, unconfirmed work is not lost
+                # to clients that were told it was safe: confirms only follow an fsync)
+                os.write(2, f"sansmq: second {name}: exiting at once\n".encode())
+                os._exit(EXIT_INTERRUPTED)
+            signalled.append(signum)
+            log.info("%s: shutting down gracefully (a second SIGINT exits at once)", name,
+                     extra={"event": "server.signal", "signal": name})
             srv.stop()
 
         # Installed before the loop starts, so asyncio.run / trio.run leave SIGINT to us.

@@ -254,7 +254,7 @@ class FrameReader:
     def _command(self, line: bytes) -> None:
         cls = _COMMANDS.get(line)
         if cls is None:
-            raise RemoteProtocolError(f"unknown command {line[:32]!r}")
+            raise RemoteProtocolError(f"unknown command '{line[:32].decode('utf-8', 'backslashreplace')}'")
         self._cls = cls
         self._stomp_cmd = line == _STOMP
 
@@ -264,7 +264,8 @@ class FrameReader:
         if (p != partial and p not in _COMMANDS) or not any(
             c.startswith(p) for c in _COMMAND_LIST
         ):
-            raise RemoteProtocolError(f"unknown command {partial[:32]!r}")
+            raise RemoteProtocolError(
+                f"unknown command '{partial[:32].decode('utf-8', 'backslashreplace')}'")
 
     def _finish_head(self, raw: bytes, head_len: int, version: str | None) -> None:
         """Parse the header lines (``raw``, LF-joined, without the command line)."""
