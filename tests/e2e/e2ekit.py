@@ -25,7 +25,8 @@ import stomp
 from stomp.listener import ConnectionListener
 
 
-LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
+#: the listener line of the text log format (timestamp and level first, then the component)
+LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
 
 #: a config for most modules: quick heart-beats, default size limits
 BASE_CONFIG = """
