@@ -227,11 +227,11 @@ class TrioServer(Driver):
 
     async def _main(self, ready: ReadyCallback | None) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        bound = bind_listeners(self.listeners)  # outside the nursery: its error stays an OSError
         try:
             with trio.CancelScope() as self._main_scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    bound = bind_listeners(self.listeners)
                     nursery.start_soon(self._accept_all, [
                         (trio.SocketListener(trio.socket.from_stdlib_socket(sock)), lst.protocol)
                         for sock, lst in bound])
