@@ -383,6 +383,7 @@ class AmqpSession(Session):
         self.close()
 
     def _on_closed(self, event: Any) -> None:
+        self.close_reason = self.close_reason or oplog.EOF_REASON
         self.close()
 
     def _on_peer_timed_out(self, event: Any) -> None:

@@ -83,7 +83,7 @@ class Session:
     def lost(self) -> None:
         """The transport is gone: tear down without a Close action."""
         if not self.closed:
-            self.close_reason = self.close_reason or "client closed the TCP connection"
+            self.close_reason = self.close_reason or oplog.EOF_REASON
             self.teardown()
             self._finish()
         self.broker.sessions.pop(self.conn_id, None)

@@ -449,6 +449,7 @@ class StompSession(Session):
         return user, "", ""
 
     def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close_reason = self.close_reason or oplog.EOF_REASON
         self.close()
 
     def _on_timed_out(self, event: PeerTimedOut) -> None:

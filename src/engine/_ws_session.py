@@ -57,6 +57,7 @@ from wsframe import (
     choose_subprotocol,
 )
 
+from . import oplog
 from ._amqp_session import AmqpSession
 from ._model import Consumer
 from ._session import Session
@@ -163,7 +164,7 @@ class WsSession(Session):
         # transport ending
         self.peer_close = close
         self.close_reason = self.close_reason or (
-            "client closed the TCP connection" if close.code == CloseReason.ABNORMAL_CLOSURE
+            oplog.EOF_REASON if close.code == CloseReason.ABNORMAL_CLOSURE
             else f"client sent WebSocket Close {close.code}")
         inner = self.inner
         if inner is not None and not inner.closed:

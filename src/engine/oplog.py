@@ -18,6 +18,9 @@ __all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "cl
 
 log = logging.getLogger("sansmq.engine")
 
+#: the reason logged when the peer closed its socket without its protocol's goodbye (RabbitMQ's wording)
+EOF_REASON = "client unexpectedly closed TCP connection"
+
 
 def format_peer(peer: tuple[Any, ...]) -> str:
     if len(peer) < 2:
