@@ -187,6 +187,9 @@ def find_line(text: str, key: str) -> int | None:
     for n in range(len(want), 0, -1):
         if want[:n] in found:
             return found[want[:n]]
+        inside = [no for k, no in found.items() if k[:n] == want[:n]]  # only its sub-tables are written
+        if inside:
+            return inside[0]
     return None
 
 

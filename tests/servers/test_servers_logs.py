@@ -107,3 +107,18 @@ def test_from_mapping_validates_too() -> None:
     assert str(err.value) == 'limits.heartbeat_grace: expected a non-negative number, got the string "long"'
     cfg = from_mapping({"default_vhost": "main", "vhosts": ["other"], "anonymous_user": ""})
     assert cfg.vhosts == ("main", "other") and cfg.default_vhost == "main" and cfg.anonymous_user is None
+
+
+def test_example_config_shows_every_key() -> None:
+    from pathlib import Path
+
+    import servers
+    from engine.config_schema import LIMIT_KEYS, TOP_LEVEL_KEYS, USER_KEYS, load
+
+    path = Path(servers.__file__).with_name("example-config.toml")
+    text = path.read_text()
+    wanted = [*TOP_LEVEL_KEYS, *(f"users.app.{k}" for k in USER_KEYS), *(f"limits.{k}" for k in LIMIT_KEYS)]
+    found = [key for key in wanted if find_line(text, key) is not None
+             and text.splitlines()[find_line(text, key) - 1].lstrip().startswith((key.rpartition(".")[2], "["))]
+    assert found == wanted
+    assert load(path).limits.queue_window == 2048
