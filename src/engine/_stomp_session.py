@@ -338,8 +338,8 @@ class StompSession(Session):
         hint = exc.hint
         if hint is None:
             hint = Error({"message": str(exc)[:200] or "protocol error"})
-        self.close_reason = f"protocol error: {hint.headers.get('message', exc)}" if isinstance(hint, Error) \
-            else f"protocol error: {exc}"
+        told = hint.headers.get("message") if isinstance(hint, Error) else None
+        self.close_reason = f"protocol error: {told or exc}"
         self._send_quietly(hint)
         self.close()
 

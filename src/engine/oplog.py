@@ -53,12 +53,16 @@ def _who(session: "Session") -> dict[str, Any]:
 
 
 def accepted(conn_id: int, protocol: str, peer: tuple[Any, ...]) -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
     where = format_peer(peer)
     log.info("accepting %s connection %d from %s", protocol, conn_id, where,
              extra={"event": "connection.accepted", "conn_id": conn_id, "peer": where, "protocol": protocol})
 
 
 def authenticated(session: "Session") -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
     facts = _who(session)
     log.info("connection %d (%s, %s): user '%s' authenticated and granted access to vhost '%s'",
              session.conn_id, facts["peer"], facts["protocol"], facts["user"], facts["vhost"],
@@ -66,6 +70,8 @@ def authenticated(session: "Session") -> None:
 
 
 def auth_failed(session: "Session", user: str | None, mechanism: str, why: str) -> None:
+    if not log.isEnabledFor(logging.WARNING):  # nothing is built for a line nobody reads
+        return
     facts = _who(session)
     facts["user"] = user
     log.warning("connection %d (%s, %s): user '%s' authentication failed using %s: %s",
@@ -74,6 +80,8 @@ def auth_failed(session: "Session", user: str | None, mechanism: str, why: str) 
 
 
 def closed(session: "Session", reason: str) -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
     facts = _who(session)
     log.info("closing connection %d (%s, %s, vhost: '%s', user: '%s'): %s",
              session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "",

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from engine.config import Config
 from engine.config_schema import ConfigError
-from engine.store import StoreError
+from engine.store import Store, StoreError
 
 from ._driver import Listener
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url, make_broker,
@@ -29,6 +29,8 @@ from .logs import BURST, LOG_FORMATS, WINDOW, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES
 from .recovery import log_recovery
 
 __all__ = ["main", "parse_address", "parse_bytes", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+log = logging.getLogger("sansmq")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the environment: ports, files, the database, missing packages
@@ -205,9 +207,6 @@ class CliError(Exception):
         self.code = code
 
 
-log = logging.getLogger("sansmq")
-
-
 def _listeners(args: argparse.Namespace) -> list[Listener]:
     listeners = []
     for proto, port, _ in PROTOCOLS:
@@ -232,7 +231,7 @@ def _load_config(args: argparse.Namespace) -> Config:
     return config
 
 
-def _open_store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _open_store(args: argparse.Namespace) -> Store:
     where = {"segment": args.data, "memory": None}.get(args.store, args.store)
     try:
         return make_store(where, sync=args.sync == "on")

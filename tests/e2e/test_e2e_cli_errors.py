@@ -3,6 +3,8 @@ traceback: the real `sansmq` console script (and `python -m servers`) as a subpr
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -137,3 +139,22 @@ def test_bad_store_url_and_log_file(tmp_path: Path) -> None:
     assert line == f"sansmq serve: error: cannot open the log file {tmp_path / 'no' / 'such' / 'dir.log'}: No such file or directory"
     line = one_line_error(sansmq("serve", "--stomp", "127.0.0.1:99999", "--no-ws", "--no-amqp"), 2)
     assert line == "sansmq serve: error: --stomp: bad port in '127.0.0.1:99999'"
+
+
+def test_data_directory_without_permission() -> None:
+    """Run as an unprivileged user (root passes every permission check) on a directory it may not enter."""
+    base = Path(fresh_data_dir())  # under /tmp: every parent may be entered, unlike pytest's tmp_path
+    base.chmod(0o755)
+    locked = base / "locked"
+    locked.mkdir(mode=0o700)
+    cmd = [sansmq_script(), "serve", "--data", str(locked / "data"), *QUIET]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "util-linux setpriv is needed to drop root for this test"
+        cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    else:
+        locked.chmod(0o500)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert one_line_error(res, 1) == (f"sansmq serve: error: cannot use the data directory {locked / 'data'}: "
+                                      f"Permission denied ({locked / 'data'}); choose another with --data or fix its "
+                                      "permissions")
