@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pika
 import pytest
@@ -141,22 +141,26 @@ def test_confirmed_publisher_racing_the_shutdown_loses_nothing(kind: str) -> Non
     assert f"{len(got)} message(s)" in recovered[0]
 
 
-@pytest.mark.parametrize("kind", servers.SERVER_KINDS)
-def test_a_second_sigint_exits_at_once_and_the_wait_is_bounded(kind: str) -> None:
-    """A WebSocket client that never answers our Close would hold the graceful stop for the whole
-    --shutdown-timeout; a second SIGINT cuts it short with status 130, a short timeout drops it."""
-
-    def stalled_ws_client(port: int) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+@contextlib.contextmanager
+def server_with_a_stalled_ws_client(kind: str, shutdown_timeout: str) -> Iterator[ServerProcess]:
+    """A server and a WebSocket client that upgraded but will never answer our Close."""
+    srv = serve(kind, "--shutdown-timeout", shutdown_timeout)
+    sock = socket.create_connection(("127.0.0.1", srv.port("ws")), timeout=10)
+    try:
         sock.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
                      b"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n")
         assert sock.recv(4096).startswith(b"HTTP/1.1 101")
-        return sock
+        yield srv
+    finally:
+        sock.close()
+        if srv.proc.poll() is None:
+            srv.proc.kill()
 
-    srv = serve(kind, "--shutdown-timeout", "60")
-    sock = stalled_ws_client(srv.port("ws"))
-    try:
+
+@pytest.mark.parametrize("kind", servers.SERVER_KINDS)
+def test_a_second_sigint_exits_at_once(kind: str) -> None:
+    with server_with_a_stalled_ws_client(kind, "60") as srv:
         srv.proc.send_signal(signal.SIGINT)
         wait_until(lambda: any("closing 1 connection(s)" in ln for ln in srv.lines), 10, "the graceful stop")
         assert srv.proc.poll() is None  # waiting for the client's Close
@@ -165,23 +169,16 @@ def test_a_second_sigint_exits_at_once_and_the_wait_is_bounded(kind: str) -> Non
         assert srv.proc.wait(10) == 130
         assert time.monotonic() - t0 < 5
         assert any("second SIGINT: exiting at once" in ln for ln in srv.lines), srv.lines
-    finally:
-        sock.close()
-        if srv.proc.poll() is None:
-            srv.proc.kill()
 
-    srv = serve(kind, "--shutdown-timeout", "0.5")
-    sock = stalled_ws_client(srv.port("ws"))
-    try:
+
+@pytest.mark.parametrize("kind", servers.SERVER_KINDS)
+def test_the_shutdown_wait_is_bounded(kind: str) -> None:
+    with server_with_a_stalled_ws_client(kind, "0.5") as srv:
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(15) == 0
         assert time.monotonic() - t0 < 10
         assert any("dropped 1 connection(s) still open" in ln for ln in srv.lines), srv.lines
-    finally:
-        sock.close()
-        if srv.proc.poll() is None:
-            srv.proc.kill()
 
 
 # -- log lines for each event (JSON) -------------------------------------------------------------------
