@@ -17,10 +17,10 @@ import time
 
 import amqpproto as a
 from amqpproto import spec
-from engine import Broker, Config
-from engine.store import MemoryStore
-from engine._actions import Write
 from amqpproto._writers import frame
+from engine import Broker, Config
+from engine._actions import Write
+from engine.store import MemoryStore
 
 
 def _client(broker: Broker, conn_id: int) -> a.Connection:

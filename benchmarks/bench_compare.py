@@ -72,7 +72,7 @@ def main() -> int:
         ratio = f"{a / b:.2f}" if b else "-"
         print(f"{name:18} {a:12.0f} {b:12.0f} {ratio:>8}")
     if args.json:
-        from servers.bench.options import redact_url
+        from sansmq_bench.options import redact_url
 
         Path(args.json).write_text(json.dumps({"a": redact_url(args.a), "b": redact_url(args.b),
                                                "args": bench_args,

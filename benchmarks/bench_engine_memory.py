@@ -137,7 +137,7 @@ def main() -> None:
         return None
 
     per_shared = measure("topic sub, shared key", m, shared_topic_subs)
-    del session2, session3
+    session2 = session3 = None  # type: ignore[assignment]  # release them before measuring on
     broker.model.vhosts["/"].exchanges["amq.topic"].router = type(vhost.exchanges["amq.topic"].router)()
 
     session4 = StompSession(broker, 4, ("127.0.0.1", 4))

@@ -83,11 +83,11 @@ def main(n: int = 50_000) -> None:
 
     def ours_serialise():
         send = server.send
-        for i in range(n):
+        for _ in range(n):
             send(Message(dict(MSG_HEADERS), BODY))
 
     def theirs_serialise():
-        for i in range(n):
+        for _ in range(n):
             b"".join(su.convert_frame(su.Frame("MESSAGE", dict(MSG_HEADERS), BODY)))
 
     rows = [

@@ -26,11 +26,11 @@ import tempfile
 import time
 import tracemalloc
 
+import bench_store_e2e
+
 from engine._message import Message
 from engine.segment_store import SegmentStore
 from engine.store import QueueDef, Store
-
-import bench_store_e2e
 
 
 def rss_mb() -> float:

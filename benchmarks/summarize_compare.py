@@ -115,7 +115,7 @@ def markdown(rows: list[Row]) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         nd = 2 if r.scenario in ("s9", "s10") else 0
-        runs = lambda s: ", ".join(fmt(x, nd) for x in s.runs)  # noqa: E731
+        runs = lambda s: ", ".join(fmt(x, nd) for x in s.runs)  # noqa: E731, B023  # used in this iteration
         xs = lambda s: f"{fmt(s.extra.get('lat_p99_ms'), 1)} / {fmt(s.extra.get('broker_cpu_s_per_100k'), 2)}"  # noqa: E731
         met = {True: "yes", False: "**no**", None: "-"}[r.goal_met]
         out.append(

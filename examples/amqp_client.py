@@ -45,7 +45,7 @@ class Client:
                 timeout = None if deadline is None else max(0.0, deadline - self.loop.time())
                 try:
                     data = await asyncio.wait_for(self.reader.read(65536), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.conn.handle_timer(self.loop.time())
                     continue
                 self.conn.receive_data(data, now=self.loop.time())

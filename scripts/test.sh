@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into ./.venv and runs them all: the pytest suite, then a short
-# smoke run of every fuzz harness. Used by .ci/run; works on a fresh machine with only Python 3.11+.
+# Installs everything the tests need into ./.venv and runs them all: ruff and mypy, the pytest suite,
+# then a short smoke run of every fuzz harness. Used by .ci/run; works on a fresh machine with only Python 3.11+.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,11 @@ bash scripts/install-browser-deps.sh
 # PostgreSQL for the PostgreSQL-store tests: installed here, so a missing server fails instead of skipping.
 bash scripts/install-postgres.sh install
 export SANSMQ_REQUIRE_POSTGRES=1
+
+# Lint and type checks first (a few seconds): ruff over the tree, mypy as configured in pyproject.toml
+# (strict on the codecs). Same commands as `tox -e lint`.
+.venv/bin/ruff check .
+.venv/bin/mypy
 
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

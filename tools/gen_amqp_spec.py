@@ -46,7 +46,7 @@ RESPONSE_OVERRIDES = {
 
 FIXED = {"octet": "B", "short": "H", "long": "I", "longlong": "Q", "timestamp": "Q"}
 PYTYPE = {
-    "octet": "int", "short": "int", "long": "int", "longlong": "int", "timestamp": "datetime",
+    "octet": "int", "short": "int", "long": "int", "longlong": "int", "timestamp": "datetime | int",
     "bit": "bool", "shortstr": "str", "longstr": "bytes", "table": "dict[str, Any]",
 }
 ZERO = {"octet": "0", "short": "0", "long": "0", "longlong": "0", "bit": "False",
@@ -190,12 +190,12 @@ class Gen:
             if kind == "fixed":
                 fmt = fmt_of(items)
                 names = []
-                for n, t in items:
+                for n, _t in items:
                     names.append("_bits" + str(len(names)) if n == "<bits>" else n)
                 self.w(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = "
                        f"{self.struct_name(fmt)}.unpack_from(b, o)")
                 self.w(f"    o += {struct.calcsize(fmt)}")
-                for (n, t), local in zip(items, names):
+                for (n, t), local in zip(items, names, strict=True):
                     if n == "<bits>":
                         for i, bn in enumerate(t):
                             self.w(f"    {bn} = bool({local} & {1 << i})")
@@ -207,10 +207,10 @@ class Gen:
                 n = items[0]
                 args.append(n)
                 if kind == "shortstr":
-                    self.w(f"    n = b[o]; o += 1 + n")
+                    self.w("    n = b[o]; o += 1 + n")
                     self.w(f"    {n} = b[o - n:o].decode('utf-8', 'surrogateescape')")
                 elif kind == "longstr":
-                    self.w(f"    n, = _S_I.unpack_from(b, o); o += 4 + n")
+                    self.w("    n, = _S_I.unpack_from(b, o); o += 4 + n")
                     self.w(f"    {n} = b[o - n:o]")
                 elif kind == "table":
                     self.w(f"    {n}, o = read_table(b, o)")
@@ -219,7 +219,7 @@ class Gen:
         self.w("    if o != len(b):")
         self.w(f"        raise ValueError('{m.full}: {{}} bytes left over'.format(len(b) - o))")
         # content methods get their properties/body from the frames that follow
-        extra = ["ch"] if not m.content else ["None", "b''", "ch"]
+        extra = ["ch"] if not m.content else ["_PENDING_PROPERTIES", "b''", "ch"]
         self.w(f"    return {m.pyclass}({', '.join(args + extra)})")
         self.w()
 
@@ -266,6 +266,9 @@ class Gen:
             self.w(f"    {n}: {PYTYPE[t]} | None = None")
         self.w()
         self.w()
+        self.w("# Content methods leave the decoder with this shared placeholder; the content header that")
+        self.w("# must follow replaces it before the event is handed out.")
+        self.w("_PENDING_PROPERTIES = BasicProperties()")
         self.w("PROPERTY_TYPES: dict[str, str] = {")
         for n, t in props:
             self.w(f"    {n!r}: {t!r},")
@@ -288,7 +291,8 @@ class Gen:
         self.w("            raise ValueError('trailing bytes after properties')")
         self.w("        return BasicProperties()")
         names = [n for n, _ in props]
-        self.w(f"    {' = '.join(names)} = None")
+        for n, t in props:
+            self.w(f"    {n}: {PYTYPE[t]} | None = None")
         for i, (n, t) in enumerate(props):
             bit = 1 << (15 - i)
             self.w(f"    if flags & 0x{bit:04X}:")
@@ -314,19 +318,19 @@ class Gen:
         self.w("    parts = [b'']")
         for i, (n, t) in enumerate(props):
             bit = 1 << (15 - i)
-            self.w(f"    v = p.{n}")
-            self.w("    if v is not None:")
+            self.w(f"    {n} = p.{n}")
+            self.w(f"    if {n} is not None:")
             self.w(f"        flags |= 0x{bit:04X}")
             if t == "shortstr":
-                self.w("        v = v.encode('utf-8', 'surrogateescape')")
-                self.w("        parts.append(bytes((len(v),)))")
-                self.w("        parts.append(v)")
+                self.w(f"        e = {n}.encode('utf-8', 'surrogateescape')")
+                self.w("        parts.append(bytes((len(e),)))")
+                self.w("        parts.append(e)")
             elif t == "octet":
-                self.w("        parts.append(bytes((v,)))")
+                self.w(f"        parts.append(bytes(({n},)))")
             elif t == "timestamp":
-                self.w("        parts.append(_S_Q.pack(_to_ts(v)))")
+                self.w(f"        parts.append(_S_Q.pack(_to_ts({n})))")
             elif t == "table":
-                self.w("        parts.append(write_table(v))")
+                self.w(f"        parts.append(write_table({n}))")
         self.w("    parts[0] = _S_H.pack(flags)")
         self.w("    return b''.join(parts)")
         self.w()
@@ -366,12 +370,16 @@ def generate(spec_dir: Path) -> str:
     w("from __future__ import annotations")
     w()
     w("import struct")
+    w("from collections.abc import Callable")
     w("from dataclasses import dataclass, field")
     w("from datetime import datetime")
-    w("from typing import Any, Callable, ClassVar")
+    w("from typing import Any, ClassVar, TypeAlias")
     w()
-    w("from ._readers import from_timestamp as _from_ts, read_table")
-    w("from ._writers import as_bytes as _as_bytes, to_timestamp as _to_ts, write_table")
+    w("from ._readers import from_timestamp as _from_ts")
+    w("from ._readers import read_table")
+    w("from ._writers import as_bytes as _as_bytes")
+    w("from ._writers import to_timestamp as _to_ts")
+    w("from ._writers import write_table")
     w()
     w(f"PROTOCOL_HEADER = b'AMQP\\x00\\x{spec['major-version']:02x}\\x{spec['minor-version']:02x}"
       f"\\x{spec['revision']:02x}'")
@@ -430,11 +438,17 @@ def generate(spec_dir: Path) -> str:
         g.encoder(m)
         w()
     names = [m.pyclass for m in methods]
-    w("METHODS: dict[int, type] = {")
+    w("# Every method class: the type of a method event (narrow it with isinstance or match).")
+    w("Method: TypeAlias = (")
+    w(f"    {names[0]}")
+    for n in names[1:]:
+        w(f"    | {n}")
+    w(")")
+    w("METHODS: dict[int, type[Method]] = {")
     for n in names:
         w(f"    {n}.INDEX: {n},")
     w("}")
-    w("DECODERS: dict[int, Callable[[bytes, int], Any]] = {")
+    w("DECODERS: dict[int, Callable[[bytes, int], Method]] = {")
     for n in names:
         w(f"    {n}.INDEX: _decode_{n},")
     w("}")
@@ -453,7 +467,7 @@ def generate(spec_dir: Path) -> str:
     w()
     w("__all__ = [")
     w("    'BasicProperties', 'PROPERTY_FLAGS', 'PROPERTY_TYPES', 'METHODS', 'DECODERS',")
-    w("    'ENCODERS', 'RESPONSES',")
+    w("    'ENCODERS', 'RESPONSES', 'Method',")
     w("    'decode_properties', 'encode_properties', 'SOFT_ERRORS', 'HARD_ERRORS', 'REPLY_NAMES',")
     w("    'PROTOCOL_HEADER', 'PORT',")
     for n in names:

@@ -26,8 +26,12 @@ RemoteProtocolError(msg, reply_code, hint): the peer did; ``hint`` is the Connec
 error), ChannelClose (soft error, the channel alone is affected) or ProtocolHeader (wrong
 protocol header) to send; ``fatal`` says the stream cannot be parsed further.
 
-State. ``conn.state`` is one of the connection-state constants exported here (``AWAIT_HEADER``,
-``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``, ``CLOSED``).
+State. ``conn.state`` is a ``ConnectionState`` (a StrEnum, its members also exported as
+``AWAIT_HEADER``, ``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``,
+``CLOSED``); ``conn.channel_state(n)`` a ``ChannelState``. The tables behind them are keyed
+``(sender role, state, event type)`` like stompproto's and wsframe's.
+Types. ``next_event()`` returns ``Event | NeedData`` (``Event``: any ``spec.Method`` or the events
+above); ``send()`` takes an ``OutgoingEvent``.
 Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded ``T`` field holds;
 ``to_timestamp(datetime | int)`` the seconds one encodes to.
 """
@@ -36,15 +40,15 @@ from . import spec
 from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
-    CLIENT,
     NEED_DATA,
-    SERVER,
     ConnectionClosed,
+    Event,
     Heartbeat,
     HeartbeatDue,
+    NeedData,
+    OutgoingEvent,
     PeerTimedOut,
     ProtocolHeader,
-    Role,
 )
 from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
@@ -57,16 +61,22 @@ from ._state import (
     AWAIT_START,
     AWAIT_START_OK,
     AWAIT_TUNE_OK,
+    CLIENT,
     CLOSED,
     CLOSING_BY_CLIENT,
     CLOSING_BY_SERVER,
     OPEN,
+    SERVER,
+    ChannelState,
+    ConnectionState,
+    Role,
 )
 from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
 __all__ = [
-    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA",
+    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "OutgoingEvent",
+    "ConnectionState", "ChannelState",
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",

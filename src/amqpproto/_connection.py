@@ -11,17 +11,18 @@ from . import spec
 from ._buffer import ReceiveBuffer
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    CLIENT,
     NEED_DATA,
-    SERVER,
     ConnectionClosed,
+    Event,
     Heartbeat,
     HeartbeatDue,
+    NeedData,
+    OutgoingEvent,
     PeerTimedOut,
     ProtocolHeader,
-    Role,
 )
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
+from ._state import CLIENT, SERVER, ChannelState, ConnectionState, Role
 from ._writers import HEARTBEAT_FRAME
 
 _DECODERS = spec.DECODERS
@@ -37,56 +38,57 @@ _DELIVER_HEAD = struct.Struct(">BHII").pack
 _DELIVER_MID = struct.Struct(">QB").pack
 _DELIVER_PROPS = struct.Struct(">BBHIHHQ").pack
 _DELIVER_IDS = (60 << 16) | 60
-#: encoded shortstrs (length octet included) of consumer tags and (exchange, routing key) pairs;
-#: b"" marks a name too long for a shortstr. Cleared when full: routing keys may be unbounded.
-_SHORT_CACHE: dict[str, bytes] = {}
-_ROUTE_CACHE: dict[tuple[str, str], bytes] = {}
-_CACHE_MAX = 4096
+#: Bound of each per-connection encode/decode cache below (entries); a full cache is cleared, so
+#: unbounded name sets (routing keys) cost at most this many entries per connection.
+_CACHE_MAX = 256
 
 
-def _short(s: str) -> bytes:
+def _short(cache: dict[str, bytes], s: str) -> bytes:
+    """``s`` as an encoded shortstr (length octet included), remembered in ``cache``; b"" marks a
+    name too long for a shortstr."""
     b = s.encode("utf-8", "surrogateescape")
     out = bytes((len(b),)) + b if len(b) <= 255 else b""
-    if len(_SHORT_CACHE) >= _CACHE_MAX:
-        _SHORT_CACHE.clear()
-    _SHORT_CACHE[s] = out
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[s] = out
     return out
 
 
-def _route_bytes(exchange: str, routing_key: str) -> bytes:
+def _route_bytes(cache: dict[tuple[str, str], bytes], exchange: str, routing_key: str) -> bytes:
+    """Exchange and routing key as two encoded shortstrs, remembered in ``cache``; b"" if either
+    is too long."""
     x = exchange.encode("utf-8", "surrogateescape")
     k = routing_key.encode("utf-8", "surrogateescape")
     out = bytes((len(x),)) + x + bytes((len(k),)) + k if len(x) <= 255 and len(k) <= 255 else b""
-    if len(_ROUTE_CACHE) >= _CACHE_MAX:
-        _ROUTE_CACHE.clear()
-    _ROUTE_CACHE[(exchange, routing_key)] = out
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[(exchange, routing_key)] = out
     return out
 _decode_properties = spec.decode_properties
-_decode_publish = spec.DECODERS[spec.BasicPublish.INDEX]
+_decode_publish = spec._decode_BasicPublish
 _PUBLISH_IDX = spec.BasicPublish.INDEX
 _Properties = spec.BasicProperties
 _Publish = spec.BasicPublish
-#: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate) by payload
-_PUBLISH_CACHE: dict[bytes, tuple[int, str, str, bool, bool]] = {}
 _encode_properties = spec.encode_properties
 _EMPTY_PROPS = spec.encode_properties(spec.BasicProperties())
+#: The methods that carry content (properties and a body).
+ContentMethod = spec.BasicPublish | spec.BasicReturn | spec.BasicDeliver | spec.BasicGetOk
 _CHANNEL_MGMT = frozenset({spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose,
                            spec.ChannelCloseOk})
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError)
 _ENCODE_ERRORS = (struct.error, ValueError, TypeError, OverflowError, AttributeError)
 _HEADER = spec.PROTOCOL_HEADER
 _CONTENT = S.CONTENT_TABLE
-_OTHER = {CLIENT: SERVER, SERVER: CLIENT}
 
 
 class _Channel:
     __slots__ = ("state", "cstate", "method", "size", "chunks", "got", "paused")
 
-    def __init__(self, state: str) -> None:
+    def __init__(self, state: ChannelState) -> None:
         self.state = state
         self.paused = False  # the peer sent channel.flow(active=False): hold our content
         self.cstate = S.C_IDLE
-        self.method: Any = None
+        self.method: ContentMethod | None = None
         self.size = 0
         self.chunks: list[bytes] = []
         self.got = 0
@@ -124,7 +126,7 @@ class Connection:
         if not spec.FRAME_MIN_SIZE <= frame_max <= 0xFFFFFFFF:
             raise ValueError("frame_max must be in 4096..2**32-1")
         self.our_role = role
-        self.their_role = _OTHER[role]
+        self.their_role = role.peer
         self.state = S.AWAIT_HEADER
         self.config_frame_max = frame_max
         self.config_channel_max = channel_max
@@ -139,7 +141,7 @@ class Connection:
         self._eof = False
         self._broken: RemoteProtocolError | None = None
         self._bad_header = False
-        self._queued: deque[Any] = deque()
+        self._queued: deque[Event] = deque()
         self._channels: dict[int, _Channel] = {}
         self._may_send = self._senders(role)
         self._may_recv = self._senders(self.their_role)
@@ -150,6 +152,14 @@ class Connection:
         self._tune = spec.ConnectionTune(0, 0, 0)
         #: parse basic.publish + header + body in one pass when all are buffered (server role)
         self._fast_publish = role is SERVER
+        # Per-connection caches (at most _CACHE_MAX entries each) for the hot paths: a producer
+        # sends the same basic.publish method payload over and over, a consumer's deliveries
+        # repeat its consumer tag and a few (exchange, routing key) pairs.
+        #: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate)
+        self._publish_cache: dict[bytes, tuple[int, str, str, bool, bool]] = {}
+        #: encoded consumer tags and (exchange, routing key) pairs for send_deliver
+        self._tag_cache: dict[str, bytes] = {}
+        self._route_cache: dict[tuple[str, str], bytes] = {}
 
     @staticmethod
     def _senders(role: Role) -> frozenset[type]:
@@ -169,7 +179,7 @@ class Connection:
         else:
             self._eof = True
 
-    def next_event(self) -> Any:
+    def next_event(self) -> Event | NeedData:
         """Return the next event, or NEED_DATA. Only RemoteProtocolError escapes."""
         if self._queued:
             return self._queued.popleft()
@@ -185,35 +195,36 @@ class Connection:
             self._failed(err)
             raise err from e
 
-    def send(self, event: Any, now: float | None = None) -> bytes:
+    def send(self, event: OutgoingEvent, now: float | None = None) -> bytes:
         """Validate ``event`` against the state machines and serialise it."""
-        cls = type(event)
+        cls: Any = type(event)
         enc = _ENCODERS.get(cls)
         if enc is None:
             out = self._send_other(event)
         else:
-            ch = event.channel
+            m: Any = event  # a method: cls's class attributes say which
+            ch = m.channel
             if ch == 0:
                 if cls.CLASS_ID != 10:
                     raise LocalProtocolError(f"{cls.NAME} needs a channel number >= 1")
                 new_state = self._connection_next(cls, self.our_role, LocalProtocolError)
-                if cls is spec.ConnectionTuneOk and 0 < event.frame_max < spec.FRAME_MIN_SIZE:
+                if cls is spec.ConnectionTuneOk and 0 < m.frame_max < spec.FRAME_MIN_SIZE:
                     raise LocalProtocolError("frame_max below the 4096 minimum")
             else:
                 self._channel_send_check(cls, ch)
             try:
-                payload = enc(event)
+                payload = enc(m)
                 if len(payload) > self._send_max_payload:
                     raise LocalProtocolError(f"{cls.NAME} does not fit in frame_max")
                 if cls.CONTENT:
-                    out = self._content_frames(ch, payload, event)
+                    out = self._content_frames(ch, payload, m)
                 else:
                     out = _pack_frame_header(1, ch, len(payload)) + payload + b"\xce"
             except _ENCODE_ERRORS as e:
                 raise LocalProtocolError(f"cannot encode {cls.NAME}: {e}") from e
             if ch == 0:  # state moves only once the event is known to serialise
                 self.state = new_state
-                self._after_connection_method(event, sent=True)
+                self._after_connection_method(m, sent=True)
             else:
                 self._after_channel_method(cls, ch, self.our_role)
         if now is not None:
@@ -236,17 +247,17 @@ class Connection:
         if (chan is None or chan.state is not S.CH_OPEN or chan.paused or self.state is not S.OPEN
                 or self.our_role is not SERVER or n > self._send_max_payload
                 or len(properties) + 12 > self._send_max_payload or type(body) is not bytes):
-            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
-                                               routing_key, properties, body, channel=ch), now)
-        ct = _SHORT_CACHE.get(consumer_tag)
+            return self._send_deliver_general(ch, consumer_tag, delivery_tag, redelivered, exchange,
+                                              routing_key, properties, body, now)
+        ct = self._tag_cache.get(consumer_tag)
         if ct is None:
-            ct = _short(consumer_tag)
-        route = _ROUTE_CACHE.get((exchange, routing_key))
+            ct = _short(self._tag_cache, consumer_tag)
+        route = self._route_cache.get((exchange, routing_key))
         if route is None:
-            route = _route_bytes(exchange, routing_key)
+            route = _route_bytes(self._route_cache, exchange, routing_key)
         if not ct or not route or not 0 <= delivery_tag < 1 << 64:  # b"": a name over 255 bytes
-            return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
-                                               routing_key, properties, body, channel=ch), now)
+            return self._send_deliver_general(ch, consumer_tag, delivery_tag, redelivered, exchange,
+                                              routing_key, properties, body, now)
         lp = len(properties)
         parts = [_DELIVER_HEAD(1, ch, 13 + len(ct) + len(route), _DELIVER_IDS), ct,
                  _DELIVER_MID(delivery_tag, 1 if redelivered else 0), route,
@@ -259,6 +270,14 @@ class Connection:
             self._last_send = now
             self._due_sent = False
         return b"".join(parts)
+
+    def _send_deliver_general(self, ch: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                              exchange: str, routing_key: str, properties: bytes, body: bytes,
+                              now: float | None) -> bytes:
+        """send_deliver's way out for anything unusual: send() with its checks and errors."""
+        encoded: Any = properties  # send() takes encoded properties in place of BasicProperties
+        return self.send(spec.BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                           routing_key, encoded, body, channel=ch), now)
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""
@@ -304,8 +323,8 @@ class Connection:
                                    frame_max=self.config_frame_max,
                                    heartbeat=self.config_heartbeat)
 
-    def channel_state(self, channel: int) -> str:
-        """The channel's state (``_state.CH_*``); CH_CLOSED if unknown."""
+    def channel_state(self, channel: int) -> ChannelState:
+        """The channel's state (``ChannelState``); CH_CLOSED if unknown."""
         ch = self._channels.get(channel)
         return ch.state if ch is not None else S.CH_CLOSED
 
@@ -342,7 +361,7 @@ class Connection:
             self.state = S.ERROR
 
     # ---- receive ----------------------------------------------------------------------
-    def _next(self) -> Any:
+    def _next(self) -> Event | NeedData:
         buf = self._buf
         data = buf.data
         if self.state is S.AWAIT_HEADER and self.our_role is SERVER:
@@ -378,9 +397,9 @@ class Connection:
             if data[end] != 0xCE:
                 raise self._hard(spec.FRAME_ERROR, "frame-end octet missing", fatal=True)
             if ftype == 1 and size >= 9 and self._fast_publish and self.state is S.OPEN:
-                ev = self._publish_triplet(data, pos, end, ch, size, max_payload)
-                if ev is not None:
-                    return ev
+                publish = self._publish_triplet(data, pos, end, ch, size, max_payload)
+                if publish is not None:
+                    return publish
             buf.pos = end + 1
             payload = bytes(data[pos + 7:end])
             if ftype == 3:
@@ -400,7 +419,7 @@ class Connection:
             if ev is not None:
                 return ev
 
-    def _read_header(self, data: bytearray, pos: int, avail: int) -> Any:
+    def _read_header(self, data: bytearray, pos: int, avail: int) -> Event | NeedData:
         got = bytes(data[pos:pos + 8])
         if not _HEADER.startswith(got):
             self._bad_header = True
@@ -434,7 +453,7 @@ class Connection:
         return chan.state is S.CH_ERROR or S.CH_DISCARDING.get(chan.state) is self.our_role
 
     def _publish_triplet(self, data: bytearray, pos: int, end: int, ch: int, size: int,
-                         max_payload: int) -> Any:
+                         max_payload: int) -> spec.BasicPublish | None:
         """A server's hot path: a basic.publish whose content header and single body frame are
         all in the buffer, on a plainly open channel, parsed in one go into the same event the
         frame-by-frame path would return. None (nothing consumed) for anything else, which the
@@ -469,13 +488,14 @@ class Connection:
             bend = hend
         try:
             mp = bytes(data[pos + 7:end])
-            fields = _PUBLISH_CACHE.get(mp)  # a producer sends the same method over and over
+            cache = self._publish_cache
+            fields = cache.get(mp)
             if fields is None:
                 m = _decode_publish(mp, ch)
                 fields = (m.ticket, m.exchange, m.routing_key, m.mandatory, m.immediate)
-                if len(_PUBLISH_CACHE) >= _CACHE_MAX:
-                    _PUBLISH_CACHE.clear()
-                _PUBLISH_CACHE[mp] = fields
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[mp] = fields
             # the common property lists, none or delivery-mode only, without the general decoder
             if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
                 props = _Properties(delivery_mode=data[h + 21])
@@ -492,7 +512,7 @@ class Connection:
         self._buf.pos = bend + 1
         return _Publish(*fields, props, body, ch)
 
-    def _on_method(self, ch: int, payload: bytes) -> Any:
+    def _on_method(self, ch: int, payload: bytes) -> Event | None:
         if len(payload) < 4:
             raise self._hard(spec.FRAME_ERROR, "method frame shorter than its ids")
         idx = _U32.unpack_from(payload)[0]
@@ -534,9 +554,9 @@ class Connection:
             if st is S.CH_OPEN and cls in self._may_recv and cls not in _CHANNEL_MGMT:
                 if cls.CONTENT:
                     chan.cstate = S.C_HEADER
-                    chan.method = m
+                    chan.method = m  # type: ignore[assignment]  # cls.CONTENT: a content method
                     return None
-                if cls is spec.ChannelFlow:
+                if type(m) is spec.ChannelFlow:
                     chan.paused = not m.active
                 return m
         else:
@@ -562,7 +582,7 @@ class Connection:
             raise AssertionError("unreachable")
         return m
 
-    def _on_header(self, ch: int, payload: bytes) -> Any:
+    def _on_header(self, ch: int, payload: bytes) -> Event | None:
         chan = self._channels.get(ch)
         if chan is None or (chan.cstate, S.HEADER) not in _CONTENT:
             if self._discarding() or (chan is not None and self._chan_discarding(chan)):
@@ -601,7 +621,7 @@ class Connection:
         chan.got = 0
         return None
 
-    def _on_body(self, ch: int, payload: bytes) -> Any:
+    def _on_body(self, ch: int, payload: bytes) -> Event | None:
         chan = self._channels.get(ch)
         if chan is None or (chan.cstate, S.BODY) not in _CONTENT:
             if self._discarding() or (chan is not None and self._chan_discarding(chan)):
@@ -631,11 +651,11 @@ class Connection:
         return m
 
     # ---- shared transitions -------------------------------------------------------------
-    def _connection_transition(self, cls: type, sender: Role, exc: type) -> None:
+    def _connection_transition(self, cls: Any, sender: Role, exc: type) -> None:
         self.state = self._connection_next(cls, sender, exc)
 
-    def _connection_next(self, cls: type, sender: Role, exc: type) -> str:
-        new = S.CONNECTION_TABLE.get((self.state, sender, cls))
+    def _connection_next(self, cls: Any, sender: Role, exc: type) -> ConnectionState:
+        new = S.CONNECTION_TABLE.get((sender, self.state, cls))
         if new is None:
             name = getattr(cls, "NAME", cls.__name__)
             msg = f"{name} from the {sender.value} not allowed in state {self.state}"
@@ -669,14 +689,14 @@ class Connection:
                              spec.ConnectionTuneOk)
 
     @staticmethod
-    def _channel_next(st: str, cls: type, sender: Role) -> str | None:
-        new = S.CHANNEL_TABLE.get((st, sender, cls))
+    def _channel_next(st: ChannelState, cls: Any, sender: Role) -> ChannelState | None:
+        new = S.CHANNEL_TABLE.get((sender, st, cls))
         if new is None and cls not in _CHANNEL_MGMT and (
                 cls.BY_CLIENT if sender is CLIENT else cls.BY_SERVER):
-            new = S.CHANNEL_TABLE.get((st, sender, S.ANY_METHOD))
+            new = S.CHANNEL_TABLE.get((sender, st, S.ANY_METHOD))
         return new
 
-    def _set_channel(self, ch: int, chan: _Channel | None, new: str) -> None:
+    def _set_channel(self, ch: int, chan: _Channel | None, new: ChannelState) -> None:
         if new is S.CH_CLOSED:
             self._channels.pop(ch, None)
         elif chan is None:
@@ -684,7 +704,7 @@ class Connection:
         else:
             chan.state = new
 
-    def _after_channel_method(self, cls: type, ch: int, sender: Role) -> None:
+    def _after_channel_method(self, cls: Any, ch: int, sender: Role) -> None:
         chan = self._channels.get(ch)
         if chan is not None and chan.state is S.CH_OPEN and cls not in _CHANNEL_MGMT:
             return
@@ -694,7 +714,7 @@ class Connection:
             self._set_channel(ch, chan, new)
 
     # ---- send -------------------------------------------------------------------------
-    def _channel_send_check(self, cls: type, ch: int) -> None:
+    def _channel_send_check(self, cls: Any, ch: int) -> None:
         if cls.CLASS_ID == 10:
             raise LocalProtocolError(f"{cls.NAME} must be sent on channel 0")
         if self.state is not S.OPEN:
@@ -714,18 +734,18 @@ class Connection:
             raise LocalProtocolError(
                 f"{cls.NAME} from the {self.our_role.value} not allowed on channel {ch} in {st}")
 
-    def _content_frames(self, ch: int, payload: bytes, m: Any) -> bytes:
+    def _content_frames(self, ch: int, payload: bytes, m: ContentMethod) -> bytes:
         body = m.body
-        props = m.properties
+        props: spec.BasicProperties | bytes | None = m.properties  # send() takes all three
         n = len(body)
         # properties may be pre-encoded bytes (encode_properties output): a broker fanning one
         # message out to many consumers encodes them once.
         hp = _HEADER_FRAME_START(m.CLASS_ID, 0, n) + (
             _EMPTY_PROPS if props is None else
-            props if type(props) is bytes else _encode_properties(props))
+            props if isinstance(props, bytes) else _encode_properties(props))
         if len(hp) > self._send_max_payload:
             raise LocalProtocolError("content header does not fit in frame_max")
-        parts = [_pack_frame_header(1, ch, len(payload)), payload,
+        parts: list[bytes | memoryview] = [_pack_frame_header(1, ch, len(payload)), payload,
                  _END_AND_HEADER(0xCE, 2, ch, len(hp)), hp]
         if n:
             maxp = self._send_max_payload
@@ -741,7 +761,7 @@ class Connection:
         parts.append(b"\xce")
         return b"".join(parts)
 
-    def _send_other(self, event: Any) -> bytes:
+    def _send_other(self, event: OutgoingEvent) -> bytes:
         if type(event) is Heartbeat:
             if self.state in S.NO_HEARTBEAT or self.state is S.CLOSED:
                 raise LocalProtocolError(f"heartbeat not allowed in state {self.state}")

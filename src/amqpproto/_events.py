@@ -1,31 +1,24 @@
-"""Roles, the NEED_DATA sentinel and the non-method events (methods live in ``spec``)."""
+"""The NEED_DATA sentinel, the non-method events (methods live in ``spec``) and the event types."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TypeAlias
+
+from .spec import Method
 
 
-class Role(enum.Enum):
-    CLIENT = "client"
-    SERVER = "server"
+class NeedData(enum.Enum):
+    """The type of NEED_DATA: ``next_event()`` has nothing more until ``receive_data()``."""
 
-
-CLIENT = Role.CLIENT
-SERVER = Role.SERVER
-
-
-class _Sentinel:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
+    NEED_DATA = "NEED_DATA"
 
     def __repr__(self) -> str:
-        return self.name
+        return "NEED_DATA"
 
 
-NEED_DATA = _Sentinel("NEED_DATA")
+NEED_DATA = NeedData.NEED_DATA
 
 
 @dataclass(slots=True)
@@ -55,3 +48,10 @@ class PeerTimedOut:
 @dataclass(slots=True)
 class ConnectionClosed:
     """The transport reached EOF (``receive_data(b"")``) between frames."""
+
+
+#: What ``Connection.next_event()`` returns (besides NEED_DATA): a method (``spec.Method``) or one
+#: of the events above.
+Event: TypeAlias = Method | ProtocolHeader | Heartbeat | HeartbeatDue | PeerTimedOut | ConnectionClosed
+#: What ``Connection.send()`` accepts.
+OutgoingEvent: TypeAlias = Method | ProtocolHeader | Heartbeat

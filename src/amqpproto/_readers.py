@@ -9,13 +9,13 @@ so an overrun shows up as ``o > end``).
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 FRAME_HEADER = struct.Struct(">BHI")  # type, channel, payload size
 CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body size
-CLASS_METHOD = struct.Struct(">HH")
 
 _U32 = struct.Struct(">I")
 _b = struct.Struct(">b")
@@ -28,7 +28,7 @@ _f = struct.Struct(">f")
 _d = struct.Struct(">d")
 _D = struct.Struct(">Bi")
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_DEPTH = 64  # deeper nesting is refused (506) instead of risking a RecursionError
 
 

@@ -8,7 +8,7 @@ order pamqp uses, so tables encode byte-identically); float ``d`` (lossless); De
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -35,7 +35,7 @@ def to_timestamp(v: datetime | int) -> int:
     """datetime (naive = UTC) or int seconds -> int seconds."""
     if isinstance(v, datetime):
         if v.tzinfo is None:
-            v = v.replace(tzinfo=timezone.utc)
+            v = v.replace(tzinfo=UTC)
         return int(v.timestamp())
     return v
 
@@ -82,7 +82,7 @@ def write_value(v: Any) -> bytes:
     """One tagged field value."""
     t = type(v)
     if t is str:
-        e = v.encode("utf-8", "surrogateescape")
+        e: bytes = v.encode("utf-8", "surrogateescape")
         return b"S" + _U32.pack(len(e)) + e
     if t is bool:
         return b"t\x01" if v else b"t\x00"
@@ -95,8 +95,8 @@ def write_value(v: Any) -> bytes:
     if t is float:
         return _d.pack(b"d", v)
     if isinstance(v, (bytes, bytearray, memoryview)):
-        v = bytes(v)
-        return b"x" + _U32.pack(len(v)) + v
+        b = bytes(v)
+        return b"x" + _U32.pack(len(b)) + b
     if isinstance(v, (list, tuple)):
         return b"A" + write_array(v)
     if isinstance(v, datetime):

@@ -10,12 +10,16 @@ whole message is one object on both the receive and the send path.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
-from ._readers import from_timestamp as _from_ts, read_table
-from ._writers import as_bytes as _as_bytes, to_timestamp as _to_ts, write_table
+from ._readers import from_timestamp as _from_ts
+from ._readers import read_table
+from ._writers import as_bytes as _as_bytes
+from ._writers import to_timestamp as _to_ts
+from ._writers import write_table
 
 PROTOCOL_HEADER = b'AMQP\x00\x00\x09\x01'
 PORT = 5672
@@ -95,13 +99,16 @@ class BasicProperties:
     reply_to: str | None = None
     expiration: str | None = None
     message_id: str | None = None
-    timestamp: datetime | None = None
+    timestamp: datetime | int | None = None
     type: str | None = None
     user_id: str | None = None
     app_id: str | None = None
     cluster_id: str | None = None
 
 
+# Content methods leave the decoder with this shared placeholder; the content header that
+# must follow replaces it before the event is handed out.
+_PENDING_PROPERTIES = BasicProperties()
 PROPERTY_TYPES: dict[str, str] = {
     'content_type': 'shortstr',
     'content_encoding': 'shortstr',
@@ -146,7 +153,20 @@ def decode_properties(b: bytes, o: int, end: int) -> BasicProperties:
         if o != end:
             raise ValueError('trailing bytes after properties')
         return BasicProperties()
-    content_type = content_encoding = headers = delivery_mode = priority = correlation_id = reply_to = expiration = message_id = timestamp = type = user_id = app_id = cluster_id = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: datetime | int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
     if flags & 0x8000:
         n = b[o]; o += 1 + n
         content_type = b[o - n:o].decode('utf-8', 'surrogateescape')
@@ -194,82 +214,82 @@ def encode_properties(p: BasicProperties) -> bytes:
     """Encode flag word + present properties."""
     flags = 0
     parts = [b'']
-    v = p.content_type
-    if v is not None:
+    content_type = p.content_type
+    if content_type is not None:
         flags |= 0x8000
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.content_encoding
-    if v is not None:
+        e = content_type.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    content_encoding = p.content_encoding
+    if content_encoding is not None:
         flags |= 0x4000
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.headers
-    if v is not None:
+        e = content_encoding.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    headers = p.headers
+    if headers is not None:
         flags |= 0x2000
-        parts.append(write_table(v))
-    v = p.delivery_mode
-    if v is not None:
+        parts.append(write_table(headers))
+    delivery_mode = p.delivery_mode
+    if delivery_mode is not None:
         flags |= 0x1000
-        parts.append(bytes((v,)))
-    v = p.priority
-    if v is not None:
+        parts.append(bytes((delivery_mode,)))
+    priority = p.priority
+    if priority is not None:
         flags |= 0x0800
-        parts.append(bytes((v,)))
-    v = p.correlation_id
-    if v is not None:
+        parts.append(bytes((priority,)))
+    correlation_id = p.correlation_id
+    if correlation_id is not None:
         flags |= 0x0400
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.reply_to
-    if v is not None:
+        e = correlation_id.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    reply_to = p.reply_to
+    if reply_to is not None:
         flags |= 0x0200
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.expiration
-    if v is not None:
+        e = reply_to.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    expiration = p.expiration
+    if expiration is not None:
         flags |= 0x0100
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.message_id
-    if v is not None:
+        e = expiration.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    message_id = p.message_id
+    if message_id is not None:
         flags |= 0x0080
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.timestamp
-    if v is not None:
+        e = message_id.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    timestamp = p.timestamp
+    if timestamp is not None:
         flags |= 0x0040
-        parts.append(_S_Q.pack(_to_ts(v)))
-    v = p.type
-    if v is not None:
+        parts.append(_S_Q.pack(_to_ts(timestamp)))
+    type = p.type
+    if type is not None:
         flags |= 0x0020
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.user_id
-    if v is not None:
+        e = type.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    user_id = p.user_id
+    if user_id is not None:
         flags |= 0x0010
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.app_id
-    if v is not None:
+        e = user_id.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    app_id = p.app_id
+    if app_id is not None:
         flags |= 0x0008
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
-    v = p.cluster_id
-    if v is not None:
+        e = app_id.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
+    cluster_id = p.cluster_id
+    if cluster_id is not None:
         flags |= 0x0004
-        v = v.encode('utf-8', 'surrogateescape')
-        parts.append(bytes((len(v),)))
-        parts.append(v)
+        e = cluster_id.encode('utf-8', 'surrogateescape')
+        parts.append(bytes((len(e),)))
+        parts.append(e)
     parts[0] = _S_H.pack(flags)
     return b''.join(parts)
 
@@ -2312,7 +2332,7 @@ def _decode_BasicPublish(b: bytes, ch: int) -> BasicPublish:
     immediate = bool(_bits0 & 2)
     if o != len(b):
         raise ValueError('basic.publish: {} bytes left over'.format(len(b) - o))
-    return BasicPublish(ticket, exchange, routing_key, mandatory, immediate, None, b'', ch)
+    return BasicPublish(ticket, exchange, routing_key, mandatory, immediate, _PENDING_PROPERTIES, b'', ch)
 
 
 def _encode_BasicPublish(m: BasicPublish) -> bytes:
@@ -2333,7 +2353,7 @@ def _decode_BasicReturn(b: bytes, ch: int) -> BasicReturn:
     routing_key = b[o - n:o].decode('utf-8', 'surrogateescape')
     if o != len(b):
         raise ValueError('basic.return: {} bytes left over'.format(len(b) - o))
-    return BasicReturn(reply_code, reply_text, exchange, routing_key, None, b'', ch)
+    return BasicReturn(reply_code, reply_text, exchange, routing_key, _PENDING_PROPERTIES, b'', ch)
 
 
 def _encode_BasicReturn(m: BasicReturn) -> bytes:
@@ -2356,7 +2376,7 @@ def _decode_BasicDeliver(b: bytes, ch: int) -> BasicDeliver:
     routing_key = b[o - n:o].decode('utf-8', 'surrogateescape')
     if o != len(b):
         raise ValueError('basic.deliver: {} bytes left over'.format(len(b) - o))
-    return BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key, None, b'', ch)
+    return BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key, _PENDING_PROPERTIES, b'', ch)
 
 
 def _encode_BasicDeliver(m: BasicDeliver) -> bytes:
@@ -2398,7 +2418,7 @@ def _decode_BasicGetOk(b: bytes, ch: int) -> BasicGetOk:
     o += 4
     if o != len(b):
         raise ValueError('basic.get-ok: {} bytes left over'.format(len(b) - o))
-    return BasicGetOk(delivery_tag, redelivered, exchange, routing_key, message_count, None, b'', ch)
+    return BasicGetOk(delivery_tag, redelivered, exchange, routing_key, message_count, _PENDING_PROPERTIES, b'', ch)
 
 
 def _encode_BasicGetOk(m: BasicGetOk) -> bytes:
@@ -2594,7 +2614,76 @@ def _encode_ConfirmSelectOk(m: ConfirmSelectOk) -> bytes:
     return b'\x00U\x00\x0b'
 
 
-METHODS: dict[int, type] = {
+# Every method class: the type of a method event (narrow it with isinstance or match).
+Method: TypeAlias = (
+    ConnectionStart
+    | ConnectionStartOk
+    | ConnectionSecure
+    | ConnectionSecureOk
+    | ConnectionTune
+    | ConnectionTuneOk
+    | ConnectionOpen
+    | ConnectionOpenOk
+    | ConnectionClose
+    | ConnectionCloseOk
+    | ConnectionBlocked
+    | ConnectionUnblocked
+    | ConnectionUpdateSecret
+    | ConnectionUpdateSecretOk
+    | ChannelOpen
+    | ChannelOpenOk
+    | ChannelFlow
+    | ChannelFlowOk
+    | ChannelClose
+    | ChannelCloseOk
+    | AccessRequest
+    | AccessRequestOk
+    | ExchangeDeclare
+    | ExchangeDeclareOk
+    | ExchangeDelete
+    | ExchangeDeleteOk
+    | ExchangeBind
+    | ExchangeBindOk
+    | ExchangeUnbind
+    | ExchangeUnbindOk
+    | QueueDeclare
+    | QueueDeclareOk
+    | QueueBind
+    | QueueBindOk
+    | QueuePurge
+    | QueuePurgeOk
+    | QueueDelete
+    | QueueDeleteOk
+    | QueueUnbind
+    | QueueUnbindOk
+    | BasicQos
+    | BasicQosOk
+    | BasicConsume
+    | BasicConsumeOk
+    | BasicCancel
+    | BasicCancelOk
+    | BasicPublish
+    | BasicReturn
+    | BasicDeliver
+    | BasicGet
+    | BasicGetOk
+    | BasicGetEmpty
+    | BasicAck
+    | BasicReject
+    | BasicRecoverAsync
+    | BasicRecover
+    | BasicRecoverOk
+    | BasicNack
+    | TxSelect
+    | TxSelectOk
+    | TxCommit
+    | TxCommitOk
+    | TxRollback
+    | TxRollbackOk
+    | ConfirmSelect
+    | ConfirmSelectOk
+)
+METHODS: dict[int, type[Method]] = {
     ConnectionStart.INDEX: ConnectionStart,
     ConnectionStartOk.INDEX: ConnectionStartOk,
     ConnectionSecure.INDEX: ConnectionSecure,
@@ -2662,7 +2751,7 @@ METHODS: dict[int, type] = {
     ConfirmSelect.INDEX: ConfirmSelect,
     ConfirmSelectOk.INDEX: ConfirmSelectOk,
 }
-DECODERS: dict[int, Callable[[bytes, int], Any]] = {
+DECODERS: dict[int, Callable[[bytes, int], Method]] = {
     ConnectionStart.INDEX: _decode_ConnectionStart,
     ConnectionStartOk.INDEX: _decode_ConnectionStartOk,
     ConnectionSecure.INDEX: _decode_ConnectionSecure,
@@ -2832,7 +2921,7 @@ RESPONSES: dict[type, tuple[type, ...]] = {
 
 __all__ = [
     'BasicProperties', 'PROPERTY_FLAGS', 'PROPERTY_TYPES', 'METHODS', 'DECODERS',
-    'ENCODERS', 'RESPONSES',
+    'ENCODERS', 'RESPONSES', 'Method',
     'decode_properties', 'encode_properties', 'SOFT_ERRORS', 'HARD_ERRORS', 'REPLY_NAMES',
     'PROTOCOL_HEADER', 'PORT',
     'ConnectionStart',

@@ -27,7 +27,7 @@ __all__ = ["AsyncioServer"]
 class _Conn(asyncio.Protocol):
     __slots__ = ("server", "protocol", "conn_id", "transport", "unreported")
 
-    def __init__(self, server: "AsyncioServer", protocol: str) -> None:
+    def __init__(self, server: AsyncioServer, protocol: str) -> None:
         self.server = server
         self.protocol = protocol
         self.conn_id = server.new_conn_id()

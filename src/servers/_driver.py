@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
-from engine._actions import Close, PauseReading, ResumeReading, Sync, Write
+from engine import Close, PauseReading, ResumeReading, Sync, Write
 
 __all__ = ["Listener", "BrokerLike", "Driver", "ReadyCallback", "format_address", "log"]
 

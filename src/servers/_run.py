@@ -17,7 +17,8 @@ from engine.store import Store, StoreError
 
 from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 
-__all__ = ["SERVER_KINDS", "ServerUnavailable", "check_server_available", "make_server", "make_broker", "make_store", "run", "running", "Running"]
+__all__ = ["SERVER_KINDS", "ServerUnavailable", "check_server_available", "make_server", "make_broker",
+           "make_store", "run", "running", "Running"]
 
 SERVER_KINDS = ("asyncio", "threads", "trio")
 #: exit status after a second SIGINT cut the graceful shutdown short (128 + SIGINT, as shells)

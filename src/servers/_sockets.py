@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ._driver import Listener, format_address, log
 
@@ -42,8 +43,9 @@ def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, L
                 )[0]
                 sock = socket.create_server(addr, family=family, backlog=BACKLOG)
             except OSError as exc:  # the operator's message: which listener, which address, why
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ListenError(exc.errno, f"cannot listen for {lst.protocol} on "
-                                  f"{format_address(lst.host, lst.port)}: {os.strerror(exc.errno) if exc.errno else exc}") from None
+                                  f"{format_address(lst.host, lst.port)}: {why}") from None
             sock.setblocking(False)
             host, port = sock.getsockname()[:2]
             out.append((sock, Listener(lst.protocol, host, port)))

@@ -14,7 +14,8 @@ import queue
 import select
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
 from ._sockets import ACCEPT_RETRY_DELAY, READ_SIZE, accept_ready, bind_listeners

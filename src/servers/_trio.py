@@ -9,8 +9,8 @@ Times are converted from the broker's wall clock to ``trio.current_time()`` by d
 from __future__ import annotations
 
 import threading
-from collections import deque
 import time
+from collections import deque
 from typing import Any
 
 import trio

@@ -20,13 +20,13 @@ from engine.config_schema import ConfigError
 from engine.store import Store, StoreError
 
 from ._driver import Listener
-from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url, make_broker,
-                   make_server, make_store, run)
-from .bench.options import DESCRIPTION as BENCH_DESCRIPTION
-from .bench.options import EPILOG as BENCH_EPILOG
-from .bench.options import add_arguments as add_bench_arguments
-from .logs import BURST, LOG_FORMATS, WINDOW, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, setup_logging
+from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
+                   make_broker, make_server, make_store, run)
+from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
+from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
+from sansmq_bench.options import EPILOG as BENCH_EPILOG
+from sansmq_bench.options import add_arguments as add_bench_arguments
 
 __all__ = ["main", "parse_address", "parse_bytes", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:  # the subcommand's own usage, not the top-level one
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "bench":
-        from .bench import command
+        from sansmq_bench import command
 
         return command(args, sub)
     try:

@@ -12,19 +12,41 @@ see ``_readers``, ``_state`` and ``_connection`` for the rest.
 """
 
 from ._connection import (
-    NEED_DATA, SUPPORTED_VERSIONS, Connection, negotiate_heartbeat, negotiate_version,
+    SUPPORTED_VERSIONS,
+    Connection,
+    negotiate_heartbeat,
+    negotiate_version,
     parse_heartbeat,
 )
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
-    Abort, Ack, Begin, Commit, Connect, Connected, ConnectionClosed, Disconnect, Error, Event,
-    Frame, Heartbeat, HeartbeatDue, Message, Nack, PeerTimedOut, Receipt, Send, Subscribe,
+    NEED_DATA,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    Disconnect,
+    Error,
+    Event,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    Message,
+    Nack,
+    NeedData,
+    PeerTimedOut,
+    Receipt,
+    Send,
+    Subscribe,
     Unsubscribe,
 )
 from ._state import CLIENT, SERVER, Role, State
 
 __all__ = [
-    "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "SUPPORTED_VERSIONS",
+    "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "NeedData", "SUPPORTED_VERSIONS",
     "negotiate_heartbeat", "negotiate_version", "parse_heartbeat",
     "Event", "Frame", "Connect", "Connected", "Send", "Subscribe", "Unsubscribe", "Ack", "Nack",
     "Begin", "Commit", "Abort", "Disconnect", "Message", "Receipt", "Error",

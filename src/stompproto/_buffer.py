@@ -32,10 +32,11 @@ class ReceiveBuffer:
         if rest <= len(chunk):  # a frame's start left over: copying it costs no more than the chunk
             self.data = b"".join((memoryview(data)[pos:], chunk))
             return
-        if type(data) is bytes:
+        if isinstance(data, bytearray):
+            if pos:
+                del data[:pos]  # one compaction per chunk
+        else:
             data = self.data = bytearray(memoryview(data)[pos:])
-        elif pos:
-            del data[:pos]  # one compaction per chunk
         data += chunk
 
     def consume_to(self, pos: int) -> None:

@@ -31,12 +31,30 @@ from collections.abc import Iterable
 from ._buffer import ReceiveBuffer
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    Connect, Connected, ConnectionClosed, Error, Event, Frame, Heartbeat, HeartbeatDue, Message,
-    PeerTimedOut, Unsubscribe,
+    NEED_DATA,
+    Connect,
+    Connected,
+    ConnectionClosed,
+    Error,
+    Event,
+    Frame,
+    Heartbeat,
+    HeartbeatDue,
+    Message,
+    NeedData,
+    PeerTimedOut,
+    Unsubscribe,
 )
 from ._readers import FrameReader
 from ._state import (
-    ALLOWED, BODY_ALLOWED, CLIENT, REQUIRED_HEADERS, SERVER, VERSION_MIN, Role, State,
+    ALLOWED,
+    BODY_ALLOWED,
+    CLIENT,
+    REQUIRED_HEADERS,
+    SERVER,
+    VERSION_MIN,
+    Role,
+    State,
 )
 from ._writers import HEARTBEAT_BYTES, encode_headers, message_tail, serialize
 
@@ -47,17 +65,6 @@ __all__ = [
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2")
 
-
-class _NeedData:
-    """Sentinel type: ``next_event`` has nothing more until ``receive_data`` is called."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA = _NeedData()
 
 _HEARTBEAT_RE = re.compile(r"\s*([0-9]+)\s*,\s*([0-9]+)\s*\Z")
 
@@ -89,27 +96,29 @@ def negotiate_version(accept_version: str | None, versions: Iterable[str]) -> st
     return common[-1] if common else None
 
 
-_RULES: dict[tuple[Role, State, str], dict[type[Frame], tuple[State, tuple[str, ...] | None]]] = {}
-
-
-def _receive_rules(
+def _rules_for(
     sender: Role, state: State, version: str
 ) -> dict[type[Frame], tuple[State, tuple[str, ...] | None]]:
     """The ``ALLOWED`` slice for (sender, state) joined with the headers each frame must carry in
     ``version``: ``{frame class: (new state, required header names)}``, the names None for the
     frames with rules of their own (CONNECT, CONNECTED, 1.0's UNSUBSCRIBE, a frame the version
-    lacks), which go through ``_check_headers``. Built once per key and shared."""
-    key = (sender, state, version)
-    rules = _RULES.get(key)
-    if rules is None:
-        rules = {}
-        for cls, new in ALLOWED[(sender, state)].items():
-            special = cls in (Connect, Connected, Unsubscribe) or (
-                cls in VERSION_MIN and version < VERSION_MIN[cls]
-            )
-            rules[cls] = (new, None if special else REQUIRED_HEADERS[(cls, version)])
-        rules = _RULES.setdefault(key, rules)
+    lacks), which go through ``_check_headers``."""
+    rules: dict[type[Frame], tuple[State, tuple[str, ...] | None]] = {}
+    for cls, new in ALLOWED[(sender, state)].items():
+        special = cls in (Connect, Connected, Unsubscribe) or (
+            cls in VERSION_MIN and version < VERSION_MIN[cls]
+        )
+        rules[cls] = (new, None if special else REQUIRED_HEADERS[(cls, version)])
     return rules
+
+
+# Every (sender, state, version) built once at import (30 small dicts), shared by all connections.
+_RULES: dict[tuple[Role, State, str], dict[type[Frame], tuple[State, tuple[str, ...] | None]]] = {
+    (sender, state, version): _rules_for(sender, state, version)
+    for sender in Role
+    for state in State
+    for version in SUPPORTED_VERSIONS
+}
 
 
 class Connection:
@@ -189,7 +198,7 @@ class Connection:
             if self._hb[1]:
                 self._recv_deadline = now + self._hb[1] / 1000 * self.heartbeat_grace
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | NeedData:
         """The next event, or NEED_DATA. Only RemoteProtocolError may escape."""
         if self._events:
             return self._events.popleft()
@@ -226,7 +235,7 @@ class Connection:
                 f"in state {self._state.value}"
             )
         new, required = rule
-        if required is None:  # a frame with rules of its own (see _receive_rules)
+        if required is None:  # a frame with rules of its own (see _rules_for)
             problem = self._check_headers(frame)
             if problem:
                 raise RemoteProtocolError(problem)
@@ -356,7 +365,7 @@ class Connection:
     def _set_state(self, state: State) -> None:
         self._state = state
         self._send_allowed = ALLOWED[(self._role, state)]
-        self._recv_rules = _receive_rules(self._peer, state, self._wire_version or "1.0")
+        self._recv_rules = _RULES[(self._peer, state, self._wire_version or "1.0")]
 
     # -- per-frame rules -----------------------------------------------------------------
 
@@ -434,7 +443,7 @@ class Connection:
                     f"CONNECTED must carry version:{version} (got {given!r})"
                 )
         self._wire_version = version
-        self._recv_rules = _receive_rules(self._peer, self._state, version)
+        self._recv_rules = _RULES[(self._peer, self._state, version)]
         c2s, s2c = negotiate_heartbeat(self._connect_hb, hb)
         self._hb = (c2s, s2c) if self._role is CLIENT else (s2c, c2s)
         send_base = self._last_sent if self._last_sent is not None else self._last_recv

@@ -13,7 +13,7 @@ __all__ = ["ProtocolError", "LocalProtocolError", "RemoteProtocolError"]
 class ProtocolError(Exception):
     """Base class. ``hint`` is the ERROR frame to send to the peer before closing, if any."""
 
-    def __init__(self, msg: str, hint: "Error | None" = None) -> None:
+    def __init__(self, msg: str, hint: Error | None = None) -> None:
         super().__init__(msg)
         self.hint = hint
 

@@ -8,6 +8,7 @@ send the codec writes one when the body is non-empty and the caller did not set 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -39,6 +40,18 @@ class Event:
     """Base of everything ``next_event`` returns and ``send`` accepts."""
 
     __slots__ = ()
+
+
+class NeedData(enum.Enum):
+    """The type of NEED_DATA: ``next_event()`` has nothing more until ``receive_data()``."""
+
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = NeedData.NEED_DATA
 
 
 @dataclass(slots=True)

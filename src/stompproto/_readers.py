@@ -18,6 +18,7 @@ buffer may compact its consumed prefix at any time.
 
 from __future__ import annotations
 
+import enum
 import re
 
 from ._buffer import ReceiveBuffer
@@ -32,7 +33,11 @@ _STOMP = b"STOMP"
 _NO_ESCAPE_FRAMES = (Connect, Connected)
 _FAST_HEAD_SCAN = 1 << 16  # how far the one-shot "\n\n" search may look
 _STR_COMMANDS: dict[str, type[Frame]] = dict(COMMAND_TO_EVENT)
-_PARTIAL = object()  # _fast_frame: head parsed, body not complete yet
+class _Partial(enum.Enum):
+    PARTIAL = "PARTIAL"  # _fast_frame: head parsed, body not complete yet
+
+
+_PARTIAL = _Partial.PARTIAL
 
 UNESCAPES: dict[str, dict[str, str]] = {
     "1.1": {"\\": "\\", "n": "\n", "c": ":"},
@@ -135,7 +140,7 @@ class FrameReader:
 
     # -- head ----------------------------------------------------------------------------
 
-    def _fast_frame(self, buf: bytes | bytearray, pos: int, version: str | None) -> Frame | object | None:
+    def _fast_frame(self, buf: bytes | bytearray, pos: int, version: str | None) -> Frame | _Partial | None:
         """The common frame in one go: LF-only head already buffered, valid UTF-8, a known command,
         no escapes to undo, no repeated or malformed header. Returns the frame, ``_PARTIAL`` when
         the head was parsed but the body is not all here yet (phase ``_BODY``), or None when the

@@ -19,8 +19,21 @@ from __future__ import annotations
 import enum
 
 from ._events import (
-    Abort, Ack, Begin, Commit, Connect, Connected, Disconnect, Error, Frame, Message,
-    Nack, Receipt, Send, Subscribe, Unsubscribe,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Disconnect,
+    Error,
+    Frame,
+    Message,
+    Nack,
+    Receipt,
+    Send,
+    Subscribe,
+    Unsubscribe,
 )
 
 __all__ = [
@@ -30,11 +43,15 @@ __all__ = [
 
 
 class Role(enum.Enum):
+    """Which end of the connection: the same tables check what each role may send."""
+
     CLIENT = "client"
     SERVER = "server"
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own __hash__ is slow Python
+
     @property
-    def peer(self) -> "Role":
+    def peer(self) -> Role:
         return Role.SERVER if self is Role.CLIENT else Role.CLIENT
 
 

@@ -14,12 +14,12 @@ from ._events import (
     CloseConnection,
     CloseReason,
     Event,
+    NeedData,
     Ping,
     Pong,
     RejectConnection,
     Request,
     TextMessage,
-    _NeedData,
 )
 from ._handshake import ClientHandshake, ServerHandshake
 from ._readers import FrameReader, MessageReader
@@ -31,6 +31,7 @@ __all__ = ["Connection"]
 S = ConnectionState
 _RECEIVING = frozenset({S.OPEN, S.CLIENT_CLOSING, S.SERVER_CLOSING})
 _DONE = frozenset({S.CLOSED, S.FAILED, S.HANDSHAKE_FAILED})
+_DEFAULT_DEFLATE = PerMessageDeflate()  # frozen: one shared default offer
 
 
 class Connection:
@@ -75,7 +76,7 @@ class Connection:
         max_frame_size: int = 16 * 1024 * 1024,
         max_message_size: int = 16 * 1024 * 1024,
         max_handshake_size: int = 64 * 1024,
-        permessage_deflate: PerMessageDeflate | None = PerMessageDeflate(),
+        permessage_deflate: PerMessageDeflate | None = _DEFAULT_DEFLATE,
         deliver_fragments: bool = False,
         origin_check: Callable[[str | None], bool] | None = None,
         rng: Callable[[int], bytes] = os.urandom,
@@ -138,7 +139,7 @@ class Connection:
         else:
             self._buf.feed(data)
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | NeedData:
         """The next event, or NEED_DATA. Only RemoteProtocolError escapes; after one, the
         same error is raised again and only its ``hint`` may still be sent."""
         if self._error is not None:
@@ -151,7 +152,7 @@ class Connection:
             raise
         return event
 
-    def _next(self) -> Event | _NeedData:
+    def _next(self) -> Event | NeedData:
         state = self._state
         if state in _RECEIVING:
             return self._next_frame_event()
@@ -161,7 +162,7 @@ class Connection:
             return self._next_response()
         return self._at_eof()
 
-    def _next_frame_event(self) -> Event | _NeedData:
+    def _next_frame_event(self) -> Event | NeedData:
         reader, messages = self._reader, self._messages
         assert reader is not None and messages is not None
         while True:
@@ -180,13 +181,13 @@ class Connection:
                 )
             return event
 
-    def _at_eof(self) -> Event | _NeedData:
+    def _at_eof(self) -> Event | NeedData:
         if not self._eof or self._state is S.CLOSED:
             return NEED_DATA
         self._state = S.CLOSED
         return CloseConnection(CloseReason.ABNORMAL_CLOSURE, "connection lost without a Close frame")
 
-    def _next_request(self) -> Event | _NeedData:
+    def _next_request(self) -> Event | NeedData:
         hs = self._hs_server
         assert hs is not None
         request = hs.next_request()
@@ -196,7 +197,7 @@ class Connection:
         self._offered_protocols = request.subprotocols
         return request
 
-    def _next_response(self) -> Event | _NeedData:
+    def _next_response(self) -> Event | NeedData:
         hs = self._hs_client
         assert hs is not None
         try:
@@ -245,7 +246,9 @@ class Connection:
         """Validate ``event`` against the state and serialise it."""
         new_state = next_state(self.role, self._state, type(event))
         if new_state is None:
-            raise LocalProtocolError(f"cannot send {type(event).__name__} in state {self._state.value} as {self.role.value}")
+            raise LocalProtocolError(
+                f"cannot send {type(event).__name__} in state {self._state.value} as {self.role.value}"
+            )
         writer = self._writer
         if isinstance(event, TextMessage):
             assert writer is not None

@@ -94,7 +94,8 @@ def server_negotiate(offers: list[str], config: PerMessageDeflate) -> tuple[str,
                 continue
             snct = "server_no_context_takeover" in params and _flag(params["server_no_context_takeover"])
             cnct = "client_no_context_takeover" in params and _flag(params["client_no_context_takeover"])
-            s_bits = _bits(params.get("server_max_window_bits"), optional=False) if "server_max_window_bits" in params else None
+            s_bits = (_bits(params.get("server_max_window_bits"), optional=False)
+                      if "server_max_window_bits" in params else None)
             c_offered = "client_max_window_bits" in params
             c_bits = _bits(params.get("client_max_window_bits"), optional=True) if c_offered else None
         except ValueError:

@@ -1,6 +1,7 @@
 """Events: the same classes travel in both directions and serve both roles."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -138,13 +139,13 @@ def is_wire_close_code(code: int) -> bool:
     return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
 
 
-class _NeedData:
-    """Sentinel type: ``next_event`` needs more bytes."""
+class NeedData(enum.Enum):
+    """The type of NEED_DATA: ``next_event()`` has nothing more until ``receive_data()``."""
 
-    __slots__ = ()
+    NEED_DATA = "NEED_DATA"
 
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA = _NeedData()
+NEED_DATA = NeedData.NEED_DATA

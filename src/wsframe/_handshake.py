@@ -69,7 +69,8 @@ def _extra(headers: Headers) -> list[tuple[bytes, bytes]]:
 def _reject(status: int, msg: str, headers: Headers | None = None, detail: str = "") -> RemoteProtocolError:
     # the body never echoes the peer's bytes; the exception message may carry them
     body = (msg + "\n").encode()
-    return RemoteProtocolError(f"{msg}: {detail}" if detail else msg, hint=RejectConnection(status, headers or [], body))
+    return RemoteProtocolError(f"{msg}: {detail}" if detail else msg,
+                               hint=RejectConnection(status, headers or [], body))
 
 
 class ServerHandshake:
@@ -151,7 +152,8 @@ class ServerHandshake:
 
     def accept(self, event: AcceptConnection, offered: list[str]) -> tuple[bytes, PerMessageDeflate | None]:
         """The 101 response, and the permessage-deflate parameters now in force."""
-        headers = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"), (b"sec-websocket-accept", accept_key(self._key))]
+        headers = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
+                   (b"sec-websocket-accept", accept_key(self._key))]
         if event.subprotocol is not None:
             if event.subprotocol not in offered:
                 raise LocalProtocolError(f"subprotocol {event.subprotocol!r} was not offered")
@@ -164,7 +166,8 @@ class ServerHandshake:
             raise LocalProtocolError("extensions: pass None (accept what was negotiated) or [] (decline)")
         headers += _extra(event.headers)
         try:
-            data = self._h11.send(h11.InformationalResponse(status_code=101, headers=headers, reason=b"Switching Protocols"))
+            data = self._h11.send(
+                h11.InformationalResponse(status_code=101, headers=headers, reason=b"Switching Protocols"))
         except h11.LocalProtocolError as exc:
             raise LocalProtocolError(str(exc)) from None
         return data or b"", agreed
@@ -196,7 +199,8 @@ class ServerHandshake:
 
 
 def _tokens_items(headers: list[tuple[bytes, bytes]]) -> list[str]:
-    return [item for value in _values(headers, b"sec-websocket-extensions") for item in parse_extension_items(value.decode("latin-1"))]
+    return [item for value in _values(headers, b"sec-websocket-extensions")
+            for item in parse_extension_items(value.decode("latin-1"))]
 
 
 def _host_bytes(host: str) -> bytes:

@@ -164,7 +164,8 @@ class MessageReader:
             try:
                 return TextMessage(payload.decode("utf-8"))
             except UnicodeDecodeError as exc:
-                raise _fail(f"text message is not UTF-8: {exc.reason}", CloseReason.INVALID_FRAME_PAYLOAD_DATA) from None
+                raise _fail(f"text message is not UTF-8: {exc.reason}",
+                            CloseReason.INVALID_FRAME_PAYLOAD_DATA) from None
         if opcode == OP_CONT:
             if self._opcode is None:
                 raise _fail("continuation frame without a message in progress")
@@ -198,7 +199,8 @@ class MessageReader:
             try:
                 data = self._decoder.decode(payload, fin)
             except UnicodeDecodeError as exc:
-                raise _fail(f"text message is not UTF-8: {exc.reason}", CloseReason.INVALID_FRAME_PAYLOAD_DATA) from None
+                raise _fail(f"text message is not UTF-8: {exc.reason}",
+                            CloseReason.INVALID_FRAME_PAYLOAD_DATA) from None
         opcode = self._opcode
         if fin:
             self._opcode = None

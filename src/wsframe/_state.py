@@ -6,6 +6,7 @@ missing) and what the peer sends (RemoteProtocolError when missing).
 """
 from __future__ import annotations
 
+import enum
 from enum import Enum
 
 from ._events import (
@@ -23,11 +24,17 @@ from ._events import (
 __all__ = ["CLIENT", "SERVER", "ConnectionState", "Role", "TRANSITIONS", "next_state"]
 
 
-class Role(Enum):
+class Role(enum.Enum):
+    """Which end of the connection: the same tables check what each role may send."""
+
     CLIENT = "client"
     SERVER = "server"
 
     __hash__ = object.__hash__  # members are singletons; Enum's own __hash__ is slow Python
+
+    @property
+    def peer(self) -> Role:
+        return Role.SERVER if self is Role.CLIENT else Role.CLIENT
 
 
 CLIENT = Role.CLIENT

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from hypothesis import settings
@@ -27,9 +27,9 @@ def shortstr(alphabet: str | None = None) -> st.SearchStrategy[str]:
 
 
 timestamps = st.integers(0, 2**33).map(
-    lambda s: datetime.fromtimestamp(s, timezone.utc))
+    lambda s: datetime.fromtimestamp(s, UTC))
 pamqp_timestamps = st.integers(0, 2**32 - 1).map(
-    lambda s: datetime.fromtimestamp(s, timezone.utc))
+    lambda s: datetime.fromtimestamp(s, UTC))
 decimals = st.builds(lambda m, s: Decimal(m).scaleb(-s),
                      st.integers(-2**31, 2**31 - 1), st.integers(0, 20))
 scalars = st.one_of(

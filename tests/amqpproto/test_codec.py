@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from amqp_strategies import ALL_METHODS, CI, field_values, method, properties, tables
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,8 +15,6 @@ import amqpproto as a
 from amqpproto import spec
 from amqpproto._readers import read_array, read_table, read_value
 from amqpproto._writers import write_array, write_table, write_value
-
-from amqp_strategies import ALL_METHODS, CI, field_values, method, properties, tables
 
 
 @CI
@@ -81,9 +80,9 @@ def test_timestamp_out_of_datetime_range_stays_int():
     assert read_value(wire, 0)[0] == 2**63
     assert write_value(2**63)[:1] == b"L"  # ints are ints; the T tag needs a datetime
     assert read_value(b"T" + struct.pack(">Q", 0), 0)[0] == datetime(1970, 1, 1,
-                                                                      tzinfo=timezone.utc)
+                                                                      tzinfo=UTC)
     naive = datetime(2020, 1, 1)  # naive datetimes are taken as UTC
-    assert read_value(write_value(naive), 0)[0] == naive.replace(tzinfo=timezone.utc)
+    assert read_value(write_value(naive), 0)[0] == naive.replace(tzinfo=UTC)
 
 
 def test_nan_survives():

@@ -6,14 +6,13 @@ from __future__ import annotations
 import struct
 
 import pytest
+from amqp_strategies import CI, HANDSHAKE, drain, feed, method, pair
 from hypothesis import given
 from hypothesis import strategies as st
 
 import amqpproto as a
 from amqpproto import _state as S
 from amqpproto import spec
-
-from amqp_strategies import CI, HANDSHAKE, drain, feed, method, pair
 
 
 def frame(ftype: int, ch: int, payload: bytes, end: bytes = b"\xce") -> bytes:
@@ -428,7 +427,7 @@ def test_discard_after_we_close_a_channel():
     assert transfer(s, c, a.ChannelCloseOk(channel=1)) == [a.ChannelCloseOk(channel=1)]
 
 
-# ---- state tables: every (state, sender, method) of the connection table ----------------
+# ---- state tables: every (sender, state, method) of the connection table ----------------
 CONN_METHODS = [c for c in spec.METHODS.values() if c.CLASS_ID == 10]
 CONN_STATES = [S.AWAIT_START_OK, S.AWAIT_SECURE_OR_TUNE, S.AWAIT_SECURE_OK, S.AWAIT_TUNE_OK,
                S.AWAIT_OPEN, S.AWAIT_OPEN_OK, S.OPEN, S.CLOSING_BY_CLIENT, S.CLOSING_BY_SERVER]
@@ -439,7 +438,7 @@ CONN_STATES = [S.AWAIT_START_OK, S.AWAIT_SECURE_OR_TUNE, S.AWAIT_SECURE_OK, S.AW
 def test_connection_table_exhaustive(state, role):
     for cls in CONN_METHODS:
         m = cls()
-        allowed = S.CONNECTION_TABLE.get((state, role, cls))
+        allowed = S.CONNECTION_TABLE.get((role, state, cls))
         sender = a.Connection(role)
         sender.state = state
         if allowed is None:
@@ -474,10 +473,10 @@ CH_MGMT = [spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose, spec.Channel
 def test_channel_table_exhaustive(state, role):
     for cls in CH_MGMT:
         m = cls(channel=1)
-        allowed = S.CHANNEL_TABLE.get((state, role, cls))
+        allowed = S.CHANNEL_TABLE.get((role, state, cls))
         if allowed is None and cls in (spec.ChannelFlow, spec.BasicQos) and \
                 (cls.BY_CLIENT if role is a.CLIENT else cls.BY_SERVER):
-            allowed = S.CHANNEL_TABLE.get((state, role, S.ANY_METHOD))
+            allowed = S.CHANNEL_TABLE.get((role, state, S.ANY_METHOD))
         conns = pair(channels=(1,) if state != S.CH_CLOSED else ())
         sender = conns[0] if role is a.CLIENT else conns[1]
         receiver = conns[1] if role is a.CLIENT else conns[0]

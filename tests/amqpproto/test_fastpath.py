@@ -9,13 +9,12 @@ errors the general path raises.
 from __future__ import annotations
 
 import pytest
+from amqp_strategies import CI, pair, properties
 from hypothesis import given
 from hypothesis import strategies as st
 
 import amqpproto as a
 from amqpproto import spec
-
-from amqp_strategies import CI, pair, properties
 
 names = st.text(max_size=90)  # some exceed 255 UTF-8 bytes: those must fail the same way
 bodies = st.one_of(st.binary(max_size=64), st.integers(0, 20000).map(lambda n: b"b" * n))

@@ -4,7 +4,7 @@ encoded by one and decoded by the other, both ways; byte-identical where canonic
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pamqp = pytest.importorskip("pamqp")
+from amqp_strategies import CI, NAME_ALPHABET, method, properties  # noqa: E402
 from pamqp import base as p_base  # noqa: E402
 from pamqp import body as p_body  # noqa: E402
 from pamqp import commands as p_cmd  # noqa: E402
@@ -24,8 +25,6 @@ import amqpproto as a  # noqa: E402
 from amqpproto import spec  # noqa: E402
 from amqpproto._readers import read_value  # noqa: E402
 from amqpproto._writers import write_table, write_value  # noqa: E402
-
-from amqp_strategies import CI, NAME_ALPHABET, method, properties  # noqa: E402
 
 P_BY_INDEX = {}
 for _cname in dir(p_cmd):
@@ -63,7 +62,7 @@ def to_pamqp(m):
 
 def from_pamqp_equal(ours, theirs) -> None:
     assert type(theirs).index == ours.INDEX
-    for (name, wire), pname in zip(ours.FIELDS, theirs.__slots__):
+    for (name, wire), pname in zip(ours.FIELDS, theirs.__slots__, strict=False):
         v, pv = getattr(ours, name), getattr(theirs, pname)
         if wire == "longstr" and isinstance(pv, str):
             pv = pv.encode()
@@ -186,7 +185,7 @@ TYPED = [
     ("D", b"\x02\x00\x00\x04\xd2", Decimal("12.34")),
     ("S", b"\x00\x00\x00\x03abc", "abc"), ("x", b"\x00\x00\x00\x02\x00\xff", b"\x00\xff"),
     ("A", b"\x00\x00\x00\x03b\x01V", [1, None]),
-    ("T", struct.pack(">Q", 1700000000), datetime.fromtimestamp(1700000000, timezone.utc)),
+    ("T", struct.pack(">Q", 1700000000), datetime.fromtimestamp(1700000000, UTC)),
     ("F", b"\x00\x00\x00\x04\x01kb\x05", {"k": 5}), ("V", b"", None),
 ]
 
@@ -208,7 +207,7 @@ def test_field_type_decodes_like_pamqp(tag, raw, value):
 @pytest.mark.parametrize("value", [
     True, False, -1, 127, -129, 40000, -40000, 2**31, -2**40, 2**63 - 1, "text", "ünï",
     Decimal("12.34"), Decimal("-5"), Decimal("1E+2"), None, [1, "a", [None]], {"k": {"n": 1}},
-    bytearray(b"\x00\x01"), datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc),
+    bytearray(b"\x00\x01"), datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
 ])
 def test_field_value_encodes_like_pamqp(value):
     assert write_value(value) == p_encode.encode_table_value(value)

@@ -7,15 +7,13 @@ from __future__ import annotations
 import struct
 
 import pytest
-
+from amqp_strategies import CI, pair, properties
 from hypothesis import given
 from hypothesis import strategies as st
 
 import amqpproto as a
 from amqpproto import spec
 from amqpproto._writers import frame
-
-from amqp_strategies import CI, pair, properties
 
 _CH = st.sampled_from([1, 1, 1, 2, 3])  # 3 is never opened
 

@@ -15,11 +15,12 @@ Targets (``browser_target`` is parametrised over them; each skips with its reaso
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-
-from browserkit import BrowserTarget, browser_skip_reason, run_stompjs_page as _run_page, ws_handshake_ok
+from browserkit import BrowserTarget, browser_skip_reason, ws_handshake_ok
+from browserkit import run_stompjs_page as _run_page
 
 #: the listener protocol string our broker's WebSocket (STOMP over WS) session registers under
 SANSMQ_WS_PROTOCOL = os.environ.get("SANSMQ_BROWSER_WS_PROTOCOL", "ws")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
 from browserkit import BrowserTarget
 
 COUNT = 1000

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+from e2ekit import BASE_CONFIG, ServerProcess, start_server
 
 import servers
-from e2ekit import BASE_CONFIG, ServerProcess, start_server
 
 
 @pytest.fixture(scope="module", params=servers.SERVER_KINDS)

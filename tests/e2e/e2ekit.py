@@ -19,12 +19,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import stomp
 from stomp.listener import ConnectionListener
-
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
@@ -100,7 +100,7 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}")
+            raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}") from None
 
 
 def as_text_line(line: str) -> str:

@@ -6,13 +6,14 @@ import asyncio
 import socket
 import struct
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
+from e2ekit import close_quietly, connect, uid
 
 import servers
-from e2ekit import close_quietly, connect, uid
 
 LISTENERS = [("amqp", "127.0.0.1", 0), ("stomp", "127.0.0.1", 0)]
 

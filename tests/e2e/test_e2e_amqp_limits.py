@@ -5,13 +5,13 @@ of each server kind (started with ``--memory-high-watermark``, so the CLI knob i
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
-
 from e2ekit import LISTEN_RE, RawStomp, ServerProcess, start_server, uid, wait_until
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -117,7 +117,7 @@ def test_stomp_publisher_is_paused_too(server: ServerProcess, conn: pika.Blockin
     try:
         raw.connect()
         body = b"s" * 50_000
-        for i in range(30):
+        for _ in range(30):
             raw.send_frame("SEND", {"destination": f"/queue/{q}", "content-length": str(len(body))}, body)
         wait_until(lambda: depth(ch, q) * 50_000 > WATERMARK, 10, "the queue over the watermark")
         time.sleep(0.5)  # the broker stopped reading the publisher: the rest waits in its socket

@@ -11,14 +11,14 @@ import resource
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from e2ekit import BASE_CONFIG, LISTEN_RE, ServerProcess, start_server, wait_until
 
 import amqpproto as A
 from amqpproto import BasicProperties, spec
-
-from e2ekit import BASE_CONFIG, LISTEN_RE, ServerProcess, start_server, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
+from e2ekit import uid
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 import amqpproto as A
-from amqpproto import BasicProperties, spec
-
 import servers
-from e2ekit import uid
+from amqpproto import BasicProperties, spec
 from engine import Config
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,7 +10,6 @@ import itertools
 import os
 
 import pytest
-
 from e2ekit import RawStomp, close_quietly, connect, frame
 
 pytestmark = pytest.mark.timeout(60)

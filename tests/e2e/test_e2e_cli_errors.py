@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import servers
 from e2ekit import ServerProcess, fresh_data_dir
 from test_e2e_cli import EXAMPLE_CONFIG, sansmq_script
+
+import servers
 
 pytestmark = pytest.mark.timeout(60)
 

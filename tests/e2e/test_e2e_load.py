@@ -10,11 +10,19 @@ import threading
 import time
 
 import pytest
+from e2ekit import (
+    BASE_CONFIG,
+    RawStomp,
+    ServerProcess,
+    ack_args,
+    close_quietly,
+    connect,
+    frame,
+    fresh_data_dir,
+    wait_until,
+)
 
 import servers
-
-from e2ekit import (BASE_CONFIG, RawStomp, ServerProcess, ack_args, close_quietly, connect, frame,
-                    fresh_data_dir, wait_until)
 
 pytestmark = pytest.mark.timeout(180)
 

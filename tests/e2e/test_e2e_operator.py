@@ -11,17 +11,18 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pika
 import pytest
-import stomp
+from e2ekit import RawStomp, ServerProcess, close_quietly, connect, fresh_data_dir, uid, wait_until
 from pika.exceptions import AMQPConnectionError, ConnectionClosedByBroker, ProbableAuthenticationError
+from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import connect as ws_connect
 
 import servers
-from e2ekit import RawStomp, ServerProcess, close_quietly, connect, fresh_data_dir, uid, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,7 +67,7 @@ def test_sigterm_closes_pika_stomp_and_websocket_clients_with_their_protocol_clo
         # WebSocket: the inner STOMP ERROR, then Close 1001 (going away), as RabbitMQ's Web-STOMP
         inner = ws.recv(10)
         assert str(inner).startswith("ERROR\nmessage:CONNECTION_FORCED\n"), inner
-        with pytest.raises(Exception):
+        with pytest.raises(ConnectionClosedOK):
             ws.recv(10)
         assert ws.protocol.close_rcvd is not None and ws.protocol.close_rcvd.code == 1001
         # stomp.py: an ERROR frame saying why, then the socket closes

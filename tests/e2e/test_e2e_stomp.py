@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-
 from e2ekit import RawStomp, ack_args, close_quietly, connect, uid, wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,14 +7,14 @@ ephemeral ports; the ws listener hands raw socket bytes to the broker's "ws" ses
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+from e2ekit import RawStomp, frame, uid
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 import servers
-from e2ekit import RawStomp, frame, uid
 from engine import Config
 
 pytestmark = pytest.mark.timeout(120)

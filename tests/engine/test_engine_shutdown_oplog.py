@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from amqpproto import spec
-from stompproto import Connected, Error
+from stompproto import Error
 
 from engine import Config
 from engine.config import User

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+from fakebroker import LineBroker
 
 import servers
-from fakebroker import LineBroker
 
 
 @pytest.fixture(params=servers.SERVER_KINDS)

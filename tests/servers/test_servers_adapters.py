@@ -7,10 +7,10 @@ import threading
 import time
 
 import pytest
+from fakebroker import LineBroker
+from lineclient import LineClient, wait_for
 
 import servers
-from lineclient import LineClient, wait_for
-from fakebroker import LineBroker
 
 pytestmark = pytest.mark.timeout(60)
 

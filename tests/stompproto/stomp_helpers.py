@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from stompproto import (
-    CLIENT, NEED_DATA, SERVER, Abort, Ack, Begin, Commit, Connect, Connected, Connection,
-    Disconnect, Error, Message, Nack, Receipt, RemoteProtocolError, Send, Subscribe,
+    CLIENT,
+    NEED_DATA,
+    SERVER,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Connection,
+    Disconnect,
+    Error,
+    Message,
+    Nack,
+    Receipt,
+    RemoteProtocolError,
+    Send,
+    Subscribe,
     Unsubscribe,
 )
 

@@ -11,13 +11,13 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
+from stomp_helpers import client_at, server_at
 
 from stompproto import NEED_DATA, SERVER, Connection, LocalProtocolError, Message, RemoteProtocolError
 from stompproto._readers import FrameReader
 from stompproto._writers import encode_headers, message_tail, serialize
-
-from stomp_helpers import client_at, server_at
 
 # header text worth escaping or confusing a parser: colons, backslashes, CR, LF, non-ASCII
 _CHARS = st.sampled_from(list("ab:\\\r\n é-_0") + ["\u2603", "\x00"])

@@ -8,8 +8,19 @@ import pytest
 from stomp_helpers import feed, handshake
 
 from stompproto import (
-    CLIENT, SERVER, Connect, Connection, Heartbeat, HeartbeatDue, LocalProtocolError,
-    NEED_DATA, PeerTimedOut, RemoteProtocolError, Send, negotiate_heartbeat, parse_heartbeat,
+    CLIENT,
+    NEED_DATA,
+    SERVER,
+    Connect,
+    Connection,
+    Heartbeat,
+    HeartbeatDue,
+    LocalProtocolError,
+    PeerTimedOut,
+    RemoteProtocolError,
+    Send,
+    negotiate_heartbeat,
+    parse_heartbeat,
 )
 
 PERIODS = (0, 500, 2000)

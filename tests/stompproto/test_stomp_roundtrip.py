@@ -7,11 +7,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stomp_helpers import (
-    CLIENT_FRAMES, SERVER_FRAMES, VERSIONS, client_at, feed, required, server_at,
+    CLIENT_FRAMES,
+    SERVER_FRAMES,
+    VERSIONS,
+    client_at,
+    feed,
+    required,
+    server_at,
 )
 
 from stompproto import (
-    CLIENT, SERVER, Connect, Connected, Connection, Heartbeat, Message, RemoteProtocolError,
+    CLIENT,
+    SERVER,
+    Connect,
+    Connected,
+    Connection,
+    Heartbeat,
+    Message,
+    RemoteProtocolError,
     Send,
 )
 

@@ -7,8 +7,23 @@ import pytest
 from stomp_helpers import client_at, feed, server_at
 
 from stompproto import (
-    CLIENT, SERVER, Abort, Ack, Begin, Commit, Connect, Connected, Connection, Disconnect, Error,
-    Message, Nack, Receipt, Send, Subscribe, Unsubscribe,
+    CLIENT,
+    SERVER,
+    Abort,
+    Ack,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Connection,
+    Disconnect,
+    Error,
+    Message,
+    Nack,
+    Receipt,
+    Send,
+    Subscribe,
+    Unsubscribe,
 )
 
 ERROR_BODY_12 = (

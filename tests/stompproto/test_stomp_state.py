@@ -10,8 +10,18 @@ import pytest
 from stomp_helpers import ALL_FRAMES, feed, handshake, required
 
 from stompproto import (
-    CLIENT, SERVER, Connect, Connected, Connection, Disconnect, Error, Heartbeat,
-    LocalProtocolError, Nack, RemoteProtocolError, State,
+    CLIENT,
+    SERVER,
+    Connect,
+    Connected,
+    Connection,
+    Disconnect,
+    Error,
+    Heartbeat,
+    LocalProtocolError,
+    Nack,
+    RemoteProtocolError,
+    State,
 )
 from stompproto._state import TRANSITIONS
 from stompproto._writers import serialize

@@ -6,7 +6,13 @@ import pytest
 from stomp_helpers import feed
 
 from stompproto import (
-    CLIENT, SERVER, Connect, Connected, Connection, LocalProtocolError, RemoteProtocolError,
+    CLIENT,
+    SERVER,
+    Connect,
+    Connected,
+    Connection,
+    LocalProtocolError,
+    RemoteProtocolError,
     negotiate_version,
 )
 

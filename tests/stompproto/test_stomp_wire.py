@@ -7,8 +7,19 @@ import pytest
 from stomp_helpers import client_at, feed, server_at
 
 from stompproto import (
-    CLIENT, NEED_DATA, SERVER, Connect, Connection, Error, Heartbeat, LocalProtocolError,
-    Message, Receipt, RemoteProtocolError, Send, Subscribe,
+    CLIENT,
+    NEED_DATA,
+    SERVER,
+    Connect,
+    Connection,
+    Error,
+    Heartbeat,
+    LocalProtocolError,
+    Message,
+    Receipt,
+    RemoteProtocolError,
+    Send,
+    Subscribe,
 )
 
 TRICKY = {"k:ey\\": "a:b\nc\\d"}

@@ -1,10 +1,10 @@
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-
 from pgtest import PgCluster, create_db, drop_db, postgres_bindir
 
 settings.register_profile(

@@ -7,12 +7,11 @@ import errno
 import random
 from typing import Any
 
-from stompproto import Connected, Error, Message, Receipt, Send, Subscribe
-
 from engine import Broker, Config
 from engine._message import Message as StoreMessage
 from engine.segment_store import SegmentStore
 from engine.testing import SimClient, SimNetwork
+from stompproto import Connected, Error, Message, Receipt, Send, Subscribe
 
 
 class FaultyStore(SegmentStore):

@@ -6,16 +6,16 @@ confirmed state."""
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pika
 import pytest
+from pgtest import PgCluster
+from test_store_servers import LISTENERS, pika_connect, stomp_connect
 
 import servers
 from engine.postgres_store import PostgresStore
-from pgtest import PgCluster
 from servers import make_broker, running
-from test_store_servers import LISTENERS, pika_connect, stomp_connect
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import time
 
 import psycopg
 import pytest
-from stompproto import Ack
+from storagetest_helpers import connected, new_net, send, split, subscribe
 
 from engine._message import Message
 from engine.postgres_store import PostgresStore
 from engine.store import QueueDef, StoreError
-from storagetest_helpers import connected, new_net, send, split, subscribe
+from stompproto import Ack
 
 
 def msg(i: int, body: bytes = b"") -> Message:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from storagetest_helpers import FaultyStore, apply_op, msg
 
 import engine._segments.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
-from storagetest_helpers import FaultyStore, apply_op, msg
 
 
 def reopen(store: SegmentStore, path: Path, **kw) -> SegmentStore:
@@ -199,7 +200,7 @@ def test_fsync_error_is_reported_and_retried(tmp_path: Path) -> None:
 def test_store_format_is_explicit_and_versioned(tmp_path: Path) -> None:
     """Headers and arguments round-trip through AMQP field tables (no pickle); a header key too long
     for a field table falls back to a key/value array; another format version is refused clearly."""
-    from datetime import datetime, timezone
+    from datetime import datetime
     from decimal import Decimal
 
     s = SegmentStore(tmp_path)
@@ -207,7 +208,7 @@ def test_store_format_is_explicit_and_versioned(tmp_path: Path) -> None:
     s.add_queue(QueueDef("/", "q", args=args))
     s.add_exchange(ExchangeDef("/", "x", "headers", durable=True, auto_delete=True, internal=True, args={}))
     s.add_binding(BindingDef("/", "x", "q", False, "k", {"x-match": "all", "n": 7}))
-    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
     headers = {"s": "é", "i": -5, "big": 1 << 40, "f": 0.25, "b": False, "raw": b"\x00\xff", "t": when,
                "d": Decimal("1.25"), "x-death": [{"count": 2, "reason": "expired", "routing-keys": ["a"]}]}
     s.enqueue("/", "q", Message(1, "x", "k", headers, b"one", persistent=True))

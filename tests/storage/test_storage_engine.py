@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from amqpproto import BasicProperties, spec
-from stompproto import Ack, Nack
-
-from engine.segment_store import SegmentStore
 from storagetest_helpers import FaultyStore, connected, new_net, send, split, subscribe
+
+from amqpproto import BasicProperties, spec
+from engine.segment_store import SegmentStore
+from stompproto import Ack, Nack
 
 
 def restart(net, stores, **kw):

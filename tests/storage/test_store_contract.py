@@ -12,10 +12,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storagetest_helpers import apply_op, msg
 
 from engine._message import Message
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
-from storagetest_helpers import apply_op, msg
 
 
 def reopen(store, stores, **kw):

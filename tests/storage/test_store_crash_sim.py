@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from stompproto import Ack, Receipt
-
 from storagetest_helpers import connected, kill, new_net, send, split, subscribe
+
+from stompproto import Ack, Receipt
 
 stats: Counter = Counter()
 
@@ -53,7 +53,7 @@ def test_random_kills_keep_receipted_and_drop_confirmed_acks(store_factory, ops,
     for op in ops:
         if op == "send":
             n += 1
-            send(p, "/queue/k", b"m%d" % n + b"." * 200, persistent="true", receipt="m%d" % n)
+            send(p, "/queue/k", b"m%d" % n + b"." * 200, persistent="true", receipt=f"m{n}")
         elif op == "sync":
             net.complete_syncs()
         elif op.startswith("deliver"):

@@ -5,6 +5,7 @@ import zlib
 import pytest
 import wsproto
 import wsproto.events as wpe
+from wsframe_helpers import chunkings, drain, frame, normalise
 from wsproto.extensions import PerMessageDeflate as WPDeflate
 
 from wsframe import (
@@ -19,7 +20,6 @@ from wsframe import (
     TextMessage,
 )
 from wsframe._deflate import client_accept, client_offer, server_negotiate
-from wsframe_helpers import chunkings, drain, frame, normalise
 
 PARAMS = [
     {},

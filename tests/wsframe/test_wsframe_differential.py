@@ -5,9 +5,9 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from wsframe_helpers import MASK_KEY, chunkings, drain, frame, normalise, until_close, wsproto_events
 
 from wsframe import CLIENT, SERVER, Connection
-from wsframe_helpers import MASK_KEY, chunkings, drain, frame, normalise, until_close, wsproto_events
 
 # 1014 is left out: wsproto predates its IANA registration and rejects it, wsframe accepts it
 CLOSE_CODES = [0, 999, 1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1015, 1016, 2999, 3000, 4000, 4999, 5000]
@@ -53,7 +53,7 @@ def valid_message(draw, role):
     text = draw(st.booleans())
     body = draw(st.text(max_size=60)).encode() if text else draw(st.binary(max_size=200))
     cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
-    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     out = b""
     for i, piece in enumerate(pieces):
         opcode = (1 if text else 2) if i == 0 else 0

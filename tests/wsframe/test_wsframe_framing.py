@@ -2,22 +2,22 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from wsframe_helpers import chunkings, close_payload, drain, frame, normalise
 
 from wsframe import (
     CLIENT,
+    NEED_DATA,
     SERVER,
     BytesMessage,
     CloseConnection,
     Connection,
     ConnectionState,
-    NEED_DATA,
     LocalProtocolError,
     Ping,
     Pong,
     RemoteProtocolError,
     TextMessage,
 )
-from wsframe_helpers import chunkings, close_payload, drain, frame, normalise
 
 TEXT, BIN, CLOSE, PING, PONG, CONT = 1, 2, 8, 9, 10, 0
 

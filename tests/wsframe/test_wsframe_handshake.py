@@ -4,6 +4,7 @@ import base64
 import pytest
 import wsproto
 import wsproto.events as wpe
+from wsframe_helpers import chunkings, drain, frame
 
 from wsframe import (
     CLIENT,
@@ -22,7 +23,6 @@ from wsframe import (
     accept_key,
     choose_subprotocol,
 )
-from wsframe_helpers import chunkings, drain, frame
 
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
 

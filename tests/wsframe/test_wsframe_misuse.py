@@ -2,6 +2,7 @@
 import zlib
 
 import pytest
+from wsframe_helpers import close_payload, drain, frame
 
 from wsframe import (
     CLIENT,
@@ -19,7 +20,6 @@ from wsframe import (
     TextMessage,
 )
 from wsframe._deflate import client_accept, server_negotiate
-from wsframe_helpers import close_payload, drain, frame
 
 UPGRADE = (
     b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

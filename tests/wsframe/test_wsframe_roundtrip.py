@@ -4,6 +4,7 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from wsframe_helpers import drain, random_chunks
 
 from wsframe import (
     CLIENT,
@@ -18,7 +19,6 @@ from wsframe import (
     Request,
     TextMessage,
 )
-from wsframe_helpers import drain, random_chunks
 
 close_codes = st.sampled_from([1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 4321, 4999])
 small = st.one_of(

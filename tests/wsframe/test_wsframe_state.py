@@ -1,6 +1,7 @@
 """Table-exhaustive check: in every reachable (role, state), send() accepts exactly the
 event types the transition table lists, and lands in the listed state."""
 import pytest
+from wsframe_helpers import drain, frame
 
 from wsframe import (
     CLIENT,
@@ -19,7 +20,6 @@ from wsframe import (
     TextMessage,
 )
 from wsframe._state import TRANSITIONS
-from wsframe_helpers import drain, frame
 
 S = ConnectionState
 SAMPLES = [

@@ -34,8 +34,7 @@ from typing import Any
 
 import psycopg
 
-from amqpproto._readers import read_table
-from amqpproto._writers import write_table
+from amqpproto import read_table, write_table
 
 from .._message import Message
 from .._segments._records import _decode_message, _encode_message

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from .amqp_client import AmqpClient
@@ -138,7 +138,7 @@ class Run:
 
     async def execute(self) -> dict[str, Any]:
         o, st, loop = self.opts, self.stats, self.loop
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         self.consumers = [self._new("consumer", i) for i in range(o.consumers)]
         self.producers = [self._new("producer", i) for i in range(o.producers)]
         await self._start(self.consumers, "consumer")
@@ -191,7 +191,7 @@ class Run:
             "protocol": o.protocol,
             "url": o.public()["url"],
             "start": started.isoformat(timespec="milliseconds"),
-            "end": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "end": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "publish_seconds": round(publish_s, 3),
             "elapsed_seconds": round(elapsed, 3),
             "sent": st.sent,

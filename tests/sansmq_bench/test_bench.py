@@ -16,18 +16,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-import stompproto
 
-from servers.bench.options import parse_options
-from servers.bench.stats import Stats
-from servers.bench.stomp_client import StompClient
-from servers.bench.payload import HEADER_SIZE, Payload
-from servers.bench.report import Sample, progress_line
-from servers.bench.stats import Histogram
+import stompproto
+from sansmq_bench.options import parse_options
+from sansmq_bench.payload import HEADER_SIZE, Payload
+from sansmq_bench.report import Sample, progress_line
+from sansmq_bench.stats import Histogram, Stats
+from sansmq_bench.stomp_client import StompClient
 from servers.cli import build_parser
 
 pytestmark = pytest.mark.timeout(120)

@@ -26,7 +26,7 @@ class Sample:
 
     @classmethod
     def of(cls, t: float, seconds: float, d_sent: int, d_recv: int, d_conf: int,
-           hist: Histogram) -> "Sample":
+           hist: Histogram) -> Sample:
         s = seconds if seconds > 0 else 1.0
         return cls(round(t, 3), round(d_sent / s, 1), round(d_recv / s, 1), round(d_conf / s, 1),
                    hist.percentile(50), hist.percentile(95), hist.percentile(99))

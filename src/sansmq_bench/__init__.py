@@ -5,7 +5,7 @@ or unbounded, duration or count, publisher confirms / receipts, prefetch, ack mo
 messages. Prints msg/s and latency percentiles every second on stderr and a JSON summary at the
 end. The clients are built on this project's sans-IO codecs (amqpproto, stompproto, wsframe).
 
-    from servers.bench import parse_options, run_sync
+    from sansmq_bench import parse_options, run_sync
     summary = run_sync(parse_options(["-P", "stomp", "-z", "5"]))
 """
 

@@ -8,7 +8,7 @@ each power of two is split into 2**(SUB_BITS-1) buckets, so a reported percentil
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = ["Histogram", "Stats", "PERCENTILES"]
 
@@ -67,7 +67,7 @@ class Histogram:
         for v in values:
             self.record(v)
 
-    def merge(self, other: "Histogram") -> None:
+    def merge(self, other: Histogram) -> None:
         if not other.count:
             return
         if self.count == 0 or other.min < self.min:

@@ -138,7 +138,7 @@ class BenchConnection(asyncio.Protocol):
         self._waiting = (cls, fut)
         try:
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.fail(f"no {cls.__name__} from the broker within {timeout:g}s")
             raise self.failure or BrokerError("timeout") from None
         finally:
@@ -169,5 +169,5 @@ class BenchConnection(asyncio.Protocol):
         """Wait (bounded) until the socket is gone after an orderly close was started."""
         try:
             await asyncio.wait_for(asyncio.shield(self.closed), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.abort()

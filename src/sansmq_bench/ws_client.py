@@ -12,7 +12,13 @@ from typing import Any
 
 import wsframe
 from wsframe import (
-    AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request, TextMessage,
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
 )
 
 from .options import Options
@@ -47,22 +53,21 @@ class WsStompClient(StompClient):
         ws.receive_data(data)
         try:
             while (ev := ws.next_event()) is not _NEED_DATA:
-                cls = type(ev)
-                if cls is TextMessage:
+                if isinstance(ev, TextMessage):
                     if ev.data:
                         self.feed_stomp(ev.data.encode("utf-8"))
-                elif cls is BytesMessage:
+                elif isinstance(ev, BytesMessage):
                     if ev.data:
                         self.feed_stomp(bytes(ev.data))
-                elif cls is Ping:
+                elif isinstance(ev, Ping):
                     self.write(ws.send(ev.response()))
-                elif cls is CloseConnection:
+                elif isinstance(ev, CloseConnection):
                     self._on_ws_close(ev)
                     return
-                elif cls is RejectConnection:
+                elif isinstance(ev, RejectConnection):
                     raise BrokerError(f"WebSocket handshake refused: HTTP {ev.status} "
                                       f"{bytes(ev.body)[:200]!r}")
-                elif cls is AcceptConnection:
+                elif isinstance(ev, AcceptConnection):
                     if ev.subprotocol not in wsframe.STOMP_SUBPROTOCOLS:
                         raise BrokerError(f"the server chose subprotocol {ev.subprotocol!r}")
                     self.deliver_expected(ev)

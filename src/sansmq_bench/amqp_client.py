@@ -9,7 +9,8 @@ durable, as RabbitMQ's STOMP plugin declares ``/queue/NAME``, so the two protoco
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import amqpproto
 from amqpproto import spec
@@ -241,7 +242,8 @@ class AmqpClient(BenchConnection):
         confirming, pending = self.confirming, self.pending
         for _ in range(n):
             b = body()
-            write(send(_Publish(0, exchange, key, False, False, props, b, CH)))
+            # props: encoded once (bytes), which send() accepts in place of BasicProperties
+            write(send(_Publish(0, exchange, key, False, False, props, b, CH)))  # type: ignore[arg-type]
             if confirming:
                 pending[self.next_tag] = int(b[:8], 16)
                 self.next_tag += 1
