@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 __all__ = ["User", "Limits", "Config"]
 
@@ -77,34 +74,4 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> Config:
-        cfg = cls()
-        if "users" in data:
-            cfg.users = {
-                name: User(
-                    name,
-                    str(u["password"]),
-                    loopback_only=bool(u.get("loopback_only", False)),
-                    vhosts=tuple(u.get("vhosts", ())),
-                )
-                for name, u in data["users"].items()
-            }
-        if "vhosts" in data:
-            cfg.vhosts = tuple(data["vhosts"])
-            if cfg.default_vhost not in cfg.vhosts:
-                cfg.vhosts = (cfg.default_vhost, *cfg.vhosts)
-        if "anonymous_user" in data:
-            cfg.anonymous_user = data["anonymous_user"] or None
-        limits = data.get("limits", {})
-        for key, value in limits.items():
-            if not hasattr(cfg.limits, key):
-                raise ValueError(f"unknown limit {key!r}")
-            setattr(cfg.limits, key, tuple(value) if isinstance(value, list) else value)
-        return cfg
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Config:
-        with open(path, "rb") as fh:
-            return cls.from_mapping(tomllib.load(fh))
+    # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

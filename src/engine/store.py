@@ -22,10 +22,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._message import Message
+from .store_types import (
+    BindingDef,
+    ExchangeDef,
+    PagedMessage,
+    QueueDef,
+    Recovered,
+    StoredMessage,
+    StoreError,
+)
+
+if TYPE_CHECKING:
+    from .streams import StreamLog, StreamSettings
 
 __all__ = [
     "Store",
@@ -38,77 +49,6 @@ __all__ = [
     "StoreError",
     "PagedMessage",
 ]
-
-#: a paged message as handed back by ``page_in``: (message, delivery count, expiry in this queue)
-PagedMessage = tuple[Message, int, float | None]
-
-
-class StoreError(Exception):
-    """The store could not persist something (disk full, I/O error, crash injected by a test)."""
-
-
-@dataclass(slots=True)
-class ExchangeDef:
-    vhost: str
-    name: str
-    type: str
-    durable: bool = True
-    auto_delete: bool = False
-    internal: bool = False
-    args: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class QueueDef:
-    vhost: str
-    name: str
-    durable: bool = True
-    auto_delete: bool = False
-    args: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class BindingDef:
-    vhost: str
-    source: str  # exchange name
-    dest: str  # queue or exchange name
-    dest_is_exchange: bool
-    key: str
-    args: dict[str, Any] | None = None
-
-    def ident(self) -> tuple[str, str, str, bool, str, str]:
-        return (self.vhost, self.source, self.dest, self.dest_is_exchange, self.key,
-                repr(sorted((self.args or {}).items())))
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    """A persistent message as it sits in one durable queue."""
-
-    message: Message
-    delivery_count: int = 0
-    #: this queue's own expiry of the message (``x-message-ttl``) when it differs from
-    #: ``message.expires_at``; None when the store does not know it
-    expires: float | None = None
-
-
-@dataclass(slots=True)
-class Recovered:
-    """What the broker rebuilds on start: vhosts, exchanges, queues, then bindings (each list in an order
-    that respects dependencies within it; queues need none among themselves)."""
-
-    vhosts: list[str] = field(default_factory=list)
-    exchanges: list[ExchangeDef] = field(default_factory=list)
-    queues: list[QueueDef] = field(default_factory=list)
-    bindings: list[BindingDef] = field(default_factory=list)
-    #: (vhost, queue) -> messages in queue order
-    messages: dict[tuple[str, str], list[StoredMessage]] = field(default_factory=dict)
-    #: (vhost, queue) -> how many more messages, after ``messages``, the store already holds in the
-    #: queue's page (a large recovered backlog is not materialised; see ``Store.page_in``)
-    paged: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: the highest message id the store holds (paged messages are not in ``messages``)
-    max_message_id: int = 0
-
 
 class Store(ABC):
     #: True when receipts/confirms must wait for ``sync``; the engine emits no Sync actions otherwise.
@@ -202,6 +142,24 @@ class Store(ABC):
         """Everything in ``queue``'s page, in order, without taking it (inspection and tests)."""
         return [(m, c, e) for m, c, e, _ in self._default_pages().get((vhost, queue), ())]
 
+    # -- stream queues (engine.streams; the default keeps the logs in memory) ------------------------
+    def _stream_logs(self) -> Any:
+        logs = self.__dict__.get("_store_streams")
+        if logs is None:
+            from .streams.memory import MemoryStreams
+
+            logs = self.__dict__["_store_streams"] = MemoryStreams(not self.needs_sync)
+        return logs
+
+    def stream(self, vhost: str, name: str, settings: StreamSettings | None = None) -> StreamLog:
+        """The log of stream queue ``name`` (empty when new). ``settings`` (from the queue's
+        arguments, ``streams.stream_settings``) replace the log's when given."""
+        return self._stream_logs().open(vhost, name, settings)  # type: ignore[no-any-return]
+
+    def delete_stream(self, vhost: str, name: str) -> None:
+        """Forget a stream's log, records and tracking (``delete_queue`` does it too)."""
+        self._stream_logs().delete(vhost, name)
+
 
 class MemoryStore(Store):
     """Transient: keeps the durable state in dicts (so ``recover()`` works within one process)."""
@@ -246,6 +204,7 @@ class MemoryStore(Store):
     def delete_queue(self, vhost: str, name: str) -> None:
         self._queues.pop((vhost, name), None)
         self._messages.pop((vhost, name), None)
+        self.delete_stream(vhost, name)
         for ident, b in list(self._bindings.items()):
             if b.vhost == vhost and not b.dest_is_exchange and b.dest == name:
                 del self._bindings[ident]

@@ -18,7 +18,7 @@ from zlib import crc32
 from amqpproto import read_array, read_table, write_array, write_table
 
 from ..._message import Message
-from ...store import BindingDef, ExchangeDef, QueueDef
+from ...store_types import BindingDef, ExchangeDef, QueueDef
 
 SEG_MAGIC = b"SMQSEG2\n"
 JRN_MAGIC = b"SMQJRN2\n"
