@@ -28,6 +28,10 @@ __all__ = ["Broker", "register_protocol"]
 #: internal errors (bugs met while serving a connection) are logged here with their traceback
 log = logging.getLogger("sansmq.engine")
 
+#: seconds lazy store writes (acks) may wait for a sync when no other write brings one: bounds how
+#: many acks a crash can undo (each only a redelivery) and how long emptied segments stay on disk
+LAZY_SYNC_DELAY = 1.0
+
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
 SESSION_TYPES: dict[str, SessionFactory] = {}
@@ -72,6 +76,8 @@ class Broker:
         #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
         self._timer_dirty: dict[Session, None] = {}
         self._store_writes_seen = 0
+        self._eager_writes_seen = 0
+        self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
         self._name_seq = 0
         #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
         self.mem_alarm = False
@@ -133,7 +139,7 @@ class Broker:
         return self.timers.next_deadline()
 
     def drain(self) -> list[Write | Close | PauseReading | ResumeReading | Sync]:
-        self._check_store_writes()
+        self._check_store_writes(eager=True)
         if self._open_token is not None:
             self._out.append(Sync(self._open_token))
             self._open_token = None
@@ -275,13 +281,29 @@ class Broker:
                     self.sessions.pop(session.conn_id, None)
                     self._emit(Close(session.conn_id))
 
-    def _check_store_writes(self) -> None:
-        writes = self.model.store_writes
-        if writes != self._store_writes_seen:
-            self._store_writes_seen = writes
-            if self._open_token is None:
-                self._sync_token += 1
-                self._open_token = self._sync_token
+    def _check_store_writes(self, eager: bool = False) -> None:
+        """Open a sync token for the store writes made since the last one. ``eager``: only when
+        some of them are not lazy; lazy ones alone get a timer (see LAZY_SYNC_DELAY) instead."""
+        model = self.model
+        writes = model.store_writes
+        if writes == self._store_writes_seen:
+            return
+        if eager and model.eager_writes == self._eager_writes_seen:
+            if self._lazy_timer is None:
+                self._lazy_timer = self.timers.add(self.now + LAZY_SYNC_DELAY, self._lazy_due, None)
+            return
+        self._store_writes_seen = writes
+        self._eager_writes_seen = model.eager_writes
+        if self._lazy_timer is not None:
+            self.timers.cancel(self._lazy_timer)
+            self._lazy_timer = None
+        if self._open_token is None:
+            self._sync_token += 1
+            self._open_token = self._sync_token
+
+    def _lazy_due(self, _arg: Any, _now: float) -> None:
+        self._lazy_timer = None
+        self._check_store_writes()
 
     def _enter(self, now: float) -> None:
         # time never goes backwards inside the engine, whatever the server's clock does
