@@ -35,6 +35,11 @@ from engine.segment_store import SegmentStore
 from engine.store import QueueDef, Store
 
 
+def process_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -105,6 +110,16 @@ def store_phases(n: int, opener, parent: str | None) -> None:
         s.sync(n)
         dt = time.perf_counter() - t0
         print(f"enqueue+sync   {n / dt:12,.0f} msg/s  ({syncs + 1} fsync rounds, {dt:.2f} s)")
+        # S5's shape: one 1 KB message per sync, its removal journalled lazily (no sync of its own)
+        k = min(n, 2000)
+        big = b"x" * 1024
+        c0, t0 = process_cpu(), time.perf_counter()
+        for i in range(n + 1, n + k + 1):
+            s.enqueue("/", "q", Message(i, "", "q", {}, big, persistent=True))
+            s.sync(i)
+            s.remove("/", "q", i)
+        dt, cpu = time.perf_counter() - t0, process_cpu() - c0
+        print(f"1 msg per sync {k / dt:12,.0f} msg/s  ({cpu / k * 1e6:.0f} us CPU each, user+system)")
         s.close()
         rss0 = rss_mb()
         t0 = time.perf_counter()
