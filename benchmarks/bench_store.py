@@ -74,13 +74,14 @@ def fsync_rate(parent: str | None, seconds: float) -> None:
             fd = os.open(os.path.join(base, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             block = b"x" * 1024
             n = 0
-            t0 = time.perf_counter()
+            c0, t0 = process_cpu(), time.perf_counter()
             while (dt := time.perf_counter() - t0) < seconds:
                 os.write(fd, block)
                 sync(fd)
                 n += 1
+            cpu = process_cpu() - c0
             os.close(fd)
-            print(f"{name:16} {n / dt:10,.0f} /s  ({dt / n * 1e6:.0f} us each, {n} rounds)")
+            print(f"{name:16} {n / dt:10,.0f} /s  ({dt / n * 1e6:.0f} us each, {cpu / n * 1e6:.0f} us CPU, {n} rounds)")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
