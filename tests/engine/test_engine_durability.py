@@ -196,6 +196,15 @@ def _consumed_persistent(net: SimNetwork) -> tuple:
     return p, c, msg
 
 
+def _after_crash(store: FakeStore) -> list[bytes]:
+    """What a broker restarted on what ``store`` synced delivers from /queue/lazy."""
+    net = new_net(store=store.crash())
+    d = connected(net)
+    subscribe(d, "/queue/lazy", "s", ack="client-individual")
+    net.run_until_idle()
+    return bodies(d)
+
+
 def test_ack_without_receipt_opens_no_sync_until_the_lazy_delay():
     from engine._broker import LAZY_SYNC_DELAY
 
@@ -205,23 +214,14 @@ def test_ack_without_receipt_opens_no_sync_until_the_lazy_delay():
     ack(c, msg)
     net.run_until_idle()
     assert net.pending_syncs == []  # nothing waits on the removal: no sync of its own
-    # a crash now only redelivers the acked message
-    net2 = new_net(store=store.crash())
-    d = connected(net2)
-    subscribe(d, "/queue/lazy", "s", ack="client-individual")
-    net2.run_until_idle()
-    assert bodies(d) == [b"m"]
+    assert _after_crash(store) == [b"m"]  # a crash now only redelivers the acked message
     # left alone, the removal is synced after LAZY_SYNC_DELAY
     net.advance(LAZY_SYNC_DELAY / 2)
     assert net.pending_syncs == []
     net.advance(LAZY_SYNC_DELAY)
     assert len(net.pending_syncs) == 1
     net.complete_syncs()
-    net3 = new_net(store=store.crash())
-    e = connected(net3)
-    subscribe(e, "/queue/lazy", "s", ack="client-individual")
-    net3.run_until_idle()
-    assert bodies(e) == []
+    assert _after_crash(store) == []
 
 
 def test_lazy_ack_rides_along_with_the_next_sync_and_receipted_ack_waits():
@@ -243,8 +243,4 @@ def test_lazy_ack_rides_along_with_the_next_sync_and_receipted_ack_waits():
     assert receipts(c) == [] and len(net.pending_syncs) == 1
     net.complete_syncs()
     assert [r.headers["receipt-id"] for r in receipts(c)] == ["a2"]
-    net2 = new_net(store=store.crash())
-    d = connected(net2)
-    subscribe(d, "/queue/lazy", "s", ack="client-individual")
-    net2.run_until_idle()
-    assert bodies(d) == []
+    assert _after_crash(store) == []
