@@ -3,15 +3,19 @@
 A dedicated thread instead of an executor: no future or callback objects per sync, and tokens that
 arrive while a sync runs are coalesced, so the next sync starts as soon as the current one ends and
 covers all of them (the store's ``sync`` makes everything appended so far durable, a superset of
-any token's writes; the broker releases every receipt up to the token it is told about).
+any token's writes; the broker releases every receipt up to the token it is told about). The hand-off
+is a ``queue.SimpleQueue`` (one futex wake per request at most; a ``Condition`` costs several).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
 
 __all__ = ["SyncWorker"]
+
+_STOP = -1
 
 
 class SyncWorker:
@@ -22,47 +26,45 @@ class SyncWorker:
                  done: Callable[[int, BaseException | None], None]) -> None:
         self._run_sync = run_sync
         self._done = done
-        self._cond = threading.Condition(threading.Lock())
-        self._wanted = 0  # highest token requested
-        self._busy = False
-        self._closing = False
+        self._requests: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def request(self, token: int) -> None:
         """Ask for a sync covering ``token`` (called on the loop thread)."""
-        with self._cond:
-            if token > self._wanted:
-                self._wanted = token
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="sansmq-sync", daemon=True)
-                self._thread.start()
-            elif not self._busy:
-                self._cond.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="sansmq-sync", daemon=True)
+            self._thread.start()
+        self._requests.put(token)
 
     def close(self) -> None:
         """Finish the syncs requested so far, then stop the thread (waits for it)."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+        if self._thread is not None:
+            self._requests.put(_STOP)
+            self._thread.join()
+            self._thread = None
 
     def _loop(self) -> None:
+        requests = self._requests
         done_token = 0
-        cond = self._cond
-        while True:
-            with cond:
-                self._busy = False
-                while self._wanted <= done_token and not self._closing:
-                    cond.wait()
-                if self._wanted <= done_token:
-                    return  # closing, nothing left
-                token = done_token = self._wanted
-                self._busy = True
+        stopping = False
+        while not stopping:
+            token = requests.get()
+            wanted = done_token
+            while True:  # coalesce everything requested meanwhile into one sync
+                if token == _STOP:
+                    stopping = True
+                elif token > wanted:
+                    wanted = token
+                try:
+                    token = requests.get_nowait()
+                except queue.Empty:
+                    break
+            if wanted == done_token:
+                continue
+            done_token = wanted
             try:
-                self._run_sync(token)
+                self._run_sync(done_token)
             except BaseException as exc:  # noqa: BLE001 - handed to the loop
-                self._done(token, exc)
+                self._done(done_token, exc)
             else:
-                self._done(token, None)
+                self._done(done_token, None)
