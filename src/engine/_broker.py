@@ -1,8 +1,9 @@
 """``Broker``: the driver contract. Owns the model, the sessions, the timers and the action queue.
 
 Every driver call sets ``now``, runs the session or timer work, then settles: queues touched are
-dispatched once, session timers re-registered, and a store write since the last Sync opens a sync
-token. ``drain()`` hands back the actions in the order they were produced.
+dispatched once, publishers paused or resumed by credit flow, session timers re-registered, and a
+store write since the last Sync opens a sync token (a lazy one, an ack's, only when a receipt waits
+on it or after LAZY_SYNC_DELAY). ``drain()`` hands back the actions in the order they were produced.
 """
 
 from __future__ import annotations
