@@ -2,6 +2,8 @@
 messages the consumers have not taken yet), and is read again once the queue drains to half."""
 
 from enginetest_helpers import ack, connected, messages, new_net, send, subscribe
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine._broker import FLOW_CREDIT
 
@@ -72,3 +74,37 @@ def test_paused_publisher_resumed_when_the_consumer_leaves_and_forgotten_when_it
     c.drop()  # no consumer left: nothing to wait for
     net.run_until_idle()
     assert not p.paused and net.broker._flow == {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), min_size=1, max_size=12),
+       st.integers(1, 50))
+def test_credit_flow_never_loses_reorders_or_sticks(steps, prefetch):
+    """Any interleaving of publish bursts and consumer acks: a paused publisher is paused on a queue
+    that was over its credit, every message arrives once and in order, and nothing stays paused."""
+    net = new_net()
+    c, p = connected(net), connected(net)
+    subscribe(c, "/queue/flow", "s", ack="client-individual", **{"prefetch-count": str(prefetch)})
+    net.run_until_idle()
+    q = _queue(net, "flow")
+    sent, got, unacked = 0, [], []
+    for burst, acks in steps:
+        _publish(p, burst, start=sent)
+        sent += burst
+        net.run_until_idle()
+        if p.paused:
+            assert q.count > FLOW_CREDIT // 2
+        unacked += messages(c)
+        for m in unacked[:acks]:
+            got.append(m.body)
+            ack(c, m)
+        del unacked[:acks]
+        net.run_until_idle()
+    while unacked or (unacked := messages(c)):
+        for m in unacked:
+            got.append(m.body)
+            ack(c, m)
+        unacked = []
+        net.run_until_idle()
+    assert got == [b"m%d" % i for i in range(sent)]
+    assert q.count == 0 and not p.paused and net.broker._flow == {}
