@@ -7,11 +7,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
-from .routers import ROUTER_TYPES, Router
+from .routers import Router, router_for
+
+if TYPE_CHECKING:
+    from .holding import Holder
 
 __all__ = [
     "VHost",
@@ -54,7 +57,7 @@ class ConsumerOwner(Protocol):
 
 
 class Exchange:
-    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router")
+    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router", "delayed")
 
     def __init__(self, vhost: VHost, name: str, type: str, durable: bool, auto_delete: bool,
                  internal: bool, args: dict[str, Any] | None) -> None:
@@ -65,7 +68,9 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.args = args
-        self.router: Router = ROUTER_TYPES[type]()
+        self.router: Router = router_for(type, args)
+        #: a delayed-message exchange's held messages (``model.delayed``); None for every other type
+        self.delayed: Holder | None = None
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"
