@@ -43,7 +43,8 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("delayed", "retries", "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+    __slots__ = ("delayed", "retries", "publisher", "pager", "topology", "delivery", "light", "route", "exchange",
+                 "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
                  "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
@@ -111,9 +112,9 @@ class Model(ModelState):
                 continue
             vhost = self.topology.add_vhost(qd.vhost, persist=False)
             if qd.name not in vhost.queues:
-                q = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                queue = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
                 if qd.args and RETRY_ARG in qd.args:
-                    self.retries.attach(q, persist=False)
+                    self.retries.attach(queue, persist=False)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:
@@ -157,8 +158,8 @@ class Model(ModelState):
             for x in vhost.exchanges.values():
                 if x.delayed is not None:
                     by_name[(vhost.name, x.delayed.name)] = x.delayed
-        for holder in self.retries.holders.values():
-            by_name[(holder.vhost, holder.name)] = holder
+        for retrying in self.retries.holders.values():
+            by_name[(retrying.vhost, retrying.name)] = retrying
         for key in stored:
             holder = by_name.get(key)
             if holder is None:

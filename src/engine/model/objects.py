@@ -7,14 +7,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
 from .routers import Router, router_for
-
-if TYPE_CHECKING:
-    from .holding import Holder
 
 __all__ = [
     "VHost",
@@ -69,8 +66,9 @@ class Exchange:
         self.internal = internal
         self.args = args
         self.router: Router = router_for(type, args)
-        #: a delayed-message exchange's held messages (``model.delayed``); None for every other type
-        self.delayed: Holder | None = None
+        #: a delayed-message exchange's held messages (a ``holding.Holder``, above this module);
+        #: None for every other type
+        self.delayed: Any = None
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"
