@@ -90,6 +90,49 @@ def test_routing_happens_when_due_against_the_bindings_then() -> None:
     assert isinstance(ok, spec.BasicGetOk) and ok.body == b"m"
 
 
+def test_messages_reaching_a_delayed_exchange_through_a_binding_wait_too() -> None:
+    net = new_net()
+    c = amqp(net)
+    delayed_topology(c)
+    c.call(spec.ExchangeDeclare(exchange="front", type="fanout", channel=1))
+    c.call(spec.ExchangeBind(destination="dx", source="front", routing_key="", channel=1))
+    publish(c, b"via", delay=2000, exchange="front")
+    net.advance(1.999)
+    assert isinstance(c.call(spec.BasicGet(queue="q", no_ack=True, channel=1)), spec.BasicGetEmpty)
+    net.advance(0.001)
+    assert c.call(spec.BasicGet(queue="q", no_ack=True, channel=1)).body == b"via"
+
+
+def test_unroutable_when_due_goes_to_the_alternate_exchange_then() -> None:
+    net = new_net()
+    c = amqp(net)
+    c.call(spec.ExchangeDeclare(exchange="dx", type="x-delayed-message", channel=1,
+                                arguments={"x-delayed-type": "direct", "alternate-exchange": "ae"}))
+    c.call(spec.ExchangeDeclare(exchange="ae", type="fanout", channel=1))
+    c.call(spec.QueueDeclare(queue="unrouted", channel=1))
+    c.call(spec.QueueBind(queue="unrouted", exchange="ae", routing_key="", channel=1))
+    publish(c, b"m", delay=1000, key="nobody")
+    net.run_until_idle()
+    assert c.call(spec.QueueDeclare(queue="unrouted", passive=True, channel=1)).message_count == 0
+    net.advance(1)
+    assert c.call(spec.QueueDeclare(queue="unrouted", passive=True, channel=1)).message_count == 1
+
+
+def test_held_messages_keep_their_priority_for_priority_queues() -> None:
+    net = new_net()
+    c = amqp(net)
+    c.call(spec.ExchangeDeclare(exchange="dx", type="x-delayed-message", arguments={"x-delayed-type": "direct"},
+                                channel=1))
+    c.call(spec.QueueDeclare(queue="pq", arguments={"x-max-priority": 10}, channel=1))
+    c.call(spec.QueueBind(queue="pq", exchange="dx", routing_key="k", channel=1))
+    for body, priority in ((b"low", 1), (b"high", 9)):
+        c.send(spec.BasicPublish(exchange="dx", routing_key="k", body=body, channel=1,
+                                 properties=BasicProperties(headers={"x-delay": 500}, priority=priority)))
+    net.advance(1)
+    got = [c.call(spec.BasicGet(queue="pq", no_ack=True, channel=1)).body for _ in range(2)]
+    assert got == [b"high", b"low"]
+
+
 def test_mandatory_delayed_publish_is_not_returned() -> None:
     net = new_net()
     c = amqp(net)

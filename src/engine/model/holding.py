@@ -13,6 +13,7 @@ to ``restore``, which arms their timers again (a copy already due is released at
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from .._message import Message
 from .._timers import TimerKey
@@ -54,9 +55,10 @@ class Holder:
     def __len__(self) -> int:
         return len(self.held)
 
-    def hold(self, msg: Message, headers: dict[str, object], due: float, count: int = 0) -> bool:
-        """Hold a copy of ``msg`` with ``headers`` until ``due``. True when the store was written
-        (a persistent message in a durable holder: its confirm waits for the sync)."""
+    def hold(self, msg: Message, headers: dict[str, Any], due: float, count: int = 0) -> None:
+        """Hold a copy of ``msg`` with ``headers`` until ``due`` (``count``: its delivery count).
+        A persistent message in a durable holder is written to the store (a store write, so a
+        confirm or receipt waits for its sync)."""
         state = self.state
         held = Message(state.next_message_id(), msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
                        msg.expires_at, msg.persistent, msg.ack_timeout)
@@ -68,7 +70,6 @@ class Holder:
                 state.store.update_delivery(self.vhost, self.name, held.id, count)
             state.store_write()
         self.held[held.id] = state.timers.add(due, self._due, (held, count))
-        return stored
 
     def restore(self, stored: Message, count: int) -> None:
         """A stored copy read back on start: due again at its stored due time."""

@@ -55,7 +55,7 @@ class Model(ModelState):
         # layers they call back, and attached to them
         self.delayed = delayed = DelayedExchanges(self)
         self.retries = retries = Retries(self)
-        self.publisher = publisher = Publisher(self, delayed)
+        self.publisher = publisher = Publisher(self)
         self.pager = pager = Pager(self, publisher.expire, publisher.on_expiry)
         self.topology = topology = Topology(self, pager, delayed, retries)
         self.delivery = delivery = Delivery(self, pager, topology, publisher, retries)
@@ -154,10 +154,8 @@ class Model(ModelState):
     def _restore_held(self, rec: Recovered, stored: list[tuple[str, str]]) -> None:
         """Arm the held messages read back again; a holder whose owner is gone is deleted."""
         by_name: dict[tuple[str, str], Holder] = {}
-        for vhost in self.vhosts.values():
-            for x in vhost.exchanges.values():
-                if x.delayed is not None:
-                    by_name[(vhost.name, x.delayed.name)] = x.delayed
+        for target in self.delayed.targets.values():
+            by_name[(target.holder.vhost, target.holder.name)] = target.holder
         for retrying in self.retries.holders.values():
             by_name[(retrying.vhost, retrying.name)] = retrying
         for key in stored:

@@ -54,7 +54,7 @@ class ConsumerOwner(Protocol):
 
 
 class Exchange:
-    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router", "delayed")
+    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router")
 
     def __init__(self, vhost: VHost, name: str, type: str, durable: bool, auto_delete: bool,
                  internal: bool, args: dict[str, Any] | None) -> None:
@@ -66,9 +66,6 @@ class Exchange:
         self.internal = internal
         self.args = args
         self.router: Router = router_for(type, args)
-        #: a delayed-message exchange's held messages (a ``holding.Holder``, above this module);
-        #: None for every other type
-        self.delayed: Any = None
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"

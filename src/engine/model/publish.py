@@ -10,7 +10,7 @@ here and in ``delivery``."""
 from __future__ import annotations
 
 from .._message import READY, Entry, Message
-from .delayed import DelayedExchanges, delay_ms
+from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
@@ -28,11 +28,10 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light", "delayed")
+    __slots__ = ("state", "pager", "light")
 
-    def __init__(self, state: ModelState, delayed: DelayedExchanges) -> None:
+    def __init__(self, state: ModelState) -> None:
         self.state = state
-        self.delayed = delayed
         # attached by the model: both report back to this layer through callbacks, so they are
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
@@ -40,8 +39,7 @@ class Publisher:
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
-        its name: NotFound when there is none; a delayed exchange holds a message with an
-        ``x-delay`` until it is due, see ``delayed``) plus the keys of its ``CC``/``BCC`` headers
+        its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
         every queue reached. Returns ``PUBLISH_*`` bits: ROUTED (some queue took or refused it;
         else a mandatory publisher gets it back), REFUSED (a full queue with ``x-overflow``
@@ -59,8 +57,6 @@ class Publisher:
         state = self.state
         state.publishes += 1
         headers = msg.headers
-        if x.delayed is not None and (delay := delay_ms(headers)) > 0:  # routed when it is due
-            return PUBLISH_ROUTED | (PUBLISH_WROTE if self.delayed.hold(x, msg, delay) else 0)
         if "CC" in headers or "BCC" in headers:  # sender-selected distribution
             targets = route_cc(vhost, x, msg)
         else:
@@ -94,14 +90,17 @@ class Publisher:
             result |= PUBLISH_WROTE
         return result
 
-    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True,
+    def enqueue(self, q: Queue | LightConsumer | DelayedTarget, msg: Message, count: int = 0, persist: bool = True,
                 queue_expires: float | None = None, resident: bool = False) -> bool:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
         queue's expiry of the message is the stored one (``queue_expires``). ``resident``: keep it in
         memory even past the window (recovery, when the store already paged the rest). False when a
         full queue with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
-        if isinstance(q, LightConsumer):
-            self.light.enqueue(q, msg)
+        if type(q) is not Queue:
+            if isinstance(q, LightConsumer):
+                self.light.enqueue(q, msg)
+            else:  # a delayed exchange holds it until it is due (``delayed``)
+                q.hold(msg)  # type: ignore[union-attr]
             return True
         state = self.state
         expires = msg.expires_at
