@@ -8,11 +8,13 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 
 from amqpproto import BasicProperties, spec
 from engine import Broker, Config, MemoryStore
-from engine.testing import AmqpSimClient, SimNetwork
+from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 
 PERSISTENT = 2
 
@@ -77,6 +79,32 @@ def test_delayed_messages_come_out_by_due_time_then_arrival() -> None:
     assert delivered(c) == [b"e", b"f", b"b", b"c", b"d", b"a"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-100, 3000), st.floats(0, 2)), min_size=1, max_size=12))
+def test_every_message_comes_out_at_its_due_time_in_due_then_arrival_order(plan: list[tuple[int, float]]) -> None:
+    """Messages published at different times with different delays: each is delivered exactly
+    when publish time + delay is reached, ties in arrival order (a reference model of the holder)."""
+    net = new_net()
+    c = amqp(net)
+    delayed_topology(c)
+    c.call(spec.BasicConsume(queue="q", no_ack=True, channel=1))
+    t0 = net.now
+    due: list[tuple[float, int]] = []
+    for i, (delay, gap) in enumerate(plan):
+        net.advance(gap)
+        publish(c, str(i).encode(), delay=delay)
+        net.run_until_idle()
+        due.append((net.now + max(delay, 0) / 1000.0, i))
+    expected = [str(i).encode() for _, i in sorted(due)]
+    for when in sorted({d for d, _ in due}):
+        if when > net.now:
+            net.advance(when - net.now)
+        released = {str(i).encode() for d, i in due if d <= net.now}
+        assert set(delivered(c)) == released, (when - t0, plan)
+    net.advance(1)
+    assert delivered(c) == expected
+
+
 def test_routing_happens_when_due_against_the_bindings_then() -> None:
     net = new_net()
     c = amqp(net)
@@ -131,6 +159,35 @@ def test_held_messages_keep_their_priority_for_priority_queues() -> None:
     net.advance(1)
     got = [c.call(spec.BasicGet(queue="pq", no_ack=True, channel=1)).body for _ in range(2)]
     assert got == [b"high", b"low"]
+
+
+def test_dead_letters_to_a_delayed_exchange_wait_too() -> None:
+    net = new_net()
+    c = amqp(net)
+    delayed_topology(c)
+    c.call(spec.QueueDeclare(queue="ttl", channel=1, arguments={
+        "x-message-ttl": 1000, "x-dead-letter-exchange": "dx", "x-dead-letter-routing-key": "k"}))
+    publish(c, b"m", delay=2000, exchange="", key="ttl")  # x-delay means nothing to the default exchange
+    net.advance(2.999)  # expired at 1 s, then held 2 s by the delayed exchange
+    assert isinstance(c.call(spec.BasicGet(queue="q", no_ack=True, channel=1)), spec.BasicGetEmpty)
+    net.advance(0.001)
+    assert c.call(spec.BasicGet(queue="q", no_ack=True, channel=1)).body == b"m"
+
+
+def test_confirm_of_a_held_persistent_message_waits_for_the_sync() -> None:
+    net = new_net(store=FakeStore(needs_sync=True), auto_sync=False)
+    c = amqp(net)
+    delayed_topology(c, durable=True)
+    net.complete_syncs()
+    c.call(spec.ConfirmSelect(channel=1))
+    publish(c, b"transient", delay=1000)
+    net.run_until_idle()
+    assert [a.delivery_tag for a in c.of(spec.BasicAck)] == [1]  # nothing to sync: acked at once
+    publish(c, b"kept", delay=1000, persistent=True)
+    net.run_until_idle()
+    assert len(c.of(spec.BasicAck)) == 1 and net.pending_syncs
+    net.complete_syncs()
+    assert [a.delivery_tag for a in c.of(spec.BasicAck)] == [1, 2]
 
 
 def test_mandatory_delayed_publish_is_not_returned() -> None:
@@ -303,6 +360,7 @@ def test_stomp_nack_uses_the_retry_delays() -> None:
     net.advance(0.25)
     (second,) = messages(s)
     assert second.headers["x-retry-count"] == "1" and second.headers["redelivered"] == "true"
+    assert second.headers["x-delivery-count"] == "1"
     ack(s, second)
     net.advance(5)
     assert messages(s) == []
