@@ -8,9 +8,9 @@ import random
 from typing import Any
 
 import pytest
+from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 
 from amqpproto import BasicProperties, spec
 from engine import Broker, Config, MemoryStore
