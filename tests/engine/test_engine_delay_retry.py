@@ -384,3 +384,13 @@ def test_pending_retry_survives_a_restart_with_its_due_time_and_count() -> None:
     net2.advance(0.001)
     back = c2.last(spec.BasicDeliver)
     assert back.body == b"job" and back.redelivered and back.properties.headers["x-retry-count"] == 1
+
+
+def test_no_client_queue_can_take_a_holders_store_name() -> None:
+    net = new_net()
+    s = connected(net)
+    send(s, "/queue/amq.sansmq.retry.work", b"x")
+    net.run_until_idle()
+    (error,) = [e for e in s.received if type(e).__name__ == "Error"]
+    assert "reserved" in error.body.decode() and error.headers["message"] == "access_refused"
+    assert "amq.sansmq.retry.work" not in net.broker.model.vhosts["/"].queues

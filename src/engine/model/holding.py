@@ -4,8 +4,8 @@
 A ``Holder`` keeps messages out of every queue until their due time, one timer each in the model's
 ``TimerQueue``; timers keyed ``(deadline, seq)`` release them ordered by due time, then arrival.
 A durable holder keeps its persistent messages in the store as a hidden durable queue (a queue
-definition marked with ``HOLDER_ARG``, named under the reserved ``amq.`` prefix no client may
-declare), each stored copy carrying its due time in milliseconds in the ``DUE_HEADER`` header, so
+definition marked with ``HOLDER_ARG``, named under ``HOLDER_PREFIX``, which no client queue may
+take), each stored copy carrying its due time in milliseconds in the ``DUE_HEADER`` header, so
 every store keeps the due time without knowing about delays. Recovery hands the stored copies back
 to ``restore``, which arms their timers again (a copy already due is released at once).
 """
@@ -20,7 +20,10 @@ from .._timers import TimerKey
 from ..store import QueueDef
 from .state import ModelState
 
-__all__ = ["Holder", "HOLDER_ARG", "DUE_HEADER", "holder_queue_name"]
+__all__ = ["Holder", "HOLDER_ARG", "HOLDER_PREFIX", "DUE_HEADER", "holder_queue_name"]
+
+#: names of the holders' store queues; no client queue may take one (topology refuses them)
+HOLDER_PREFIX = "amq.sansmq."
 
 #: argument of the store queue definition of a holder: its kind (``delayed`` or ``retry``)
 HOLDER_ARG = "x-sansmq-holder"
@@ -33,7 +36,7 @@ Release = Callable[[Message, int], None]
 
 def holder_queue_name(kind: str, owner: str) -> str:
     """The store queue holding ``owner``'s (an exchange's or a queue's) messages of ``kind``."""
-    return f"amq.sansmq.{kind}.{owner}"
+    return f"{HOLDER_PREFIX}{kind}.{owner}"
 
 
 class Holder:

@@ -10,6 +10,7 @@ from ..store import BindingDef, ExchangeDef, QueueDef
 from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
 from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
+from .holding import HOLDER_PREFIX
 from .paging import Pager
 from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
@@ -114,6 +115,8 @@ class Topology:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
+        if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
         if args and RETRY_ARG in args:
             parse_retry_delays(args[RETRY_ARG], name, vhost.name)
