@@ -9,8 +9,8 @@ from typing import Any
 from ..store import BindingDef, ExchangeDef, QueueDef
 from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
 from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .holding import HOLDER_PREFIX
+from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
 from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
