@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 import pytest
-from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
+from enginetest_helpers import ack, amqp, connected, messages, nack, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,14 +17,6 @@ from engine import Broker, Config, MemoryStore
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 
 PERSISTENT = 2
-
-
-def amqp(net: SimNetwork) -> AmqpSimClient:
-    c = net.connect(protocol="amqp")
-    assert isinstance(c, AmqpSimClient)
-    assert isinstance(c.amqp_open(), spec.ConnectionOpenOk)
-    assert isinstance(c.open_channel(1), spec.ChannelOpenOk)
-    return c
 
 
 def delayed_topology(c: AmqpSimClient, kind: str = "direct", durable: bool = False) -> None:
@@ -271,14 +263,20 @@ def retry_queue(c: AmqpSimClient, delays: Any = "1s,5s", dlx: bool = True, durab
     assert isinstance(ok, spec.QueueDeclareOk), ok
 
 
-@pytest.mark.parametrize("requeue", [True, False])
-def test_rejected_message_comes_back_after_each_delay_then_dead_letters(requeue: bool) -> None:
+def consuming_a_job() -> tuple[SimNetwork, AmqpSimClient]:
+    """A consumer on queue "work" (retry delays 1 s, 5 s; dead letters to "dlq") got "job"."""
     net = new_net()
     c = amqp(net)
     retry_queue(c)
     c.call(spec.BasicConsume(queue="work", consumer_tag="w", channel=1))
     publish(c, b"job", exchange="", key="work")
     net.run_until_idle()
+    return net, c
+
+
+@pytest.mark.parametrize("requeue", [True, False])
+def test_rejected_message_comes_back_after_each_delay_then_dead_letters(requeue: bool) -> None:
+    net, c = consuming_a_job()
     first = c.last(spec.BasicDeliver)
     assert not first.redelivered
     c.send(spec.BasicNack(first.delivery_tag, requeue=requeue, channel=1))
@@ -324,12 +322,7 @@ def test_retry_without_dead_letter_exchange_drops_and_ack_ends_it() -> None:
 
 
 def test_connection_loss_requeues_at_once_without_counting_a_retry() -> None:
-    net = new_net()
-    c = amqp(net)
-    retry_queue(c)
-    c.call(spec.BasicConsume(queue="work", consumer_tag="w", channel=1))
-    publish(c, b"job", exchange="", key="work")
-    net.run_until_idle()
+    net, c = consuming_a_job()
     c.close()
     net.run_until_idle()
     c2 = amqp(net)

@@ -35,13 +35,18 @@ def get_all(c: Any, queue: str) -> list[Any]:
     return out
 
 
+def durable_delayed_exchange(c: Any, kind: str, key: str) -> None:
+    """Durable delayed exchange "dx" of ``kind`` with durable queue "q" bound by ``key``."""
+    c.call(spec.ExchangeDeclare(exchange="dx", type="x-delayed-message", durable=True,
+                                arguments={"x-delayed-type": kind}, channel=1))
+    c.call(spec.QueueDeclare(queue="q", durable=True, channel=1))
+    c.call(spec.QueueBind(queue="q", exchange="dx", routing_key=key, channel=1))
+
+
 def test_delayed_messages_survive_restarts_in_due_order(store_factory) -> None:
     net = new_net(store_factory.open())
     c = amqp(net)
-    c.call(spec.ExchangeDeclare(exchange="dx", type="x-delayed-message", durable=True,
-                                arguments={"x-delayed-type": "fanout"}, channel=1))
-    c.call(spec.QueueDeclare(queue="q", durable=True, channel=1))
-    c.call(spec.QueueBind(queue="q", exchange="dx", channel=1))
+    durable_delayed_exchange(c, "fanout", "")
     for body, delay in ((b"c", 30_000), (b"a", 10_000), (b"b", 20_000), (b"b2", 20_000)):
         publish(c, body, "dx", "", delay)
     net.advance(15)  # "a" is released before the restart
@@ -67,10 +72,7 @@ def test_delayed_messages_survive_restarts_in_due_order(store_factory) -> None:
 def test_deleting_a_durable_delayed_exchange_forgets_its_messages(store_factory) -> None:
     net = new_net(store_factory.open())
     c = amqp(net)
-    c.call(spec.ExchangeDeclare(exchange="dx", type="x-delayed-message", durable=True,
-                                arguments={"x-delayed-type": "direct"}, channel=1))
-    c.call(spec.QueueDeclare(queue="q", durable=True, channel=1))
-    c.call(spec.QueueBind(queue="q", exchange="dx", routing_key="k", channel=1))
+    durable_delayed_exchange(c, "direct", "k")
     publish(c, b"m", "dx", "k", 5000)
     c.call(spec.ExchangeDelete(exchange="dx", channel=1))
     net = restart(net, store_factory)
