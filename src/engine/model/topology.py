@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
+from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
 from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from .holding import HOLDER_PREFIX
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
+from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
 from .state import ModelState
 
@@ -17,11 +20,13 @@ __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "unused_timers")
+    __slots__ = ("state", "pager", "delayed", "retries", "unused_timers")
 
-    def __init__(self, state: ModelState, pager: Pager) -> None:
+    def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries) -> None:
         self.state = state
         self.pager = pager
+        self.delayed = delayed
+        self.retries = retries
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -65,11 +70,15 @@ class Topology:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type not in ROUTER_TYPES:
-            raise PreconditionFailed(f"invalid exchange type '{type}'")
+            if type != DELAYED_TYPE:
+                raise PreconditionFailed(f"invalid exchange type '{type}'")
+            check_delayed_args(args)
         if durable:
             state.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
             state.store_write()
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
+        if type == DELAYED_TYPE:
+            self.delayed.attach(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
@@ -91,6 +100,7 @@ class Topology:
         if x.durable:
             state.store.delete_exchange(vhost.name, name)
             state.store_write()
+        self.delayed.detach(x)
 
     # -- queues ----------------------------------------------------------------------------------
     def declare_queue(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
@@ -105,13 +115,19 @@ class Topology:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
+        if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
+        if args and RETRY_ARG in args:
+            parse_retry_delays(args[RETRY_ARG], name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
         q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
         if args and "x-expires" in args:
             self.arm_unused(q)
+        if args and RETRY_ARG in args:
+            self.retries.attach(q)
         return q
 
     def touch(self, q: Queue) -> None:
@@ -159,6 +175,8 @@ class Topology:
         if q.durable:
             state.store.delete_queue(vhost.name, q.name)
             state.store_write()
+        if self.retries.handles(q):
+            self.retries.detach(q)
         state.dirty.pop(q, None)
         return dropped
 
