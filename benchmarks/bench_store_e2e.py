@@ -101,7 +101,8 @@ def stomp_publisher(port: int, seconds: float, window: int, dest: str) -> int:
     return done
 
 
-def amqp_publisher(port: int, seconds: float, queue: str) -> int:
+def amqp_publisher(port: int, seconds: float, queue: str, latencies: list[float] | None = None) -> int:
+    """Publishes, each waiting for its confirm; appends each round trip (s) to ``latencies``."""
     import pika
 
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
@@ -111,8 +112,10 @@ def amqp_publisher(port: int, seconds: float, queue: str) -> int:
     props = pika.BasicProperties(delivery_mode=2)
     n = 0
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while (t0 := time.monotonic()) < end:
         ch.basic_publish("", queue, BODY, props)  # returns once confirmed
+        if latencies is not None:
+            latencies.append(time.monotonic() - t0)
         n += 1
     conn.close()
     return n
@@ -151,6 +154,7 @@ def run(url: str | None, seconds: float) -> None:
     sp, ap = ports["stomp"], ports["amqp"]
     print(f"store: {'PostgreSQL ' + url if url else 'segment files in ' + data}, asyncio server, "
           f"{len(BODY)}-byte persistent messages, {seconds:.0f} s each")
+    lat: list[float] = []
     try:
         rows = [
             ("STOMP receipted SEND/s, 1 publisher, 1 in flight", lambda: stomp_publisher(sp, seconds, 1, "/queue/b1")),
@@ -158,7 +162,7 @@ def run(url: str | None, seconds: float) -> None:
              lambda: stomp_publisher(sp, seconds, 100, "/queue/b2")),
             ("STOMP receipted SEND/s, 8 publishers, 1 in flight each",
              lambda: parallel(8, lambda i: stomp_publisher(sp, seconds, 1, f"/queue/b3-{i}"))),
-            ("AMQP confirmed publish/s, 1 publisher (pika)", lambda: amqp_publisher(ap, seconds, "a1")),
+            ("AMQP confirmed publish/s, 1 publisher (pika)", lambda: amqp_publisher(ap, seconds, "a1", lat)),
             ("AMQP confirmed publish/s, 8 publishers (pika)",
              lambda: parallel(8, lambda i: amqp_publisher(ap, seconds, f"a2-{i}"))),
         ]
@@ -170,6 +174,11 @@ def run(url: str | None, seconds: float) -> None:
             c1 = commits(url)
             per = f"   {n / max(1, c1 - c0):6.1f} msgs/commit" if url else ""
             print(f"  {label:58} {rate:10,.0f}{per}")
+            if lat:
+                lat.sort()
+                p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
+                print(f"  {'  confirm latency p50 / p99 (ms)':58} {p50 * 1e3:6.2f} / {p99 * 1e3:.2f}")
+                lat.clear()
     finally:
         proc.terminate()
         proc.wait(30)

@@ -1,8 +1,9 @@
 """``Broker``: the driver contract. Owns the model, the sessions, the timers and the action queue.
 
 Every driver call sets ``now``, runs the session or timer work, then settles: queues touched are
-dispatched once, session timers re-registered, and a store write since the last Sync opens a sync
-token. ``drain()`` hands back the actions in the order they were produced.
+dispatched once, publishers paused or resumed by credit flow, session timers re-registered, and a
+store write since the last Sync opens a sync token (a lazy one, an ack's, only when a receipt waits
+on it or after LAZY_SYNC_DELAY). ``drain()`` hands back the actions in the order they were produced.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
 from .config import Config
-from .model import Model
+from .model import Model, Queue
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -27,6 +28,16 @@ __all__ = ["Broker", "register_protocol"]
 
 #: internal errors (bugs met while serving a connection) are logged here with their traceback
 log = logging.getLogger("sansmq.engine")
+
+#: seconds lazy store writes (acks) may wait for a sync when no other write brings one: bounds how
+#: many acks a crash can undo (each only a redelivery) and how long emptied segments stay on disk
+LAZY_SYNC_DELAY = 1.0
+
+#: credit flow, as RabbitMQ's: a publisher is not read while a queue it just published to holds
+#: this many ready messages with consumers attached (the broker is falling behind delivering them;
+#: reading on would only grow the queue and its latency), and is read again once that queue is down
+#: to half. Queues without consumers are the memory alarm's and the page's business.
+FLOW_CREDIT = 400
 
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
@@ -72,6 +83,12 @@ class Broker:
         #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
         self._timer_dirty: dict[Session, None] = {}
         self._store_writes_seen = 0
+        self._eager_writes_seen = 0
+        self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
+        #: ready messages above which a queue with consumers pauses its publishers (FLOW_CREDIT)
+        self.flow_credit = FLOW_CREDIT
+        #: queues over their credit -> the publishers paused on them
+        self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
         #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
         self.mem_alarm = False
@@ -98,16 +115,20 @@ class Broker:
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
         self._enter(now)
         session = self.sessions.get(conn_id)
+        touched: list[Any] | None = None
         if session is not None:
             publishes = self.model.publishes
             self._guarded(session, session.data_received, data)
             if self.model.publishes != publishes:
                 session.published = True
+                touched = list(self.model.dirty)  # the queues this call published to (among others)
                 if self.mem_alarm or self._over_watermark():
                     # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
                     # (_settle raises the alarm for the other publishers)
                     self._guarded(session, session.memory_alarm, True)
         self._settle()
+        if touched and session is not None:
+            self._flow_check(session, touched)
 
     def connection_lost(self, conn_id: int, now: float) -> None:
         self._enter(now)
@@ -115,6 +136,9 @@ class Broker:
         if session is not None:
             session.lost()
             self.sessions.pop(conn_id, None)
+            if session.flow_blocked:
+                for waiting in self._flow.values():
+                    waiting.pop(session, None)
         self._settle()
 
     def handle_timer(self, now: float) -> None:
@@ -133,7 +157,7 @@ class Broker:
         return self.timers.next_deadline()
 
     def drain(self) -> list[Write | Close | PauseReading | ResumeReading | Sync]:
-        self._check_store_writes()
+        self._check_store_writes(eager=True)
         if self._open_token is not None:
             self._out.append(Sync(self._open_token))
             self._open_token = None
@@ -275,13 +299,29 @@ class Broker:
                     self.sessions.pop(session.conn_id, None)
                     self._emit(Close(session.conn_id))
 
-    def _check_store_writes(self) -> None:
-        writes = self.model.store_writes
-        if writes != self._store_writes_seen:
-            self._store_writes_seen = writes
-            if self._open_token is None:
-                self._sync_token += 1
-                self._open_token = self._sync_token
+    def _check_store_writes(self, eager: bool = False) -> None:
+        """Open a sync token for the store writes made since the last one. ``eager``: only when
+        some of them are not lazy; lazy ones alone get a timer (see LAZY_SYNC_DELAY) instead."""
+        model = self.model
+        writes = model.store_writes
+        if writes == self._store_writes_seen:
+            return
+        if eager and model.eager_writes == self._eager_writes_seen:
+            if self._lazy_timer is None:
+                self._lazy_timer = self.timers.add(self.now + LAZY_SYNC_DELAY, self._lazy_due, None)
+            return
+        self._store_writes_seen = writes
+        self._eager_writes_seen = model.eager_writes
+        if self._lazy_timer is not None:
+            self.timers.cancel(self._lazy_timer)
+            self._lazy_timer = None
+        if self._open_token is None:
+            self._sync_token += 1
+            self._open_token = self._sync_token
+
+    def _lazy_due(self, _arg: Any, _now: float) -> None:
+        self._lazy_timer = None
+        self._check_store_writes()
 
     def _enter(self, now: float) -> None:
         # time never goes backwards inside the engine, whatever the server's clock does
@@ -304,8 +344,33 @@ class Broker:
             if session.published:
                 self._guarded(session, session.memory_alarm, over)
 
+    def _flow_check(self, session: Session, touched: list[Any]) -> None:
+        """After ``session`` published: pause its reading if a queue it wrote to is over its credit
+        (after dispatch, so only messages the consumers could not take yet count)."""
+        if session.closed or session.flow_blocked:
+            return
+        credit = self.flow_credit
+        for q in touched:
+            if type(q) is Queue and q.count >= credit and q.consumers:
+                session.flow_blocked = True
+                self._flow.setdefault(q, {})[session] = None
+                self._guarded(session, session.update_reading)
+                return
+
+    def _flow_release(self) -> None:
+        """Resume the publishers paused on queues that drained to half their credit (or lost their
+        consumers, or were deleted)."""
+        low = self.flow_credit // 2
+        for q in [q for q in self._flow if q.count <= low or not q.consumers]:
+            for session in self._flow.pop(q):
+                session.flow_blocked = False
+                if not session.closed:
+                    self._guarded(session, session.update_reading)
+
     def _settle(self) -> None:
         self.model.dispatch()
+        if self._flow:
+            self._flow_release()
         self._check_memory()
         while self._timer_dirty:
             session = next(iter(self._timer_dirty))

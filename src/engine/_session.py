@@ -1,8 +1,9 @@
 """What every protocol session shares: outbound accounting (back-pressure), its codec timer in the
 broker's timer queue, receipts held until the store is synced, the memory alarm, and closing.
 
-Reading from a connection is paused for any of three reasons, each a flag: ``out_paused`` (the
-client does not read what we send), ``held_paused`` (too many receipts wait for the store) and
+Reading from a connection is paused for any of four reasons, each a flag: ``out_paused`` (the
+client does not read what we send), ``held_paused`` (too many receipts wait for the store),
+``flow_blocked`` (a queue it publishes to is over its credit, see ``engine._broker.FLOW_CREDIT``) and
 ``mem_blocked`` (the broker's queued message bytes are over ``Limits.memory_high_watermark`` and
 this connection publishes, as RabbitMQ's memory alarm). ``update_reading`` turns their union into
 one PauseReading/ResumeReading edge; a session carried inside another (AMQP or STOMP inside
@@ -99,7 +100,8 @@ class Carrier(Protocol):
 class Session:
     __slots__ = (
         "host", "model", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
-        "held", "held_paused", "out_paused", "carrier", "mem_blocked", "published", "reading_paused",
+        "held", "held_paused", "out_paused", "carrier", "mem_blocked", "flow_blocked", "published",
+        "reading_paused",
         "close_reason", "__weakref__",
     )
     #: the protocol's name in log lines
@@ -127,6 +129,9 @@ class Session:
         self.carrier: Carrier | None = None
         #: blocked by the memory alarm: not read until the broker's queued bytes drop below the mark
         self.mem_blocked = False
+        #: paused by credit flow: a queue it published to has too many ready messages (the broker
+        #: resumes it when that queue drains)
+        self.flow_blocked = False
         #: this connection has published (only publishers are blocked by the memory alarm)
         self.published = False
         #: a PauseReading is in force for this connection
@@ -288,7 +293,14 @@ class Session:
 
     # -- reading pauses and the memory alarm ------------------------------------------------------------
     def wants_pause(self) -> bool:
-        return self.out_paused or self.held_paused or self.mem_blocked
+        return self.out_paused or self.held_paused or self.mem_blocked or self.flow_blocked
+
+    def reading_held(self) -> bool:
+        """The broker itself stopped reading this client (memory alarm, credit flow), or its carrier:
+        missed heart-beats are then not the client's fault."""
+        carrier = self.carrier
+        return self.mem_blocked or self.flow_blocked or bool(
+            carrier is not None and getattr(carrier, "flow_blocked", False))
 
     def update_reading(self) -> None:
         """Emit PauseReading/ResumeReading when the union of the pause reasons changed."""

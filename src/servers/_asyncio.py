@@ -12,7 +12,6 @@ transport's pause/resume gate nothing).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import socket
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
 from ._sockets import ACCEPT_RETRY_DELAY, accept_ready, bind_listeners
+from ._syncer import SyncWorker
 
 __all__ = ["AsyncioServer"]
 
@@ -79,7 +79,7 @@ class AsyncioServer(Driver):
         self._timer: asyncio.TimerHandle | None = None
         self._stop_flag = threading.Event()
         self._stop_event: asyncio.Event | None = None
-        self._syncer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sansmq-sync")
+        self._syncer = SyncWorker(broker.run_sync, self._sync_finished)
         self._accepting: set[asyncio.Task[Any]] = set()  # transports being set up
 
     # -- primitives ----------------------------------------------------------------------------
@@ -111,14 +111,16 @@ class AsyncioServer(Driver):
             conn.transport.resume_reading()
 
     def _start_sync(self, token: int) -> None:
-        assert self.loop is not None
-        fut = self.loop.run_in_executor(self._syncer, self.broker.run_sync, token)
+        self._syncer.request(token)
 
-        def done(f: asyncio.Future[None]) -> None:
-            if not f.cancelled():
-                self._sync_done(token, f.exception())
-
-        fut.add_done_callback(done)
+    def _sync_finished(self, token: int, exc: BaseException | None) -> None:
+        """On the sync thread: hop back to the loop (gone if the loop already ended)."""
+        loop = self.loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._sync_done, token, exc)
+            except RuntimeError:
+                pass  # loop closed: shutting down, nothing waits for the answer
 
     def _arm_timer(self, deadline: float | None) -> None:
         if self._timer is not None:
@@ -138,7 +140,7 @@ class AsyncioServer(Driver):
         try:
             asyncio.run(self._main(ready))
         finally:
-            self._syncer.shutdown(wait=True)
+            self._syncer.close()
 
     def stop(self) -> None:
         self._stop_flag.set()

@@ -8,7 +8,6 @@ through a queue plus an eventfd. data_sent is the return value of ``socket.send`
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import queue
 import select
@@ -19,6 +18,7 @@ from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
 from ._sockets import ACCEPT_RETRY_DELAY, READ_SIZE, accept_ready, bind_listeners
+from ._syncer import SyncWorker
 
 __all__ = ["ThreadsServer"]
 
@@ -54,7 +54,8 @@ class ThreadsServer(Driver):
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._run = True
         self._drain_until = 0.0  # monotonic end of a graceful stop's wait (0: serving)
-        self._syncer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sansmq-sync")
+        self._syncer = SyncWorker(broker.run_sync,
+                                  lambda token, exc: self._post(lambda: self._sync_done(token, exc)))
 
     # -- cross-thread ----------------------------------------------------------------------------
     def _post(self, fn: Callable[[], None]) -> None:
@@ -156,8 +157,7 @@ class ThreadsServer(Driver):
             self._update(conn)
 
     def _start_sync(self, token: int) -> None:
-        fut = self._syncer.submit(self.broker.run_sync, token)
-        fut.add_done_callback(lambda f: self._post(lambda: self._sync_done(token, f.exception())))
+        self._syncer.request(token)
 
     def _arm_timer(self, deadline: float | None) -> None:
         pass  # the poll loop reads self._deadline before every poll
@@ -215,7 +215,7 @@ class ThreadsServer(Driver):
             self.conns.clear()
             self._by_fd.clear()
             self._stop_all([c.conn_id for c in conns])
-            self._syncer.shutdown(wait=True)
+            self._syncer.close()
             self._ep.close()
             os.close(self._wake)
 

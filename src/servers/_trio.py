@@ -85,13 +85,15 @@ class TrioServer(Driver):
         self._sync_wanted.set()
 
     async def _sync_task(self) -> None:
-        # One worker, tokens in order (tasks started together run in random order in trio).
+        # One worker; the tokens queued while a sync ran are coalesced into one sync covering the
+        # highest (the store syncs everything appended so far; tokens only grow).
         while True:
             if not self._sync_queue:
                 self._sync_wanted = trio.Event()
                 await self._sync_wanted.wait()
                 continue
-            token = self._sync_queue.popleft()
+            token = max(self._sync_queue)
+            self._sync_queue.clear()
             try:
                 await trio.to_thread.run_sync(self.broker.run_sync, token)
             except Exception as exc:  # noqa: BLE001 - handed to the broker

@@ -2,7 +2,7 @@
 
 import random
 
-from enginetest_helpers import bodies, connected, errors, messages, new_net, receipts, send, subscribe
+from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe
 
 from engine import Broker, Config, MemoryStore, Sync, Write
 from engine.testing import FakeStore, SimNetwork
@@ -181,3 +181,66 @@ def test_chunked_transfer_gives_same_events_as_whole():
         return a.received, p.received
 
     assert run(None) == run(1) == run(5)
+
+
+def _consumed_persistent(net: SimNetwork) -> tuple:
+    """A persistent message in a durable queue, synced and delivered to a client-individual
+    subscriber; no Sync pending afterwards."""
+    p, c = connected(net), connected(net)
+    subscribe(c, "/queue/lazy", "s", ack="client-individual")
+    send(p, "/queue/lazy", b"m", persistent="true", receipt="r")
+    net.run_until_idle()
+    net.complete_syncs()
+    (msg,) = messages(c)
+    assert not net.pending_syncs
+    return p, c, msg
+
+
+def _after_crash(store: FakeStore) -> list[bytes]:
+    """What a broker restarted on what ``store`` synced delivers from /queue/lazy."""
+    net = new_net(store=store.crash())
+    d = connected(net)
+    subscribe(d, "/queue/lazy", "s", ack="client-individual")
+    net.run_until_idle()
+    return bodies(d)
+
+
+def test_ack_without_receipt_opens_no_sync_until_the_lazy_delay():
+    from engine._broker import LAZY_SYNC_DELAY
+
+    store = FakeStore(needs_sync=True)
+    net = new_net(store=store, auto_sync=False)
+    _, c, msg = _consumed_persistent(net)
+    ack(c, msg)
+    net.run_until_idle()
+    assert net.pending_syncs == []  # nothing waits on the removal: no sync of its own
+    assert _after_crash(store) == [b"m"]  # a crash now only redelivers the acked message
+    # left alone, the removal is synced after LAZY_SYNC_DELAY
+    net.advance(LAZY_SYNC_DELAY / 2)
+    assert net.pending_syncs == []
+    net.advance(LAZY_SYNC_DELAY)
+    assert len(net.pending_syncs) == 1
+    net.complete_syncs()
+    assert _after_crash(store) == []
+
+
+def test_lazy_ack_rides_along_with_the_next_sync_and_receipted_ack_waits():
+    store = FakeStore(needs_sync=True)
+    net = new_net(store=store, auto_sync=False)
+    p, c, msg = _consumed_persistent(net)
+    ack(c, msg)
+    net.run_until_idle()
+    assert net.pending_syncs == []
+    send(p, "/queue/lazy", b"m2", persistent="true")  # an eager write: its sync covers the ack
+    net.run_until_idle()
+    assert len(net.pending_syncs) == 1
+    net.complete_syncs()
+    net.advance(5)
+    assert net.pending_syncs == []  # the lazy timer was cancelled by that sync
+    (msg2,) = messages(c)
+    ack(c, msg2, receipt="a2")  # a receipted ACK is held for a sync of its own
+    net.run_until_idle()
+    assert receipts(c) == [] and len(net.pending_syncs) == 1
+    net.complete_syncs()
+    assert [r.headers["receipt-id"] for r in receipts(c)] == ["a2"]
+    assert _after_crash(store) == []

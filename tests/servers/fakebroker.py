@@ -24,7 +24,9 @@ class FakeStore:
     def sync(self, token: int) -> None:
         self.sync_threads.append(threading.current_thread().name)
         time.sleep(0.01)  # a pretend fsync
-        if token in self.fail_tokens:
+        failing = {t for t in self.fail_tokens if t <= token}  # a sync covers every earlier token
+        if failing:
+            self.fail_tokens -= failing
             raise OSError("disk on fire")
 
 
@@ -156,14 +158,16 @@ class LineBroker:
         self.store.sync(token)  # on the server's sync worker thread
 
     def synced(self, token: int, now: float) -> None:
-        self._enter()
-        conn_id = self._sync_waiters.pop(token)
-        if self.conns[conn_id].open:
-            self._write(conn_id, b"synced %d\n" % token)
+        """As engine.Broker: a sync covers ``token`` and every earlier one (servers coalesce)."""
+        self._answer_syncs(token, b"synced")
 
     def sync_failed(self, token: int, now: float) -> None:
-        """engine.Broker's extension: the store could not sync ``token``."""
+        """engine.Broker's extension: the store could not sync ``token`` (nor the earlier ones)."""
+        self._answer_syncs(token, b"syncfailed")
+
+    def _answer_syncs(self, token: int, word: bytes) -> None:
         self._enter()
-        conn_id = self._sync_waiters.pop(token)
-        if self.conns[conn_id].open:
-            self._write(conn_id, b"syncfailed %d\n" % token)
+        for t in sorted(t for t in self._sync_waiters if t <= token):
+            conn_id = self._sync_waiters.pop(t)
+            if self.conns[conn_id].open:
+                self._write(conn_id, b"%s %d\n" % (word, t))

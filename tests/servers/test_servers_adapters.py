@@ -92,7 +92,7 @@ def test_sync_runs_off_the_loop_thread(fake) -> None:
     lines = [c.readline() for _ in range(3)]
     assert sorted(lines) == [b"after", b"synced 1", b"synced 2"]
     assert [x for x in lines if x.startswith(b"synced")] == [b"synced 1", b"synced 2"]  # in order
-    assert len(broker.store.sync_threads) == 2
+    assert 1 <= len(broker.store.sync_threads) <= 2  # the second may be coalesced into one sync
     assert srv.thread.name not in broker.store.sync_threads
     assert all(name != threading.current_thread().name for name in broker.store.sync_threads)
 
@@ -100,8 +100,10 @@ def test_sync_runs_off_the_loop_thread(fake) -> None:
 def test_failed_sync_is_reported_not_confirmed(fake, caplog) -> None:
     srv, broker = fake
     c = LineClient(srv.address())
-    c.send(b"failsync\nsync\n")
-    assert [c.readline(), c.readline()] == [b"syncfailed 1", b"synced 2"]
+    c.send(b"failsync\n")
+    assert c.readline() == b"syncfailed 1"
+    c.send(b"sync\n")
+    assert c.readline() == b"synced 2"
     assert c.ask(b"echo alive") == b"alive"
     assert any("store.sync(1) failed" in r.getMessage() for r in caplog.records)
     assert len(broker.store.sync_threads) == 2

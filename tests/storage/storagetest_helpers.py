@@ -34,11 +34,18 @@ class FaultyStore(SegmentStore):
         return super()._pwrite(fd, data, offset)
 
     def _fsync(self, fd: int) -> None:
+        self._maybe_fail_fsync()
+        super()._fsync(fd)
+
+    def _fsync_full(self, fd: int) -> None:
+        self._maybe_fail_fsync()
+        super()._fsync_full(fd)
+
+    def _maybe_fail_fsync(self) -> None:
         if self.fail_fsyncs:
             if self.fail_fsyncs > 0:
                 self.fail_fsyncs -= 1
             raise OSError(errno.EIO, "Input/output error")
-        super()._fsync(fd)
 
 
 def new_net(store: Any, seed: int = 0, **kw: Any) -> SimNetwork:

@@ -399,7 +399,7 @@ class AmqpSession(Session):
         self.close()
 
     def _on_peer_timed_out(self, event: Any) -> None:
-        if self.mem_blocked:
+        if self.reading_held():
             # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too); ours
             # keep going out, and the grace period restarts when it is unblocked
             self.conn.peer_alive(self.host.now)

@@ -18,7 +18,7 @@ __all__ = ["ModelState"]
 class ModelState:
     # slots: the layers read these on every message (a slot is the fastest attribute to load)
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
-                 "store_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
+                 "store_writes", "eager_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
                  "light_dropped_total", "page_window", "page_window_bytes")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
@@ -34,8 +34,13 @@ class ModelState:
         #: queues with consumers of different priorities (AMQP x-priority); their consumers are
         #: kept sorted, highest first, and dispatch serves the highest ready level first
         self.prio_queues: dict[Queue, None] = {}
-        #: writes to a store that needs sync (the broker turns new ones into a sync token)
+        #: writes to a store that needs sync; a receipt or confirm that depends on any of them
+        #: waits for a sync token covering them
         self.store_writes = 0
+        #: the writes among those that make the broker open a sync token by itself: all but the
+        #: lazy ones (removals of acked or dropped messages: nothing waits on them, and one lost
+        #: in a crash only means a redelivery), which ride along with the next sync
+        self.eager_writes = 0
         #: body bytes of every message held in a queue (ready or unacked; light subscriptions
         #: excluded), once per queue: what the broker's memory watermark compares against
         self.queued_bytes = 0
@@ -57,9 +62,11 @@ class ModelState:
         self._next_msg_id += 1
         return self._next_msg_id
 
-    def store_write(self) -> None:
+    def store_write(self, lazy: bool = False) -> None:
         if self.store.needs_sync:
             self.store_writes += 1
+            if not lazy:
+                self.eager_writes += 1
 
     def mark_dirty(self, q: Any) -> None:
         self.dirty[q] = None
@@ -79,4 +86,4 @@ class ModelState:
             entry.timer = None
         if entry.msg.persistent and q.durable:
             self.store.remove(q.vhost.name, q.name, entry.msg.id)
-            self.store_write()
+            self.store_write(lazy=True)

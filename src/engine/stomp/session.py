@@ -438,7 +438,7 @@ class StompSession(Session):
         self.close()
 
     def _on_timed_out(self, event: PeerTimedOut) -> None:
-        if self.mem_blocked:
+        if self.reading_held():
             return  # the memory alarm stopped us reading its heart-beats: not the client's fault
         self.close_reason = "missed heart-beats from client"
         self.close()
