@@ -19,6 +19,7 @@ from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
 from .config import Config
 from .model import Model
+from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -77,6 +78,8 @@ class Broker:
         self.mem_alarm = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
+        #: the statistics sampler, once management or Prometheus asked for it (``enable_stats``)
+        self.sampler: Sampler | None = None
         self.model.restore(store.recover())
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
@@ -190,6 +193,41 @@ class Broker:
             if not session.closed:
                 self._guarded(session, session.shutdown)
         self._settle()
+
+    # -- operations (the management API runs these on the broker's thread) ------------------------
+    def enable_stats(self, interval: float = 1.0) -> None:
+        """Sample the message counters every ``interval`` seconds of the server's clock (for rates);
+        idempotent. Off until asked: a broker without management has no timer for it."""
+        if self.sampler is None:
+            self.sampler = Sampler(interval)
+            self.sampler.sample(self.now, self.model)
+            self.timers.add(self.now + interval, self._sample, None)
+
+    def _sample(self, _arg: Any, now: float) -> None:
+        sampler = self.sampler
+        assert sampler is not None
+        sampler.sample(now, self.model)
+        self.timers.add(now + sampler.interval, self._sample, None)
+
+    def force_close(self, conn_id: int, text: str, now: float) -> bool:
+        """Close one connection with its protocol's forced close (AMQP 320 CONNECTION_FORCED with
+        ``text``, STOMP ERROR); False when there is no such connection."""
+        self._enter(now)
+        session = self.sessions.get(conn_id)
+        if session is None or session.closed:
+            return False
+        self._guarded(session, session.force_close, text)
+        self._settle()
+        return True
+
+    def run_command(self, fn: Callable[["Broker"], Any], now: float) -> Any:
+        """Run a management command against the model at ``now``, then settle (dispatch queues
+        it touched, raise or clear the memory alarm)."""
+        self._enter(now)
+        try:
+            return fn(self)
+        finally:
+            self._settle()
 
     # -- the host interface of sessions (engine._session.Host) ---------------------------------
     def write(self, conn_id: int, data: bytes) -> None:

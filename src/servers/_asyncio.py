@@ -16,6 +16,7 @@ import concurrent.futures
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
@@ -119,6 +120,11 @@ class AsyncioServer(Driver):
                 self._sync_done(token, f.exception())
 
         fut.add_done_callback(done)
+
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        if self.loop is None:
+            raise RuntimeError("the asyncio server is not running")
+        self.loop.call_soon_threadsafe(fn)  # RuntimeError once the loop is closed
 
     def _arm_timer(self, deadline: float | None) -> None:
         if self._timer is not None:

@@ -22,6 +22,7 @@ from engine import Close, PauseReading, ResumeReading, Sync, Write
 __all__ = ["Listener", "BrokerLike", "Driver", "ReadyCallback", "format_address", "log"]
 
 log = logging.getLogger("sansmq")
+T = TypeVar("T")
 
 #: a Close whose flush cannot finish (the peer stopped reading) is forced after this long.
 CLOSE_TIMEOUT = 10.0
@@ -114,6 +115,10 @@ class Driver:
         """The broker's next deadline (wall clock) changed; None = no timer."""
         raise NotImplementedError
 
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        """Thread-safe: have the loop run ``fn()`` soon; RuntimeError when it is not running."""
+        raise NotImplementedError
+
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         """Bind, call ``ready(bound listeners)``, serve until :meth:`stop`; blocks."""
         raise NotImplementedError
@@ -131,6 +136,29 @@ class Driver:
         """Call a broker entry point, then drain and execute until the broker is quiet."""
         method(*args)
         self.pump()
+
+    def call_soon(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Thread-safe: run ``fn()`` on the broker's thread (then drain and execute as after any
+        broker call); its result or exception arrives in the returned future. How other threads
+        (the management listener) read and change the broker without locks."""
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            self.pump()
+
+        try:
+            self._post_soon(run)
+        except RuntimeError as exc:
+            fut.set_exception(exc)
+        return fut
 
     def sent(self, conn_id: int, nbytes: int) -> None:
         """Record bytes that left the process; reported by the next :meth:`pump`."""

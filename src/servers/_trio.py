@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -98,6 +99,12 @@ class TrioServer(Driver):
                 self._sync_done(token, exc)
             else:
                 self._sync_done(token, None)
+
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        token = self._token
+        if token is None:
+            raise RuntimeError("the trio server is not running")
+        token.run_sync_soon(fn)  # trio.RunFinishedError (a RuntimeError) once it stopped
 
     def _arm_timer(self, deadline: float | None) -> None:
         self._timer_moved.set()

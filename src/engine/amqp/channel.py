@@ -131,7 +131,9 @@ class _Confirm:
             return
         if self.refused:
             chan.nack(self.seq)
-        elif session.batching is not None:  # released by a sync: coalesce
+            return
+        session.model.confirmed += 1
+        if session.batching is not None:  # released by a sync: coalesce
             chan.ack_upto = self.seq
             chan.ack_batch += 1
             session.batching[chan] = None

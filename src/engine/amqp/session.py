@@ -248,9 +248,15 @@ class AmqpSession(Session):
         for q in exclusive:
             self.model.delete_queue(q)
 
-    def shutdown(self) -> None:
-        """RabbitMQ's answer to a node shutdown; the socket closes on close-ok (or CLOSE_OK_WAIT)."""
-        self.close_with(spec.CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'")
+    def force_close(self, text: str) -> None:
+        """connection.close 320 (a node shutdown, or closed via the management API); the socket
+        closes on close-ok (or CLOSE_OK_WAIT)."""
+        self.close_with(spec.CONNECTION_FORCED, text)
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": "AMQP 0-9-1", "peer": self.peer, "user": self.user.name if self.user else None,
+                "vhost": self.vhost.name if self.vhost else None, "channels": len(self.channels),
+                "client_properties": self.client_properties or {}}
 
     def abort(self, reason: str) -> None:
         self.close_reason = self.close_reason or f"internal error: {reason}"

@@ -374,10 +374,14 @@ class StompSession(Session):
     def abort(self, reason: str) -> None:
         self._fail(reason)
 
-    def shutdown(self) -> None:
-        """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording for a shutdown)."""
-        self.close_reason = "broker shutdown"
-        self._fail("CONNECTION_FORCED", "broker forced connection closure with reason 'shutdown'")
+    def force_close(self, text: str) -> None:
+        """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording)."""
+        self._fail("CONNECTION_FORCED", text)
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": f"STOMP {self.version}", "peer": self.peer,
+                "user": self.user.name if self.user else None,
+                "vhost": self.vhost.name if self.vhost else None, "channels": 1, "client_properties": {}}
 
     def fail_held(self, token: int) -> None:
         if self.held and self.held[0][0] <= token:

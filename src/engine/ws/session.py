@@ -59,7 +59,7 @@ from wsframe import (
 )
 
 from .. import oplog
-from .._session import Host, Session
+from .._session import SHUTDOWN_TEXT, Host, Session
 from ..amqp import AmqpSession
 from ..model import Consumer
 from ..stomp import StompSession
@@ -256,9 +256,19 @@ class WsSession(Session):
         """The inner protocol's close (STOMP ERROR / AMQP connection.close 320), then Close 1001."""
         self.going_away = True
         self.close_reason = "broker shutdown"
+        self.force_close(SHUTDOWN_TEXT)
+
+    def describe(self) -> dict[str, Any]:
+        inner = self.inner
+        out = inner.describe() if inner is not None else super().describe()
+        out["protocol"] = f"Web {out['protocol']}"
+        out["peer"] = self.peer
+        return out
+
+    def force_close(self, text: str) -> None:
         inner = self.inner
         if inner is not None and not inner.closed:
-            inner.shutdown()  # ends in carried_closed, which sends our Close
+            inner.force_close(text)  # ends in carried_closed, which sends our Close
         elif self.ws.state is ConnectionState.OPEN:
             self.carried_closed()
         elif not self.closed:
