@@ -74,4 +74,7 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
+    #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
+    http: str | None = None
+    prometheus: str | None = None
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

@@ -85,6 +85,8 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "default_vhost": _str,
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
+    "http": _str,  # management API listener, HOST:PORT ('' = off); --http overrides
+    "prometheus": _str,  # Prometheus listener, HOST:PORT ('' = off); --prometheus overrides
 }
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list}
 
@@ -134,6 +136,9 @@ def from_mapping(data: dict[str, Any]) -> Config:
         cfg.vhosts = vhosts if cfg.default_vhost in vhosts else (cfg.default_vhost, *vhosts)
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
+    for key in ("http", "prometheus"):
+        if key in data:
+            setattr(cfg, key, _check(_str, data[key], key))
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:

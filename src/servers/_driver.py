@@ -11,11 +11,12 @@ There is no protocol logic here: the protocol string is just handed to ``connect
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from engine import Close, PauseReading, ResumeReading, Sync, Write
 

@@ -22,6 +22,7 @@ from engine.store import Store, StoreError
 from ._driver import Listener
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
+from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, OpsListeners
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
@@ -139,7 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(
             f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener"
         )
-    serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
+    for name, (host, port), what in (("http", DEFAULT_HTTP, "management HTTP API and admin page"),
+                                     ("prometheus", DEFAULT_PROMETHEUS, "Prometheus metrics")):
+        serve.add_argument(f"--{name}", metavar="HOST:PORT", default=None,
+                           help=f"{what} listener (default {host}:{port}, or the config file's '{name}'; "
+                                "'' disables it)")
+        serve.add_argument(f"--no-{name}", dest=name, action="store_const", const="", help=f"no {name} listener")
+    serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts, limits, http and prometheus")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the command line and --config, print a summary and exit (0: valid)")
     serve.add_argument(
@@ -221,6 +228,23 @@ def _listeners(args: argparse.Namespace) -> list[Listener]:
     return listeners
 
 
+def _ops_addresses(args: argparse.Namespace, config: Config) -> tuple[tuple[str, int] | None, ...]:
+    """(http, prometheus) listener addresses: the flag, else the config file, else the default."""
+    out = []
+    for name, default in (("http", DEFAULT_HTTP), ("prometheus", DEFAULT_PROMETHEUS)):
+        value = getattr(args, name)
+        if value is None:
+            value = getattr(config, name)
+        if value is None:
+            out.append(default)
+            continue
+        try:
+            out.append(parse_address(value, default[1]) if value else None)
+        except ValueError as exc:
+            raise CliError(f"--{name}: {exc}", EXIT_USAGE) from None
+    return tuple(out)
+
+
 def _load_config(args: argparse.Namespace) -> Config:
     try:
         config = load(args.config) if args.config else Config()
@@ -270,10 +294,13 @@ def _serve(args: argparse.Namespace) -> int:
         server = make_server(args.server, broker, listeners)
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
+        ops = OpsListeners(server, broker, config, *_ops_addresses(args, config))
         try:
-            run(args.server, listeners, broker=broker, driver=server)
+            run(args.server, listeners, broker=broker, driver=server, ready=lambda bound: ops.start())
         except OSError as exc:  # typically: address in use / cannot bind (ListenError says which)
             raise CliError(str(exc)) from None
+        finally:
+            ops.stop()
     finally:
         store.close()
     return EXIT_OK

@@ -1,0 +1,841 @@
+"""The management HTTP API: RabbitMQ's paths, JSON shapes and status codes, as a WSGI app.
+
+Reads come from a plain-data snapshot of the broker (``engine.stats.snapshot``) taken on the
+broker's thread and shared by requests for ``SNAPSHOT_TTL`` seconds; changes run as commands on
+the broker's thread (``Driver.call_soon``), so no lock guards the model. Path segments are
+percent-decoded one by one from the raw request URI, so ``%2F`` names the vhost ``/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from engine import Config
+from engine._message import Message
+from engine._props import headers_to_props, props_to_headers
+from engine.model import Consumer
+from engine.model.errors import PreconditionFailed
+from engine.stats import COUNTERS, snapshot
+
+from .auth import MANAGEMENT_TAGS, Principal, authenticate
+from .definitions import export_definitions, import_definitions
+from .static import serve_static
+
+__all__ = ["ManagementApi", "HttpError", "MAX_BODY"]
+
+#: bytes of a request body the API reads (RabbitMQ's default http max body is 10 MB... we keep
+#: 16 MiB for definitions and publishes); the HTTP server refuses longer ones with 413 first
+MAX_BODY = 16 * 1024 * 1024
+#: how long one snapshot of the broker serves requests (counts lag traffic by at most this)
+SNAPSHOT_TTL = 0.2
+#: how long a request waits for the broker's thread
+COMMAND_TIMEOUT = 10.0
+VERSION = "3.10.8"  # the RabbitMQ management API version whose shapes this follows
+
+JSONType = Any
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+def not_found() -> HttpError:
+    return HttpError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: str) -> HttpError:
+    return HttpError(400, "bad_request", reason)
+
+
+_STATUS = {200: "200 OK", 201: "201 Created", 204: "204 No Content", 400: "400 Bad Request",
+           401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found",
+           405: "405 Method Not Allowed", 413: "413 Request Entity Too Large",
+           500: "500 Internal Server Error", 503: "503 Service Unavailable"}
+
+
+#: path segments naming an exchange, by the path's first segment
+_EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
+
+
+class _GetHolder(Consumer):
+    """The holder of messages fetched by POST .../get: never registered on the queue."""
+
+    __slots__ = ()
+    blocked = False
+
+
+class _NoOwner:
+    blocked = False
+
+
+class Request:
+    __slots__ = ("method", "parts", "query", "principal", "environ", "_body")
+
+    def __init__(self, environ: dict[str, Any], parts: list[str], principal: Principal) -> None:
+        self.environ = environ
+        self.method = environ["REQUEST_METHOD"]
+        self.parts = parts
+        self.query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+        self.principal = principal
+        self._body: Any = None
+
+    def json(self) -> Any:
+        if self._body is None:
+            try:
+                length = int(self.environ.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                raise bad_request("bad Content-Length") from None
+            if length > MAX_BODY:
+                raise HttpError(413, "bad_request", "request body too large")
+            raw = self.environ["wsgi.input"].read(length) if length else b""
+            try:
+                self._body = json.loads(raw) if raw.strip() else {}
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise bad_request(f"failed_to_parse_json: {exc}") from None
+            if not isinstance(self._body, dict):
+                raise bad_request("not_json_object")
+        return self._body
+
+
+def _vhost_names(snap: dict[str, Any], who: Principal) -> list[str]:
+    return [v for v in snap["vhosts"] if who.sees_vhost(v)]
+
+
+def _rate(value: float) -> dict[str, float]:
+    return {"rate": value}
+
+
+def _message_stats(snap: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, _ in COUNTERS:
+        out[name] = snap["totals"][name]
+        out[f"{name}_details"] = _rate(snap["rates"][name])
+    return out
+
+
+def conn_name(info: dict[str, Any]) -> str:
+    """RabbitMQ names a connection 'peer:port -> node:port'; ours ends with its connection id."""
+    peer = info.get("peer") or ("?", 0)
+    return f"{peer[0]}:{peer[1] if len(peer) > 1 else 0} -> sansmq#{info['conn_id']}"
+
+
+def props_key(routing_key: str, args: dict[str, Any]) -> str:
+    """RabbitMQ's binding 'properties key': the routing key ('~' when empty), plus a hash of the
+    arguments when there are any."""
+    key = urllib.parse.quote(routing_key, safe="") if routing_key else "~"
+    if args:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(json.dumps(args, sort_keys=True).encode()).digest())
+        key += "~" + digest[:22].decode()
+    return key
+
+
+def _props_dict(msg: Message) -> dict[str, Any]:
+    props = headers_to_props(msg.headers, msg.persistent, msg.priority)
+    out = {k: v for k, v in vars(props).items() if v is not None} if hasattr(props, "__dict__") else {
+        k: getattr(props, k) for k in props.__slots__ if getattr(props, k) is not None}
+    if out.get("headers") == {}:
+        del out["headers"]
+    return out
+
+
+def _payload(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
+    if truncate is not None:
+        body = body[:truncate]
+    if encoding == "auto":
+        try:
+            return body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(body).decode(), "base64"
+
+
+class ManagementApi:
+    """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
+    and returns its result (``Driver.call_soon`` plus a wait)."""
+
+    def __init__(self, call: Callable[[Callable[[Any], Any]], Any], config: Config,
+                 listeners: Callable[[], list[Any]], node: str = "sansmq@localhost") -> None:
+        self.call = call
+        self.config = config
+        self.listeners = listeners
+        self.node = node
+        self._snap: dict[str, Any] | None = None
+        self._snap_at = 0.0
+        self._lock = threading.Lock()
+        self.routes: list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]] = [
+            (("overview",), {"GET": self.overview}),
+            (("whoami",), {"GET": self.whoami}),
+            (("cluster-name",), {"GET": lambda r: {"name": self.node}}),
+            (("nodes",), {"GET": lambda r: [self._node()]}),
+            (("extensions",), {"GET": lambda r: []}),
+            (("vhosts",), {"GET": self.vhosts}),
+            (("vhosts", "*"), {"GET": self.vhost, "PUT": self.put_vhost, "DELETE": self.delete_vhost}),
+            (("users",), {"GET": self.users}),
+            (("users", "*"), {"GET": self.user, "PUT": self.put_user, "DELETE": self.delete_user}),
+            (("users", "*", "permissions"), {"GET": self.user_permissions}),
+            (("permissions",), {"GET": self.permissions}),
+            (("permissions", "*", "*"), {"GET": self.permission, "PUT": self.put_permission,
+                                         "DELETE": self.delete_permission}),
+            (("queues",), {"GET": self.queues}),
+            (("queues", "*"), {"GET": self.queues}),
+            (("queues", "*", "*"), {"GET": self.queue, "PUT": self.put_queue, "DELETE": self.delete_queue}),
+            (("queues", "*", "*", "get"), {"POST": self.get_messages}),
+            (("queues", "*", "*", "contents"), {"DELETE": self.purge}),
+            (("queues", "*", "*", "bindings"), {"GET": self.queue_bindings}),
+            (("exchanges",), {"GET": self.exchanges}),
+            (("exchanges", "*"), {"GET": self.exchanges}),
+            (("exchanges", "*", "*"), {"GET": self.exchange, "PUT": self.put_exchange,
+                                       "DELETE": self.delete_exchange}),
+            (("exchanges", "*", "*", "publish"), {"POST": self.publish}),
+            (("exchanges", "*", "*", "bindings", "source"), {"GET": self.source_bindings}),
+            (("exchanges", "*", "*", "bindings", "destination"), {"GET": self.destination_bindings}),
+            (("bindings",), {"GET": self.bindings}),
+            (("bindings", "*"), {"GET": self.bindings}),
+            (("bindings", "*", "e", "*", "*", "*"), {"GET": self.bindings_between, "POST": self.bind}),
+            (("bindings", "*", "e", "*", "*", "*", "*"), {"GET": self.binding, "DELETE": self.unbind}),
+            (("connections",), {"GET": self.connections}),
+            (("connections", "*"), {"GET": self.connection, "DELETE": self.close_connection}),
+            (("channels",), {"GET": self.channels}),
+            (("consumers",), {"GET": self.consumers}),
+            (("consumers", "*"), {"GET": self.consumers}),
+            (("definitions",), {"GET": self.get_definitions, "POST": self.post_definitions}),
+            (("definitions", "*"), {"GET": self.get_definitions, "POST": self.post_definitions}),
+            (("health", "checks", "alarms"), {"GET": self.alarms}),
+            (("aliveness-test", "*"), {"GET": self.aliveness}),
+            (("stats", "history"), {"GET": self.history}),
+        ]
+
+    # -- WSGI --------------------------------------------------------------------------------------
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        raw = environ.get("REQUEST_URI") or urllib.parse.quote(environ.get("PATH_INFO", "/"))
+        path = raw.split("?", 1)[0]
+        if not path.startswith("/api/") and path != "/api":
+            return serve_static(path, environ, start_response)
+        parts = [urllib.parse.unquote(p) for p in path[len("/api/"):].split("/")]
+        if parts and parts[-1] == "":
+            parts.pop()
+        for i in _EXCHANGE_SEGMENT.get(parts[0], ()) if parts else ():
+            if len(parts) > i and parts[i] == "amq.default":  # RabbitMQ's name for the default exchange
+                parts[i] = ""
+        try:
+            status, body, headers = self._dispatch(environ, parts)
+        except HttpError as exc:
+            status, body, headers = exc.status, {"error": exc.error, "reason": exc.reason}, []
+            if exc.status == 401:
+                headers = [("WWW-Authenticate", 'Basic realm="RabbitMQ Management"')]
+        except TimeoutError:
+            status, body, headers = 503, {"error": "timeout", "reason": "the broker did not answer"}, []
+        return self._respond(start_response, status, body, headers)
+
+    @staticmethod
+    def _respond(start_response: Callable[..., Any], status: int, body: Any,
+                 headers: list[tuple[str, str]]) -> list[bytes]:
+        data = b"" if status == 204 or body is None else json.dumps(body, default=str).encode()
+        hdrs = [("Cache-Control", "no-cache"), *headers]
+        if data:
+            hdrs.append(("Content-Type", "application/json"))
+        hdrs.append(("Content-Length", str(len(data))))
+        start_response(_STATUS.get(status, f"{status} Error"), hdrs)
+        return [data]
+
+    def _dispatch(self, environ: dict[str, Any], parts: list[str]) -> tuple[int, Any, list[tuple[str, str]]]:
+        principal = authenticate(self.config, environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
+        if principal is None:
+            raise HttpError(401, "not_authorised", "Login failed")
+        if not MANAGEMENT_TAGS.intersection(principal.tags):
+            raise HttpError(403, "not_authorised", "Not management user")
+        method = environ["REQUEST_METHOD"]
+        for pattern, handlers in self.routes:
+            if len(pattern) == len(parts) and all(p == "*" or p == s for p, s in zip(pattern, parts)):
+                if method == "HEAD":
+                    method = "GET"
+                handler = handlers.get(method)
+                if handler is None:
+                    raise HttpError(405, "method_not_allowed", f"{method} not allowed")
+                args = [s for p, s in zip(pattern, parts) if p == "*"]
+                result = handler(Request(environ, parts, principal), *args)
+                if isinstance(result, tuple):
+                    return result
+                return (200, result, []) if result is not None else (204, None, [])
+        raise not_found()
+
+    # -- broker access -----------------------------------------------------------------------------
+    def snap(self, fresh: bool = False) -> dict[str, Any]:
+        with self._lock:
+            now = time.monotonic()
+            if fresh or self._snap is None or now - self._snap_at > SNAPSHOT_TTL:
+                self._snap = self.call(snapshot)
+                self._snap_at = time.monotonic()
+            return self._snap
+
+    def command(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(broker)`` on the broker's thread; the next read takes a fresh snapshot."""
+        try:
+            return self.call(fn)
+        finally:
+            with self._lock:
+                self._snap = None
+
+    def _check_vhost(self, req: Request, vhost: str, write: bool = False) -> None:
+        who = req.principal
+        if vhost not in self.snap()["vhosts"] or not who.sees_vhost(vhost):
+            raise not_found()
+        if write and not who.may_write(vhost):
+            raise HttpError(403, "not_authorised", "Not authorised to access this vhost")
+        if write and who.tags == ("monitoring",):
+            raise HttpError(403, "not_authorised", "Not management user")
+
+    def _admin(self, req: Request) -> None:
+        if not req.principal.is_admin:
+            raise HttpError(403, "not_authorised", "Not administrator user")
+
+    def _node(self) -> dict[str, Any]:
+        return {"name": self.node, "type": "disc", "running": True}
+
+    # -- overview ----------------------------------------------------------------------------------
+    def overview(self, req: Request) -> Any:
+        snap = self.snap()
+        seen = set(_vhost_names(snap, req.principal))
+        queues = [q for q in snap["queues"] if q["vhost"] in seen]
+        return {
+            "management_version": VERSION, "rabbitmq_version": VERSION, "product_name": "sansmq",
+            "product_version": "0.1.0", "cluster_name": self.node, "node": self.node,
+            "erlang_version": "n/a", "rates_mode": "basic", "statistics_db_event_queue": 0,
+            "exchange_types": [{"name": t, "description": "", "enabled": True}
+                               for t in ("direct", "fanout", "headers", "topic")],
+            "object_totals": {"connections": len(snap["connections"]),
+                              "channels": sum(c["channels"] for c in snap["connections"]),
+                              "exchanges": sum(1 for x in snap["exchanges"] if x["vhost"] in seen),
+                              "queues": len(queues), "consumers": len(snap["consumers"])},
+            "queue_totals": {"messages": sum(q["messages"] for q in queues),
+                             "messages_ready": sum(q["messages_ready"] for q in queues),
+                             "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in queues)},
+            "message_stats": _message_stats(snap),
+            "listeners": [{"node": self.node, "protocol": p, "ip_address": h, "port": port}
+                          for p, h, port in self.listeners()],
+            "contexts": [],
+        }
+
+    def history(self, req: Request) -> Any:
+        seconds = float((req.query.get("seconds") or ["300"])[0])
+        return self.call(lambda b: b.sampler.history(seconds) if b.sampler else [])
+
+    def whoami(self, req: Request) -> Any:
+        return {"name": req.principal.name, "tags": list(req.principal.tags)}
+
+    # -- vhosts --------------------------------------------------------------------------------------
+    def _vhost_info(self, snap: dict[str, Any], name: str) -> dict[str, Any]:
+        queues = [q for q in snap["queues"] if q["vhost"] == name]
+        return {"name": name, "description": "", "tags": [], "tracing": False,
+                "messages": sum(q["messages"] for q in queues),
+                "messages_ready": sum(q["messages_ready"] for q in queues),
+                "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in queues)}
+
+    def vhosts(self, req: Request) -> Any:
+        snap = self.snap()
+        return [self._vhost_info(snap, v) for v in _vhost_names(snap, req.principal)]
+
+    def vhost(self, req: Request, name: str) -> Any:
+        self._check_vhost(req, name)
+        return self._vhost_info(self.snap(), name)
+
+    def put_vhost(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        req.json()
+        existed = self.command(lambda b: name in b.model.vhosts or b.model.add_vhost(name) is None)
+        return (204, None, []) if existed else (201, None, [])
+
+    def delete_vhost(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        self._check_vhost(req, name)
+
+        def drop(b: Any) -> None:
+            vhost = b.model.vhosts[name]
+            for session in list(b.sessions.values()):
+                if getattr(session, "vhost", None) is vhost:
+                    session.force_close(f"vhost '{name}' is deleted")
+            for q in list(vhost.queues.values()):
+                b.model.delete_queue(q)
+            for x in list(vhost.exchanges):
+                if x and not x.startswith("amq."):
+                    b.model.delete_exchange(vhost, x)
+            del b.model.vhosts[name]
+            b.store.delete_vhost(name) if hasattr(b.store, "delete_vhost") else None
+
+        self.command(drop)
+        return None
+
+    # -- users and permissions (the config's users; tags/hashes arrive with the users model) --------
+    def _user_info(self, name: str, user: Any) -> dict[str, Any]:
+        from .auth import user_tags
+        return {"name": name, "tags": list(user_tags(user)), "password_hash": "",
+                "hashing_algorithm": "rabbit_password_hashing_sha256", "limits": {}}
+
+    def users(self, req: Request) -> Any:
+        self._admin(req)
+        return [self._user_info(n, u) for n, u in self.config.users.items()]
+
+    def user(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        user = self.config.users.get(name)
+        if user is None:
+            raise not_found()
+        return self._user_info(name, user)
+
+    def put_user(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        body = req.json()
+        from engine.config import User
+        old = self.config.users.get(name)
+        password = body.get("password")
+        if password is None and old is None:
+            raise bad_request("password or password_hash required for a new user")
+        user = User(name, password if password is not None else old.password,
+                    loopback_only=old.loopback_only if old else False, vhosts=old.vhosts if old else ())
+        self.config.users[name] = user
+        return (204, None, []) if old else (201, None, [])
+
+    def delete_user(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        if self.config.users.pop(name, None) is None:
+            raise not_found()
+        return None
+
+    def _perms(self, user_filter: str | None = None, vhost_filter: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        vhosts = self.snap()["vhosts"]
+        for name, user in self.config.users.items():
+            if user_filter is not None and name != user_filter:
+                continue
+            for v in (user.vhosts or vhosts):
+                if vhost_filter is None or v == vhost_filter:
+                    out.append({"user": name, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"})
+        return out
+
+    def permissions(self, req: Request) -> Any:
+        self._admin(req)
+        return self._perms()
+
+    def user_permissions(self, req: Request, name: str) -> Any:
+        self._admin(req)
+        if name not in self.config.users:
+            raise not_found()
+        return self._perms(user_filter=name)
+
+    def permission(self, req: Request, vhost: str, name: str) -> Any:
+        self._admin(req)
+        found = self._perms(name, vhost)
+        if not found:
+            raise not_found()
+        return found[0]
+
+    def put_permission(self, req: Request, vhost: str, name: str) -> Any:
+        self._admin(req)
+        self._check_vhost(req, vhost)
+        req.json()
+        user = self.config.users.get(name)
+        if user is None:
+            raise bad_request(f"user '{name}' does not exist")
+        existed = not user.vhosts or vhost in user.vhosts
+        if user.vhosts and vhost not in user.vhosts:
+            user.vhosts = (*user.vhosts, vhost)
+        return (204, None, []) if existed else (201, None, [])
+
+    def delete_permission(self, req: Request, vhost: str, name: str) -> Any:
+        self._admin(req)
+        user = self.config.users.get(name)
+        if user is None or not self._perms(name, vhost):
+            raise not_found()
+        user.vhosts = tuple(v for v in (user.vhosts or self.snap()["vhosts"]) if v != vhost)
+        return None
+
+    # -- queues ----------------------------------------------------------------------------------------
+    def _queue_info(self, snap: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in q.items() if k != "message_bytes_ready"}
+        out.update({"node": self.node, "state": "running", "type": "classic", "policy": None,
+                    "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"],
+                    "messages_details": _rate(0.0), "messages_ready_details": _rate(0.0),
+                    "messages_unacknowledged_details": _rate(0.0)})
+        return out
+
+    def queues(self, req: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+        snap = self.snap()
+        seen = set(_vhost_names(snap, req.principal))
+        return [self._queue_info(snap, q) for q in snap["queues"]
+                if q["vhost"] in seen and (vhost is None or q["vhost"] == vhost)]
+
+    def _find_queue(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
+        self._check_vhost(req, vhost)
+        for q in self.snap()["queues"]:
+            if q["vhost"] == vhost and q["name"] == name:
+                return q
+        raise not_found()
+
+    def queue(self, req: Request, vhost: str, name: str) -> Any:
+        return self._queue_info(self.snap(), self._find_queue(req, vhost, name))
+
+    def put_queue(self, req: Request, vhost: str, name: str) -> Any:
+        self._check_vhost(req, vhost, write=True)
+        body = req.json()
+        durable = bool(body.get("durable", True))
+        auto_delete = bool(body.get("auto_delete", False))
+        args = body.get("arguments") or None
+        if args is not None and not isinstance(args, dict):
+            raise bad_request("arguments must be an object")
+
+        def declare(b: Any) -> bool:
+            v = b.model.vhosts[vhost]
+            existed = name in v.queues
+            b.model.declare_queue(v, name, durable, auto_delete, None, args)
+            return existed
+
+        try:
+            existed = self.command(declare)
+        except PreconditionFailed as exc:
+            raise bad_request(str(exc)) from None
+        return (204, None, []) if existed else (201, None, [])
+
+    def delete_queue(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_queue(req, vhost, name)
+        self._check_vhost(req, vhost, write=True)
+        if_empty = req.query.get("if-empty") == ["true"]
+        if_unused = req.query.get("if-unused") == ["true"]
+
+        def delete(b: Any) -> str | None:
+            q = b.model.vhosts[vhost].queues.get(name)
+            if q is None:
+                return "gone"
+            if if_empty and (q.count or q.unacked_count()):
+                return "not empty"
+            if if_unused and q.consumers:
+                return "in use"
+            b.model.delete_queue(q)
+            return None
+
+        why = self.command(delete)
+        if why == "gone":
+            raise not_found()
+        if why:
+            raise bad_request(f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost}' {why}")
+        return None
+
+    def purge(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_queue(req, vhost, name)
+        self._check_vhost(req, vhost, write=True)
+        self.command(lambda b: b.model.purge(b.model.vhosts[vhost].queues[name])
+                     if name in b.model.vhosts[vhost].queues else None)
+        return None
+
+    def get_messages(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_queue(req, vhost, name)
+        self._check_vhost(req, vhost, write=True)
+        body = req.json()
+        ackmode = body.get("ackmode", "ack_requeue_true" if body.get("requeue", True) else "ack_requeue_false")
+        if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
+            raise bad_request(f"unknown ackmode {ackmode!r}")
+        encoding = body.get("encoding", "auto")
+        if encoding not in ("auto", "base64"):
+            raise bad_request(f"unknown encoding {encoding!r}")
+        try:
+            count = int(body.get("count", 1))
+            truncate = int(body["truncate"]) if body.get("truncate") is not None else None
+        except (TypeError, ValueError):
+            raise bad_request("count and truncate must be integers") from None
+
+        def fetch(b: Any) -> list[dict[str, Any]]:
+            q = b.model.vhosts[vhost].queues.get(name)
+            if q is None:
+                return []
+            holder = _GetHolder(q, _NoOwner(), 0, False)  # type: ignore[arg-type]
+            out, tags = [], []
+            for _ in range(max(0, count)):
+                got = b.model.get(q, holder)
+                if got is None:
+                    break
+                tag, entry = got
+                tags.append(tag)
+                msg = entry.msg
+                payload, enc = _payload(msg.body, encoding, truncate)
+                out.append({"payload_bytes": len(msg.body), "redelivered": entry.count > 0,
+                            "exchange": msg.exchange, "routing_key": msg.routing_key,
+                            "message_count": q.count, "properties": _props_dict(msg),
+                            "payload": payload, "payload_encoding": enc})
+            requeue = ackmode.endswith("true")
+            for tag in tags:  # requeued together at the end, as closing RabbitMQ's private channel
+                if requeue:
+                    b.model.nack(holder, tag, False, True)
+                elif ackmode.startswith("ack"):
+                    b.model.ack(holder, tag)
+                else:
+                    b.model.nack(holder, tag, False, False)
+            return out
+
+        return self.command(fetch)
+
+    def queue_bindings(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_queue(req, vhost, name)
+        return [self._binding_info(b) for b in self.snap()["bindings"]
+            if b["vhost"] == vhost and b["destination"] == name and b["destination_type"] == "queue"]
+
+    # -- exchanges ----------------------------------------------------------------------------------
+    def exchanges(self, req: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+        snap = self.snap()
+        seen = set(_vhost_names(snap, req.principal))
+        return [dict(x, user_who_performed_action="", policy=None) for x in snap["exchanges"]
+                if x["vhost"] in seen and (vhost is None or x["vhost"] == vhost)]
+
+    def _find_exchange(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
+        self._check_vhost(req, vhost)
+        for x in self.snap()["exchanges"]:
+            if x["vhost"] == vhost and x["name"] == name:
+                return x
+        raise not_found()
+
+    def exchange(self, req: Request, vhost: str, name: str) -> Any:
+        return dict(self._find_exchange(req, vhost, name), policy=None)
+
+    def put_exchange(self, req: Request, vhost: str, name: str) -> Any:
+        self._check_vhost(req, vhost, write=True)
+        body = req.json()
+        xtype = body.get("type")
+        if xtype not in ("direct", "fanout", "topic", "headers"):
+            raise bad_request(f"unknown exchange type '{xtype}'" if xtype else "type is required")
+        if name == "" or name.startswith("amq."):
+            raise HttpError(403, "access_refused", f"exchange name '{name}' contains reserved prefix 'amq.'")
+
+        def declare(b: Any) -> bool:
+            v = b.model.vhosts[vhost]
+            existed = name in v.exchanges
+            b.model.declare_exchange(v, name, xtype, bool(body.get("durable", True)),
+                                     bool(body.get("auto_delete", False)), bool(body.get("internal", False)),
+                                     body.get("arguments") or None)
+            return existed
+
+        try:
+            existed = self.command(declare)
+        except PreconditionFailed as exc:
+            raise bad_request(str(exc)) from None
+        return (204, None, []) if existed else (201, None, [])
+
+    def delete_exchange(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_exchange(req, vhost, name)
+        self._check_vhost(req, vhost, write=True)
+        if name == "" or name.startswith("amq."):
+            raise HttpError(403, "access_refused", f"operation not permitted on exchange '{name}'")
+        self.command(lambda b: b.model.delete_exchange(b.model.vhosts[vhost], name))
+        return None
+
+    def publish(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_exchange(req, vhost, name)
+        self._check_vhost(req, vhost, write=True)
+        body = req.json()
+        try:
+            props = headers_to_props({}, False, 0).__class__(**(body.get("properties") or {}))
+        except TypeError as exc:
+            raise bad_request(f"bad properties: {exc}") from None
+        encoding = body.get("payload_encoding", "string")
+        payload = body.get("payload", "")
+        if not isinstance(payload, str) or encoding not in ("string", "base64"):
+            raise bad_request("payload must be a string; payload_encoding string or base64")
+        try:
+            data = base64.b64decode(payload, validate=True) if encoding == "base64" else payload.encode()
+        except ValueError:
+            raise bad_request("payload is not valid base64") from None
+        routing_key = str(body.get("routing_key", ""))
+
+        def send(b: Any) -> bool:
+            model = b.model
+            headers = props_to_headers(props)
+            expires = None
+            if props.expiration is not None:
+                try:
+                    expires = b.now + int(props.expiration) / 1000.0
+                except ValueError:
+                    raise bad_request("expiration must be a number of milliseconds") from None
+            msg = Message(model.next_message_id(), name, routing_key, headers, data, props.priority or 0,
+                          expires, props.delivery_mode == 2)
+            return bool(model.publish(model.vhosts[vhost], name, msg, queue_priority_only=True))
+
+        return {"routed": self.command(send)}
+
+    # -- bindings ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _binding_info(b: dict[str, Any]) -> dict[str, Any]:
+        return dict(b, properties_key=props_key(b["routing_key"], b["arguments"]))
+
+    def bindings(self, req: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+        snap = self.snap()
+        seen = set(_vhost_names(snap, req.principal))
+        return [self._binding_info(b) for b in snap["bindings"]
+                if b["vhost"] in seen and (vhost is None or b["vhost"] == vhost)]
+
+    def source_bindings(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_exchange(req, vhost, name)
+        return [self._binding_info(b) for b in self.snap()["bindings"] if b["vhost"] == vhost and b["source"] == name]
+
+    def destination_bindings(self, req: Request, vhost: str, name: str) -> Any:
+        self._find_exchange(req, vhost, name)
+        return [self._binding_info(b) for b in self.snap()["bindings"]
+                if b["vhost"] == vhost and b["destination"] == name and b["destination_type"] == "exchange"]
+
+    def _between(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> list[dict[str, Any]]:
+        if kind not in ("q", "e"):
+            raise not_found()
+        self._find_exchange(req, vhost, source)
+        if kind == "q":
+            self._find_queue(req, vhost, dest)
+        else:
+            self._find_exchange(req, vhost, dest)
+        dtype = "queue" if kind == "q" else "exchange"
+        return [self._binding_info(b) for b in self.snap()["bindings"] if b["vhost"] == vhost
+                and b["source"] == source and b["destination"] == dest and b["destination_type"] == dtype]
+
+    def bindings_between(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
+        return self._between(req, vhost, source, kind, dest)
+
+    def bind(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
+        self._between(req, vhost, source, kind, dest)
+        self._check_vhost(req, vhost, write=True)
+        body = req.json()
+        key = str(body.get("routing_key", ""))
+        args = body.get("arguments") or None
+        if source == "":
+            raise HttpError(403, "access_refused", "operation not permitted on the default exchange")
+
+        def bind(b: Any) -> None:
+            v = b.model.vhosts[vhost]
+            target = v.queues[dest] if kind == "q" else v.exchanges[dest]
+            b.model.bind(v, target, v.exchanges[source], key, args)
+
+        self.command(bind)
+        location = "/api/bindings/{}/e/{}/{}/{}/{}".format(
+            *(urllib.parse.quote(s, safe="") for s in (vhost, source, kind, dest)), props_key(key, args or {}))
+        return 201, None, [("Location", location)]
+
+    def binding(self, req: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
+        for b in self._between(req, vhost, source, kind, dest):
+            if b["properties_key"] == urllib.parse.quote(props, safe="~") or b["properties_key"] == props:
+                return b
+        raise not_found()
+
+    def unbind(self, req: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
+        found = self.binding(req, vhost, source, kind, dest, props)
+        self._check_vhost(req, vhost, write=True)
+
+        def unbind(b: Any) -> None:
+            v = b.model.vhosts[vhost]
+            target = v.queues.get(dest) if kind == "q" else v.exchanges.get(dest)
+            if target is not None and source in v.exchanges:
+                b.model.unbind(v, target, v.exchanges[source], found["routing_key"], found["arguments"] or None)
+
+        self.command(unbind)
+        return None
+
+    # -- connections, channels, consumers ---------------------------------------------------------
+    def _conn_info(self, c: dict[str, Any]) -> dict[str, Any]:
+        peer = c.get("peer") or ("", 0)
+        return {"name": conn_name(c), "node": self.node, "protocol": c["protocol"], "user": c["user"],
+                "vhost": c["vhost"], "channels": c["channels"], "peer_host": str(peer[0]),
+                "peer_port": peer[1] if len(peer) > 1 else 0, "state": "running", "type": "network",
+                "client_properties": {k: v for k, v in (c["client_properties"] or {}).items()
+                                      if isinstance(k, str)}}
+
+    def _visible_conns(self, req: Request) -> list[dict[str, Any]]:
+        who = req.principal
+        return [c for c in self.snap()["connections"] if who.can_monitor or c["user"] == who.name]
+
+    def connections(self, req: Request) -> Any:
+        return [self._conn_info(c) for c in self._visible_conns(req)]
+
+    def _find_conn(self, req: Request, name: str) -> dict[str, Any]:
+        for c in self._visible_conns(req):
+            if conn_name(c) == name:
+                return c
+        raise not_found()
+
+    def connection(self, req: Request, name: str) -> Any:
+        return self._conn_info(self._find_conn(req, name))
+
+    def close_connection(self, req: Request, name: str) -> Any:
+        conn = self._find_conn(req, name)
+        if not (req.principal.is_admin or conn["user"] == req.principal.name):
+            raise HttpError(403, "not_authorised", "Not administrator user")
+        reason = req.environ.get("HTTP_X_REASON") or "Closed via management plugin"
+        self.command(lambda b: b.force_close(conn["conn_id"], reason, time.time()))
+        return None
+
+    def channels(self, req: Request) -> Any:
+        out = []
+        for c in self._visible_conns(req):
+            info = self._conn_info(c)
+            for n in range(1, c["channels"] + 1):
+                out.append({"name": f"{info['name']} ({n})", "number": n, "node": self.node, "user": c["user"],
+                            "vhost": c["vhost"], "connection_details": {"name": info["name"],
+                                                                        "peer_host": info["peer_host"],
+                                                                        "peer_port": info["peer_port"]}})
+        return out
+
+    def consumers(self, req: Request, vhost: str | None = None) -> Any:
+        snap = self.snap()
+        names = {c["conn_id"]: conn_name(c) for c in snap["connections"]}
+        seen = set(_vhost_names(snap, req.principal))
+        return [{"queue": c["queue"], "consumer_tag": c["consumer_tag"], "ack_required": c["ack_required"],
+                 "prefetch_count": c["prefetch_count"], "exclusive": False, "active": True, "arguments": {},
+                 "channel_details": {"connection_name": names.get(c["conn_id"], "")}}
+                for c in snap["consumers"]
+                if c["queue"]["vhost"] in seen and (vhost is None or c["queue"]["vhost"] == vhost)]
+
+    # -- definitions, health ------------------------------------------------------------------------
+    def get_definitions(self, req: Request, vhost: str | None = None) -> Any:
+        self._admin(req)
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+        return export_definitions(self.snap(fresh=True), self.config, vhost)
+
+    def post_definitions(self, req: Request, vhost: str | None = None) -> Any:
+        self._admin(req)
+        body = req.json()
+        try:
+            self.command(lambda b: import_definitions(b, self.config, body, vhost))
+        except (ValueError, KeyError, TypeError, PreconditionFailed) as exc:
+            raise bad_request(f"definitions not imported: {exc}") from None
+        return None
+
+    def alarms(self, req: Request) -> Any:
+        if self.snap(fresh=True)["alarms"]["memory"]:
+            return 503, {"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
+                         "alarms": [{"resource": "memory", "node": self.node}]}, []
+        return {"status": "ok"}
+
+    def aliveness(self, req: Request, vhost: str) -> Any:
+        self._check_vhost(req, vhost, write=True)
+
+        def check(b: Any) -> bool:
+            model = b.model
+            v = model.vhosts[vhost]
+            q = model.declare_queue(v, "aliveness-test", False, False, None, None)
+            model.publish(v, "", Message(model.next_message_id(), "", "aliveness-test", {}, b"test_message"))
+            holder = _GetHolder(q, _NoOwner(), 0, True)  # type: ignore[arg-type]
+            got = model.get(q, holder)
+            return got is not None and got[1].msg.body == b"test_message"
+
+        ok = self.command(check)
+        return {"status": "ok"} if ok else (503, {"status": "failed", "reason": "aliveness test failed"}, [])
+
