@@ -26,6 +26,7 @@ from typing import Any
 
 import stomp
 from stomp.listener import ConnectionListener
+from servers.management import OPS_EPHEMERAL
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
@@ -121,7 +122,7 @@ def fresh_data_dir() -> str:
 
 
 def start_server(kind: str, config_path: Path, *extra: str) -> ServerProcess:
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
            "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()]
     return ServerProcess([*cmd, "--config", str(config_path), *extra], kind)
 

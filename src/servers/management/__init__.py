@@ -14,13 +14,16 @@ from typing import Any
 
 import waitress
 
+from .._driver import format_address, log
 from .api import COMMAND_TIMEOUT, MAX_BODY, ManagementApi
 from .prometheus import prometheus_app
 
-__all__ = ["OpsListeners", "DEFAULT_HTTP", "DEFAULT_PROMETHEUS"]
+__all__ = ["OpsListeners", "DEFAULT_HTTP", "DEFAULT_PROMETHEUS", "OPS_EPHEMERAL"]
 
 DEFAULT_HTTP = ("127.0.0.1", 15672)
 DEFAULT_PROMETHEUS = ("127.0.0.1", 15692)
+#: ``sansmq serve`` arguments putting both listeners on ephemeral ports (tests run many servers)
+OPS_EPHEMERAL = ("--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0")
 #: seconds an idle or slow HTTP connection is kept (waitress's channel_timeout)
 HTTP_TIMEOUT = 30
 _WS_NAMES = {"amqp": "amqp", "stomp": "stomp", "ws": "http/web-stomp"}
@@ -61,6 +64,10 @@ class OpsListeners:
                 max_request_body_size=MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False)
             self._servers[name] = server
             self.bound[name] = (where[0], server.effective_port)
+            address = format_address(where[0], server.effective_port)
+            log.info("%s listening on %s (waitress server)", name, address,
+                     extra={"event": "listener.started", "protocol": name, "address": address,
+                            "server": "waitress"})
             thread = threading.Thread(target=server.run, name=f"sansmq-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)

@@ -232,7 +232,8 @@ class ManagementApi:
             status, body, headers = self._dispatch(environ, parts)
         except HttpError as exc:
             status, body, headers = exc.status, {"error": exc.error, "reason": exc.reason}, []
-            if exc.status == 401:
+            if exc.status == 401 and environ.get("HTTP_X_REQUESTED_WITH") != "XMLHttpRequest":
+                # the admin page asks for its own login form rather than the browser's dialog
                 headers = [("WWW-Authenticate", 'Basic realm="RabbitMQ Management"')]
         except TimeoutError:
             status, body, headers = 503, {"error": "timeout", "reason": "the broker did not answer"}, []
