@@ -10,9 +10,9 @@ async function api(method, path, body) {
     method, headers: {"Authorization": "Basic " + auth, "Content-Type": "application/json",
               "X-Requested-With": "XMLHttpRequest"},
     body: body === undefined ? undefined : JSON.stringify(body)});
-  if (resp.status === 401) { logout(); throw new Error("login failed"); }
   const text = await resp.text();
   const data = text ? JSON.parse(text) : null;
+  if (resp.status === 401 && sessionStorage.getItem("auth")) logout();  // the stored login went stale
   if (!resp.ok) throw new Error((data && data.reason) || resp.statusText);
   return data;
 }
@@ -53,7 +53,7 @@ function chart(points, series, title) {
 }
 
 const pages = {
-  async "": () => {
+  "": async () => {
     const [o, hist] = await Promise.all([api("GET", "/overview"), api("GET", "/stats/history?seconds=300")]);
     const ms = o.message_stats, qt = o.queue_totals, ot = o.object_totals;
     el(`<h1>Overview</h1><p>Node ${esc(o.node)} — version ${esc(o.product_version)}</p>
@@ -114,7 +114,8 @@ const pages = {
       ["vhost", (c) => esc(c.vhost)], ["protocol", (c) => esc(c.protocol)], ["channels", (c) => c.channels],
       ["", (c) => `<button class="close" data-name="${esc(c.name)}">Close</button>`]], "connections")}<p id="status"></p>`);
     main.querySelectorAll("button.close").forEach((b) => b.onclick = async () => {
-      await api("DELETE", `/connections/${enc(b.dataset.name)}`); say("closed"); setTimeout(route, 500);
+      await api("DELETE", `/connections/${enc(b.dataset.name)}`); say("closed");
+      setTimeout(() => { if (location.hash === "#/connections") route(); }, 500);
     });
   },
   async users() {
@@ -143,7 +144,7 @@ async function route() {
   const [name, ...args] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const page = pages[name] || pages[""];
   try { await page(...args); } catch (err) { main.insertAdjacentHTML("afterbegin", `<p class="error">${esc(err.message)}</p>`); }
-  if (!name || name === "queues") timer = setTimeout(route, 2000);  // live overview and queue list
+  if (!name) timer = setTimeout(route, 2000);  // the overview is live
 }
 
 function showLogin() {
