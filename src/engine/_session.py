@@ -172,6 +172,12 @@ class Session:
         self.close_reason = "broker shutdown"
         self.close()
 
+    def force_close(self, why: str) -> None:
+        """An administrator closed this connection (its vhost or user was deleted): the protocol's
+        close with RabbitMQ's 320 CONNECTION_FORCED (protocols override this), then close."""
+        self.close_reason = why
+        self.close()
+
     # -- output -----------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         if not data or self.closed:

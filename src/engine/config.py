@@ -15,6 +15,8 @@ class User:
     loopback_only: bool = False
     #: vhosts this user may open; empty means all.
     vhosts: tuple[str, ...] = ()
+    #: RabbitMQ's user tags (administrator, management, monitoring, policymaker)
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -67,7 +69,7 @@ class Limits:
 @dataclass(slots=True)
 class Config:
     users: dict[str, User] = field(
-        default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True)}
+        default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True, tags=("administrator",))}
     )
     vhosts: tuple[str, ...] = ("/",)
     default_vhost: str = "/"

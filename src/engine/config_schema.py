@@ -86,7 +86,7 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
 }
-USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list}
+USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
 
 def _limit_checker(default: Any) -> Checker:
@@ -153,7 +153,7 @@ def _user(name: str, spec: Any) -> User:
         raise ConfigError("missing (every user needs a password)", f"{where}.password")
     fields = {key: _check(USER_KEYS[key], value, f"{where}.{key}") for key, value in spec.items()}
     return User(name, fields["password"], loopback_only=fields.get("loopback_only", False),
-                vhosts=fields.get("vhosts", ()))
+                vhosts=fields.get("vhosts", ()), tags=fields.get("tags", ()))
 
 
 # -- line numbers ------------------------------------------------------------------------------------

@@ -379,7 +379,7 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for queue "
                                    f"'{q.name}' in vhost '{self.vhost.name}': received '{_term(theirs)}' but "
                                    f"current is '{_term(ours)}'", type(m))
-        ours_args = q.args or {}
+        ours_args = q.declared_args or {}
         for key in set(ours_args) | set(args or {}):
             if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
                 if key in _NUMERIC_ARGS and \
