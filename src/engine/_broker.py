@@ -230,7 +230,8 @@ class Broker:
     def delete_user(self, name: str, now: float | None = None) -> None:
         """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
         self.model.security.delete_user(name)
-        self._force_close(lambda s: s.user is not None and s.user.name == name, f"user '{name}' was deleted", now)
+        self._force_close(lambda s: getattr(s, "user", None) is not None and s.user.name == name,
+                          f"user '{name}' was deleted", now)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> Permission:
         if vhost not in self.model.vhosts:
@@ -280,7 +281,8 @@ class Broker:
         if now is not None:
             self._enter(now)
         for session in list(self.sessions.values()):
-            if not session.closed and which(session):
+            inner = getattr(session, "inner", None)  # a WebSocket carries the session that logged in
+            if not session.closed and which(inner if inner is not None else session):
                 self._guarded(session, session.force_close, why)
         self._settle()
 

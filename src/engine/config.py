@@ -76,4 +76,6 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
+    #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
+    definitions: str | None = None
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

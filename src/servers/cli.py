@@ -9,14 +9,16 @@ cut the graceful shutdown short. Every failure a user can cause is one line on s
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
 from importlib import metadata
-from typing import Sequence
+from typing import Any, Sequence
 
 from engine.config import Config
 from engine.config_schema import ConfigError, load
+from engine.model import ModelError
 from engine.store import Store, StoreError
 
 from ._driver import Listener
@@ -140,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
             f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener"
         )
     serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
+    serve.add_argument("--definitions", metavar="FILE.json",
+                       help="import a definitions file (RabbitMQ's JSON: users, vhosts, permissions, policies, "
+                            "queues, exchanges, bindings) at start, merged over the stored state")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the command line and --config, print a summary and exit (0: valid)")
     serve.add_argument(
@@ -267,6 +272,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         broker = make_broker(config, store=store)
         log_recovery(broker, store, time.monotonic() - started)
+        definitions = args.definitions or config.definitions
+        if definitions:
+            _load_definitions(broker, definitions)
         server = make_server(args.server, broker, listeners)
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
@@ -277,6 +285,28 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _read_definitions(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise CliError(f"cannot read the definitions file {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(f"definitions file {path} is not JSON: {exc}", EXIT_USAGE) from None
+
+
+def _load_definitions(broker: Any, path: str) -> None:
+    """RabbitMQ's ``load_definitions``: merged over what the store recovered, at every start."""
+    doc = _read_definitions(path)
+    try:
+        notes = broker.import_definitions(doc)
+    except ModelError as exc:
+        raise CliError(f"definitions file {path}: {exc.text}", EXIT_USAGE) from None
+    for note in notes:
+        log.warning("definitions %s: %s", path, note)
+    log.info("definitions loaded from %s", path)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

@@ -27,7 +27,7 @@ from .errors import NotFound, PreconditionFailed
 
 __all__ = [
     "HASHING_ALGORITHMS", "DEFAULT_HASHING", "hash_password", "check_password", "UserRecord", "Permission",
-    "Security", "Access",
+    "Security", "Access", "UserAccess", "refused_text",
 ]
 
 #: RabbitMQ's hashing module names -> hashlib constructors
@@ -132,6 +132,8 @@ class Security:
         self.permissions: dict[tuple[str, str], Permission] = {}
         #: users that may connect only from a loopback address (RabbitMQ's ``loopback_users``)
         self.loopback_users: set[str] = {"guest"}
+        #: bumped on every permission change (sessions' cached answers are dropped then)
+        self.version = 0
 
     # -- users ---------------------------------------------------------------------------------
     def put_user(self, user: UserRecord, persist: bool = True) -> UserRecord:
@@ -159,12 +161,14 @@ class Security:
     # -- permissions ---------------------------------------------------------------------------
     def set_permissions(self, perm: Permission, persist: bool = True) -> Permission:
         self.permissions[(perm.vhost, perm.user)] = perm
+        self.version += 1
         if persist:
             self.store.put_doc(PERMISSION_DOC, _perm_key(perm.vhost, perm.user), json.dumps(perm.to_json()))
         return perm
 
     def clear_permissions(self, user: str, vhost: str) -> None:
         if self.permissions.pop((vhost, user), None) is not None:
+            self.version += 1
             self.store.delete_doc(PERMISSION_DOC, _perm_key(vhost, user))
 
     def forget_vhost(self, vhost: str) -> None:
@@ -190,6 +194,46 @@ class Security:
                 self.put_user(UserRecord.from_json(json.loads(doc)), persist=False)
             elif kind == PERMISSION_DOC:
                 self.set_permissions(Permission.from_json(json.loads(doc)), persist=False)
+
+
+#: answers one connection keeps (the resources a connection uses again and again are few)
+_CACHE_SIZE = 64
+
+
+class UserAccess:
+    """One connection's view of its user's permissions in its vhost, with the answers cached (a
+    publish asks for the same exchange again and again; a permission change drops the cache)."""
+
+    __slots__ = ("security", "user", "vhost", "_cache", "_version")
+
+    def __init__(self, security: Security, user: str, vhost: str) -> None:
+        self.security = security
+        self.user = user
+        self.vhost = vhost
+        self._cache: dict[tuple[str, str], bool] = {}
+        self._version = security.version
+
+    def allows(self, access: Access, resource: str) -> bool:
+        sec = self.security
+        if sec.version != self._version:
+            self._cache.clear()
+            self._version = sec.version
+        key = (access, resource)
+        ok = self._cache.get(key)
+        if ok is None:
+            if len(self._cache) >= _CACHE_SIZE:  # bounded: a client naming many queues pins nothing
+                self._cache.clear()
+            ok = self._cache[key] = sec.allows(self.user, self.vhost, access, resource)
+        return ok
+
+    def refusal(self, access: Access, kind: str, name: str) -> str | None:
+        """None when ``access`` to the ``kind`` (queue, exchange) ``name`` is allowed, else RabbitMQ's
+        refusal text. The default exchange is the resource ``amq.default``."""
+        if kind == "exchange" and name == "":
+            name = "amq.default"
+        if self.allows(access, name):
+            return None
+        return refused_text(kind, name, self.vhost, self.user)
 
 
 def _perm_key(vhost: str, user: str) -> str:

@@ -264,6 +264,17 @@ class WsSession(Session):
         elif not self.closed:
             self.close()
 
+    def force_close(self, why: str) -> None:
+        """The inner protocol's forced close (an administrator's), then Close 1000."""
+        self.close_reason = why
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.force_close(why)
+        elif self.ws.state is ConnectionState.OPEN:
+            self.carried_closed()
+        elif not self.closed:
+            self.close()
+
     def _reject(self, status: int, body: bytes) -> None:
         self._send(RejectConnection(status, body=body))
         self.close()
