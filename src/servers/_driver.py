@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine import Close, PauseReading, ResumeReading, Sync, Write
@@ -32,11 +32,13 @@ SHUTDOWN_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """One listening socket: ``protocol`` is the string given to ``connection_made``."""
+    """One listening socket: ``protocol`` is the string given to ``connection_made``; a TLS
+    listener (``amqps``, ``stomps``, ``wss``) carries its ``ssl.SSLContext`` (see servers.tls)."""
 
     protocol: str
     host: str
     port: int
+    tls: Any = field(default=None, compare=False, repr=False)
 
 
 ReadyCallback = Callable[[list[Listener]], None]

@@ -100,7 +100,13 @@ def make_server(
         from ._trio import TrioServer as cls  # type: ignore[assignment]
     else:
         raise ValueError(f"unknown server kind {server!r}; expected one of {SERVER_KINDS}")
-    return cls(broker, _listeners(listeners))
+    bound = _listeners(listeners)
+    contexts = {lst.protocol: lst.tls for lst in bound if lst.tls is not None}
+    if contexts:  # TLS listeners: the broker is seen through the TLS layer (one for every server kind)
+        from .tls import TlsBroker
+
+        broker = TlsBroker(broker, contexts)
+    return cls(broker, bound)
 
 
 def run(
