@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["User", "Limits", "Config"]
+__all__ = ["User", "Limits", "Tls", "Config"]
 
 
 @dataclass(slots=True)
@@ -67,6 +67,18 @@ class Limits:
 
 
 @dataclass(slots=True)
+class Tls:
+    """TLS for the listeners (``[tls]`` in the config file; ``--tls-*`` override): PEM files."""
+
+    cert: str | None = None
+    key: str | None = None
+    #: CA bundle to verify client certificates with
+    ca: str | None = None
+    #: require a client certificate signed by ``ca`` (RabbitMQ's verify_peer + fail_if_no_peer_cert)
+    verify_peer: bool = False
+
+
+@dataclass(slots=True)
 class Config:
     users: dict[str, User] = field(
         default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True, tags=("administrator",))}
@@ -78,4 +90,5 @@ class Config:
     anonymous_user: str | None = "guest"
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
+    tls: Tls = field(default_factory=Tls)
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

@@ -85,7 +85,10 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "default_vhost": _str,
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
+    "definitions": _str,
+    "tls": dict,  # checked per key below
 }
+TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
 
@@ -134,6 +137,13 @@ def from_mapping(data: dict[str, Any]) -> Config:
         cfg.vhosts = vhosts if cfg.default_vhost in vhosts else (cfg.default_vhost, *vhosts)
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
+    if "definitions" in data:
+        cfg.definitions = data["definitions"] or None
+    for key, value in data.get("tls", {}).items():
+        name = f"tls.{key}"
+        if key not in TLS_KEYS:
+            raise _unknown(name, TLS_KEYS)
+        setattr(cfg.tls, key, _check(TLS_KEYS[key], value, name))
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:

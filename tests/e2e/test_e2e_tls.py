@@ -145,3 +145,54 @@ def test_bad_options_are_reported(pki, tmp_path):
         make_ssl_context(str(tmp_path / "missing.pem"), None)
     with pytest.raises(TlsOptionsError, match="needs a CA bundle"):
         make_ssl_context(str(pki.server_cert), str(pki.server_key), None, verify_peer=True)
+
+
+def test_the_cli_serves_tls_and_loads_definitions(kind, pki, tmp_path):
+    """``sansmq serve`` with --tls-* from the command line, [tls] and definitions = from the config
+    file: AMQPS on its own port, a user of the definitions file logs in over it."""
+    import json
+
+    from e2ekit import start_server
+
+    from engine.model.security import hash_password
+
+    definitions = tmp_path / "defs.json"
+    definitions.write_text(json.dumps({
+        "users": [{"name": "tls-user", "password_hash": hash_password("pw", b"salt"[:4]),
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"]}],
+        "vhosts": [{"name": "/"}],
+        "permissions": [{"user": "tls-user", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}],
+        "parameters": [{"vhost": "/", "component": "shovel", "name": "s", "value": {}}],
+    }))
+    config = tmp_path / "sansmq.toml"
+    config.write_text(f'definitions = "{definitions}"\n[tls]\nkey = "{pki.server_key}"\nca = "{pki.ca}"\n')
+    srv = start_server(kind, config, "--tls-cert", str(pki.server_cert), "--tls-verify-peer",
+                       "--amqps", "127.0.0.1:0", "--stomps", "127.0.0.1:0", "--wss", "127.0.0.1:0")
+    try:
+        port = srv.port("amqps")
+        srv.port("stomps") and srv.port("wss")
+        params = pika.ConnectionParameters("127.0.0.1", port, credentials=pika.PlainCredentials("tls-user", "pw"),
+                                           ssl_options=pika.SSLOptions(pki.client_context(), "localhost"),
+                                           connection_attempts=1, socket_timeout=10)
+        conn = pika.BlockingConnection(params)
+        conn.channel().queue_declare("", exclusive=True)
+        conn.close()
+        assert any("parameters: 1 entries ignored" in line for line in srv.lines)
+    finally:
+        assert srv.terminate() == 0, srv.lines[-20:]
+
+
+def test_the_cli_refuses_unusable_tls_options(tmp_path):
+    import subprocess
+    import sys
+
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "servers", "serve", "--check-config", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    out = serve("--tls-cert", str(tmp_path / "nope.pem"))
+    assert out.returncode == 2 and "cannot load the TLS certificate" in out.stderr
+    out = serve("--amqps", "127.0.0.1:5671")
+    assert out.returncode == 2 and "--amqps needs a certificate" in out.stderr
+    out = serve("--tls-verify-peer")
+    assert out.returncode == 2 and "--tls-verify-peer needs --tls-cert" in out.stderr
