@@ -16,6 +16,7 @@ import concurrent.futures
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
@@ -139,6 +140,11 @@ class AsyncioServer(Driver):
             asyncio.run(self._main(ready))
         finally:
             self._syncer.shutdown(wait=True)
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        if self.loop is None:
+            raise RuntimeError("the server is not running")
+        self.loop.call_soon_threadsafe(fn)
 
     def stop(self) -> None:
         self._stop_flag.set()

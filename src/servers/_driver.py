@@ -11,6 +11,7 @@ There is no protocol logic here: the protocol string is just handed to ``connect
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -116,6 +117,10 @@ class Driver:
         """The broker's next deadline (wall clock) changed; None = no timer."""
         raise NotImplementedError
 
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop thread soon (callable from any thread)."""
+        raise NotImplementedError
+
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         """Bind, call ``ready(bound listeners)``, serve until :meth:`stop`; blocks."""
         raise NotImplementedError
@@ -125,6 +130,26 @@ class Driver:
         raise NotImplementedError
 
     # -- shared machinery --------------------------------------------------------------------
+    def submit(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn(broker)`` on the loop thread, where every broker call must happen (the
+        management API's administration: users, vhosts, policies, definitions), then execute
+        what it produced. Thread-safe; the future holds ``fn``'s result or exception."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(self.broker)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            self.pump()
+
+        self._post(run)
+        return fut
+
     def new_conn_id(self) -> int:
         self._next_id += 1
         return self._next_id

@@ -9,6 +9,7 @@ import random
 import signal
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
@@ -168,6 +169,10 @@ class Running:
             if lst.protocol == protocol:
                 return lst.host, lst.port
         raise KeyError(protocol)
+
+    def admin(self, fn: Callable[[Any], Any], timeout: float = 10.0) -> Any:
+        """Run ``fn(broker)`` on the server's loop thread (see ``Driver.submit``) and return its result."""
+        return self.server.submit(fn).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()

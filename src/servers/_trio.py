@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -184,6 +185,11 @@ class TrioServer(Driver):
     # -- lifecycle -------------------------------------------------------------------------------
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         trio.run(self._main, ready)
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        if self._token is None:
+            raise RuntimeError("the server is not running")
+        self._token.run_sync_soon(fn)
 
     def stop(self) -> None:
         self._stop_flag.set()
