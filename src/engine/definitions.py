@@ -81,11 +81,14 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         perms = [Permission.from_json(p) for p in doc.get("permissions") or ()]
         policies = [Policy.from_json(p) for p in doc.get("policies") or ()]
         vhosts = [str(v["name"]) for v in doc.get("vhosts") or ()]
+        limited = [str(v["name"]) for v in doc.get("vhosts") or () if v.get("limits")]
     except (KeyError, TypeError, ValueError) as exc:
         raise PreconditionFailed(f"malformed definitions: {exc!r}") from None
     for section in _IGNORED_SECTIONS:
         if doc.get(section):
             notes.append(f"{section}: {len(doc[section])} entries ignored (not supported)")
+    if limited:
+        notes.append(f"vhost limits ignored (not supported): {', '.join(limited)}")
     sec = model.security
     for u in users:
         sec.put_user(u)
@@ -105,8 +108,9 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
     for q in doc.get("queues") or ():
         vhost = model.add_vhost(str(q.get("vhost", "/")))
         args = dict(q.get("arguments") or {})
-        if args.get("x-queue-type") in ("quorum", "classic"):
-            args.pop("x-queue-type")  # sansmq's queues are classic; a quorum queue keeps its name and args
+        qtype = args.pop("x-queue-type", None) if args.get("x-queue-type") in ("quorum", "classic") else None
+        if qtype == "quorum":  # sansmq's queues are classic: a quorum queue keeps its name and args
+            notes.append(f"queue {q['name']!r} in vhost {vhost.name!r}: quorum queue imported as a classic one")
         _declare(notes, "queue", q, model.declare_queue, vhost, str(q["name"]), bool(q.get("durable", True)),
                  bool(q.get("auto_delete", False)), None, args or None)
     for b in doc.get("bindings") or ():
