@@ -187,3 +187,56 @@ def test_import_skips_what_sansmq_does_not_have_with_a_note():
     assert any("parameters" in n for n in notes) and any("global_parameters" in n for n in notes)
     with pytest.raises(PreconditionFailed):
         b.import_definitions({"users": [{"no": "name"}]})
+
+
+def test_an_exchange_policy_gives_an_alternate_exchange_the_argument_wins():
+    b = broker()
+    v = b.model.vhosts["/"]
+    ev = b.model.declare_exchange(v, "ex.events", "direct")
+    own = b.model.declare_exchange(v, "ex.own", "direct", args={"alternate-exchange": "mine"})
+    b.model.declare_queue(v, "unrouted")
+    b.model.bind(v, v.queues["unrouted"], b.model.declare_exchange(v, "unrouted", "fanout"), "")
+    b.set_policy(Policy("/", "ae", r"^ex\.", {"alternate-exchange": "unrouted"}, apply_to="exchanges"))
+    assert ev.policy == "ae" and ev.alternate == "unrouted" and own.alternate == "mine"
+    b.model.publish(v, "ex.events", Message(b.model.next_message_id(), "ex.events", "nobody", {}, b"lost?"))
+    assert v.queues["unrouted"].count == 1
+    b.delete_policy("/", "ae")
+    assert ev.alternate is None and ev.policy is None
+
+
+# -- property: whatever the order of policy changes and declarations, every queue ends up with the
+# -- policy a brute-force resolution picks and the arguments combine() gives ----------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NAMES = ["a1", "a2", "b1", "ab"]
+PATTERNS = ["^a", "1$", "b", "^ab$", ".*"]
+op = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(["p", "q", "r"]), st.sampled_from(PATTERNS), st.integers(0, 3),
+              st.integers(0, 20), st.sampled_from(["all", "queues", "exchanges"])),
+    st.tuples(st.just("delete"), st.sampled_from(["p", "q", "r"])),
+    st.tuples(st.just("declare"), st.sampled_from(NAMES), st.sampled_from([None, 5, 50])),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=25))
+def test_policy_resolution_matches_brute_force(ops):
+    b = broker()
+    v = b.model.vhosts["/"]
+    live: dict[str, Policy] = {}
+    for o in ops:
+        if o[0] == "set":
+            _, name, pattern, prio, cap, apply_to = o
+            live[name] = b.set_policy(Policy("/", name, pattern, {"max-length": cap}, prio, apply_to))
+        elif o[0] == "delete":
+            if o[1] in live:
+                b.delete_policy("/", live.pop(o[1]).name)
+        elif o[1] not in v.queues:
+            b.model.declare_queue(v, o[1], args=None if o[2] is None else {"x-max-length": o[2]})
+    import re
+    for q in v.queues.values():
+        fits = [p for p in live.values() if p.apply_to != "exchanges" and re.search(p.pattern, q.name)]
+        best = max(fits, key=lambda p: (p.priority, [-ord(c) for c in p.name]), default=None)
+        assert q.policy == (best.name if best else None)
+        assert q.args == (combine(q.declared_args, best.definition) if best else q.declared_args)

@@ -54,7 +54,8 @@ class ConsumerOwner(Protocol):
 
 
 class Exchange:
-    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router", "policy")
+    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router", "policy",
+                 "alternate")
 
     def __init__(self, vhost: VHost, name: str, type: str, durable: bool, auto_delete: bool,
                  internal: bool, args: dict[str, Any] | None) -> None:
@@ -68,6 +69,8 @@ class Exchange:
         self.router: Router = ROUTER_TYPES[type]()
         #: the name of the policy that applies (engine.model.policies), None when none does
         self.policy: str | None = None
+        #: where unroutable messages go: the alternate-exchange argument, else the policy's
+        self.alternate: str | None = str(args["alternate-exchange"]) if args and "alternate-exchange" in args else None
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"

@@ -223,13 +223,11 @@ class Policies:
             return  # RabbitMQ applies no policy to the default and amq.* exchanges
         policy = self.best(x.vhost.name, x.name, False)
         x.policy = None if policy is None else policy.name
-
-    def exchange_setting(self, x: Exchange, key: str) -> Any:
-        """A setting of the policy applying to ``x`` (e.g. alternate-exchange), or None."""
-        if x.policy is None:
-            return None
-        p = self.policies.get((x.vhost.name, x.policy))
-        return None if p is None else p.definition.get(key)
+        args = x.args
+        if args and "alternate-exchange" in args:
+            return  # the exchange's own argument wins
+        ae = None if policy is None else policy.definition.get("alternate-exchange")
+        x.alternate = None if ae is None else str(ae)
 
     # -- recovery --------------------------------------------------------------------------------
     def restore(self, docs: dict[tuple[str, str], str]) -> None:

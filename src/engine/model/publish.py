@@ -63,10 +63,9 @@ class Publisher:
         else:
             targets = route(vhost, x, msg.routing_key, headers)
         if not targets:
-            args = x.args
-            if not args or "alternate-exchange" not in args:
+            if x.alternate is None:
                 return 0
-            alt = vhost.exchanges.get(str(args["alternate-exchange"]))
+            alt = vhost.exchanges.get(x.alternate)
             if alt is None:
                 return 0
             targets = route(vhost, alt, msg.routing_key, headers)
