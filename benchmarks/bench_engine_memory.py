@@ -32,9 +32,9 @@ import tempfile
 import tracemalloc
 
 from engine import Broker, Config, Limits, MemoryStore, Sync
+from engine.model.security import UserAccess
 from engine.segment_store import SegmentStore
 from engine.stomp.session import StompSession, StompSubscription
-from engine.model.security import UserAccess
 
 
 def measure(label: str, n: int, build) -> float:

@@ -47,6 +47,12 @@ SESSION_TYPES.setdefault("amqp", AmqpSession)
 SESSION_TYPES.setdefault("ws", WsSession)
 
 
+def _identity(session: Session) -> tuple[str | None, str | None]:
+    """(user name, vhost name) a protocol session logged in with; (None, None) before it did."""
+    user, vhost = getattr(session, "user", None), getattr(session, "vhost", None)
+    return (None if user is None else user.name, None if vhost is None else vhost.name)
+
+
 class Broker:
     """All broker state behind the synchronous driver contract (see DESIGN.md section 2).
 
@@ -230,8 +236,7 @@ class Broker:
     def delete_user(self, name: str, now: float | None = None) -> None:
         """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
         self.model.security.delete_user(name)
-        self._force_close(lambda s: getattr(s, "user", None) is not None and s.user.name == name,
-                          f"user '{name}' was deleted", now)
+        self._force_close(lambda s: _identity(s)[0] == name, f"user '{name}' was deleted", now)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> Permission:
         if vhost not in self.model.vhosts:
@@ -249,8 +254,7 @@ class Broker:
         """Delete a vhost with everything in it; its connections are closed first (320)."""
         if name not in self.model.vhosts:
             raise NotFound(f"no vhost '{name}'")
-        self._force_close(lambda s: getattr(s, "vhost", None) is not None and s.vhost.name == name,
-                          f"vhost '{name}' is deleted", now)
+        self._force_close(lambda s: _identity(s)[1] == name, f"vhost '{name}' is deleted", now)
         self.model.delete_vhost(name)
         self.model.security.forget_vhost(name)
         self.model.policies.forget_vhost(name)

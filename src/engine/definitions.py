@@ -114,22 +114,22 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         _declare(notes, "queue", q, model.declare_queue, vhost, str(q["name"]), bool(q.get("durable", True)),
                  bool(q.get("auto_delete", False)), None, args or None)
     for b in doc.get("bindings") or ():
-        vhost = model.vhosts.get(str(b.get("vhost", "/")))
-        source = vhost.exchanges.get(str(b.get("source"))) if vhost else None
+        holder = model.vhosts.get(str(b.get("vhost", "/")))
+        source = holder.exchanges.get(str(b.get("source"))) if holder else None
         dest_name = str(b.get("destination"))
         dest = None
-        if vhost is not None:
-            dest = vhost.exchanges.get(dest_name) if b.get("destination_type") == "exchange" else \
-                vhost.queues.get(dest_name)
+        if holder is not None:
+            dest = holder.exchanges.get(dest_name) if b.get("destination_type") == "exchange" else \
+                holder.queues.get(dest_name)
         if source is None or dest is None:
             notes.append(f"binding {b.get('source')!r} -> {dest_name!r} skipped: source or destination missing")
             continue
-        _declare(notes, "binding", b, model.bind, vhost, dest, source, str(b.get("routing_key", "")),
+        _declare(notes, "binding", b, model.bind, holder, dest, source, str(b.get("routing_key", "")),
                  b.get("arguments") or None)
-    for p in policies:
-        if p.vhost not in model.vhosts:
-            model.add_vhost(p.vhost)
-        model.policies.put(p)
+    for policy in policies:
+        if policy.vhost not in model.vhosts:
+            model.add_vhost(policy.vhost)
+        model.policies.put(policy)
     return notes
 
 

@@ -24,13 +24,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import amqpproto as A
 import pytest
 import stomp
-from amqpproto import spec
-from websockets.exceptions import ConnectionClosed
 from stomp.listener import ConnectionListener
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
+
+import amqpproto as A
+from amqpproto import spec
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")

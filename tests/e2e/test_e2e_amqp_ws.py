@@ -11,10 +11,8 @@ from typing import Any
 import pika
 import pytest
 from e2ekit import WsAmqp, uid
-from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-import amqpproto as A
 import servers
 from amqpproto import BasicProperties, spec
 from engine import Config

@@ -183,7 +183,7 @@ def test_stomp_allowed_queue_round_trip(srv):
     conn, col = stomp_conn(srv, "app", "app-pw")
     try:
         name = uid("app-s")
-        conn.subscribe(f"/amq/queue/app-fixed", id="s1")
+        conn.subscribe("/amq/queue/app-fixed", id="s1")
         conn.send("/exchange/app-x/rk", "via-exchange", receipt="r1")
         col.wait_receipt("r1")
         assert col.wait_messages(1)[0].body == "via-exchange"

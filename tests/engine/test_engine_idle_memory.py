@@ -12,8 +12,8 @@ from typing import Any
 
 from engine import Broker, Config, Limits, MemoryStore
 from engine.model.objects import Queue, _QueueExtras
-from engine.stomp.session import StompSession, StompSubscription
 from engine.model.security import UserAccess
+from engine.stomp.session import StompSession, StompSubscription
 from stompproto import Subscribe
 
 N = 20_000

@@ -7,12 +7,12 @@ import random
 import pytest
 
 from engine import Broker
+from engine._message import Message
 from engine.config import Config, User
 from engine.model import NotFound, PreconditionFailed
 from engine.model.policies import Policy, combine
 from engine.model.security import Permission, UserRecord, check_password, hash_password
 from engine.store import MemoryStore
-from engine._message import Message
 
 
 def broker(**kw: object) -> Broker:

@@ -16,8 +16,8 @@ from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
-from ..model.security import UserAccess, UserRecord
 from ..model import Consumer, Queue, VHost
+from ..model.security import UserAccess, UserRecord
 from ..store import StoreError
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 

@@ -61,7 +61,7 @@ class Model(ModelState):
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
         publisher.light = delivery.light = light
-        self.policies = policies = Policies(store, self.vhosts, self._queue_args_changed)
+        self.policies = Policies(store, self.vhosts, self._queue_args_changed)
         topology.on_declared = self._declared
         self.security = Security(store)
         # the operations, bound once

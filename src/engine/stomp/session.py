@@ -42,10 +42,10 @@ from .. import oplog
 from .._message import Entry, Message
 from .._props import stomp_value
 from .._session import SERVER_NAME, Host, Session, is_loopback
-from ..model.security import Access, UserAccess, UserRecord
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ..model.routers import PREFIX_ARG
+from ..model.security import Access, UserAccess, UserRecord
 from ..store import StoreError
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
