@@ -7,6 +7,7 @@ token. ``drain()`` hands back the actions in the order they were produced.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections.abc import Callable
@@ -20,6 +21,10 @@ from .amqp import AmqpSession
 from .config import Config
 from .model import Model
 from .stats import Sampler
+from .definitions import export_definitions, import_definitions
+from .model import Model, NotFound
+from .model.policies import Policy
+from .model.security import Permission, UserRecord, hash_password
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -42,6 +47,12 @@ def register_protocol(name: str, factory: SessionFactory) -> None:
 SESSION_TYPES.setdefault("stomp", StompSession)
 SESSION_TYPES.setdefault("amqp", AmqpSession)
 SESSION_TYPES.setdefault("ws", WsSession)
+
+
+def _identity(session: Session) -> tuple[str | None, str | None]:
+    """(user name, vhost name) a protocol session logged in with; (None, None) before it did."""
+    user, vhost = getattr(session, "user", None), getattr(session, "vhost", None)
+    return (None if user is None else user.name, None if vhost is None else vhost.name)
 
 
 class Broker:
@@ -84,6 +95,29 @@ class Broker:
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
         self.model.add_vhost(config.default_vhost, persist=False)
+        self._bootstrap_users()
+
+    def _bootstrap_users(self) -> None:
+        """The config file's users join the user database at every start, unless the store holds a
+        user of that name (made or changed through the management API or a definitions import: as
+        RabbitMQ's default user seeds only a blank database, the database wins). They are kept in
+        memory only, with full permissions on their vhosts (all configured ones when none is named)."""
+        config = self.config
+        sec = self.model.security
+        every = tuple(dict.fromkeys((*config.vhosts, config.default_vhost)))
+        for user in config.users.values():
+            if user.name in sec.users:
+                continue
+            # config users are re-read at every start, so their salt need not be random (the
+            # rng stays untouched: generated names do not depend on the user list)
+            salt = hashlib.sha256(b"sansmq-config-user\0" + user.name.encode()).digest()[:4]
+            sec.put_user(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), persist=False)
+            for vhost in user.vhosts or every:
+                if sec.permission(user.name, vhost) is None:
+                    sec.set_permissions(Permission(user.name, vhost), persist=False)
+        sec.loopback_users = {u.name for u in config.users.values() if u.loopback_only}
+        if "guest" not in config.users:
+            sec.loopback_users.add("guest")  # RabbitMQ's loopback_users default
 
     # -- driver contract --------------------------------------------------------------------------
     def connection_made(self, conn_id: int, protocol: str, peer: tuple[Any, ...], now: float) -> None:
@@ -228,6 +262,71 @@ class Broker:
             return fn(self)
         finally:
             self._settle()
+    # -- administration (the management API and the CLI call these on the loop thread) ------------
+    def add_user(self, name: str, password: str | None, tags: tuple[str, ...] = ()) -> UserRecord:
+        """Create or replace a user (a None password: no password login), salted from the rng."""
+        return self.model.security.add_user(name, password, self.rng.getrandbits(32).to_bytes(4, "big"), tags)
+
+    def put_user(self, user: UserRecord) -> UserRecord:
+        """Create or replace a user from an existing hash (``password_hash`` in the API)."""
+        return self.model.security.put_user(user)
+
+    def delete_user(self, name: str, now: float | None = None) -> None:
+        """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
+        self.model.security.delete_user(name)
+        self._force_close(lambda s: _identity(s)[0] == name, f"user '{name}' was deleted", now)
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> Permission:
+        if vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{vhost}'")
+        return self.model.security.set_permissions(Permission(user, vhost, configure, write, read))
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self.model.security.clear_permissions(user, vhost)
+
+    def add_vhost(self, name: str) -> None:
+        self.model.add_vhost(name)
+        self.model.policies.apply_vhost(name)
+
+    def delete_vhost(self, name: str, now: float | None = None) -> None:
+        """Delete a vhost with everything in it; its connections are closed first (320)."""
+        if name not in self.model.vhosts:
+            raise NotFound(f"no vhost '{name}'")
+        self._force_close(lambda s: _identity(s)[1] == name, f"vhost '{name}' is deleted", now)
+        self.model.delete_vhost(name)
+        self.model.security.forget_vhost(name)
+        self.model.policies.forget_vhost(name)
+        self._settle()
+
+    def set_policy(self, policy: Policy) -> Policy:
+        """Create or replace a policy; it applies to existing queues at once."""
+        if policy.vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{policy.vhost}'")
+        self.model.policies.put(policy)
+        self._settle()
+        return policy
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self.model.policies.delete(vhost, name)
+        self._settle()
+
+    def export_definitions(self) -> dict[str, Any]:
+        return export_definitions(self.model)
+
+    def import_definitions(self, doc: dict[str, Any]) -> list[str]:
+        """Merge a parsed definitions file (RabbitMQ's format); returns notes on what was skipped."""
+        notes = import_definitions(self.model, doc)
+        self._settle()
+        return notes
+
+    def _force_close(self, which: Callable[[Session], bool], why: str, now: float | None) -> None:
+        if now is not None:
+            self._enter(now)
+        for session in list(self.sessions.values()):
+            inner = getattr(session, "inner", None)  # a WebSocket carries the session that logged in
+            if not session.closed and which(inner if inner is not None else session):
+                self._guarded(session, session.force_close, why)
+        self._settle()
 
     # -- the host interface of sessions (engine._session.Host) ---------------------------------
     def write(self, conn_id: int, data: bytes) -> None:

@@ -25,8 +25,6 @@ from .model import Consumer, Model
 __all__ = ["Carrier", "Host", "Session", "SERVER_NAME", "is_loopback"]
 
 SERVER_NAME = "sansmq/0.1.0"
-#: the reason RabbitMQ gives connections it closes because the node stops
-SHUTDOWN_TEXT = "broker forced connection closure with reason 'shutdown'"
 
 
 class Host(Protocol):
@@ -170,20 +168,19 @@ class Session:
         self.close()
 
     def shutdown(self) -> None:
-        """The broker is stopping: send the protocol's close, then close."""
+        """The broker is stopping: send the protocol's close (protocols override this), then close."""
         self.close_reason = "broker shutdown"
-        self.force_close(SHUTDOWN_TEXT)
-
-    def force_close(self, text: str) -> None:
-        """An operator (or the shutdown) closes the connection: the protocol's forced close
-        (AMQP connection.close 320, STOMP ERROR CONNECTION_FORCED; protocols override this)."""
-        self.close_reason = self.close_reason or f"closed by an operator: {text}"
         self.close()
 
     def describe(self) -> dict[str, Any]:
         """What the management API shows of this connection (protocols add their fields)."""
         return {"protocol": self.PROTOCOL, "peer": self.peer, "user": None, "vhost": None,
                 "channels": 0, "client_properties": {}}
+    def force_close(self, why: str) -> None:
+        """An administrator closed this connection (its vhost or user was deleted): the protocol's
+        close with RabbitMQ's 320 CONNECTION_FORCED (protocols override this), then close."""
+        self.close_reason = why
+        self.close()
 
     # -- output -----------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -71,14 +71,16 @@ def _queue(q: Queue) -> dict[str, Any]:
     unacked = q.unacked_count()
     owner = q.exclusive_owner
     return {"vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
-            "exclusive": owner is not None, "arguments": dict(q.args or {}), "messages_ready": q.count,
+            "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
+            "effective_arguments": dict(q.args or {}), "messages_ready": q.count,
             "messages_unacknowledged": unacked, "messages": q.count + unacked, "consumers": q.consumer_count(),
             "message_bytes_ready": q.bytes + q.paged_bytes}
 
 
 def _exchange(x: Exchange) -> dict[str, Any]:
     return {"vhost": x.vhost.name, "name": x.name, "type": x.type, "durable": x.durable,
-            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": dict(x.args or {})}
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": dict(x.args or {}),
+            "policy": x.policy}
 
 
 def _bindings(vhost: Any) -> list[dict[str, Any]]:
@@ -132,5 +134,10 @@ def snapshot(broker: Any) -> dict[str, Any]:
         "totals": totals,
         "rates": sampler.rates() if sampler else {name: 0.0 for name, _ in COUNTERS},
         "alarms": {"memory": broker.mem_alarm},
+        # users, permissions and policies are replaced, never changed in place: shared, not copied
+        "users": dict(model.security.users),
+        "loopback_users": frozenset(model.security.loopback_users),
+        "permissions": list(model.security.permissions.values()),
+        "policies": [p.to_json() for p in model.policies.in_vhost()],
         "queued_bytes": model.queued_bytes,
     }

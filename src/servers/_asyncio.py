@@ -121,11 +121,6 @@ class AsyncioServer(Driver):
 
         fut.add_done_callback(done)
 
-    def _post_soon(self, fn: Callable[[], None]) -> None:
-        if self.loop is None:
-            raise RuntimeError("the asyncio server is not running")
-        self.loop.call_soon_threadsafe(fn)  # RuntimeError once the loop is closed
-
     def _arm_timer(self, deadline: float | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -145,6 +140,11 @@ class AsyncioServer(Driver):
             asyncio.run(self._main(ready))
         finally:
             self._syncer.shutdown(wait=True)
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        if self.loop is None:
+            raise RuntimeError("the server is not running")
+        self.loop.call_soon_threadsafe(fn)
 
     def stop(self) -> None:
         self._stop_flag.set()

@@ -15,15 +15,14 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from engine import Close, PauseReading, ResumeReading, Sync, Write
 
 __all__ = ["Listener", "BrokerLike", "Driver", "ReadyCallback", "format_address", "log"]
 
 log = logging.getLogger("sansmq")
-T = TypeVar("T")
 
 #: a Close whose flush cannot finish (the peer stopped reading) is forced after this long.
 CLOSE_TIMEOUT = 10.0
@@ -34,11 +33,13 @@ SHUTDOWN_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """One listening socket: ``protocol`` is the string given to ``connection_made``."""
+    """One listening socket: ``protocol`` is the string given to ``connection_made``; a TLS
+    listener (``amqps``, ``stomps``, ``wss``) carries its ``ssl.SSLContext`` (see servers.tls)."""
 
     protocol: str
     host: str
     port: int
+    tls: Any = field(default=None, compare=False, repr=False)
 
 
 ReadyCallback = Callable[[list[Listener]], None]
@@ -116,8 +117,8 @@ class Driver:
         """The broker's next deadline (wall clock) changed; None = no timer."""
         raise NotImplementedError
 
-    def _post_soon(self, fn: Callable[[], None]) -> None:
-        """Thread-safe: have the loop run ``fn()`` soon; RuntimeError when it is not running."""
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop thread soon (callable from any thread)."""
         raise NotImplementedError
 
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
@@ -129,6 +130,26 @@ class Driver:
         raise NotImplementedError
 
     # -- shared machinery --------------------------------------------------------------------
+    def submit(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn(broker)`` on the loop thread, where every broker call must happen (the
+        management API's administration: users, vhosts, policies, definitions), then execute
+        what it produced. Thread-safe; the future holds ``fn``'s result or exception."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(self.broker)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            self.pump()
+
+        self._post(run)
+        return fut
+
     def new_conn_id(self) -> int:
         self._next_id += 1
         return self._next_id
@@ -137,29 +158,6 @@ class Driver:
         """Call a broker entry point, then drain and execute until the broker is quiet."""
         method(*args)
         self.pump()
-
-    def call_soon(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Thread-safe: run ``fn()`` on the broker's thread (then drain and execute as after any
-        broker call); its result or exception arrives in the returned future. How other threads
-        (the management listener) read and change the broker without locks."""
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            if not fut.set_running_or_notify_cancel():
-                return
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the caller
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
-            self.pump()
-
-        try:
-            self._post_soon(run)
-        except RuntimeError as exc:
-            fut.set_exception(exc)
-        return fut
 
     def sent(self, conn_id: int, nbytes: int) -> None:
         """Record bytes that left the process; reported by the next :meth:`pump`."""

@@ -100,12 +100,6 @@ class TrioServer(Driver):
             else:
                 self._sync_done(token, None)
 
-    def _post_soon(self, fn: Callable[[], None]) -> None:
-        token = self._token
-        if token is None:
-            raise RuntimeError("the trio server is not running")
-        token.run_sync_soon(fn)  # trio.RunFinishedError (a RuntimeError) once it stopped
-
     def _arm_timer(self, deadline: float | None) -> None:
         self._timer_moved.set()
 
@@ -191,6 +185,11 @@ class TrioServer(Driver):
     # -- lifecycle -------------------------------------------------------------------------------
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         trio.run(self._main, ready)
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        if self._token is None:
+            raise RuntimeError("the server is not running")
+        self._token.run_sync_soon(fn)
 
     def stop(self) -> None:
         self._stop_flag.set()

@@ -26,7 +26,7 @@ def test_admin_page(kind: str, browser_ready: None, tmp_path: Path) -> None:
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with running(kind, [("amqp", "127.0.0.1", 0)]) as r:
-        ops = OpsListeners(r.server, r.broker, r.broker.config, ("127.0.0.1", 0), None)
+        ops = OpsListeners(r.server, ("127.0.0.1", 0), None)
         ops.start()
         try:
             # a client the connections page closes; traffic for the charts

@@ -68,7 +68,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         yield Target(http, amqp, prom)
         return
     with running(request.param, [("amqp", "127.0.0.1", 0)]) as r:
-        ops = OpsListeners(r.server, r.broker, r.broker.config, ("127.0.0.1", 0), ("127.0.0.1", 0))
+        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
         ops.start()
         try:
             yield Target(ops.bound["http"][1], r.address("amqp")[1], ops.bound["prometheus"][1])
@@ -260,3 +260,57 @@ def test_rabbitmqadmin(target: Target, tmp_path: Any) -> None:
     assert wait_for(lambda: "adm-q" in admin("list", "queues", "name"), 5)
     admin("-f", "raw_json", "list", "exchanges")
     admin("delete", "queue", "name=adm-q")
+
+
+def test_users_tags_and_permissions(target: Target) -> None:
+    for name, tags in (("mgmt-plain", ""), ("mgmt-mon", "monitoring"), ("mgmt-mgr", "management")):
+        target.req("DELETE", f"/api/users/{name}")
+        assert target.req("PUT", f"/api/users/{name}", {"password": "pw", "tags": tags})[0] == 201
+    assert target.req("PUT", "/api/users/mgmt-nopass", {"tags": ""})[0] == 400
+    status, body = target.req("GET", "/api/overview", user="mgmt-plain:pw")
+    assert status == 403 and body["error"] == "not_authorised"
+    assert target.req("GET", "/api/overview", user="mgmt-mon:wrong")[0] == 401
+    status, me = target.req("GET", "/api/whoami", user="mgmt-mon:pw")
+    assert status == 200 and me["tags"] == ["monitoring"]
+    assert target.req("GET", "/api/queues", user="mgmt-mon:pw")[0] == 200
+    assert target.req("GET", "/api/users", user="mgmt-mgr:pw")[0] == 403
+    # a management user sees and changes only what its permissions allow
+    assert target.req("GET", "/api/queues/%2F", user="mgmt-mgr:pw")[0] == 404  # no permission in "/"
+    assert target.req("PUT", "/api/permissions/%2F/mgmt-mgr",
+                      {"configure": "^mgr-", "write": ".*", "read": ".*"})[0] == 201
+    status, perm = target.req("GET", "/api/permissions/%2F/mgmt-mgr")
+    assert status == 200 and perm["configure"] == "^mgr-"
+    assert any(p["user"] == "mgmt-mgr" for p in target.req("GET", "/api/users/mgmt-mgr/permissions")[1])
+
+    def mgr_put(queue: str) -> int:
+        return wait_for(lambda: target.req("PUT", f"/api/queues/%2F/{queue}", {"durable": False},
+                                           user="mgmt-mgr:pw")[0], 5)
+
+    assert mgr_put("mgr-q") == 201
+    assert mgr_put("other-q") == 403
+    assert target.req("DELETE", "/api/queues/%2F/mgr-q", user="mgmt-mgr:pw")[0] == 204
+    assert target.req("DELETE", "/api/permissions/%2F/mgmt-mgr")[0] == 204
+    assert target.req("GET", "/api/permissions/%2F/mgmt-mgr")[0] == 404
+    for name in ("mgmt-plain", "mgmt-mon", "mgmt-mgr"):
+        assert target.req("DELETE", f"/api/users/{name}")[0] == 204
+    assert target.req("GET", "/api/users/mgmt-mon")[0] == 404
+    assert wait_for(lambda: target.req("GET", "/api/whoami", user="mgmt-mon:pw")[0] == 401, 5)
+
+
+def test_policies(target: Target) -> None:
+    pol = "/api/policies/%2F/mgmt-pol"
+    assert target.req("PUT", pol, {"pattern": "^mgmt-pol-", "definition": {"max-length": 1},
+                                   "apply-to": "queues", "priority": 1})[0] == 201
+    status, body = target.req("GET", pol)
+    assert status == 200 and body["definition"] == {"max-length": 1} and body["apply-to"] == "queues"
+    assert any(p["name"] == "mgmt-pol" for p in target.req("GET", "/api/policies/%2F")[1])
+    assert target.req("PUT", "/api/queues/%2F/mgmt-pol-q", {"durable": False})[0] == 201
+    assert wait_for(lambda: target.req("GET", "/api/queues/%2F/mgmt-pol-q")[1].get("policy") == "mgmt-pol", 5)
+    for i in range(3):
+        target.req("POST", "/api/exchanges/%2F/amq.default/publish",
+                   {"properties": {}, "routing_key": "mgmt-pol-q", "payload": str(i), "payload_encoding": "string"})
+    assert wait_for(lambda: target.req("GET", "/api/queues/%2F/mgmt-pol-q")[1]["messages_ready"] == 1, 5)
+    assert target.req("PUT", "/api/policies/%2F/mgmt-bad", {"pattern": "(", "definition": {"max-length": 1}})[0] == 400
+    assert target.req("DELETE", pol)[0] == 204
+    assert target.req("GET", pol)[0] == 404
+    assert target.req("DELETE", "/api/queues/%2F/mgmt-pol-q")[0] == 204

@@ -4,6 +4,7 @@ uses). Deleting a queue cancels its consumers through their owners and drops its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
@@ -17,11 +18,13 @@ __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "unused_timers")
+    __slots__ = ("state", "pager", "unused_timers", "on_declared")
 
     def __init__(self, state: ModelState, pager: Pager) -> None:
         self.state = state
         self.pager = pager
+        #: told of every new queue or exchange (the model applies policies to it)
+        self.on_declared: Callable[[Queue | Exchange], None] | None = None
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -51,6 +54,21 @@ class Topology:
             vhost.exchanges[xname] = Exchange(vhost, xname, xtype, True, False, False, None)
         return vhost
 
+    def delete_vhost(self, name: str) -> None:
+        """Delete vhost ``name`` with its queues (their consumers cancelled), exchanges and bindings."""
+        state = self.state
+        vhost = state.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"no vhost '{name}'")
+        for q in list(vhost.queues.values()):
+            self.delete_queue(q)
+        for xname in list(vhost.exchanges):
+            if xname and not xname.startswith("amq.") and xname in vhost.exchanges:
+                self.delete_exchange(vhost, xname)
+        del state.vhosts[name]
+        state.store.delete_vhost(name)
+        state.store_write()
+
     def declare_exchange(self, vhost: VHost, name: str, type: str, durable: bool = True,
                          auto_delete: bool = False, internal: bool = False,
                          args: dict[str, Any] | None = None, passive: bool = False) -> Exchange:
@@ -70,6 +88,8 @@ class Topology:
             state.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
             state.store_write()
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
+        if self.on_declared is not None:
+            self.on_declared(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
@@ -110,7 +130,9 @@ class Topology:
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
         q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
-        if args and "x-expires" in args:
+        if self.on_declared is not None:
+            self.on_declared(q)
+        if q.args and "x-expires" in q.args:
             self.arm_unused(q)
         return q
 

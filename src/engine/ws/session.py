@@ -59,7 +59,7 @@ from wsframe import (
 )
 
 from .. import oplog
-from .._session import SHUTDOWN_TEXT, Host, Session
+from .._session import Host, Session
 from ..amqp import AmqpSession
 from ..model import Consumer
 from ..stomp import StompSession
@@ -256,7 +256,13 @@ class WsSession(Session):
         """The inner protocol's close (STOMP ERROR / AMQP connection.close 320), then Close 1001."""
         self.going_away = True
         self.close_reason = "broker shutdown"
-        self.force_close(SHUTDOWN_TEXT)
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.shutdown()  # ends in carried_closed, which sends our Close
+        elif self.ws.state is ConnectionState.OPEN:
+            self.carried_closed()
+        elif not self.closed:
+            self.close()
 
     def describe(self) -> dict[str, Any]:
         inner = self.inner
@@ -265,10 +271,12 @@ class WsSession(Session):
         out["peer"] = self.peer
         return out
 
-    def force_close(self, text: str) -> None:
+    def force_close(self, why: str) -> None:
+        """The inner protocol's forced close (an administrator's), then Close 1000."""
+        self.close_reason = why
         inner = self.inner
         if inner is not None and not inner.closed:
-            inner.force_close(text)  # ends in carried_closed, which sends our Close
+            inner.force_close(why)
         elif self.ws.state is ConnectionState.OPEN:
             self.carried_closed()
         elif not self.closed:

@@ -32,19 +32,21 @@ _WS_NAMES = {"amqp": "amqp", "stomp": "stomp", "ws": "http/web-stomp"}
 class OpsListeners:
     """The HTTP listeners of one running server; ``start`` once the driver serves, ``stop`` after."""
 
-    def __init__(self, driver: Any, broker: Any, config: Any, http: tuple[str, int] | None,
-                 prometheus: tuple[str, int] | None) -> None:
+    def __init__(self, driver: Any, http: tuple[str, int] | None, prometheus: tuple[str, int] | None) -> None:
         self.driver = driver
-        self.broker = broker
-        self.api = ManagementApi(self._call, config, self._listeners)
+        self.api = ManagementApi(self._call, self._listeners)
         self._want = {"http": http, "prometheus": prometheus}
         self._servers: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self.bound: dict[str, tuple[str, int]] = {}
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
-        broker = self.broker
-        return self.driver.call_soon(lambda: broker.run_command(fn, time.time())).result(COMMAND_TIMEOUT)
+        """``fn(broker)`` on the broker's thread (at the current time), its result here."""
+        try:
+            future = self.driver.submit(lambda broker: broker.run_command(fn, time.time()))
+        except RuntimeError:  # the server stopped
+            raise TimeoutError("the broker is not running") from None
+        return future.result(COMMAND_TIMEOUT)
 
     def _listeners(self) -> list[tuple[str, str, int]]:
         out = [(_WS_NAMES.get(lst.protocol, lst.protocol), lst.host, lst.port) for lst in self.driver.bound]
@@ -54,7 +56,7 @@ class OpsListeners:
     def start(self) -> None:
         """Bind and serve (OSError when an address is taken). May run on the broker's thread (the
         driver's ready callback), so it does not wait for the broker."""
-        self.driver.call_soon(self.broker.enable_stats)
+        self.driver.submit(lambda broker: broker.enable_stats())
         apps = {"http": self.api, "prometheus": prometheus_app(self.api.snap)}
         for name, where in self._want.items():
             if where is None:

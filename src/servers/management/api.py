@@ -17,15 +17,15 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from engine import Config
 from engine._message import Message
 from engine._props import headers_to_props, props_to_headers
 from engine.model import Consumer
-from engine.model.errors import PreconditionFailed
+from engine.model.errors import NotFound, PreconditionFailed
+from engine.model.policies import Policy
+from engine.model.security import DEFAULT_HASHING, UserRecord
 from engine.stats import COUNTERS, snapshot
 
 from .auth import MANAGEMENT_TAGS, Principal, authenticate
-from .definitions import export_definitions, import_definitions
 from .static import serve_static
 
 __all__ = ["ManagementApi", "HttpError", "MAX_BODY"]
@@ -64,6 +64,9 @@ _STATUS = {200: "200 OK", 201: "201 Created", 204: "204 No Content", 400: "400 B
            500: "500 Internal Server Error", 503: "503 Service Unavailable"}
 
 
+#: sections of a definitions file that must be lists
+_DEFINITION_LISTS = ("users", "vhosts", "permissions", "policies", "queues", "exchanges", "bindings",
+                     "parameters", "global_parameters", "topic_permissions")
 #: path segments naming an exchange, by the path's first segment
 _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
@@ -164,10 +167,9 @@ class ManagementApi:
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
-    def __init__(self, call: Callable[[Callable[[Any], Any]], Any], config: Config,
-                 listeners: Callable[[], list[Any]], node: str = "sansmq@localhost") -> None:
+    def __init__(self, call: Callable[[Callable[[Any], Any]], Any], listeners: Callable[[], list[Any]],
+                 node: str = "sansmq@localhost") -> None:
         self.call = call
-        self.config = config
         self.listeners = listeners
         self.node = node
         self._snap: dict[str, Any] | None = None
@@ -187,6 +189,9 @@ class ManagementApi:
             (("permissions",), {"GET": self.permissions}),
             (("permissions", "*", "*"), {"GET": self.permission, "PUT": self.put_permission,
                                          "DELETE": self.delete_permission}),
+            (("policies",), {"GET": self.policies}),
+            (("policies", "*"), {"GET": self.policies}),
+            (("policies", "*", "*"), {"GET": self.policy, "PUT": self.put_policy, "DELETE": self.delete_policy}),
             (("queues",), {"GET": self.queues}),
             (("queues", "*"), {"GET": self.queues}),
             (("queues", "*", "*"), {"GET": self.queue, "PUT": self.put_queue, "DELETE": self.delete_queue}),
@@ -251,7 +256,7 @@ class ManagementApi:
         return [data]
 
     def _dispatch(self, environ: dict[str, Any], parts: list[str]) -> tuple[int, Any, list[tuple[str, str]]]:
-        principal = authenticate(self.config, environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
+        principal = authenticate(self.snap(), environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
         if principal is None:
             raise HttpError(401, "not_authorised", "Login failed")
         if not MANAGEMENT_TAGS.intersection(principal.tags):
@@ -288,14 +293,25 @@ class ManagementApi:
             with self._lock:
                 self._snap = None
 
-    def _check_vhost(self, req: Request, vhost: str, write: bool = False) -> None:
-        who = req.principal
-        if vhost not in self.snap()["vhosts"] or not who.sees_vhost(vhost):
+    def _check_vhost(self, req: Request, vhost: str) -> None:
+        if vhost not in self.snap()["vhosts"] or not req.principal.sees_vhost(vhost):
             raise not_found()
-        if write and not who.may_write(vhost):
-            raise HttpError(403, "not_authorised", "Not authorised to access this vhost")
-        if write and who.tags == ("monitoring",):
-            raise HttpError(403, "not_authorised", "Not management user")
+
+    def _check_access(self, req: Request, vhost: str, access: str, kind: str, name: str) -> None:
+        """403 unless the user's permission in ``vhost`` grants ``access`` (configure, write,
+        read) to ``name`` (the default exchange is the resource amq.default), as over AMQP."""
+        self._check_vhost(req, vhost)
+        resource = "amq.default" if kind == "exchange" and name == "" else name
+        if not req.principal.allows(vhost, access, resource):
+            raise HttpError(403, "not_authorised", f"access to {kind} '{resource}' in vhost '{vhost}' "
+                                                   f"refused for user '{req.principal.name}'")
+
+    def _command_400(self, fn: Callable[[Any], Any]) -> Any:
+        """A command whose refusal by the model (a bad policy, an unknown vhost...) is a 400."""
+        try:
+            return self.command(fn)
+        except (PreconditionFailed, NotFound, ValueError, KeyError, TypeError) as exc:
+            raise bad_request(str(exc)) from None
 
     def _admin(self, req: Request) -> None:
         if not req.principal.is_admin:
@@ -354,75 +370,70 @@ class ManagementApi:
     def put_vhost(self, req: Request, name: str) -> Any:
         self._admin(req)
         req.json()
-        existed = self.command(lambda b: name in b.model.vhosts or b.model.add_vhost(name) is None)
+        existed = name in self.snap(fresh=True)["vhosts"]
+        self.command(lambda b: b.add_vhost(name))
         return (204, None, []) if existed else (201, None, [])
 
     def delete_vhost(self, req: Request, name: str) -> Any:
         self._admin(req)
         self._check_vhost(req, name)
-
-        def drop(b: Any) -> None:
-            vhost = b.model.vhosts[name]
-            for session in list(b.sessions.values()):
-                if getattr(session, "vhost", None) is vhost:
-                    session.force_close(f"vhost '{name}' is deleted")
-            for q in list(vhost.queues.values()):
-                b.model.delete_queue(q)
-            for x in list(vhost.exchanges):
-                if x and not x.startswith("amq."):
-                    b.model.delete_exchange(vhost, x)
-            del b.model.vhosts[name]
-            b.store.delete_vhost(name) if hasattr(b.store, "delete_vhost") else None
-
-        self.command(drop)
+        self._command_400(lambda b: b.delete_vhost(name, time.time()))
         return None
 
-    # -- users and permissions (the config's users; tags/hashes arrive with the users model) --------
-    def _user_info(self, name: str, user: Any) -> dict[str, Any]:
-        from .auth import user_tags
-        return {"name": name, "tags": list(user_tags(user)), "password_hash": "",
-                "hashing_algorithm": "rabbit_password_hashing_sha256", "limits": {}}
+    # -- users and permissions (the broker's user database) --------------------------------------
+    @staticmethod
+    def _user_info(user: Any) -> dict[str, Any]:
+        return {"name": user.name, "tags": list(user.tags), "password_hash": user.password_hash,
+                "hashing_algorithm": user.hashing_algorithm, "limits": {}}
 
     def users(self, req: Request) -> Any:
         self._admin(req)
-        return [self._user_info(n, u) for n, u in self.config.users.items()]
+        return [self._user_info(u) for u in self.snap()["users"].values()]
 
     def user(self, req: Request, name: str) -> Any:
         self._admin(req)
-        user = self.config.users.get(name)
+        user = self.snap()["users"].get(name)
         if user is None:
             raise not_found()
-        return self._user_info(name, user)
+        return self._user_info(user)
 
     def put_user(self, req: Request, name: str) -> Any:
         self._admin(req)
         body = req.json()
-        from engine.config import User
-        old = self.config.users.get(name)
-        password = body.get("password")
-        if password is None and old is None:
-            raise bad_request("password or password_hash required for a new user")
-        user = User(name, password if password is not None else old.password,
-                    loopback_only=old.loopback_only if old else False, vhosts=old.vhosts if old else ())
-        self.config.users[name] = user
+        tags = body.get("tags", None)
+        if isinstance(tags, str):  # RabbitMQ takes "a,b" as well as a list
+            tags = [t for t in tags.split(",") if t]
+        if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+            raise bad_request("tags must be a list of strings or a comma-separated string")
+        password, phash = body.get("password"), body.get("password_hash")
+        algorithm = body.get("hashing_algorithm", DEFAULT_HASHING)
+        old = self.snap(fresh=True)["users"].get(name)
+        if password is None and phash is None and old is None:
+            raise bad_request("Must specify password or password_hash")
+        keep_tags = tuple(tags) if tags is not None else (old.tags if old else ())
+
+        def put(b: Any) -> None:
+            if password is not None:
+                b.add_user(name, str(password), keep_tags)
+            elif phash is not None:
+                b.put_user(UserRecord.from_json({"name": name, "password_hash": phash,
+                                                 "hashing_algorithm": algorithm, "tags": list(keep_tags)}))
+            else:
+                b.put_user(UserRecord(name, old.password_hash, old.hashing_algorithm, keep_tags))
+
+        self._command_400(put)
         return (204, None, []) if old else (201, None, [])
 
     def delete_user(self, req: Request, name: str) -> Any:
         self._admin(req)
-        if self.config.users.pop(name, None) is None:
+        if name not in self.snap(fresh=True)["users"]:
             raise not_found()
+        self.command(lambda b: b.delete_user(name, time.time()))
         return None
 
-    def _perms(self, user_filter: str | None = None, vhost_filter: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        vhosts = self.snap()["vhosts"]
-        for name, user in self.config.users.items():
-            if user_filter is not None and name != user_filter:
-                continue
-            for v in (user.vhosts or vhosts):
-                if vhost_filter is None or v == vhost_filter:
-                    out.append({"user": name, "vhost": v, "configure": ".*", "write": ".*", "read": ".*"})
-        return out
+    def _perms(self, user: str | None = None, vhost: str | None = None) -> list[dict[str, Any]]:
+        return [p.to_json() for p in self.snap()["permissions"]
+                if (user is None or p.user == user) and (vhost is None or p.vhost == vhost)]
 
     def permissions(self, req: Request) -> Any:
         self._admin(req)
@@ -430,9 +441,9 @@ class ManagementApi:
 
     def user_permissions(self, req: Request, name: str) -> Any:
         self._admin(req)
-        if name not in self.config.users:
+        if name not in self.snap()["users"]:
             raise not_found()
-        return self._perms(user_filter=name)
+        return self._perms(user=name)
 
     def permission(self, req: Request, vhost: str, name: str) -> Any:
         self._admin(req)
@@ -444,27 +455,63 @@ class ManagementApi:
     def put_permission(self, req: Request, vhost: str, name: str) -> Any:
         self._admin(req)
         self._check_vhost(req, vhost)
-        req.json()
-        user = self.config.users.get(name)
-        if user is None:
+        body = req.json()
+        if name not in self.snap()["users"]:
             raise bad_request(f"user '{name}' does not exist")
-        existed = not user.vhosts or vhost in user.vhosts
-        if user.vhosts and vhost not in user.vhosts:
-            user.vhosts = (*user.vhosts, vhost)
+        fields = [body.get(k, "") for k in ("configure", "write", "read")]
+        if not all(isinstance(f, str) for f in fields):
+            raise bad_request("configure, write and read must be strings (regular expressions)")
+        existed = bool(self._perms(name, vhost))
+        self._command_400(lambda b: b.set_permissions(name, vhost, *fields))
         return (204, None, []) if existed else (201, None, [])
 
     def delete_permission(self, req: Request, vhost: str, name: str) -> Any:
         self._admin(req)
-        user = self.config.users.get(name)
-        if user is None or not self._perms(name, vhost):
+        if not self._perms(name, vhost):
             raise not_found()
-        user.vhosts = tuple(v for v in (user.vhosts or self.snap()["vhosts"]) if v != vhost)
+        self.command(lambda b: b.clear_permissions(name, vhost))
+        return None
+
+    # -- policies ------------------------------------------------------------------------------------
+    def policies(self, req: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+        return [p for p in self.snap()["policies"] if req.principal.sees_vhost(p["vhost"])
+                and (vhost is None or p["vhost"] == vhost)]
+
+    def policy(self, req: Request, vhost: str, name: str) -> Any:
+        for p in self.policies(req, vhost):
+            if p["name"] == name:
+                return p
+        raise not_found()
+
+    def _policymaker(self, req: Request, vhost: str) -> None:
+        self._check_vhost(req, vhost)
+        who = req.principal
+        if not (who.is_admin or (who.makes_policies and vhost in who.permissions)):
+            raise HttpError(403, "not_authorised", "Not policymaker user")
+
+    def put_policy(self, req: Request, vhost: str, name: str) -> Any:
+        self._policymaker(req, vhost)
+        body = req.json()
+        existed = any(p["name"] == name for p in self.policies(req, vhost))
+        doc = {"vhost": vhost, "name": name, "pattern": body.get("pattern"), "definition": body.get("definition"),
+               "priority": body.get("priority", 0), "apply-to": body.get("apply-to", "all")}
+        if not isinstance(doc["pattern"], str) or not isinstance(doc["definition"], dict):
+            raise bad_request("pattern (a string) and definition (an object) are required")
+        self._command_400(lambda b: b.set_policy(Policy.from_json(doc)))
+        return (204, None, []) if existed else (201, None, [])
+
+    def delete_policy(self, req: Request, vhost: str, name: str) -> Any:
+        self.policy(req, vhost, name)
+        self._policymaker(req, vhost)
+        self.command(lambda b: b.delete_policy(vhost, name))
         return None
 
     # -- queues ----------------------------------------------------------------------------------------
     def _queue_info(self, snap: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in q.items() if k != "message_bytes_ready"}
-        out.update({"node": self.node, "state": "running", "type": "classic", "policy": None,
+        out = {k: v for k, v in q.items() if k not in ("message_bytes_ready", "effective_arguments")}
+        out.update({"node": self.node, "state": "running", "type": "classic",
                     "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"],
                     "messages_details": _rate(0.0), "messages_ready_details": _rate(0.0),
                     "messages_unacknowledged_details": _rate(0.0)})
@@ -489,7 +536,7 @@ class ManagementApi:
         return self._queue_info(self.snap(), self._find_queue(req, vhost, name))
 
     def put_queue(self, req: Request, vhost: str, name: str) -> Any:
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "configure", "queue", name)
         body = req.json()
         durable = bool(body.get("durable", True))
         auto_delete = bool(body.get("auto_delete", False))
@@ -511,7 +558,7 @@ class ManagementApi:
 
     def delete_queue(self, req: Request, vhost: str, name: str) -> Any:
         self._find_queue(req, vhost, name)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "configure", "queue", name)
         if_empty = req.query.get("if-empty") == ["true"]
         if_unused = req.query.get("if-unused") == ["true"]
 
@@ -535,14 +582,14 @@ class ManagementApi:
 
     def purge(self, req: Request, vhost: str, name: str) -> Any:
         self._find_queue(req, vhost, name)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "read", "queue", name)
         self.command(lambda b: b.model.purge(b.model.vhosts[vhost].queues[name])
                      if name in b.model.vhosts[vhost].queues else None)
         return None
 
     def get_messages(self, req: Request, vhost: str, name: str) -> Any:
         self._find_queue(req, vhost, name)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "read", "queue", name)
         body = req.json()
         ackmode = body.get("ackmode", "ack_requeue_true" if body.get("requeue", True) else "ack_requeue_false")
         if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
@@ -597,7 +644,7 @@ class ManagementApi:
             self._check_vhost(req, vhost)
         snap = self.snap()
         seen = set(_vhost_names(snap, req.principal))
-        return [dict(x, user_who_performed_action="", policy=None) for x in snap["exchanges"]
+        return [dict(x, user_who_performed_action="") for x in snap["exchanges"]
                 if x["vhost"] in seen and (vhost is None or x["vhost"] == vhost)]
 
     def _find_exchange(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
@@ -608,10 +655,10 @@ class ManagementApi:
         raise not_found()
 
     def exchange(self, req: Request, vhost: str, name: str) -> Any:
-        return dict(self._find_exchange(req, vhost, name), policy=None)
+        return self._find_exchange(req, vhost, name)
 
     def put_exchange(self, req: Request, vhost: str, name: str) -> Any:
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "configure", "exchange", name)
         body = req.json()
         xtype = body.get("type")
         if xtype not in ("direct", "fanout", "topic", "headers"):
@@ -635,7 +682,7 @@ class ManagementApi:
 
     def delete_exchange(self, req: Request, vhost: str, name: str) -> Any:
         self._find_exchange(req, vhost, name)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "configure", "exchange", name)
         if name == "" or name.startswith("amq."):
             raise HttpError(403, "access_refused", f"operation not permitted on exchange '{name}'")
         self.command(lambda b: b.model.delete_exchange(b.model.vhosts[vhost], name))
@@ -643,7 +690,7 @@ class ManagementApi:
 
     def publish(self, req: Request, vhost: str, name: str) -> Any:
         self._find_exchange(req, vhost, name)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "write", "exchange", name)
         body = req.json()
         try:
             props = headers_to_props({}, False, 0).__class__(**(body.get("properties") or {}))
@@ -713,7 +760,8 @@ class ManagementApi:
 
     def bind(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
         self._between(req, vhost, source, kind, dest)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "write", "queue" if kind == "q" else "exchange", dest)
+        self._check_access(req, vhost, "read", "exchange", source)
         body = req.json()
         key = str(body.get("routing_key", ""))
         args = body.get("arguments") or None
@@ -738,7 +786,8 @@ class ManagementApi:
 
     def unbind(self, req: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
         found = self.binding(req, vhost, source, kind, dest, props)
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "write", "queue" if kind == "q" else "exchange", dest)
+        self._check_access(req, vhost, "read", "exchange", source)
 
         def unbind(b: Any) -> None:
             v = b.model.vhosts[vhost]
@@ -808,15 +857,23 @@ class ManagementApi:
         self._admin(req)
         if vhost is not None:
             self._check_vhost(req, vhost)
-        return export_definitions(self.snap(fresh=True), self.config, vhost)
+        doc = self.call(lambda b: b.export_definitions())
+        if vhost is not None:  # RabbitMQ's per-vhost export: the vhost's objects, no users or vhosts
+            doc = {k: [e for e in v if e.get("vhost") == vhost] if isinstance(v, list) else v
+                   for k, v in doc.items() if k not in ("users", "vhosts", "permissions", "topic_permissions")}
+        return doc
 
     def post_definitions(self, req: Request, vhost: str | None = None) -> Any:
         self._admin(req)
-        body = req.json()
-        try:
-            self.command(lambda b: import_definitions(b, self.config, body, vhost))
-        except (ValueError, KeyError, TypeError, PreconditionFailed) as exc:
-            raise bad_request(f"definitions not imported: {exc}") from None
+        doc = req.json()
+        if vhost is not None:
+            self._check_vhost(req, vhost)
+            doc = {k: [dict(e, vhost=vhost) if isinstance(e, dict) else e for e in v] if isinstance(v, list) else v
+                   for k, v in doc.items() if k not in ("users", "vhosts", "permissions")}
+        for key, value in doc.items():
+            if key in _DEFINITION_LISTS and not isinstance(value, list):
+                raise bad_request(f"'{key}' must be a list")
+        self._command_400(lambda b: b.import_definitions(doc))
         return None
 
     def alarms(self, req: Request) -> Any:
@@ -826,7 +883,7 @@ class ManagementApi:
         return {"status": "ok"}
 
     def aliveness(self, req: Request, vhost: str) -> Any:
-        self._check_vhost(req, vhost, write=True)
+        self._check_access(req, vhost, "configure", "queue", "aliveness-test")
 
         def check(b: Any) -> bool:
             model = b.model

@@ -1,16 +1,16 @@
 """Who may use the management API: HTTP basic auth against the broker's users and their tags.
 
 RabbitMQ's management tags: ``administrator`` (everything), ``monitoring`` (read everything),
-``policymaker`` (policies of its vhosts), ``management`` (its own vhosts' objects). A user without
-any of them is refused (403). Users of today's config file carry no tags: they count as
-administrators (``tags`` on a user object, when the broker's users have them, take over).
+``policymaker`` (policies of the vhosts it has permissions in), ``management`` (the objects of
+those vhosts). A user without any of them gets 403. Loopback-only users (guest) must come from a
+loopback address. Object operations also need the user's configure/write/read permission on the
+resource, as over AMQP.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,8 @@ MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "mana
 class Principal:
     name: str
     tags: tuple[str, ...]
-    vhosts: tuple[str, ...]  # empty: every vhost
+    #: vhost -> the user's Permission there (engine.model.security)
+    permissions: dict[str, Any]
 
     @property
     def is_admin(self) -> bool:
@@ -35,21 +36,19 @@ class Principal:
     def can_monitor(self) -> bool:
         return self.is_admin or "monitoring" in self.tags
 
+    @property
+    def makes_policies(self) -> bool:
+        return self.is_admin or "policymaker" in self.tags
+
     def sees_vhost(self, vhost: str) -> bool:
-        return self.can_monitor or not self.vhosts or vhost in self.vhosts
+        return self.can_monitor or vhost in self.permissions
 
-    def may_write(self, vhost: str) -> bool:
-        return self.is_admin or not self.vhosts or vhost in self.vhosts
-
-
-def user_tags(user: Any) -> tuple[str, ...]:
-    tags = getattr(user, "tags", None)
-    if tags is None:
-        return ("administrator",)
-    return tuple(tags)
+    def allows(self, vhost: str, access: str, resource: str) -> bool:
+        perm = self.permissions.get(vhost)
+        return perm is not None and perm.allows(access, resource)
 
 
-def authenticate(config: Any, header: str | None, remote_addr: str | None) -> Principal | None:
+def authenticate(snap: dict[str, Any], header: str | None, remote_addr: str | None) -> Principal | None:
     """The user named by an ``Authorization: Basic`` header, or None (then 401)."""
     if not header or not header.lower().startswith("basic "):
         return None
@@ -57,13 +56,10 @@ def authenticate(config: Any, header: str | None, remote_addr: str | None) -> Pr
         name, _, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
         return None
-    user = config.users.get(name)
-    if user is None:
+    user = snap["users"].get(name)
+    if user is None or not user.password_hash or not user.check(password):
         return None
-    check = getattr(user, "check_password", None)
-    ok = check(password) if check is not None else hmac.compare_digest(user.password.encode(), password.encode())
-    if not ok:
+    if name in snap["loopback_users"] and not is_loopback((remote_addr or "",)):
         return None
-    if user.loopback_only and not is_loopback((remote_addr or "",)):
-        return None
-    return Principal(name, user_tags(user), tuple(user.vhosts))
+    perms = {p.vhost: p for p in snap["permissions"] if p.user == name}
+    return Principal(name, tuple(user.tags), perms)
