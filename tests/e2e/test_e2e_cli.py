@@ -141,11 +141,11 @@ def test_one_log_line_per_listener_with_ws() -> None:
     srv = ServerProcess([sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads",
                          "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], "threads")
     try:
-        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 3, 10,
-                   "three listening lines")
+        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 5, 10,
+                   "five listening lines")
         found = [LISTEN_RE.fullmatch(ln) for ln in srv.lines]
         matches = [m for m in found if m]
-        assert [m.group(1) for m in matches] == ["stomp", "ws", "amqp"]
+        assert [m.group(1) for m in matches] == ["stomp", "ws", "amqp", "http", "prometheus"]
         ws_port = int(matches[1].group(3))
         assert ws_port not in (0, srv.addr[1])
         with socket.create_connection(("127.0.0.1", ws_port), timeout=5) as sock:
