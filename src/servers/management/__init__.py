@@ -63,7 +63,7 @@ class OpsListeners:
                 continue
             server = waitress.create_server(
                 apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
-                max_request_body_size=MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False)
+                max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False)
             self._servers[name] = server
             self.bound[name] = (where[0], server.effective_port)
             address = format_address(where[0], server.effective_port)

@@ -30,9 +30,9 @@ from .static import serve_static
 
 __all__ = ["ManagementApi", "HttpError", "MAX_BODY"]
 
-#: bytes of a request body the API reads (RabbitMQ's default http max body is 10 MB... we keep
-#: 16 MiB for definitions and publishes); the HTTP server refuses longer ones with 413 first
-MAX_BODY = 16 * 1024 * 1024
+#: bytes of a request body the API accepts (RabbitMQ's management.http.max_body_size default);
+#: a longer one is a 400 as there, and past twice this the HTTP server refuses it (413) unread
+MAX_BODY = 10_000_000
 #: how long one snapshot of the broker serves requests (counts lag traffic by at most this)
 SNAPSHOT_TTL = 0.2
 #: how long a request waits for the broker's thread
@@ -54,12 +54,17 @@ def not_found() -> HttpError:
     return HttpError(404, "Object Not Found", "Not Found")
 
 
+def unauthorised(reason: str) -> HttpError:
+    """RabbitMQ answers every refusal of an authenticated user with 401 and this error."""
+    return HttpError(401, "not_authorised", reason)
+
+
 def bad_request(reason: str) -> HttpError:
     return HttpError(400, "bad_request", reason)
 
 
 _STATUS = {200: "200 OK", 201: "201 Created", 204: "204 No Content", 400: "400 Bad Request",
-           401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found",
+           401: "401 Unauthorized", 404: "404 Not Found",
            405: "405 Method Not Allowed", 413: "413 Request Entity Too Large",
            500: "500 Internal Server Error", 503: "503 Service Unavailable"}
 
@@ -100,12 +105,12 @@ class Request:
             except ValueError:
                 raise bad_request("bad Content-Length") from None
             if length > MAX_BODY:
-                raise HttpError(413, "bad_request", "request body too large")
+                raise bad_request("Exceeded HTTP request body size limit")
             raw = self.environ["wsgi.input"].read(length) if length else b""
             try:
                 self._body = json.loads(raw) if raw.strip() else {}
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise bad_request(f"failed_to_parse_json: {exc}") from None
+            except (ValueError, UnicodeDecodeError):
+                raise bad_request("not_json") from None
             if not isinstance(self._body, dict):
                 raise bad_request("not_json_object")
         return self._body
@@ -257,10 +262,10 @@ class ManagementApi:
 
     def _dispatch(self, environ: dict[str, Any], parts: list[str]) -> tuple[int, Any, list[tuple[str, str]]]:
         principal = authenticate(self.snap(), environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
-        if principal is None:
-            raise HttpError(401, "not_authorised", "Login failed")
+        if principal is None:  # RabbitMQ's spellings, both of them
+            raise HttpError(401, "not_authorized", "Login failed")
         if not MANAGEMENT_TAGS.intersection(principal.tags):
-            raise HttpError(403, "not_authorised", "Not management user")
+            raise unauthorised("Not management user")
         method = environ["REQUEST_METHOD"]
         for pattern, handlers in self.routes:
             if len(pattern) == len(parts) and all(p == "*" or p == s for p, s in zip(pattern, parts)):
@@ -294,17 +299,21 @@ class ManagementApi:
                 self._snap = None
 
     def _check_vhost(self, req: Request, vhost: str) -> None:
-        if vhost not in self.snap()["vhosts"] or not req.principal.sees_vhost(vhost):
+        if vhost not in self.snap()["vhosts"]:
             raise not_found()
+        if not req.principal.sees_vhost(vhost):
+            raise unauthorised("User not authorised to access virtual host")
 
     def _check_access(self, req: Request, vhost: str, access: str, kind: str, name: str) -> None:
-        """403 unless the user's permission in ``vhost`` grants ``access`` (configure, write,
-        read) to ``name`` (the default exchange is the resource amq.default), as over AMQP."""
+        """401 (RabbitMQ's status for every refusal) unless the user's permission in ``vhost``
+        grants ``access`` (configure, write, read) to ``name`` (the default exchange is the
+        resource amq.default), as over AMQP."""
         self._check_vhost(req, vhost)
+        if vhost not in req.principal.permissions:
+            raise unauthorised("User not authorised to access virtual host")
         resource = "amq.default" if kind == "exchange" and name == "" else name
         if not req.principal.allows(vhost, access, resource):
-            raise HttpError(403, "not_authorised", f"access to {kind} '{resource}' in vhost '{vhost}' "
-                                                   f"refused for user '{req.principal.name}'")
+            raise unauthorised("Access refused.")
 
     def _command_400(self, fn: Callable[[Any], Any]) -> Any:
         """A command whose refusal by the model (a bad policy, an unknown vhost...) is a 400."""
@@ -315,7 +324,7 @@ class ManagementApi:
 
     def _admin(self, req: Request) -> None:
         if not req.principal.is_admin:
-            raise HttpError(403, "not_authorised", "Not administrator user")
+            raise unauthorised("Not administrator user")
 
     def _node(self) -> dict[str, Any]:
         return {"name": self.node, "type": "disc", "running": True}
@@ -408,13 +417,11 @@ class ManagementApi:
         password, phash = body.get("password"), body.get("password_hash")
         algorithm = body.get("hashing_algorithm", DEFAULT_HASHING)
         old = self.snap(fresh=True)["users"].get(name)
-        if password is None and phash is None and old is None:
-            raise bad_request("Must specify password or password_hash")
         keep_tags = tuple(tags) if tags is not None else (old.tags if old else ())
 
         def put(b: Any) -> None:
-            if password is not None:
-                b.add_user(name, str(password), keep_tags)
+            if password is not None or old is None:  # no password at all: no password login
+                b.add_user(name, None if password is None else str(password), keep_tags)
             elif phash is not None:
                 b.put_user(UserRecord.from_json({"name": name, "password_hash": phash,
                                                  "hashing_algorithm": algorithm, "tags": list(keep_tags)}))
@@ -489,7 +496,7 @@ class ManagementApi:
         self._check_vhost(req, vhost)
         who = req.principal
         if not (who.is_admin or (who.makes_policies and vhost in who.permissions)):
-            raise HttpError(403, "not_authorised", "Not policymaker user")
+            raise unauthorised("User not authorised to access object")
 
     def put_policy(self, req: Request, vhost: str, name: str) -> Any:
         self._policymaker(req, vhost)
@@ -664,7 +671,7 @@ class ManagementApi:
         if xtype not in ("direct", "fanout", "topic", "headers"):
             raise bad_request(f"unknown exchange type '{xtype}'" if xtype else "type is required")
         if name == "" or name.startswith("amq."):
-            raise HttpError(403, "access_refused", f"exchange name '{name}' contains reserved prefix 'amq.'")
+            raise unauthorised("Access refused.")  # the reserved amq. prefix, as RabbitMQ words it
 
         def declare(b: Any) -> bool:
             v = b.model.vhosts[vhost]
@@ -684,7 +691,7 @@ class ManagementApi:
         self._find_exchange(req, vhost, name)
         self._check_access(req, vhost, "configure", "exchange", name)
         if name == "" or name.startswith("amq."):
-            raise HttpError(403, "access_refused", f"operation not permitted on exchange '{name}'")
+            raise unauthorised("Access refused.")
         self.command(lambda b: b.model.delete_exchange(b.model.vhosts[vhost], name))
         return None
 
@@ -766,7 +773,7 @@ class ManagementApi:
         key = str(body.get("routing_key", ""))
         args = body.get("arguments") or None
         if source == "":
-            raise HttpError(403, "access_refused", "operation not permitted on the default exchange")
+            raise unauthorised("Access refused.")
 
         def bind(b: Any) -> None:
             v = b.model.vhosts[vhost]
@@ -826,7 +833,7 @@ class ManagementApi:
     def close_connection(self, req: Request, name: str) -> Any:
         conn = self._find_conn(req, name)
         if not (req.principal.is_admin or conn["user"] == req.principal.name):
-            raise HttpError(403, "not_authorised", "Not administrator user")
+            raise unauthorised("Not administrator user")
         reason = req.environ.get("HTTP_X_REASON") or "Closed via management plugin"
         self.command(lambda b: b.force_close(conn["conn_id"], reason, time.time()))
         return None
