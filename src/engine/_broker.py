@@ -19,12 +19,11 @@ from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
 from .config import Config
-from .model import Model
-from .stats import Sampler
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound
 from .model.policies import Policy
 from .model.security import Permission, UserRecord, hash_password
+from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -254,7 +253,7 @@ class Broker:
         self._settle()
         return True
 
-    def run_command(self, fn: Callable[["Broker"], Any], now: float) -> Any:
+    def run_command(self, fn: Callable[[Broker], Any], now: float) -> Any:
         """Run a management command against the model at ``now``, then settle (dispatch queues
         it touched, raise or clear the memory alarm)."""
         self._enter(now)

@@ -58,7 +58,7 @@ class Sampler:
             return []
         start = ring[-1][0] - seconds
         out = []
-        for (t0, c0, _, _), (t1, c1, ready, unacked) in zip(ring, ring[1:]):
+        for (t0, c0, _, _), (t1, c1, ready, unacked) in zip(ring, ring[1:], strict=False):
             if t1 < start:
                 continue
             span = max(t1 - t0, 1e-9)
@@ -103,7 +103,10 @@ def snapshot(broker: Any) -> dict[str, Any]:
     """The broker's state as plain data (run on the broker's thread)."""
     model = broker.model
     sampler: Sampler | None = broker.sampler
-    queues, exchanges, bindings, consumers = [], [], [], []
+    queues: list[dict[str, Any]] = []
+    exchanges: list[dict[str, Any]] = []
+    bindings: list[dict[str, Any]] = []
+    consumers: list[dict[str, Any]] = []
     for vhost in model.vhosts.values():
         for q in vhost.queues.values():
             queues.append(_queue(q))

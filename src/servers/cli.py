@@ -278,7 +278,7 @@ def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
 
 def _ops_addresses(args: argparse.Namespace, config: Config) -> tuple[tuple[str, int] | None, ...]:
     """(http, prometheus) listener addresses: the flag, else the config file, else the default."""
-    out = []
+    out: list[tuple[str, int] | None] = []
     for name, default in (("http", DEFAULT_HTTP), ("prometheus", DEFAULT_PROMETHEUS)):
         value = getattr(args, name)
         if value is None:

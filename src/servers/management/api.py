@@ -268,13 +268,13 @@ class ManagementApi:
             raise unauthorised("Not management user")
         method = environ["REQUEST_METHOD"]
         for pattern, handlers in self.routes:
-            if len(pattern) == len(parts) and all(p == "*" or p == s for p, s in zip(pattern, parts)):
+            if len(pattern) == len(parts) and all(p == "*" or p == s for p, s in zip(pattern, parts, strict=True)):
                 if method == "HEAD":
                     method = "GET"
                 handler = handlers.get(method)
                 if handler is None:
                     raise HttpError(405, "method_not_allowed", f"{method} not allowed")
-                args = [s for p, s in zip(pattern, parts) if p == "*"]
+                args = [s for p, s in zip(pattern, parts, strict=True) if p == "*"]
                 result = handler(Request(environ, parts, principal), *args)
                 if isinstance(result, tuple):
                     return result

@@ -68,12 +68,12 @@ class RabbitCollector:
             yield family
         for name, key, text in _QUEUE:
             if self.per_object:
-                family = GaugeMetricFamily(name, text, labels=["vhost", "queue"])
+                gauge = GaugeMetricFamily(name, text, labels=["vhost", "queue"])
                 for q in snap["queues"]:
-                    family.add_metric([q["vhost"], q["name"]], q[key])
+                    gauge.add_metric([q["vhost"], q["name"]], q[key])
             else:
-                family = GaugeMetricFamily(name, text, value=sum(q[key] for q in snap["queues"]))
-            yield family
+                gauge = GaugeMetricFamily(name, text, value=sum(q[key] for q in snap["queues"]))
+            yield gauge
 
 
 def prometheus_app(snap: Callable[[], dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
