@@ -15,7 +15,7 @@ from typing import Any
 
 from .model import Exchange, Queue
 
-__all__ = ["COUNTERS", "Sampler", "snapshot"]
+__all__ = ["COUNTERS", "SECTIONS", "Sampler", "snapshot"]
 
 #: counter name (RabbitMQ's message_stats key) -> ModelState attribute
 COUNTERS = (("publish", "publishes"), ("deliver_get", "delivered"), ("redeliver", "redelivered"),
@@ -99,25 +99,30 @@ def _bindings(vhost: Any) -> list[dict[str, Any]]:
     return out
 
 
-def snapshot(broker: Any) -> dict[str, Any]:
-    """The broker's state as plain data (run on the broker's thread)."""
+#: the parts of a snapshot that list objects (costly with many queues: built only when asked)
+SECTIONS = ("queues", "exchanges", "bindings", "consumers")
+
+
+def _vhost_counts(vhost: Any) -> dict[str, int]:
+    queues = ready = unacked = consumers = nbytes = 0
+    for q in vhost.queues.values():
+        queues += 1
+        ready += q.count
+        nbytes += q.bytes + q.paged_bytes
+        if q.consumers:
+            consumers += len(q.consumers)
+            unacked += q.unacked_count()
+    return {"queues": queues, "exchanges": len(vhost.exchanges), "consumers": consumers,
+            "messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked,
+            "message_bytes_ready": nbytes}
+
+
+def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The broker's state as plain data (run on the broker's thread): counts per vhost, rates,
+    connections, users, permissions and policies always; the object lists named in ``sections``
+    (``SECTIONS``) only when asked, since they cost in proportion to the objects."""
     model = broker.model
     sampler: Sampler | None = broker.sampler
-    queues: list[dict[str, Any]] = []
-    exchanges: list[dict[str, Any]] = []
-    bindings: list[dict[str, Any]] = []
-    consumers: list[dict[str, Any]] = []
-    for vhost in model.vhosts.values():
-        for q in vhost.queues.values():
-            queues.append(_queue(q))
-            for c in q.consumers or ():
-                owner = getattr(c.owner, "session", c.owner)  # an AMQP channel's connection
-                consumers.append({"queue": {"name": q.name, "vhost": vhost.name},
-                                  "consumer_tag": str(getattr(c, "tag", getattr(c, "id", ""))),
-                                  "ack_required": not c.auto_ack, "prefetch_count": c.prefetch,
-                                  "conn_id": getattr(owner, "conn_id", None)})
-        exchanges.extend(_exchange(x) for x in vhost.exchanges.values())
-        bindings.extend(_bindings(vhost))
     connections = []
     for conn_id, session in broker.sessions.items():
         if session.closed:
@@ -125,22 +130,35 @@ def snapshot(broker: Any) -> dict[str, Any]:
         info = session.describe()
         info["conn_id"] = conn_id
         connections.append(info)
-    totals = {name: getattr(model, attr) for name, attr in COUNTERS}
-    return {
+    out: dict[str, Any] = {
         "now": broker.now,
         "vhosts": list(model.vhosts),
-        "queues": queues,
-        "exchanges": exchanges,
-        "bindings": bindings,
-        "consumers": consumers,
+        "counts": {name: _vhost_counts(v) for name, v in model.vhosts.items()},
         "connections": connections,
-        "totals": totals,
+        "totals": {name: getattr(model, attr) for name, attr in COUNTERS},
         "rates": sampler.rates() if sampler else {name: 0.0 for name, _ in COUNTERS},
         "alarms": {"memory": broker.mem_alarm},
+        "queued_bytes": model.queued_bytes,
         # users, permissions and policies are replaced, never changed in place: shared, not copied
         "users": dict(model.security.users),
         "loopback_users": frozenset(model.security.loopback_users),
         "permissions": list(model.security.permissions.values()),
         "policies": [p.to_json() for p in model.policies.in_vhost()],
-        "queued_bytes": model.queued_bytes,
     }
+    vhosts = model.vhosts.values()
+    if "queues" in sections:
+        out["queues"] = [_queue(q) for v in vhosts for q in v.queues.values()]
+    if "exchanges" in sections:
+        out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
+    if "bindings" in sections:
+        out["bindings"] = [b for v in vhosts for b in _bindings(v)]
+    if "consumers" in sections:
+        out["consumers"] = [_consumer(q, c) for v in vhosts for q in v.queues.values() for c in q.consumers or ()]
+    return out
+
+
+def _consumer(q: Queue, c: Any) -> dict[str, Any]:
+    owner = getattr(c.owner, "session", c.owner)  # an AMQP channel's connection
+    return {"queue": {"name": q.name, "vhost": q.vhost.name},
+            "consumer_tag": str(getattr(c, "tag", getattr(c, "id", ""))), "ack_required": not c.auto_ack,
+            "prefetch_count": c.prefetch, "conn_id": getattr(owner, "conn_id", None)}

@@ -177,8 +177,8 @@ class ManagementApi:
         self.call = call
         self.listeners = listeners
         self.node = node
-        self._snap: dict[str, Any] | None = None
-        self._snap_at = 0.0
+        #: sections asked for -> (monotonic time taken, snapshot)
+        self._snaps: dict[tuple[str, ...], tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.routes: list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]] = [
             (("overview",), {"GET": self.overview}),
@@ -282,13 +282,16 @@ class ManagementApi:
         raise not_found()
 
     # -- broker access -----------------------------------------------------------------------------
-    def snap(self, fresh: bool = False) -> dict[str, Any]:
+    def snap(self, *sections: str, fresh: bool = False) -> dict[str, Any]:
+        """A snapshot with the object lists ``sections`` (engine.stats.SECTIONS), at most
+        ``SNAPSHOT_TTL`` old; requests at the same moment share one."""
+        key = tuple(sorted(sections))
         with self._lock:
-            now = time.monotonic()
-            if fresh or self._snap is None or now - self._snap_at > SNAPSHOT_TTL:
-                self._snap = self.call(snapshot)
-                self._snap_at = time.monotonic()
-            return self._snap
+            cached = self._snaps.get(key)
+            if fresh or cached is None or time.monotonic() - cached[0] > SNAPSHOT_TTL:
+                cached = (time.monotonic(), self.call(lambda broker: snapshot(broker, key)))
+                self._snaps[key] = cached
+            return cached[1]
 
     def command(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(broker)`` on the broker's thread; the next read takes a fresh snapshot."""
@@ -296,7 +299,7 @@ class ManagementApi:
             return self.call(fn)
         finally:
             with self._lock:
-                self._snap = None
+                self._snaps.clear()
 
     def _check_vhost(self, req: Request, vhost: str) -> None:
         if vhost not in self.snap()["vhosts"]:
@@ -332,8 +335,11 @@ class ManagementApi:
     # -- overview ----------------------------------------------------------------------------------
     def overview(self, req: Request) -> Any:
         snap = self.snap()
-        seen = set(_vhost_names(snap, req.principal))
-        queues = [q for q in snap["queues"] if q["vhost"] in seen]
+        counts = [c for v, c in snap["counts"].items() if req.principal.sees_vhost(v)]
+
+        def total(key: str) -> int:
+            return sum(c[key] for c in counts)
+
         return {
             "management_version": VERSION, "rabbitmq_version": VERSION, "product_name": "sansmq",
             "product_version": "0.1.0", "cluster_name": self.node, "node": self.node,
@@ -342,11 +348,10 @@ class ManagementApi:
                                for t in ("direct", "fanout", "headers", "topic")],
             "object_totals": {"connections": len(snap["connections"]),
                               "channels": sum(c["channels"] for c in snap["connections"]),
-                              "exchanges": sum(1 for x in snap["exchanges"] if x["vhost"] in seen),
-                              "queues": len(queues), "consumers": len(snap["consumers"])},
-            "queue_totals": {"messages": sum(q["messages"] for q in queues),
-                             "messages_ready": sum(q["messages_ready"] for q in queues),
-                             "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in queues)},
+                              "exchanges": total("exchanges"), "queues": total("queues"),
+                              "consumers": total("consumers")},
+            "queue_totals": {"messages": total("messages"), "messages_ready": total("messages_ready"),
+                             "messages_unacknowledged": total("messages_unacknowledged")},
             "message_stats": _message_stats(snap),
             "listeners": [{"node": self.node, "protocol": p, "ip_address": h, "port": port}
                           for p, h, port in self.listeners()],
@@ -362,11 +367,9 @@ class ManagementApi:
 
     # -- vhosts --------------------------------------------------------------------------------------
     def _vhost_info(self, snap: dict[str, Any], name: str) -> dict[str, Any]:
-        queues = [q for q in snap["queues"] if q["vhost"] == name]
+        counts = snap["counts"][name]
         return {"name": name, "description": "", "tags": [], "tracing": False,
-                "messages": sum(q["messages"] for q in queues),
-                "messages_ready": sum(q["messages_ready"] for q in queues),
-                "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in queues)}
+                **{k: counts[k] for k in ("messages", "messages_ready", "messages_unacknowledged")}}
 
     def vhosts(self, req: Request) -> Any:
         snap = self.snap()
@@ -527,20 +530,20 @@ class ManagementApi:
     def queues(self, req: Request, vhost: str | None = None) -> Any:
         if vhost is not None:
             self._check_vhost(req, vhost)
-        snap = self.snap()
+        snap = self.snap("queues")
         seen = set(_vhost_names(snap, req.principal))
         return [self._queue_info(snap, q) for q in snap["queues"]
                 if q["vhost"] in seen and (vhost is None or q["vhost"] == vhost)]
 
     def _find_queue(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
         self._check_vhost(req, vhost)
-        for q in self.snap()["queues"]:
+        for q in self.snap("queues")["queues"]:
             if q["vhost"] == vhost and q["name"] == name:
                 return q
         raise not_found()
 
     def queue(self, req: Request, vhost: str, name: str) -> Any:
-        return self._queue_info(self.snap(), self._find_queue(req, vhost, name))
+        return self._queue_info(self.snap("queues"), self._find_queue(req, vhost, name))
 
     def put_queue(self, req: Request, vhost: str, name: str) -> Any:
         self._check_access(req, vhost, "configure", "queue", name)
@@ -642,21 +645,21 @@ class ManagementApi:
 
     def queue_bindings(self, req: Request, vhost: str, name: str) -> Any:
         self._find_queue(req, vhost, name)
-        return [self._binding_info(b) for b in self.snap()["bindings"]
+        return [self._binding_info(b) for b in self.snap("bindings")["bindings"]
             if b["vhost"] == vhost and b["destination"] == name and b["destination_type"] == "queue"]
 
     # -- exchanges ----------------------------------------------------------------------------------
     def exchanges(self, req: Request, vhost: str | None = None) -> Any:
         if vhost is not None:
             self._check_vhost(req, vhost)
-        snap = self.snap()
+        snap = self.snap("exchanges")
         seen = set(_vhost_names(snap, req.principal))
         return [dict(x, user_who_performed_action="") for x in snap["exchanges"]
                 if x["vhost"] in seen and (vhost is None or x["vhost"] == vhost)]
 
     def _find_exchange(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
         self._check_vhost(req, vhost)
-        for x in self.snap()["exchanges"]:
+        for x in self.snap("exchanges")["exchanges"]:
             if x["vhost"] == vhost and x["name"] == name:
                 return x
         raise not_found()
@@ -736,18 +739,19 @@ class ManagementApi:
     def bindings(self, req: Request, vhost: str | None = None) -> Any:
         if vhost is not None:
             self._check_vhost(req, vhost)
-        snap = self.snap()
+        snap = self.snap("bindings")
         seen = set(_vhost_names(snap, req.principal))
         return [self._binding_info(b) for b in snap["bindings"]
                 if b["vhost"] in seen and (vhost is None or b["vhost"] == vhost)]
 
     def source_bindings(self, req: Request, vhost: str, name: str) -> Any:
         self._find_exchange(req, vhost, name)
-        return [self._binding_info(b) for b in self.snap()["bindings"] if b["vhost"] == vhost and b["source"] == name]
+        return [self._binding_info(b) for b in self.snap("bindings")["bindings"]
+                if b["vhost"] == vhost and b["source"] == name]
 
     def destination_bindings(self, req: Request, vhost: str, name: str) -> Any:
         self._find_exchange(req, vhost, name)
-        return [self._binding_info(b) for b in self.snap()["bindings"]
+        return [self._binding_info(b) for b in self.snap("bindings")["bindings"]
                 if b["vhost"] == vhost and b["destination"] == name and b["destination_type"] == "exchange"]
 
     def _between(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> list[dict[str, Any]]:
@@ -759,7 +763,7 @@ class ManagementApi:
         else:
             self._find_exchange(req, vhost, dest)
         dtype = "queue" if kind == "q" else "exchange"
-        return [self._binding_info(b) for b in self.snap()["bindings"] if b["vhost"] == vhost
+        return [self._binding_info(b) for b in self.snap("bindings")["bindings"] if b["vhost"] == vhost
                 and b["source"] == source and b["destination"] == dest and b["destination_type"] == dtype]
 
     def bindings_between(self, req: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
@@ -850,7 +854,7 @@ class ManagementApi:
         return out
 
     def consumers(self, req: Request, vhost: str | None = None) -> Any:
-        snap = self.snap()
+        snap = self.snap("consumers")
         names = {c["conn_id"]: conn_name(c) for c in snap["connections"]}
         seen = set(_vhost_names(snap, req.principal))
         return [{"queue": c["queue"], "consumer_tag": c["consumer_tag"], "ack_required": c["ack_required"],

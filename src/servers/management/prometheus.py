@@ -40,19 +40,21 @@ def resident_bytes() -> int:
 
 
 class RabbitCollector:
-    def __init__(self, snap: Callable[[], dict[str, Any]], per_object: bool) -> None:
+    def __init__(self, snap: Callable[..., dict[str, Any]], per_object: bool) -> None:
         self.snap = snap
         self.per_object = per_object
 
     def collect(self) -> Iterable[Metric]:
-        snap = self.snap()
+        snap = self.snap("queues") if self.per_object else self.snap()
         conns = snap["connections"]
+        counts = snap["counts"].values()
         yield from (
-            GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(snap["queues"])),
+            GaugeMetricFamily("rabbitmq_queues", "Queues available", value=sum(c["queues"] for c in counts)),
             GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns)),
             GaugeMetricFamily("rabbitmq_channels", "Channels currently open",
                               value=sum(c["channels"] for c in conns)),
-            GaugeMetricFamily("rabbitmq_consumers", "Consumers currently connected", value=len(snap["consumers"])),
+            GaugeMetricFamily("rabbitmq_consumers", "Consumers currently connected",
+                              value=sum(c["consumers"] for c in counts)),
             GaugeMetricFamily("rabbitmq_process_resident_memory_bytes", "Memory used in bytes",
                               value=resident_bytes()),
             GaugeMetricFamily("rabbitmq_alarms_memory_used_watermark",
@@ -72,11 +74,11 @@ class RabbitCollector:
                 for q in snap["queues"]:
                     gauge.add_metric([q["vhost"], q["name"]], q[key])
             else:
-                gauge = GaugeMetricFamily(name, text, value=sum(q[key] for q in snap["queues"]))
+                gauge = GaugeMetricFamily(name, text, value=sum(c[key] for c in counts))
             yield gauge
 
 
-def prometheus_app(snap: Callable[[], dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
+def prometheus_app(snap: Callable[..., dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
     """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere."""
     apps = {}
     for path, per_object in (("/metrics", False), ("/metrics/per-object", True)):
