@@ -172,10 +172,10 @@ class Session:
         self.close_reason = "broker shutdown"
         self.close()
 
-    def force_close(self, why: str) -> None:
-        """An administrator closed this connection (its vhost or user was deleted): the protocol's
-        close with RabbitMQ's 320 CONNECTION_FORCED (protocols override this), then close."""
-        self.close_reason = why
+    def force_close(self, text: str) -> None:
+        """An operator (or the shutdown) closes the connection: the protocol's forced close
+        (AMQP connection.close 320, STOMP ERROR CONNECTION_FORCED; protocols override this)."""
+        self.close_reason = self.close_reason or f"closed by an operator: {text}"
         self.close()
 
     # -- output -----------------------------------------------------------------------------------
