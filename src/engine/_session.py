@@ -176,10 +176,11 @@ class Session:
         """What the management API shows of this connection (protocols add their fields)."""
         return {"protocol": self.PROTOCOL, "peer": self.peer, "user": None, "vhost": None,
                 "channels": 0, "client_properties": {}}
-    def force_close(self, why: str) -> None:
-        """An administrator closed this connection (its vhost or user was deleted): the protocol's
-        close with RabbitMQ's 320 CONNECTION_FORCED (protocols override this), then close."""
-        self.close_reason = why
+
+    def force_close(self, text: str) -> None:
+        """An operator (or the shutdown) closes the connection: the protocol's forced close
+        (AMQP connection.close 320, STOMP ERROR CONNECTION_FORCED; protocols override this)."""
+        self.close_reason = self.close_reason or f"closed by an operator: {text}"
         self.close()
 
     # -- output -----------------------------------------------------------------------------------

@@ -141,10 +141,10 @@ class AsyncioServer(Driver):
         finally:
             self._syncer.shutdown(wait=True)
 
-    def _post(self, fn: Callable[[], None]) -> None:
+    def _post_soon(self, fn: Callable[[], None]) -> None:
         if self.loop is None:
-            raise RuntimeError("the server is not running")
-        self.loop.call_soon_threadsafe(fn)
+            raise RuntimeError("the asyncio server is not running")
+        self.loop.call_soon_threadsafe(fn)  # RuntimeError once the loop is closed
 
     def stop(self) -> None:
         self._stop_flag.set()

@@ -117,8 +117,8 @@ class Driver:
         """The broker's next deadline (wall clock) changed; None = no timer."""
         raise NotImplementedError
 
-    def _post(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop thread soon (callable from any thread)."""
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        """Thread-safe: have the loop run ``fn()`` soon; RuntimeError when it is not running."""
         raise NotImplementedError
 
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
@@ -130,24 +130,27 @@ class Driver:
         raise NotImplementedError
 
     # -- shared machinery --------------------------------------------------------------------
-    def submit(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future[Any]:
-        """Run ``fn(broker)`` on the loop thread, where every broker call must happen (the
-        management API's administration: users, vhosts, policies, definitions), then execute
-        what it produced. Thread-safe; the future holds ``fn``'s result or exception."""
+    def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Thread-safe: run ``fn()`` on the broker's thread, where every broker call must happen
+        (the management API's administration: users, vhosts, policies, definitions), then drain
+        and execute as after any broker call; the future holds ``fn``'s result or exception."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def run() -> None:
             if not fut.set_running_or_notify_cancel():
                 return
             try:
-                result = fn(self.broker)
+                result = fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)
             self.pump()
 
-        self._post(run)
+        try:
+            self._post_soon(run)
+        except RuntimeError as exc:
+            fut.set_exception(exc)
         return fut
 
     def new_conn_id(self) -> int:

@@ -171,8 +171,9 @@ class Running:
         raise KeyError(protocol)
 
     def admin(self, fn: Callable[[Any], Any], timeout: float = 10.0) -> Any:
-        """Run ``fn(broker)`` on the server's loop thread (see ``Driver.submit``) and return its result."""
-        return self.server.submit(fn).result(timeout)
+        """Run ``fn(broker)`` on the server's loop thread (see ``Driver.call_soon``), return its result."""
+        broker = self.server.broker
+        return self.server.call_soon(lambda: fn(broker)).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()

@@ -186,10 +186,11 @@ class TrioServer(Driver):
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         trio.run(self._main, ready)
 
-    def _post(self, fn: Callable[[], None]) -> None:
-        if self._token is None:
-            raise RuntimeError("the server is not running")
-        self._token.run_sync_soon(fn)
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        token = self._token
+        if token is None:
+            raise RuntimeError("the trio server is not running")
+        token.run_sync_soon(fn)  # trio.RunFinishedError (a RuntimeError) once it stopped
 
     def stop(self) -> None:
         self._stop_flag.set()

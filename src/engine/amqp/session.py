@@ -257,10 +257,10 @@ class AmqpSession(Session):
                 "vhost": self.vhost.name if self.vhost else None, "channels": len(self.channels),
                 "client_properties": self.client_properties or {}}
 
-    def force_close(self, why: str) -> None:
-        """An administrator closed the connection (RabbitMQ's 320 with the reason)."""
-        self.close_reason = why
-        self.close_with(spec.CONNECTION_FORCED, why)
+    def force_close(self, text: str) -> None:
+        """connection.close 320 (a node shutdown, or closed via the management API); the socket
+        closes on close-ok (or CLOSE_OK_WAIT)."""
+        self.close_with(spec.CONNECTION_FORCED, text)
 
     def abort(self, reason: str) -> None:
         self.close_reason = self.close_reason or f"internal error: {reason}"

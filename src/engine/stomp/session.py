@@ -374,9 +374,9 @@ class StompSession(Session):
     def abort(self, reason: str) -> None:
         self._fail(reason)
 
-    def force_close(self, why: str) -> None:
-        self.close_reason = why
-        self._fail("CONNECTION_FORCED", why)
+    def force_close(self, text: str) -> None:
+        """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording)."""
+        self._fail("CONNECTION_FORCED", text)
 
     def shutdown(self) -> None:
         """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording for a shutdown)."""

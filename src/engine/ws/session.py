@@ -271,12 +271,12 @@ class WsSession(Session):
         out["peer"] = self.peer
         return out
 
-    def force_close(self, why: str) -> None:
-        """The inner protocol's forced close (an administrator's), then Close 1000."""
-        self.close_reason = why
+    def force_close(self, text: str) -> None:
+        """The inner protocol's forced close (closed via the management API), then Close 1000."""
+        self.close_reason = self.close_reason or f"closed by an operator: {text}"
         inner = self.inner
         if inner is not None and not inner.closed:
-            inner.force_close(why)
+            inner.force_close(text)  # ends in carried_closed, which sends our Close
         elif self.ws.state is ConnectionState.OPEN:
             self.carried_closed()
         elif not self.closed:

@@ -42,8 +42,9 @@ class OpsListeners:
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(broker)`` on the broker's thread (at the current time), its result here."""
+        broker = self.driver.broker
         try:
-            future = self.driver.submit(lambda broker: broker.run_command(fn, time.time()))
+            future = self.driver.call_soon(lambda: broker.run_command(fn, time.time()))
         except RuntimeError:  # the server stopped
             raise TimeoutError("the broker is not running") from None
         return future.result(COMMAND_TIMEOUT)
@@ -56,7 +57,7 @@ class OpsListeners:
     def start(self) -> None:
         """Bind and serve (OSError when an address is taken). May run on the broker's thread (the
         driver's ready callback), so it does not wait for the broker."""
-        self.driver.submit(lambda broker: broker.enable_stats())
+        self.driver.call_soon(self.driver.broker.enable_stats)
         apps = {"http": self.api, "prometheus": prometheus_app(self.api.snap)}
         for name, where in self._want.items():
             if where is None:
