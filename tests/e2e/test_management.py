@@ -113,6 +113,11 @@ def test_auth_and_errors(target: Target) -> None:
         400, {"error": "bad_request", "reason": "not_json"})
     assert target.req("PUT", "/api/exchanges/%2F/bad-type", {"type": "nonsense"})[0] == 400
     assert target.req("DELETE", "/api/overview")[0] == 405
+    publish = "/api/exchanges/%2F/amq.default/publish"
+    message = {"routing_key": "no-such-queue", "payload": "p", "payload_encoding": "string"}
+    assert target.req("POST", publish, {**message, "properties": {"priority": "high"}}) == (
+        400, {"error": "bad_request", "reason": ["not_int", "priority"]})
+    assert target.req("POST", publish, {**message, "properties": {"bogus": 1}}) == (200, {"routed": False})
     refused = (401, {"error": "not_authorised", "reason": "Access refused."})
     assert target.req("PUT", "/api/exchanges/%2F/amq.mine", {"type": "direct"}) == refused
     assert target.req("DELETE", "/api/exchanges/%2F/amq.direct") == refused

@@ -9,6 +9,7 @@ percent-decoded one by one from the raw request URI, so ``%2F`` names the vhost 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import threading
@@ -17,6 +18,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from amqpproto import BasicProperties
 from engine._message import Message
 from engine._props import headers_to_props, props_to_headers
 from engine.model import Consumer
@@ -43,8 +45,8 @@ JSONType = Any
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, status: int, error: str, reason: str | list[str]) -> None:
+        super().__init__(str(reason))
         self.status = status
         self.error = error
         self.reason = reason
@@ -149,12 +151,31 @@ def props_key(routing_key: str, args: dict[str, Any]) -> str:
 
 
 def _props_dict(msg: Message) -> dict[str, Any]:
+    """The message's AMQP properties as the API shows them (absent ones left out)."""
     props = headers_to_props(msg.headers, msg.persistent, msg.priority)
-    out = {k: v for k, v in vars(props).items() if v is not None} if hasattr(props, "__dict__") else {
-        k: getattr(props, k) for k in props.__slots__ if getattr(props, k) is not None}
+    out = {f.name: getattr(props, f.name) for f in dataclasses.fields(props) if getattr(props, f.name) is not None}
     if out.get("headers") == {}:
         del out["headers"]
     return out
+
+
+_PROPERTY_NAMES = frozenset(f.name for f in dataclasses.fields(BasicProperties))
+
+
+def _properties(given: Any) -> BasicProperties:
+    """The properties of a publish through the API: unknown names ignored, integers checked (as
+    RabbitMQ: 400 with reason ["not_int", name])."""
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise bad_request("properties must be an object")
+    props = {k: v for k, v in given.items() if k in _PROPERTY_NAMES}
+    for name in ("delivery_mode", "priority", "timestamp"):
+        if name in props and (not isinstance(props[name], int) or isinstance(props[name], bool)):
+            raise HttpError(400, "bad_request", ["not_int", name])
+    if "headers" in props and not isinstance(props["headers"], dict):
+        raise HttpError(400, "bad_request", ["not_table", "headers"])  # type: ignore[arg-type]
+    return BasicProperties(**props)
 
 
 def _payload(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
@@ -702,10 +723,7 @@ class ManagementApi:
         self._find_exchange(req, vhost, name)
         self._check_access(req, vhost, "write", "exchange", name)
         body = req.json()
-        try:
-            props = headers_to_props({}, False, 0).__class__(**(body.get("properties") or {}))
-        except TypeError as exc:
-            raise bad_request(f"bad properties: {exc}") from None
+        props = _properties(body.get("properties"))
         encoding = body.get("payload_encoding", "string")
         payload = body.get("payload", "")
         if not isinstance(payload, str) or encoding not in ("string", "base64"):
@@ -729,7 +747,7 @@ class ManagementApi:
                           expires, props.delivery_mode == 2)
             return bool(model.publish(model.vhosts[vhost], name, msg, queue_priority_only=True))
 
-        return {"routed": self.command(send)}
+        return {"routed": self._command_400(send)}  # a property of the wrong type is a 400
 
     # -- bindings ----------------------------------------------------------------------------------------
     @staticmethod
