@@ -178,6 +178,11 @@ def _properties(given: Any) -> BasicProperties:
     return BasicProperties(**props)
 
 
+def _put_status(existed: bool) -> tuple[int, None, list[tuple[str, str]]]:
+    """A PUT's answer: 201 Created, or 204 when the object was there already."""
+    return (204, None, []) if existed else (201, None, [])
+
+
 def _payload(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
     if truncate is not None:
         body = body[:truncate]
@@ -405,7 +410,7 @@ class ManagementApi:
         req.json()
         existed = name in self.snap(fresh=True)["vhosts"]
         self.command(lambda b: b.add_vhost(name))
-        return (204, None, []) if existed else (201, None, [])
+        return _put_status(existed)
 
     def delete_vhost(self, req: Request, name: str) -> Any:
         self._admin(req)
@@ -453,7 +458,7 @@ class ManagementApi:
                 b.put_user(UserRecord(name, old.password_hash, old.hashing_algorithm, keep_tags))
 
         self._command_400(put)
-        return (204, None, []) if old else (201, None, [])
+        return _put_status(old is not None)
 
     def delete_user(self, req: Request, name: str) -> Any:
         self._admin(req)
@@ -494,7 +499,7 @@ class ManagementApi:
             raise bad_request("configure, write and read must be strings (regular expressions)")
         existed = bool(self._perms(name, vhost))
         self._command_400(lambda b: b.set_permissions(name, vhost, *fields))
-        return (204, None, []) if existed else (201, None, [])
+        return _put_status(existed)
 
     def delete_permission(self, req: Request, vhost: str, name: str) -> Any:
         self._admin(req)
@@ -531,7 +536,7 @@ class ManagementApi:
         if not isinstance(doc["pattern"], str) or not isinstance(doc["definition"], dict):
             raise bad_request("pattern (a string) and definition (an object) are required")
         self._command_400(lambda b: b.set_policy(Policy.from_json(doc)))
-        return (204, None, []) if existed else (201, None, [])
+        return _put_status(existed)
 
     def delete_policy(self, req: Request, vhost: str, name: str) -> Any:
         self.policy(req, vhost, name)
@@ -581,11 +586,7 @@ class ManagementApi:
             b.model.declare_queue(v, name, durable, auto_delete, None, args)
             return existed
 
-        try:
-            existed = self.command(declare)
-        except PreconditionFailed as exc:
-            raise bad_request(str(exc)) from None
-        return (204, None, []) if existed else (201, None, [])
+        return _put_status(self._command_400(declare))
 
     def delete_queue(self, req: Request, vhost: str, name: str) -> Any:
         self._find_queue(req, vhost, name)
@@ -705,11 +706,7 @@ class ManagementApi:
                                      body.get("arguments") or None)
             return existed
 
-        try:
-            existed = self.command(declare)
-        except PreconditionFailed as exc:
-            raise bad_request(str(exc)) from None
-        return (204, None, []) if existed else (201, None, [])
+        return _put_status(self._command_400(declare))
 
     def delete_exchange(self, req: Request, vhost: str, name: str) -> Any:
         self._find_exchange(req, vhost, name)
