@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
-from .routers import ROUTER_TYPES, Router
+from .routers import Router, router_for
 
 __all__ = [
     "VHost",
@@ -66,7 +66,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.args = args
-        self.router: Router = ROUTER_TYPES[type]()
+        self.router: Router = router_for(type, args)
         #: the name of the policy that applies (engine.model.policies), None when none does
         self.policy: str | None = None
         #: where unroutable messages go: the alternate-exchange argument, else the policy's

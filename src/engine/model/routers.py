@@ -17,6 +17,8 @@ __all__ = [
     "TopicRouter",
     "HeadersRouter",
     "ROUTER_TYPES",
+    "DELAYED_TYPE",
+    "router_for",
     "PREFIX_ARG",
 ]
 
@@ -372,3 +374,13 @@ ROUTER_TYPES: dict[str, type[Router]] = {
     "topic": TopicRouter,
     "headers": HeadersRouter,
 }
+
+#: the delayed-message exchange type (``delayed``): it routes as its ``x-delayed-type`` argument says
+DELAYED_TYPE = "x-delayed-message"
+
+
+def router_for(type: str, args: dict[str, Any] | None) -> Router:
+    """A new router for an exchange of ``type`` (a delayed exchange's is its inner type's)."""
+    if type == DELAYED_TYPE:
+        type = str((args or {}).get("x-delayed-type"))
+    return ROUTER_TYPES[type]()

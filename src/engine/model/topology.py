@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
+from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
 from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from .holding import HOLDER_PREFIX
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
+from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
 from .state import ModelState
 
@@ -18,11 +21,13 @@ __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "unused_timers", "on_declared")
+    __slots__ = ("state", "pager", "delayed", "retries", "unused_timers", "on_declared")
 
-    def __init__(self, state: ModelState, pager: Pager) -> None:
+    def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries) -> None:
         self.state = state
         self.pager = pager
+        self.delayed = delayed
+        self.retries = retries
         #: told of every new queue or exchange (the model applies policies to it)
         self.on_declared: Callable[[Queue | Exchange], None] | None = None
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
@@ -83,11 +88,15 @@ class Topology:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type not in ROUTER_TYPES:
-            raise PreconditionFailed(f"invalid exchange type '{type}'")
+            if type != DELAYED_TYPE:
+                raise PreconditionFailed(f"invalid exchange type '{type}'")
+            check_delayed_args(args)
         if durable:
             state.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
             state.store_write()
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
+        if type == DELAYED_TYPE:
+            self.delayed.attach(x)
         if self.on_declared is not None:
             self.on_declared(x)
         return x
@@ -111,6 +120,7 @@ class Topology:
         if x.durable:
             state.store.delete_exchange(vhost.name, name)
             state.store_write()
+        self.delayed.detach(x)
 
     # -- queues ----------------------------------------------------------------------------------
     def declare_queue(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
@@ -125,7 +135,11 @@ class Topology:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
+        if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
+        if args and RETRY_ARG in args:
+            parse_retry_delays(args[RETRY_ARG], name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
@@ -134,6 +148,8 @@ class Topology:
             self.on_declared(q)
         if q.args and "x-expires" in q.args:
             self.arm_unused(q)
+        if args and RETRY_ARG in args:
+            self.retries.attach(q)
         return q
 
     def touch(self, q: Queue) -> None:
@@ -181,6 +197,8 @@ class Topology:
         if q.durable:
             state.store.delete_queue(vhost.name, q.name)
             state.store_write()
+        if self.retries.handles(q):
+            self.retries.detach(q)
         state.dirty.pop(q, None)
         return dropped
 
