@@ -26,10 +26,10 @@ class Topology:
     def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries) -> None:
         self.state = state
         self.pager = pager
-        #: told of every new queue or exchange (the model applies policies to it)
-        self.on_declared: Callable[[Queue | Exchange], None] | None = None
         self.delayed = delayed
         self.retries = retries
+        #: told of every new queue or exchange (the model applies policies to it)
+        self.on_declared: Callable[[Queue | Exchange], None] | None = None
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -95,10 +95,10 @@ class Topology:
             state.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
             state.store_write()
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
-        if self.on_declared is not None:
-            self.on_declared(x)
         if type == DELAYED_TYPE:
             self.delayed.attach(x)
+        if self.on_declared is not None:
+            self.on_declared(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
