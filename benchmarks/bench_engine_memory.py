@@ -32,6 +32,7 @@ import tempfile
 import tracemalloc
 
 from engine import Broker, Config, Limits, MemoryStore, Sync
+from engine.model.security import UserAccess
 from engine.segment_store import SegmentStore
 from engine.stomp.session import StompSession, StompSubscription
 
@@ -99,6 +100,7 @@ def main() -> None:
 
     session = StompSession(broker, 1, ("127.0.0.1", 1))
     session.vhost = vhost
+    session.access = UserAccess(broker.model.security, "guest", "/")
     ids = [str(i) for i in range(n)]
 
     def queue_subs(count: int):
@@ -114,6 +116,7 @@ def main() -> None:
 
     session2 = StompSession(broker, 2, ("127.0.0.1", 2))
     session2.vhost = vhost
+    session2.access = UserAccess(broker.model.security, "guest", "/")
     m = n
     from stompproto import Ack, Send, Subscribe
 
@@ -128,6 +131,7 @@ def main() -> None:
 
     session3 = StompSession(broker, 3, ("127.0.0.1", 3))
     session3.vhost = vhost
+    session3.access = UserAccess(broker.model.security, "guest", "/")
 
     def shared_topic_subs(count: int):
         for i in range(count):
@@ -166,6 +170,7 @@ def main() -> None:
         def build(count: int):
             s = StompSession(broker, 5, ("127.0.0.1", 5))
             s.vhost = vhost
+            s.access = UserAccess(broker.model.security, "guest", "/")
             for i in range(count):
                 s._on_subscribe(Subscribe({"destination": fmt.format(i), "id": f"p{i}"}))
             return s

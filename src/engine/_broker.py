@@ -8,6 +8,7 @@ on it or after LAZY_SYNC_DELAY). ``drain()`` hands back the actions in the order
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections.abc import Callable
@@ -19,7 +20,11 @@ from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
 from .config import Config
-from .model import Model, Queue
+from .definitions import export_definitions, import_definitions
+from .model import Model, NotFound, Queue
+from .model.policies import Policy
+from .model.security import Permission, UserRecord, hash_password
+from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
 from .ws import WsSession
@@ -52,6 +57,12 @@ def register_protocol(name: str, factory: SessionFactory) -> None:
 SESSION_TYPES.setdefault("stomp", StompSession)
 SESSION_TYPES.setdefault("amqp", AmqpSession)
 SESSION_TYPES.setdefault("ws", WsSession)
+
+
+def _identity(session: Session) -> tuple[str | None, str | None]:
+    """(user name, vhost name) a protocol session logged in with; (None, None) before it did."""
+    user, vhost = getattr(session, "user", None), getattr(session, "vhost", None)
+    return (None if user is None else user.name, None if vhost is None else vhost.name)
 
 
 class Broker:
@@ -94,10 +105,35 @@ class Broker:
         self.mem_alarm = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
+        #: the statistics sampler, once management or Prometheus asked for it (``enable_stats``)
+        self.sampler: Sampler | None = None
         self.model.restore(store.recover())
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
         self.model.add_vhost(config.default_vhost, persist=False)
+        self._bootstrap_users()
+
+    def _bootstrap_users(self) -> None:
+        """The config file's users join the user database at every start, unless the store holds a
+        user of that name (made or changed through the management API or a definitions import: as
+        RabbitMQ's default user seeds only a blank database, the database wins). They are kept in
+        memory only, with full permissions on their vhosts (all configured ones when none is named)."""
+        config = self.config
+        sec = self.model.security
+        every = tuple(dict.fromkeys((*config.vhosts, config.default_vhost)))
+        for user in config.users.values():
+            if user.name in sec.users:
+                continue
+            # config users are re-read at every start, so their salt need not be random (the
+            # rng stays untouched: generated names do not depend on the user list)
+            salt = hashlib.sha256(b"sansmq-config-user\0" + user.name.encode()).digest()[:4]
+            sec.put_user(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), persist=False)
+            for vhost in user.vhosts or every:
+                if sec.permission(user.name, vhost) is None:
+                    sec.set_permissions(Permission(user.name, vhost), persist=False)
+        sec.loopback_users = {u.name for u in config.users.values() if u.loopback_only}
+        if "guest" not in config.users:
+            sec.loopback_users.add("guest")  # RabbitMQ's loopback_users default
 
     # -- driver contract --------------------------------------------------------------------------
     def connection_made(self, conn_id: int, protocol: str, peer: tuple[Any, ...], now: float) -> None:
@@ -213,6 +249,106 @@ class Broker:
         for session in list(self.sessions.values()):
             if not session.closed:
                 self._guarded(session, session.shutdown)
+        self._settle()
+
+    # -- operations (the management API runs these on the broker's thread) ------------------------
+    def enable_stats(self, interval: float = 1.0) -> None:
+        """Sample the message counters every ``interval`` seconds of the server's clock (for rates);
+        idempotent. Off until asked: a broker without management has no timer for it."""
+        if self.sampler is None:
+            self.sampler = Sampler(interval)
+            self.sampler.sample(self.now, self.model)
+            self.timers.add(self.now + interval, self._sample, None)
+
+    def _sample(self, _arg: Any, now: float) -> None:
+        sampler = self.sampler
+        assert sampler is not None
+        sampler.sample(now, self.model)
+        self.timers.add(now + sampler.interval, self._sample, None)
+
+    def force_close(self, conn_id: int, text: str, now: float) -> bool:
+        """Close one connection with its protocol's forced close (AMQP 320 CONNECTION_FORCED with
+        ``text``, STOMP ERROR); False when there is no such connection."""
+        self._enter(now)
+        session = self.sessions.get(conn_id)
+        if session is None or session.closed:
+            return False
+        self._guarded(session, session.force_close, text)
+        self._settle()
+        return True
+
+    def run_command(self, fn: Callable[[Broker], Any], now: float) -> Any:
+        """Run a management command against the model at ``now``, then settle (dispatch queues
+        it touched, raise or clear the memory alarm)."""
+        self._enter(now)
+        try:
+            return fn(self)
+        finally:
+            self._settle()
+    # -- administration (the management API and the CLI call these on the loop thread) ------------
+    def add_user(self, name: str, password: str | None, tags: tuple[str, ...] = ()) -> UserRecord:
+        """Create or replace a user (a None password: no password login), salted from the rng."""
+        return self.model.security.add_user(name, password, self.rng.getrandbits(32).to_bytes(4, "big"), tags)
+
+    def put_user(self, user: UserRecord) -> UserRecord:
+        """Create or replace a user from an existing hash (``password_hash`` in the API)."""
+        return self.model.security.put_user(user)
+
+    def delete_user(self, name: str, now: float | None = None) -> None:
+        """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
+        self.model.security.delete_user(name)
+        self._force_close(lambda s: _identity(s)[0] == name, f"user '{name}' was deleted", now)
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> Permission:
+        if vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{vhost}'")
+        return self.model.security.set_permissions(Permission(user, vhost, configure, write, read))
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self.model.security.clear_permissions(user, vhost)
+
+    def add_vhost(self, name: str) -> None:
+        self.model.add_vhost(name)
+        self.model.policies.apply_vhost(name)
+
+    def delete_vhost(self, name: str, now: float | None = None) -> None:
+        """Delete a vhost with everything in it; its connections are closed first (320)."""
+        if name not in self.model.vhosts:
+            raise NotFound(f"no vhost '{name}'")
+        self._force_close(lambda s: _identity(s)[1] == name, f"vhost '{name}' is deleted", now)
+        self.model.delete_vhost(name)
+        self.model.security.forget_vhost(name)
+        self.model.policies.forget_vhost(name)
+        self._settle()
+
+    def set_policy(self, policy: Policy) -> Policy:
+        """Create or replace a policy; it applies to existing queues at once."""
+        if policy.vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{policy.vhost}'")
+        self.model.policies.put(policy)
+        self._settle()
+        return policy
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self.model.policies.delete(vhost, name)
+        self._settle()
+
+    def export_definitions(self) -> dict[str, Any]:
+        return export_definitions(self.model)
+
+    def import_definitions(self, doc: dict[str, Any]) -> list[str]:
+        """Merge a parsed definitions file (RabbitMQ's format); returns notes on what was skipped."""
+        notes = import_definitions(self.model, doc)
+        self._settle()
+        return notes
+
+    def _force_close(self, which: Callable[[Session], bool], why: str, now: float | None) -> None:
+        if now is not None:
+            self._enter(now)
+        for session in list(self.sessions.values()):
+            inner = getattr(session, "inner", None)  # a WebSocket carries the session that logged in
+            if not session.closed and which(inner if inner is not None else session):
+                self._guarded(session, session.force_close, why)
         self._settle()
 
     # -- the host interface of sessions (engine._session.Host) ---------------------------------

@@ -177,6 +177,17 @@ class Session:
         self.close_reason = "broker shutdown"
         self.close()
 
+    def describe(self) -> dict[str, Any]:
+        """What the management API shows of this connection (protocols add their fields)."""
+        return {"protocol": self.PROTOCOL, "peer": self.peer, "user": None, "vhost": None,
+                "channels": 0, "client_properties": {}}
+
+    def force_close(self, text: str) -> None:
+        """An operator (or the shutdown) closes the connection: the protocol's forced close
+        (AMQP connection.close 320, STOMP ERROR CONNECTION_FORCED; protocols override this)."""
+        self.close_reason = self.close_reason or f"closed by an operator: {text}"
+        self.close()
+
     # -- output -----------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         if not data or self.closed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["User", "Limits", "Config"]
+__all__ = ["User", "Limits", "Tls", "Config"]
 
 
 @dataclass(slots=True)
@@ -15,6 +15,8 @@ class User:
     loopback_only: bool = False
     #: vhosts this user may open; empty means all.
     vhosts: tuple[str, ...] = ()
+    #: RabbitMQ's user tags (administrator, management, monitoring, policymaker)
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -65,13 +67,31 @@ class Limits:
 
 
 @dataclass(slots=True)
+class Tls:
+    """TLS for the listeners (``[tls]`` in the config file; ``--tls-*`` override): PEM files."""
+
+    cert: str | None = None
+    key: str | None = None
+    #: CA bundle to verify client certificates with
+    ca: str | None = None
+    #: require a client certificate signed by ``ca`` (RabbitMQ's verify_peer + fail_if_no_peer_cert)
+    verify_peer: bool = False
+
+
+@dataclass(slots=True)
 class Config:
     users: dict[str, User] = field(
-        default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True)}
+        default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True, tags=("administrator",))}
     )
     vhosts: tuple[str, ...] = ("/",)
     default_vhost: str = "/"
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
+    #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
+    http: str | None = None
+    prometheus: str | None = None
+    #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
+    definitions: str | None = None
+    tls: Tls = field(default_factory=Tls)
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

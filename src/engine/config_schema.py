@@ -85,8 +85,13 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "default_vhost": _str,
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
+    "http": _str,  # management API listener, HOST:PORT ('' = off); --http overrides
+    "prometheus": _str,  # Prometheus listener, HOST:PORT ('' = off); --prometheus overrides
+    "definitions": _str,
+    "tls": dict,  # checked per key below
 }
-USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list}
+TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
+USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
 
 def _limit_checker(default: Any) -> Checker:
@@ -134,6 +139,16 @@ def from_mapping(data: dict[str, Any]) -> Config:
         cfg.vhosts = vhosts if cfg.default_vhost in vhosts else (cfg.default_vhost, *vhosts)
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
+    for key in ("http", "prometheus"):
+        if key in data:
+            setattr(cfg, key, _check(_str, data[key], key))
+    if "definitions" in data:
+        cfg.definitions = data["definitions"] or None
+    for key, value in data.get("tls", {}).items():
+        name = f"tls.{key}"
+        if key not in TLS_KEYS:
+            raise _unknown(name, TLS_KEYS)
+        setattr(cfg.tls, key, _check(TLS_KEYS[key], value, name))
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:
@@ -153,7 +168,7 @@ def _user(name: str, spec: Any) -> User:
         raise ConfigError("missing (every user needs a password)", f"{where}.password")
     fields = {key: _check(USER_KEYS[key], value, f"{where}.{key}") for key, value in spec.items()}
     return User(name, fields["password"], loopback_only=fields.get("loopback_only", False),
-                vhosts=fields.get("vhosts", ()))
+                vhosts=fields.get("vhosts", ()), tags=fields.get("tags", ()))
 
 
 # -- line numbers ------------------------------------------------------------------------------------

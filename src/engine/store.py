@@ -103,6 +103,23 @@ class Store(ABC):
         recovery hands it back as ``StoredMessage.expires``. Default: the expiry is not kept."""
         self.enqueue(vhost, queue, msg)
 
+    # -- documents: users, permissions, policies (JSON, by kind and key) ------------------------------
+    def put_doc(self, kind: str, key: str, doc: str) -> None:
+        """Keep the JSON ``doc`` as ``(kind, key)`` (replacing one); ``recover()`` hands it back in
+        ``Recovered.docs``. The default keeps it in memory only (a transient store)."""
+        docs = self._default_docs()
+        docs.pop((kind, key), None)
+        docs[(kind, key)] = doc
+
+    def delete_doc(self, kind: str, key: str) -> None:
+        self._default_docs().pop((kind, key), None)
+
+    def _default_docs(self) -> dict[tuple[str, str], str]:
+        docs = self.__dict__.get("_store_default_docs")
+        if docs is None:
+            docs = self.__dict__["_store_default_docs"] = {}
+        return docs
+
     # -- optional: paging (defaults keep paged messages in memory) -------------------------------------
     def _default_pages(self) -> dict[tuple[str, str], deque[tuple[Message, int, float | None, bool]]]:
         pages = self.__dict__.get("_store_default_pages")
@@ -184,6 +201,7 @@ class MemoryStore(Store):
             bindings=list(self._bindings.values()),
             messages={k: [StoredMessage(m.message, m.delivery_count, m.expires) for m in v.values()]
                       for k, v in self._messages.items() if v},
+            docs=dict(self._default_docs()),
         )
 
     def add_vhost(self, name: str) -> None:

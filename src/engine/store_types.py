@@ -81,3 +81,5 @@ class Recovered:
     paged: dict[tuple[str, str], int] = field(default_factory=dict)
     #: the highest message id the store holds (paged messages are not in ``messages``)
     max_message_id: int = 0
+    #: (kind, key) -> JSON document (users, permissions, policies: ``Store.put_doc``), in write order
+    docs: dict[tuple[str, str], str] = field(default_factory=dict)

@@ -15,6 +15,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._driver import Driver, Listener, ReadyCallback
@@ -141,6 +142,11 @@ class AsyncioServer(Driver):
             asyncio.run(self._main(ready))
         finally:
             self._syncer.close()
+
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        if self.loop is None:
+            raise RuntimeError("the asyncio server is not running")
+        self.loop.call_soon_threadsafe(fn)  # RuntimeError once the loop is closed
 
     def stop(self) -> None:
         self._stop_flag.set()

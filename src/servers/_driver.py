@@ -11,10 +11,11 @@ There is no protocol logic here: the protocol string is just handed to ``connect
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine import Close, PauseReading, ResumeReading, Sync, Write
@@ -32,11 +33,13 @@ SHUTDOWN_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """One listening socket: ``protocol`` is the string given to ``connection_made``."""
+    """One listening socket: ``protocol`` is the string given to ``connection_made``; a TLS
+    listener (``amqps``, ``stomps``, ``wss``) carries its ``ssl.SSLContext`` (see servers.tls)."""
 
     protocol: str
     host: str
     port: int
+    tls: Any = field(default=None, compare=False, repr=False)
 
 
 ReadyCallback = Callable[[list[Listener]], None]
@@ -114,6 +117,10 @@ class Driver:
         """The broker's next deadline (wall clock) changed; None = no timer."""
         raise NotImplementedError
 
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        """Thread-safe: have the loop run ``fn()`` soon; RuntimeError when it is not running."""
+        raise NotImplementedError
+
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         """Bind, call ``ready(bound listeners)``, serve until :meth:`stop`; blocks."""
         raise NotImplementedError
@@ -123,6 +130,29 @@ class Driver:
         raise NotImplementedError
 
     # -- shared machinery --------------------------------------------------------------------
+    def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Thread-safe: run ``fn()`` on the broker's thread, where every broker call must happen
+        (the management API's administration: users, vhosts, policies, definitions), then drain
+        and execute as after any broker call; the future holds ``fn``'s result or exception."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            self.pump()
+
+        try:
+            self._post_soon(run)
+        except RuntimeError as exc:
+            fut.set_exception(exc)
+        return fut
+
     def new_conn_id(self) -> int:
         self._next_id += 1
         return self._next_id

@@ -9,6 +9,7 @@ import random
 import signal
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
@@ -100,7 +101,13 @@ def make_server(
         from ._trio import TrioServer as cls  # type: ignore[assignment]
     else:
         raise ValueError(f"unknown server kind {server!r}; expected one of {SERVER_KINDS}")
-    return cls(broker, _listeners(listeners))
+    bound = _listeners(listeners)
+    contexts = {lst.protocol: lst.tls for lst in bound if lst.tls is not None}
+    if contexts:  # TLS listeners: the broker is seen through the TLS layer (one for every server kind)
+        from .tls import TlsBroker
+
+        broker = TlsBroker(broker, contexts)
+    return cls(broker, bound)
 
 
 def run(
@@ -162,6 +169,11 @@ class Running:
             if lst.protocol == protocol:
                 return lst.host, lst.port
         raise KeyError(protocol)
+
+    def admin(self, fn: Callable[[Any], Any], timeout: float = 10.0) -> Any:
+        """Run ``fn(broker)`` on the server's loop thread (see ``Driver.call_soon``), return its result."""
+        broker = self.server.broker
+        return self.server.call_soon(lambda: fn(broker)).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()

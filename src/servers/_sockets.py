@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ._driver import Listener, format_address, log
@@ -48,7 +49,7 @@ def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, L
                                   f"{format_address(lst.host, lst.port)}: {why}") from None
             sock.setblocking(False)
             host, port = sock.getsockname()[:2]
-            out.append((sock, Listener(lst.protocol, host, port)))
+            out.append((sock, replace(lst, host=host, port=port)))
     except BaseException:
         for sock, _ in out:
             sock.close()

@@ -62,6 +62,11 @@ class ThreadsServer(Driver):
         self._inbox.put(fn)
         os.eventfd_write(self._wake, 1)
 
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        if not self._run:
+            raise RuntimeError("the threads server is not running")
+        self._post(fn)
+
     def stop(self) -> None:
         self._post(self._request_stop)
 

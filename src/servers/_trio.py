@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -186,6 +187,12 @@ class TrioServer(Driver):
     # -- lifecycle -------------------------------------------------------------------------------
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         trio.run(self._main, ready)
+
+    def _post_soon(self, fn: Callable[[], None]) -> None:
+        token = self._token
+        if token is None:
+            raise RuntimeError("the trio server is not running")
+        token.run_sync_soon(fn)  # trio.RunFinishedError (a RuntimeError) once it stopped
 
     def stop(self) -> None:
         self._stop_flag.set()

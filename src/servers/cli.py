@@ -9,21 +9,25 @@ cut the graceful shutdown short. Every failure a user can cause is one line on s
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
 from importlib import metadata
-from typing import Sequence
+from typing import Any, Sequence
 
 from engine.config import Config
 from engine.config_schema import ConfigError, load
+from engine.model import ModelError
 from engine.store import Store, StoreError
 
 from ._driver import Listener
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
+from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, OpsListeners
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
+from .tls import TlsOptionsError, make_ssl_context
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -43,6 +47,8 @@ PROTOCOLS: tuple[tuple[str, int, bool], ...] = (
     ("ws", 15674, True),  # STOMP over WebSocket on path /ws, as RabbitMQ's Web-STOMP
     ("amqp", 5672, True),
 )
+#: the TLS listeners (RabbitMQ's ports): on by default once a certificate is given (--tls-cert)
+TLS_PROTOCOLS: tuple[tuple[str, int], ...] = (("amqps", 5671), ("stomps", 61614), ("wss", 15673))
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_DATA = "./sansmq-data"
 
@@ -139,7 +145,27 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(
             f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener"
         )
-    serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
+    for name, (host, port), what in (("http", DEFAULT_HTTP, "management HTTP API and admin page"),
+                                     ("prometheus", DEFAULT_PROMETHEUS, "Prometheus metrics")):
+        serve.add_argument(f"--{name}", metavar="HOST:PORT", default=None,
+                           help=f"{what} listener (default {host}:{port}, or the config file's '{name}'; "
+                                "'' disables it)")
+        serve.add_argument(f"--no-{name}", dest=name, action="store_const", const="", help=f"no {name} listener")
+    for proto, port in TLS_PROTOCOLS:
+        serve.add_argument(f"--{proto}", metavar="HOST:PORT", default=None,
+                           help=f"{proto} listener (TLS; default {DEFAULT_HOST}:{port} when --tls-cert is given, "
+                                "else off; '' disables it)")
+        serve.add_argument(f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener")
+    tls = serve.add_argument_group("TLS (also [tls] in the config file)")
+    tls.add_argument("--tls-cert", metavar="FILE.pem", help="server certificate chain (PEM; may hold the key)")
+    tls.add_argument("--tls-key", metavar="FILE.pem", help="private key of --tls-cert (PEM)")
+    tls.add_argument("--tls-ca", metavar="FILE.pem", help="CA bundle to verify client certificates with")
+    tls.add_argument("--tls-verify-peer", action="store_true", default=None,
+                     help="require a client certificate signed by --tls-ca (refused in the handshake otherwise)")
+    serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts, limits, tls, http and prometheus")
+    serve.add_argument("--definitions", metavar="FILE.json",
+                       help="import a definitions file (RabbitMQ's JSON: users, vhosts, permissions, policies, "
+                            "queues, exchanges, bindings) at start, merged over the stored state")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the command line and --config, print a summary and exit (0: valid)")
     serve.add_argument(
@@ -207,7 +233,23 @@ class CliError(Exception):
         self.code = code
 
 
-def _listeners(args: argparse.Namespace) -> list[Listener]:
+def _tls_context(args: argparse.Namespace, config: Config) -> Any:
+    """The listeners' ssl.SSLContext from --tls-* over the config file's [tls], or None."""
+    tls = config.tls
+    cert = args.tls_cert or tls.cert
+    if not cert:
+        for flag in ("tls_key", "tls_ca", "tls_verify_peer"):
+            if getattr(args, flag):
+                raise CliError(f"--{flag.replace('_', '-')} needs --tls-cert", EXIT_USAGE)
+        return None
+    verify = tls.verify_peer if args.tls_verify_peer is None else args.tls_verify_peer
+    try:
+        return make_ssl_context(cert, args.tls_key or tls.key, args.tls_ca or tls.ca, verify)
+    except TlsOptionsError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
     listeners = []
     for proto, port, _ in PROTOCOLS:
         value = getattr(args, proto)
@@ -216,9 +258,39 @@ def _listeners(args: argparse.Namespace) -> list[Listener]:
                 listeners.append(Listener(proto, *parse_address(value, port)))
             except ValueError as exc:
                 raise CliError(f"--{proto}: {exc}", EXIT_USAGE) from None
+    ctx = _tls_context(args, config)
+    for proto, port in TLS_PROTOCOLS:
+        value = getattr(args, proto)
+        if value is None:
+            value = f"{DEFAULT_HOST}:{port}" if ctx is not None else ""
+        if not value:
+            continue
+        if ctx is None:
+            raise CliError(f"--{proto} needs a certificate (--tls-cert or [tls] cert in the config file)", EXIT_USAGE)
+        try:
+            listeners.append(Listener(proto, *parse_address(value, port), tls=ctx))
+        except ValueError as exc:
+            raise CliError(f"--{proto}: {exc}", EXIT_USAGE) from None
     if not listeners:
         raise CliError("no listener enabled (every one of --stomp, --ws, --amqp is off)", EXIT_USAGE)
     return listeners
+
+
+def _ops_addresses(args: argparse.Namespace, config: Config) -> tuple[tuple[str, int] | None, ...]:
+    """(http, prometheus) listener addresses: the flag, else the config file, else the default."""
+    out: list[tuple[str, int] | None] = []
+    for name, default in (("http", DEFAULT_HTTP), ("prometheus", DEFAULT_PROMETHEUS)):
+        value = getattr(args, name)
+        if value is None:
+            value = getattr(config, name)
+        if value is None:
+            out.append(default)
+            continue
+        try:
+            out.append(parse_address(value, default[1]) if value else None)
+        except ValueError as exc:
+            raise CliError(f"--{name}: {exc}", EXIT_USAGE) from None
+    return tuple(out)
 
 
 def _load_config(args: argparse.Namespace) -> Config:
@@ -254,8 +326,8 @@ def _check_config(args: argparse.Namespace, config: Config, listeners: list[List
 
 
 def _serve(args: argparse.Namespace) -> int:
-    listeners = _listeners(args)
     config = _load_config(args)
+    listeners = _listeners(args, config)
     try:
         check_server_available(args.server)
     except ServerUnavailable as exc:
@@ -267,16 +339,44 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         broker = make_broker(config, store=store)
         log_recovery(broker, store, time.monotonic() - started)
+        definitions = args.definitions or config.definitions
+        if definitions:
+            _load_definitions(broker, definitions)
         server = make_server(args.server, broker, listeners)
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
+        ops = OpsListeners(server, *_ops_addresses(args, config))
         try:
-            run(args.server, listeners, broker=broker, driver=server)
+            run(args.server, listeners, broker=broker, driver=server, ready=lambda bound: ops.start())
         except OSError as exc:  # typically: address in use / cannot bind (ListenError says which)
             raise CliError(str(exc)) from None
+        finally:
+            ops.stop()
     finally:
         store.close()
     return EXIT_OK
+
+
+def _read_definitions(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise CliError(f"cannot read the definitions file {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(f"definitions file {path} is not JSON: {exc}", EXIT_USAGE) from None
+
+
+def _load_definitions(broker: Any, path: str) -> None:
+    """RabbitMQ's ``load_definitions``: merged over what the store recovered, at every start."""
+    doc = _read_definitions(path)
+    try:
+        notes = broker.import_definitions(doc)
+    except ModelError as exc:
+        raise CliError(f"definitions file {path}: {exc.text}", EXIT_USAGE) from None
+    for note in notes:
+        log.warning("definitions %s: %s", path, note)
+    log.info("definitions loaded from %s", path)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

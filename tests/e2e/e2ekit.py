@@ -24,8 +24,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import stomp
 from stomp.listener import ConnectionListener
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
+
+import amqpproto as A
+from amqpproto import spec
+from servers.management import OPS_EPHEMERAL
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
@@ -121,7 +128,7 @@ def fresh_data_dir() -> str:
 
 
 def start_server(kind: str, config_path: Path, *extra: str) -> ServerProcess:
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
            "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()]
     return ServerProcess([*cmd, "--config", str(config_path), *extra], kind)
 
@@ -321,3 +328,103 @@ def pika_open(params: Any) -> Iterator[Any]:
 def uid(prefix: str) -> str:
     """A queue/destination name no other test (or test process) uses."""
     return f"{prefix}-{os.getpid()}-{next(_uid_seq)}"
+
+
+# -- STOMP over the `websockets` client ----------------------------------------------------------
+class WsStomp:
+    """A STOMP client over a `websockets` connection, parsing frames itself (across messages)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.buf = b""
+
+    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"", binary: bool = False) -> None:
+        data = frame(command, headers, body)
+        self.ws.send(data if binary else data.decode())
+
+    def read_frame(self) -> tuple[str, dict[str, str], bytes]:
+        while True:
+            self.buf = self.buf.lstrip(b"\r\n")  # heart-beats
+            head_end = self.buf.find(b"\n\n")
+            if head_end >= 0:
+                lines = self.buf[:head_end].decode().split("\n")
+                headers = dict(line.split(":", 1) for line in lines[1:])
+                start = head_end + 2
+                if "content-length" in headers:
+                    end = start + int(headers["content-length"])
+                    ok = len(self.buf) > end
+                else:
+                    end = self.buf.find(b"\x00", start)
+                    ok = end >= 0
+                if ok:
+                    body = self.buf[start:end]
+                    self.buf = self.buf[end + 1:]
+                    return lines[0], headers, body
+            msg = self.ws.recv(timeout=10.0)
+            self.buf += msg.encode() if isinstance(msg, str) else msg
+
+    def expect(self, command: str) -> tuple[dict[str, str], bytes]:
+        got, headers, body = self.read_frame()
+        assert got == command, (got, headers, body)
+        return headers, body
+
+    def connect(self) -> dict[str, str]:
+        self.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
+        return self.expect("CONNECTED")[0]
+
+    def receipt(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        rid = uid("r")
+        self.send(command, {**headers, "receipt": rid}, body)
+        h, _ = self.expect("RECEIPT")
+        assert h["receipt-id"] == rid
+
+
+# -- AMQP over the `websockets` client ----------------------------------------------------------
+class WsAmqp:
+    """An AMQP client: amqpproto (client role) framed by a `websockets` connection."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.conn = A.Connection(A.CLIENT)
+
+    def send(self, event: Any) -> None:
+        self.ws.send(self.conn.send(event, time.time()))
+
+    def send_bytes(self, data: bytes) -> None:
+        self.ws.send(data)
+
+    def encode(self, event: Any) -> bytes:
+        return self.conn.send(event, time.time())
+
+    def next(self) -> Any:
+        while True:
+            ev = self.conn.next_event()
+            if ev is not A.NEED_DATA:
+                return ev
+            data = self.ws.recv(timeout=10.0)
+            assert isinstance(data, bytes), f"AMQP arrived in a text message: {data!r}"
+            self.conn.receive_data(data, time.time())
+
+    def expect(self, cls: type) -> Any:
+        ev = self.next()
+        assert isinstance(ev, cls), ev
+        return ev
+
+    def open(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> None:
+        self.send(A.ProtocolHeader())
+        self.expect(spec.ConnectionStart)
+        self.send(spec.ConnectionStartOk({"product": "e2e-ws"}, "PLAIN", A.plain_response(user, password),
+                                         "en_US"))
+        tune = self.expect(spec.ConnectionTune)
+        self.send(self.conn.tune_ok(tune))
+        self.send(spec.ConnectionOpen(vhost))
+        self.expect(spec.ConnectionOpenOk)
+        self.send(spec.ChannelOpen(channel=1))
+        self.expect(spec.ChannelOpenOk)
+
+    def close(self) -> None:
+        self.send(spec.ConnectionClose(200, "bye", 0, 0))
+        self.expect(spec.ConnectionCloseOk)
+        with pytest.raises(ConnectionClosed) as info:  # the server ends the WebSocket with a Close 1000
+            self.ws.recv(timeout=10.0)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1000

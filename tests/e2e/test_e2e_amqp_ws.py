@@ -10,11 +10,9 @@ from typing import Any
 
 import pika
 import pytest
-from e2ekit import uid
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from e2ekit import WsAmqp, uid
+from websockets.sync.client import connect
 
-import amqpproto as A
 import servers
 from amqpproto import BasicProperties, spec
 from engine import Config
@@ -29,56 +27,6 @@ def srv(kind: str) -> Iterator[servers.Running]:
     listeners = [("ws", "127.0.0.1", 0), ("amqp", "127.0.0.1", 0)]
     with servers.running(kind, listeners, config=Config()) as running:
         yield running
-
-
-class WsAmqp:
-    """An AMQP client: amqpproto (client role) framed by a `websockets` connection."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.conn = A.Connection(A.CLIENT)
-
-    def send(self, event: Any) -> None:
-        self.ws.send(self.conn.send(event, time.time()))
-
-    def send_bytes(self, data: bytes) -> None:
-        self.ws.send(data)
-
-    def encode(self, event: Any) -> bytes:
-        return self.conn.send(event, time.time())
-
-    def next(self) -> Any:
-        while True:
-            ev = self.conn.next_event()
-            if ev is not A.NEED_DATA:
-                return ev
-            data = self.ws.recv(timeout=TIMEOUT)
-            assert isinstance(data, bytes), f"AMQP arrived in a text message: {data!r}"
-            self.conn.receive_data(data, time.time())
-
-    def expect(self, cls: type) -> Any:
-        ev = self.next()
-        assert isinstance(ev, cls), ev
-        return ev
-
-    def open(self) -> None:
-        self.send(A.ProtocolHeader())
-        self.expect(spec.ConnectionStart)
-        self.send(spec.ConnectionStartOk({"product": "e2e-ws"}, "PLAIN", A.plain_response("guest", "guest"),
-                                         "en_US"))
-        tune = self.expect(spec.ConnectionTune)
-        self.send(self.conn.tune_ok(tune))
-        self.send(spec.ConnectionOpen("/"))
-        self.expect(spec.ConnectionOpenOk)
-        self.send(spec.ChannelOpen(channel=1))
-        self.expect(spec.ChannelOpenOk)
-
-    def close(self) -> None:
-        self.send(spec.ConnectionClose(200, "bye", 0, 0))
-        self.expect(spec.ConnectionCloseOk)
-        with pytest.raises(ConnectionClosed) as info:  # the server ends the WebSocket with a Close 1000
-            self.ws.recv(timeout=TIMEOUT)
-        assert info.value.rcvd is not None and info.value.rcvd.code == 1000
 
 
 def ws_url(srv: servers.Running, path: str = "/ws") -> str:

@@ -14,6 +14,7 @@ import pytest
 
 import servers
 from e2ekit import LISTEN_RE, fresh_data_dir, RawStomp, ServerProcess, close_quietly, connect, wait_until
+from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,13 +29,13 @@ def sansmq_script() -> str:
 
 @pytest.mark.parametrize("kind", servers.SERVER_KINDS)
 def test_console_script_serves_and_stops_on_sigterm(kind: str) -> None:
-    cmd = [sansmq_script(), "serve", "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(),
+    cmd = [sansmq_script(), "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(),
            "--config", str(EXAMPLE_CONFIG)]
     srv = ServerProcess(cmd, kind)
     try:
-        wait_until(lambda: sum(bool(LISTEN_RE.fullmatch(ln)) for ln in srv.lines) == 3, 10, "three lines")
+        wait_until(lambda: sum(bool(LISTEN_RE.fullmatch(ln)) for ln in srv.lines) == 5, 10, "five lines")
         listening = [m.group(1) for ln in srv.lines if (m := LISTEN_RE.fullmatch(ln))]
-        assert listening == ["stomp", "ws", "amqp"], srv.lines  # one line per listener
+        assert listening == ["stomp", "ws", "amqp", "http", "prometheus"], srv.lines  # one line per listener
         assert srv.addr[0] == "127.0.0.1" and srv.addr[1] > 0
         conn, coll = connect(srv.addr, "1.2")
         conn.subscribe("/queue/cli", id="1", headers={"receipt": "s"})
@@ -55,7 +56,7 @@ def test_console_script_serves_and_stops_on_sigterm(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", servers.SERVER_KINDS)
 def test_python_m_servers_stops_on_sigint(kind: str) -> None:
-    srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--server", kind,
+    srv = ServerProcess([sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind,
                          "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], kind)
     try:
         raw = RawStomp(srv.addr)
@@ -107,7 +108,7 @@ def test_address_in_use_exits_1() -> None:
 
 def test_log_level_warning_still_runs_quietly() -> None:
     srv = subprocess.Popen(
-        [sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--log-level", "warning"],
+        [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--log-level", "warning"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -137,14 +138,14 @@ def _listening_port(pid: int) -> int | None:
 
 
 def test_one_log_line_per_listener_with_ws() -> None:
-    srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--server", "threads",
+    srv = ServerProcess([sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads",
                          "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], "threads")
     try:
-        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 3, 10,
-                   "three listening lines")
+        wait_until(lambda: len([ln for ln in srv.lines if LISTEN_RE.fullmatch(ln)]) == 5, 10,
+                   "five listening lines")
         found = [LISTEN_RE.fullmatch(ln) for ln in srv.lines]
         matches = [m for m in found if m]
-        assert [m.group(1) for m in matches] == ["stomp", "ws", "amqp"]
+        assert [m.group(1) for m in matches] == ["stomp", "ws", "amqp", "http", "prometheus"]
         ws_port = int(matches[1].group(3))
         assert ws_port not in (0, srv.addr[1])
         with socket.create_connection(("127.0.0.1", ws_port), timeout=5) as sock:

@@ -15,10 +15,11 @@ from e2ekit import ServerProcess, fresh_data_dir
 from test_e2e_cli import EXAMPLE_CONFIG, sansmq_script
 
 import servers
+from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(60)
 
-QUIET = ("--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp", "--log-level", "warning")
+QUIET = ("--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp", "--log-level", "warning", *OPS_EPHEMERAL)
 
 
 def sansmq(*args: str, python_prelude: str = "") -> subprocess.CompletedProcess[str]:
@@ -48,13 +49,13 @@ def config_file(tmp_path: Path, text: str) -> str:
     ('[users.app]\nvhosts = ["/"]\n',
      "{f}:1: users.app.password: missing (every user needs a password)"),
     ('anonymous_user = "guest"\nlistener = "0.0.0.0"\n',
-     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, users, limits)"),
+     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, users, limits, http, prometheus, definitions, tls)"),
     ('[users.guest]\npassword = "guest"\nloopback_only = "yes"\n',
      '{f}:3: users.guest.loopback_only: expected true or false, got the string "yes"'),
     ('[users.app]\npassword = 1234\n',
      "{f}:2: users.app.password: expected a string, got an integer 1234"),
     ('[users.app]\npassword = "x"\nroles = ["admin"]\n',
-     "{f}:3: users.app.roles: unknown key (known here: password, loopback_only, vhosts)"),
+     "{f}:3: users.app.roles: unknown key (known here: password, loopback_only, vhosts, tags)"),
     ('[limits]\n\n# a comment\nheartbeat = 10000\n',
      "{f}:4: limits.heartbeat: expected an array of two integers, e.g. [10000, 10000], got an integer 10000"),
     ('[limits]\nmax_body_size = "16MiB"\n',
@@ -116,7 +117,8 @@ def test_data_directory_problems(tmp_path: Path) -> None:
     line = one_line_error(sansmq("serve", "--data", str(not_a_dir), *QUIET), 1)
     assert line == f"sansmq serve: error: cannot open the data directory {not_a_dir}: Not a directory ({not_a_dir}/segments)"
     data = fresh_data_dir()
-    first = ServerProcess([sansmq_script(), "serve", "--data", data, "--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp"],
+    first = ServerProcess([sansmq_script(), "serve", "--data", data, "--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp",
+                          *OPS_EPHEMERAL],
                           "threads")  # listening: it holds the directory's lock
     try:
         second = sansmq("serve", "--data", data, *QUIET)

@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import connect as ws_connect
 
 import servers
+from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +31,7 @@ SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reaso
 
 
 def serve(kind: str, *extra: str, data: str | None = None) -> ServerProcess:
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0",
            "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", data or fresh_data_dir(), *extra]
     return ServerProcess(cmd, kind)
 
@@ -204,8 +205,10 @@ def test_json_log_has_a_line_for_each_event(kind: str, tmp_path: Path) -> None:
     srv = serve(kind, "--config", str(config), "--log-format", "json", "--memory-high-watermark", "20000", data=data)
     queue = uid("ops")
     try:
+        srv.port("prometheus")  # the last listener to log its line
         listeners = events(srv, "listener.started")
-        assert [(r["protocol"], r["server"]) for r in listeners] == [("stomp", kind), ("ws", kind), ("amqp", kind)]
+        assert [(r["protocol"], r["server"]) for r in listeners] == [("stomp", kind), ("ws", kind), ("amqp", kind),
+                                                                    ("http", "waitress"), ("prometheus", "waitress")]
         for rec in records(srv):  # timestamps, level and component on every line
             assert rec["time"].endswith("Z") and rec["level"] in ("info", "warning") and rec["component"], rec
         # accepted / authenticated / closed, with peer, user, vhost, protocol, reason
@@ -304,7 +307,7 @@ def _non_loopback_address() -> str | None:
 
 def test_stomp_errors_are_readable_and_refusals_say_why() -> None:
     host = _non_loopback_address()
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", "threads", "--stomp", "0.0.0.0:0",
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads", "--stomp", "0.0.0.0:0",
            "--no-ws", "--amqp", "0.0.0.0:0", "--data", fresh_data_dir()]
     srv = ServerProcess(cmd, "threads")
     try:

@@ -10,9 +10,9 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from e2ekit import RawStomp, frame, uid
+from e2ekit import RawStomp, WsStomp, frame, uid
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 import servers
 from engine import Config
@@ -32,54 +32,6 @@ def ws_server(kind: str) -> Iterator[servers.Running]:
 def url(srv: servers.Running, path: str = "/ws") -> str:
     host, port = srv.address("ws")
     return f"ws://{host}:{port}{path}"
-
-
-class WsStomp:
-    """A STOMP client over a `websockets` connection, parsing frames itself (across messages)."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.buf = b""
-
-    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"", binary: bool = False) -> None:
-        data = frame(command, headers, body)
-        self.ws.send(data if binary else data.decode())
-
-    def read_frame(self) -> tuple[str, dict[str, str], bytes]:
-        while True:
-            self.buf = self.buf.lstrip(b"\r\n")  # heart-beats
-            head_end = self.buf.find(b"\n\n")
-            if head_end >= 0:
-                lines = self.buf[:head_end].decode().split("\n")
-                headers = dict(line.split(":", 1) for line in lines[1:])
-                start = head_end + 2
-                if "content-length" in headers:
-                    end = start + int(headers["content-length"])
-                    ok = len(self.buf) > end
-                else:
-                    end = self.buf.find(b"\x00", start)
-                    ok = end >= 0
-                if ok:
-                    body = self.buf[start:end]
-                    self.buf = self.buf[end + 1:]
-                    return lines[0], headers, body
-            msg = self.ws.recv(timeout=TIMEOUT)
-            self.buf += msg.encode() if isinstance(msg, str) else msg
-
-    def expect(self, command: str) -> tuple[dict[str, str], bytes]:
-        got, headers, body = self.read_frame()
-        assert got == command, (got, headers, body)
-        return headers, body
-
-    def connect(self) -> dict[str, str]:
-        self.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
-        return self.expect("CONNECTED")[0]
-
-    def receipt(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
-        rid = uid("r")
-        self.send(command, {**headers, "receipt": rid}, body)
-        h, _ = self.expect("RECEIPT")
-        assert h["receipt-id"] == rid
 
 
 @pytest.fixture

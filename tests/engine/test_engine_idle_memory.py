@@ -12,6 +12,7 @@ from typing import Any
 
 from engine import Broker, Config, Limits, MemoryStore
 from engine.model.objects import Queue, _QueueExtras
+from engine.model.security import UserAccess
 from engine.stomp.session import StompSession, StompSubscription
 from stompproto import Subscribe
 
@@ -50,6 +51,7 @@ def test_idle_queue_and_queue_subscription_stay_small() -> None:
 
     session = StompSession(broker, 1, ("127.0.0.1", 1))
     session.vhost = vhost
+    session.access = UserAccess(broker.model.security, "guest", "/")
     frames = [Subscribe({"destination": "/queue/" + name, "id": str(i)}) for i, name in enumerate(names)]
 
     def subs(n: int) -> None:
@@ -70,6 +72,7 @@ def test_subscription_keeps_other_destinations_and_modes() -> None:
     vhost = broker.model.vhosts["/"]
     session = StompSession(broker, 1, ("127.0.0.1", 1))
     session.vhost = vhost
+    session.access = UserAccess(broker.model.security, "guest", "/")
     q = broker.model.declare_queue(vhost, "q")
     for mode in ("auto", "client", "client-individual"):
         for owns in (False, True):

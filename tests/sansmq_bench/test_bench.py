@@ -29,6 +29,7 @@ from sansmq_bench.report import Sample, progress_line
 from sansmq_bench.stats import Histogram, Stats
 from sansmq_bench.stomp_client import StompClient
 from servers.cli import build_parser
+from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -210,7 +211,7 @@ class Broker:
 
     def __init__(self) -> None:
         self.data = tempfile.mkdtemp(prefix="sansmq-bench-")
-        cmd = [sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0",
+        cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:0",
                "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", self.data]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=_env())

@@ -31,7 +31,8 @@ def test_make_store(tmp_path: Path, caplog) -> None:
     s.close()
 
 
-ONLY_STOMP = ["--stomp", "127.0.0.1:0", *(f"--no-{p}" for p, _, _ in PROTOCOLS if p != "stomp")]
+ONLY_STOMP = ["--stomp", "127.0.0.1:0", *(f"--no-{p}" for p, _, _ in PROTOCOLS if p != "stomp"), "--no-http",
+              "--no-prometheus"]
 
 
 def serve(*extra: str) -> tuple[subprocess.Popen[str], list[str]]:

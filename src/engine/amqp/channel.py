@@ -20,7 +20,6 @@ from amqpproto.spec import encode_properties
 from .._message import Entry, Message
 from .._props import headers_to_props, props_to_headers
 from .._session import Host
-from ..config import User
 from ..model import (
     PUBLISH_REFUSED,
     PUBLISH_ROUTED,
@@ -34,6 +33,7 @@ from ..model import (
     VHost,
 )
 from ..model.objects import amqp_type_name
+from ..model.security import Access, UserAccess, UserRecord
 from ..store import StoreError
 
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
@@ -62,7 +62,9 @@ class ChannelOwner(ConsumerOwner, Protocol):
     model: Model
     conn: amqpproto.Connection
     vhost: VHost | None
-    user: User | None
+    user: UserRecord | None
+    #: the user's permissions in ``vhost`` (set by connection.open)
+    access: UserAccess
     channels: dict[int, AmqpChannel]
     #: exclusive queues of the connection (deleted with it)
     exclusive: dict[Queue, None]
@@ -131,7 +133,9 @@ class _Confirm:
             return
         if self.refused:
             chan.nack(self.seq)
-        elif session.batching is not None:  # released by a sync: coalesce
+            return
+        session.model.confirmed += 1
+        if session.batching is not None:  # released by a sync: coalesce
             chan.ack_upto = self.seq
             chan.ack_batch += 1
             session.batching[chan] = None
@@ -243,6 +247,12 @@ class AmqpChannel:
                            "connection or the exclusive property value does not match that of the original "
                            "declaration.", method)
 
+    def _permit(self, access: Access, kind: str, name: str, method: type) -> None:
+        """RabbitMQ's permission check: 403 ACCESS_REFUSED with its text unless the user may."""
+        text = self.session.access.refusal(access, kind, name)
+        if text is not None:
+            raise ChannelError(spec.ACCESS_REFUSED, text, method)
+
     def _exchange(self, name: str, method: type) -> Exchange:
         x = self.vhost.exchanges.get(name)
         if x is None:
@@ -276,6 +286,7 @@ class AmqpChannel:
         if m.passive:
             self._exchange(name, type(m))
         else:
+            self._permit("configure", "exchange", name, type(m))
             args = dict(m.arguments) if m.arguments else None
             x = self.vhost.exchanges.get(name)
             if x is not None:
@@ -307,6 +318,7 @@ class AmqpChannel:
         if name.startswith("amq."):
             raise ChannelError(spec.ACCESS_REFUSED, f"deletion of system exchange '{name}' in vhost "
                                f"'{self.vhost.name}' not allowed", type(m))
+        self._permit("configure", "exchange", name, type(m))
         x = self.vhost.exchanges.get(name)
         if x is not None:  # RabbitMQ: deleting a missing exchange is not an error
             if m.if_unused and (any(True for _ in x.router.bindings()) or self._is_destination(x)):
@@ -322,6 +334,8 @@ class AmqpChannel:
     def on_exchange_bind(self, m: spec.ExchangeBind) -> None:
         _not_default(m.destination, type(m))
         _not_default(m.source, type(m))
+        self._permit("write", "exchange", m.destination, type(m))
+        self._permit("read", "exchange", m.source, type(m))
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
         args = dict(m.arguments) if m.arguments else None
@@ -332,6 +346,8 @@ class AmqpChannel:
     def on_exchange_unbind(self, m: spec.ExchangeUnbind) -> None:
         _not_default(m.destination, type(m))
         _not_default(m.source, type(m))
+        self._permit("write", "exchange", m.destination, type(m))
+        self._permit("read", "exchange", m.source, type(m))
         exchanges = self.vhost.exchanges
         dest = exchanges.get(m.destination)
         source = exchanges.get(m.source)
@@ -356,8 +372,12 @@ class AmqpChannel:
                 if name not in vhost.queues:
                     raise ChannelError(spec.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix "
                                        "'amq.*'", type(m))
-            q = vhost.queues.get(name)
+            self._permit("configure", "queue", name, type(m))
             args = dict(m.arguments) if m.arguments else None
+            if args and "x-dead-letter-exchange" in args:  # RabbitMQ: dead-lettering reads and writes
+                self._permit("read", "queue", name, type(m))
+                self._permit("write", "exchange", str(args["x-dead-letter-exchange"]), type(m))
+            q = vhost.queues.get(name)
             if q is not None:
                 self._check_exclusive(q, type(m))
                 self._check_equivalent_queue(q, m, args)
@@ -379,7 +399,7 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for queue "
                                    f"'{q.name}' in vhost '{self.vhost.name}': received '{_term(theirs)}' but "
                                    f"current is '{_term(ours)}'", type(m))
-        ours_args = q.args or {}
+        ours_args = q.declared_args or {}
         for key in set(ours_args) | set(args or {}):
             if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
                 if key in _NUMERIC_ARGS and \
@@ -390,6 +410,8 @@ class AmqpChannel:
 
     def on_queue_bind(self, m: spec.QueueBind) -> None:
         _not_default(m.exchange, type(m))
+        self._permit("write", "queue", m.queue, type(m))
+        self._permit("read", "exchange", m.exchange, type(m))
         q = self._queue(m.queue, type(m))
         x = self._exchange(m.exchange, type(m))
         args = dict(m.arguments) if m.arguments else None
@@ -399,6 +421,8 @@ class AmqpChannel:
 
     def on_queue_unbind(self, m: spec.QueueUnbind) -> None:
         _not_default(m.exchange, type(m))
+        self._permit("write", "queue", m.queue, type(m))
+        self._permit("read", "exchange", m.exchange, type(m))
         q = self.vhost.queues.get(m.queue)
         x = self.vhost.exchanges.get(m.exchange)
         args = dict(m.arguments) if m.arguments else None
@@ -410,12 +434,14 @@ class AmqpChannel:
         self.send(spec.QueueUnbindOk())
 
     def on_queue_purge(self, m: spec.QueuePurge) -> None:
+        self._permit("read", "queue", m.queue, type(m))
         q = self._queue(m.queue, type(m))
         n = self.session.model.purge(q)
         if not m.nowait:
             self.send(spec.QueuePurgeOk(n))
 
     def on_queue_delete(self, m: spec.QueueDelete) -> None:
+        self._permit("configure", "queue", m.queue, type(m))
         q = self.vhost.queues.get(m.queue)
         n = 0
         if q is not None:  # RabbitMQ: deleting a missing queue is not an error
@@ -451,6 +477,7 @@ class AmqpChannel:
         if name == REPLY_TO:
             q = self._reply_queue(m)
         else:
+            self._permit("read", "queue", name, type(m))
             q = self._queue(name, type(m))
         tag = m.consumer_tag
         if not tag:
@@ -524,6 +551,7 @@ class AmqpChannel:
                                                 msg.routing_key, props_bytes(msg), msg.body, session.host.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
+        self._permit("read", "queue", m.queue, type(m))
         q = self._queue(m.queue, type(m))
         holder = self.getters.get(q)
         if holder is None:
@@ -667,6 +695,8 @@ class AmqpChannel:
     def on_publish(self, m: spec.BasicPublish) -> None:
         if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
             raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
+        if not self.session.access.allows("write", m.exchange or "amq.default"):
+            self._permit("write", "exchange", m.exchange, type(m))
         x = self._exchange(m.exchange, type(m))
         if x.internal:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "

@@ -7,7 +7,6 @@ hard errors the connection). Channel methods live in ``channel``.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -17,8 +16,8 @@ from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
-from ..config import User
 from ..model import Consumer, Queue, VHost
+from ..model.security import UserAccess, UserRecord
 from ..store import StoreError
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 
@@ -72,7 +71,7 @@ _CODE_NAMES = {
 
 class AmqpSession(Session):
     PROTOCOL = "amqp"
-    __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
+    __slots__ = ("conn", "vhost", "user", "access", "channels", "client_properties", "closing", "exclusive",
                  "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
 
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
@@ -81,7 +80,8 @@ class AmqpSession(Session):
                                  heartbeat=HEARTBEAT,
                                  max_body_size=host.config.limits.max_message_size)
         self.vhost: VHost | None = None
-        self.user: User | None = None
+        self.user: UserRecord | None = None
+        self.access: UserAccess = None  # type: ignore[assignment]  # set by connection.open
         self.channels: dict[int, AmqpChannel] = {}
         self.client_properties: dict[str, Any] = {}
         #: we sent connection.close and wait for close-ok (everything else is dropped)
@@ -252,6 +252,16 @@ class AmqpSession(Session):
         """RabbitMQ's answer to a node shutdown; the socket closes on close-ok (or CLOSE_OK_WAIT)."""
         self.close_with(spec.CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'")
 
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": "AMQP 0-9-1", "peer": self.peer, "user": self.user.name if self.user else None,
+                "vhost": self.vhost.name if self.vhost else None, "channels": len(self.channels),
+                "client_properties": self.client_properties or {}}
+
+    def force_close(self, text: str) -> None:
+        """connection.close 320 (a node shutdown, or closed via the management API); the socket
+        closes on close-ok (or CLOSE_OK_WAIT)."""
+        self.close_with(spec.CONNECTION_FORCED, text)
+
     def abort(self, reason: str) -> None:
         self.close_reason = self.close_reason or f"internal error: {reason}"
         if not self.closing:
@@ -338,14 +348,14 @@ class AmqpSession(Session):
             login, password = A.parse_sasl_response(mechanism, m.response)
         except ValueError:
             self._refuse(None, f"malformed {mechanism} response")
-        config = self.host.config
-        user = config.users.get(login)
-        if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
+        security = self.model.security
+        user = security.users.get(login)
+        if user is None or not user.check(password):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
-        if user.loopback_only and not is_loopback(self.peer):
+        if login in security.loopback_users and not is_loopback(self.peer):
             self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
         self.send(self.conn.tune())
@@ -363,13 +373,14 @@ class AmqpSession(Session):
         name = m.virtual_host or config.default_vhost
         user = self.user
         assert user is not None
-        if name not in self.model.vhosts or name not in (*config.vhosts, config.default_vhost):
+        if name not in self.model.vhosts:
             raise AmqpConnectionError(spec.NOT_ALLOWED, f"vhost {name} not found", type(m))
-        if user.vhosts and name not in user.vhosts:
+        if not self.model.security.can_access_vhost(user.name, name):
             why = f"access to vhost '{name}' refused for user '{user.name}'"
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.model.vhosts[name]
+        self.access = UserAccess(self.model.security, user.name, name)
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
 
@@ -379,8 +390,8 @@ class AmqpSession(Session):
         RabbitMQ's 530 and text."""
         user = self.user
         assert user is not None
-        current = self.host.config.users.get(user.name)
-        if current is None or not hmac.compare_digest(current.password.encode(), bytes(m.new_secret)):
+        current = self.model.security.authenticate(user.name, bytes(m.new_secret).decode("utf-8", "replace"))
+        if current is None:
             raise AmqpConnectionError(spec.NOT_ALLOWED, "New secret was refused by one of the backends", type(m))
         self.user = current
         self.send(spec.ConnectionUpdateSecretOk())

@@ -75,6 +75,9 @@ class Delivery:
             return None
         state.next_tag += 1
         tag = state.next_tag
+        state.delivered += 1
+        if entry.count:
+            state.redelivered += 1
         if holder.auto_ack:
             state.forget(q, entry)
         else:
@@ -126,6 +129,7 @@ class Delivery:
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
+        state.acked += len(taken)
         for entry in taken:
             state.forget(consumer.queue, entry)
         return True

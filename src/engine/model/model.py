@@ -15,6 +15,8 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     topology                    declare/delete/bind/unbind, auto-delete, x-expires
     publish                     the one publish path; enqueue; a message dying in a queue
     delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
+    policies                    policies matched to queues and exchanges, applied at once
+    security                    users, password hashes, per-vhost permissions (no layer uses it)
 
 A layer calls only those below it; where a lower one must report back (paging meets an expired
 message, a light delivery's ack timeout passes) it calls a callback the model gave it. The
@@ -22,6 +24,8 @@ operations are the layers' own bound methods, set on the model (no forwarding ca
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .._timers import TimerQueue
 from ..store import Recovered, Store
@@ -31,9 +35,11 @@ from .holding import HOLDER_ARG, Holder
 from .light import LightTopics
 from .objects import Exchange, Queue
 from .paging import Pager
+from .policies import Policies
 from .publish import Publisher
 from .retry import RETRY_ARG, Retries
 from .routing import route
+from .security import Security
 from .state import ModelState
 from .topology import Topology
 
@@ -47,7 +53,8 @@ class Model(ModelState):
                  "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
-                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
+                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages",
+                 "policies", "security", "delete_vhost")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         super().__init__(store, timers)
@@ -67,10 +74,14 @@ class Model(ModelState):
         retries.requeue = publisher.enqueue
         retries.dead = publisher.remove
         publisher.light = delivery.light = light
+        self.policies = Policies(store, self.vhosts, self._queue_args_changed)
+        topology.on_declared = self._declared
+        self.security = Security(store)
         # the operations, bound once
         self.route = route
         self.exchange = topology.exchange
         self.add_vhost = topology.add_vhost
+        self.delete_vhost = topology.delete_vhost
         self.declare_exchange = topology.declare_exchange
         self.delete_exchange = topology.delete_exchange
         self.declare_queue = topology.declare_queue
@@ -92,6 +103,24 @@ class Model(ModelState):
         self.supports_light = light.supports
         self.bind_light = light.bind
         self.paged_messages = pager.paged_messages
+
+    # -- policies ---------------------------------------------------------------------------------
+    def _declared(self, obj: Queue | Exchange) -> None:
+        if isinstance(obj, Queue):
+            self.policies.apply_queue(obj)
+        else:
+            self.policies.apply_exchange(obj)
+
+    def _queue_args_changed(self, q: Queue, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        """A policy changed ``q``'s effective arguments: a lower max-length trims it at once (with
+        drop-head overflow, as RabbitMQ), a changed expires restarts its countdown."""
+        before, after = before or {}, after or {}
+        if ("x-max-length" in after or "x-max-length-bytes" in after) and \
+                after.get("x-overflow", "drop-head") == "drop-head":
+            self.publisher.trim(q, after)
+            self.dirty[q] = None
+        if before.get("x-expires") != after.get("x-expires"):
+            self.topology.arm_unused(q)
 
     # -- recovery -------------------------------------------------------------------------------
     def restore(self, rec: Recovered) -> None:
@@ -149,6 +178,9 @@ class Model(ModelState):
                     q.count += paged
         max_id = max(max_id, rec.max_message_id)
         self._next_msg_id = max_id
+        self.security.restore(rec.docs)
+        self.policies.restore(rec.docs)
+        self.policies.apply_all()
         self._restore_held(rec, holders)
 
     def _restore_held(self, rec: Recovered, stored: list[tuple[str, str]]) -> None:

@@ -54,7 +54,8 @@ class ConsumerOwner(Protocol):
 
 
 class Exchange:
-    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router")
+    __slots__ = ("vhost", "name", "type", "durable", "auto_delete", "internal", "args", "router", "policy",
+                 "alternate")
 
     def __init__(self, vhost: VHost, name: str, type: str, durable: bool, auto_delete: bool,
                  internal: bool, args: dict[str, Any] | None) -> None:
@@ -66,6 +67,10 @@ class Exchange:
         self.internal = internal
         self.args = args
         self.router: Router = router_for(type, args)
+        #: the name of the policy that applies (engine.model.policies), None when none does
+        self.policy: str | None = None
+        #: where unroutable messages go: the alternate-exchange argument, else the policy's
+        self.alternate: str | None = str(args["alternate-exchange"]) if args and "alternate-exchange" in args else None
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"
@@ -93,11 +98,16 @@ class Consumer:
 class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
 
-    __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes")
+    __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes", "declared", "policy")
 
     def __init__(self) -> None:
         self.exclusive_owner: Any = None
+        #: the effective arguments: the declared ones combined with the policy that applies
         self.args: dict[str, Any] | None = None
+        #: the declared arguments while a policy applies (``args`` are the declared ones otherwise)
+        self.declared: dict[str, Any] | None = None
+        #: the name of the policy that applies
+        self.policy: str | None = None
         self.hi: dict[int, deque[Entry]] | None = None
         self.bindings: list[tuple[Exchange, str, dict[str, Any] | None]] | None = None
         self.paged_bytes = 0
@@ -175,13 +185,22 @@ class Queue:
         self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
 
     exclusive_owner = _extra("exclusive_owner", None)
+    #: effective arguments (declared ones combined with the policy's); every layer reads these
     args = _extra("args", None)
+    #: the name of the policy that applies (engine.model.policies), None when none does
+    policy = _extra("policy", None)
+    _declared = _extra("declared", None)
     #: priorities 1..9, a deque per used level
     _hi = _extra("hi", None)
     #: bindings to this queue: (exchange, key, args); needed to unbind on delete
     bindings = _extra("bindings", None)
     #: body bytes of the paged ready messages
     paged_bytes = _extra("paged_bytes", 0)
+
+    @property
+    def declared_args(self) -> dict[str, Any] | None:
+        """The arguments the queue was declared with (what equivalence checks and the store see)."""
+        return self._declared if self.policy is not None else self.args
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={self.count})"

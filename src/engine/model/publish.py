@@ -9,6 +9,8 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._message import READY, Entry, Message
 from .delayed import DelayedTarget
 from .errors import NotFound
@@ -62,10 +64,9 @@ class Publisher:
         else:
             targets = route(vhost, x, msg.routing_key, headers)
         if not targets:
-            args = x.args
-            if not args or "alternate-exchange" not in args:
+            if x.alternate is None:
                 return 0
-            alt = vhost.exchanges.get(str(args["alternate-exchange"]))
+            alt = vhost.exchanges.get(x.alternate)
             if alt is None:
                 return 0
             targets = route(vhost, alt, msg.routing_key, headers)
@@ -140,13 +141,18 @@ class Publisher:
             if expires is not None:
                 entry.timer = state.timers.add(expires, self.on_expiry, (q, entry))
         if args and ("x-max-length" in args or "x-max-length-bytes" in args):
-            while over_limits(q, args, 0, 0):  # drop-head (reject-publish never gets here over)
-                head = self.pager.pop(q)
-                if head is None:
-                    break
-                self.remove(q, head, "maxlen")
+            self.trim(q, args)  # drop-head (reject-publish never gets here over)
         state.dirty[q] = None
         return True
+
+    def trim(self, q: Queue, args: dict[str, Any]) -> None:
+        """Drop ``q``'s oldest ready messages (dead-lettered as ``maxlen``) while it is over its
+        x-max-length / x-max-length-bytes."""
+        while over_limits(q, args, 0, 0):
+            head = self.pager.pop(q)
+            if head is None:
+                break
+            self.remove(q, head, "maxlen")
 
     # -- leaving a queue dead ------------------------------------------------------------------------
     def remove(self, q: Queue, entry: Entry, reason: str) -> None:

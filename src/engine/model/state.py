@@ -18,7 +18,8 @@ __all__ = ["ModelState"]
 class ModelState:
     # slots: the layers read these on every message (a slot is the fastest attribute to load)
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
-                 "store_writes", "eager_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
+                 "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
+                 "confirmed", "light_limit", "light_dropped",
                  "light_dropped_total", "page_window", "page_window_bytes")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
@@ -46,6 +47,12 @@ class ModelState:
         self.queued_bytes = 0
         #: publish operations so far (the broker notes which connections publish)
         self.publishes = 0
+        #: broker-wide message counters read by the statistics sampler (engine.stats): queue
+        #: deliveries (consume and get), those of them redelivered, acks, publisher confirms sent
+        self.delivered = 0
+        self.redelivered = 0
+        self.acked = 0
+        self.confirmed = 0
         #: most messages a light subscription holds (ready + unacked) before dropping (see light)
         self.light_limit = 10_000
         #: light subscriptions that dropped messages -> how many; and the total over all of them

@@ -4,6 +4,7 @@ uses). Deleting a queue cancels its consumers through their owners and drops its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
@@ -20,13 +21,15 @@ __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "delayed", "retries", "unused_timers")
+    __slots__ = ("state", "pager", "delayed", "retries", "unused_timers", "on_declared")
 
     def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries) -> None:
         self.state = state
         self.pager = pager
         self.delayed = delayed
         self.retries = retries
+        #: told of every new queue or exchange (the model applies policies to it)
+        self.on_declared: Callable[[Queue | Exchange], None] | None = None
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -56,6 +59,21 @@ class Topology:
             vhost.exchanges[xname] = Exchange(vhost, xname, xtype, True, False, False, None)
         return vhost
 
+    def delete_vhost(self, name: str) -> None:
+        """Delete vhost ``name`` with its queues (their consumers cancelled), exchanges and bindings."""
+        state = self.state
+        vhost = state.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"no vhost '{name}'")
+        for q in list(vhost.queues.values()):
+            self.delete_queue(q)
+        for xname in list(vhost.exchanges):
+            if xname and not xname.startswith("amq.") and xname in vhost.exchanges:
+                self.delete_exchange(vhost, xname)
+        del state.vhosts[name]
+        state.store.delete_vhost(name)
+        state.store_write()
+
     def declare_exchange(self, vhost: VHost, name: str, type: str, durable: bool = True,
                          auto_delete: bool = False, internal: bool = False,
                          args: dict[str, Any] | None = None, passive: bool = False) -> Exchange:
@@ -79,6 +97,8 @@ class Topology:
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
         if type == DELAYED_TYPE:
             self.delayed.attach(x)
+        if self.on_declared is not None:
+            self.on_declared(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
@@ -124,7 +144,9 @@ class Topology:
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
         q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
-        if args and "x-expires" in args:
+        if self.on_declared is not None:
+            self.on_declared(q)
+        if q.args and "x-expires" in q.args:
             self.arm_unused(q)
         if args and RETRY_ARG in args:
             self.retries.attach(q)

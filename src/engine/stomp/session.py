@@ -7,7 +7,6 @@ model (unacked messages, subscriptions, temporary queues) is released first.
 
 from __future__ import annotations
 
-import hmac
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -43,10 +42,10 @@ from .. import oplog
 from .._message import Entry, Message
 from .._props import stomp_value
 from .._session import SERVER_NAME, Host, Session, is_loopback
-from ..config import User
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ..model.routers import PREFIX_ARG
+from ..model.security import Access, UserAccess, UserRecord
 from ..store import StoreError
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
@@ -241,7 +240,7 @@ def _num(value: str | None) -> float | None:
 class StompSession(Session):
     PROTOCOL = "stomp"
     __slots__ = (
-        "conn", "vhost", "user", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
+        "conn", "vhost", "user", "access", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
         "_tail_cache", "_dests", "_dest_lines",
     )
 
@@ -257,7 +256,8 @@ class StompSession(Session):
             heartbeat_grace=limits.heartbeat_grace,
         )
         self.vhost: VHost | None = None
-        self.user: User | None = None
+        self.user: UserRecord | None = None
+        self.access: UserAccess = None  # type: ignore[assignment]  # set by CONNECT
         self.version = "1.0"
         self.subs: dict[str, AnySubscription] = {}
         self.txs: dict[str, _Tx] | None = None
@@ -374,10 +374,19 @@ class StompSession(Session):
     def abort(self, reason: str) -> None:
         self._fail(reason)
 
+    def force_close(self, text: str) -> None:
+        """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording)."""
+        self._fail("CONNECTION_FORCED", text)
+
     def shutdown(self) -> None:
         """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording for a shutdown)."""
         self.close_reason = "broker shutdown"
         self._fail("CONNECTION_FORCED", "broker forced connection closure with reason 'shutdown'")
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": f"STOMP {self.version}", "peer": self.peer,
+                "user": self.user.name if self.user else None,
+                "vhost": self.vhost.name if self.vhost else None, "channels": 1, "client_properties": {}}
 
     def fail_held(self, token: int) -> None:
         if self.held and self.held[0][0] <= token:
@@ -390,13 +399,14 @@ class StompSession(Session):
         self.version = self.conn.version or "1.0"
         login = headers.get("login")
         host = headers.get("host")
-        vhost_name = host if host in config.vhosts else config.default_vhost
+        vhost_name = host if host in self.model.vhosts else config.default_vhost
         user, why, told = self._authenticate(login, headers.get("passcode", ""), vhost_name)
         if user is None:
             oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
             raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.vhost = self.model.add_vhost(vhost_name, persist=False)
+        self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
         out = {"version": self.version}
         if self.version != "1.0":
@@ -410,25 +420,30 @@ class StompSession(Session):
         out["session"] = f"session-{self.conn_id}"
         self.send(Connected(out))
 
-    def _authenticate(self, login: str | None, passcode: str, vhost_name: str) -> tuple[User | None, str, str]:
+    def _authenticate(self, login: str | None, passcode: str,
+                      vhost_name: str) -> tuple[UserRecord | None, str, str]:
         """(the user, or None with why for the log and what to tell the client)."""
         config = self.host.config
+        security = self.model.security
         if login is None:
-            name = config.anonymous_user
+            name = config.anonymous_user  # RabbitMQ's STOMP default_user, without its password check
             if name is None:
                 why = "no login given and anonymous access is disabled"
                 return None, why, why
-            user = config.users.get(name, User(name, "", False))
+            user = security.users.get(name)
+            if user is None:
+                why = f"no login given and the anonymous user '{name}' does not exist"
+                return None, why, why
         else:
-            user = config.users.get(login)
+            user = security.users.get(login)
             if user is None:
                 return None, f"no such user '{login}'", f"user '{login}' - invalid credentials"
-            if not hmac.compare_digest(user.password.encode(), passcode.encode()):
+            if not user.check(passcode):
                 return None, f"wrong passcode for user '{login}'", f"user '{login}' - invalid credentials"
-        if user.loopback_only and not is_loopback(self.peer):
+        if user.name in security.loopback_users and not is_loopback(self.peer):
             why = f"user '{user.name}' can only connect via localhost"
             return None, why, why
-        if user.vhosts and vhost_name not in user.vhosts:
+        if not security.can_access_vhost(user.name, vhost_name):
             why = f"access to vhost '{vhost_name}' refused for user '{user.name}'"
             return None, why, why
         return user, "", ""
@@ -561,6 +576,8 @@ class StompSession(Session):
             q = self._temp_queue(reply_to[12:])
             msg_headers["reply-to"] = f"/reply-queue/{q.name}"
         exchange, key = self._publish_target(dest, headers)
+        if not self.access.allows("write", exchange or "amq.default"):
+            self._permit("write", "exchange", exchange)
         priority = 0
         expires_at = None
         ack_timeout = None
@@ -586,6 +603,13 @@ class StompSession(Session):
         except ModelError as exc:
             raise StompError(_model_error_title(exc), exc.text) from None
         return None
+
+    def _permit(self, access: Access, kind: str, name: str) -> None:
+        """The permission RabbitMQ's STOMP adapter needs for what it does on the client's behalf;
+        a refusal is an ERROR frame (access_refused, RabbitMQ's text) and the connection closes."""
+        text = self.access.refusal(access, kind, name)
+        if text is not None:
+            raise StompError("access_refused", f"ACCESS_REFUSED - {text}")
 
     def _publish_target(self, dest: Destination, headers: dict[str, str]) -> tuple[str, str]:
         vhost = self.vhost
@@ -613,6 +637,8 @@ class StompSession(Session):
     def _declare(self, name: str, headers: dict[str, str]) -> Queue:
         vhost = self.vhost
         assert vhost is not None
+        if not self.access.allows("configure", name):  # RabbitMQ's adapter declares on every SEND
+            self._permit("configure", "queue", name)
         q = vhost.queues.get(name)
         if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
             self.model.touch(q)
@@ -636,8 +662,10 @@ class StompSession(Session):
         if sub_id not in self.subs:
             self._check_subscription_limit()
         model = self.model
-        q = model.declare_queue(self.vhost, self.host.new_name("amq.gen-"), durable=False,
-                                auto_delete=False, exclusive_owner=self)
+        name = self.host.new_name("amq.gen-")
+        self._permit("configure", "queue", name)
+        self._permit("read", "queue", name)
+        q = model.declare_queue(self.vhost, name, durable=False, auto_delete=False, exclusive_owner=self)
         self.temp[suffix] = q
         if sub_id not in self.subs:
             sub = StompSubscription(q, self, self.host.config.limits.default_prefetch, sub_id, sub_id,
@@ -693,6 +721,7 @@ class StompSession(Session):
             self._receipt(frame, False)
             return
         q, owns = self._subscription_queue(dest, sub_id, headers)
+        self._permit("read", "queue", q.name)
         sub = StompSubscription(q, self, prefetch, sub_id, destination, ack_mode, owns)
         try:
             self.model.consume(q, sub)
@@ -719,6 +748,10 @@ class StompSession(Session):
         exchange = self.vhost.exchanges.get(dest.name)
         if exchange is None or not self.model.supports_light(exchange):
             return None  # the queue path reports a missing exchange
+        # what RabbitMQ's adapter would need for the subscription queue it declares, binds, reads
+        for access in ("configure", "write", "read"):
+            self._permit(access, "queue", "stomp-subscription-" + sub_id)  # type: ignore[arg-type]
+        self._permit("read", "exchange", exchange.name)
         key, prefix = dest.key, False
         if kind == "topic" and is_prefix_topic(key):
             key, prefix = key[:-1], True
@@ -747,18 +780,23 @@ class StompSession(Session):
         if kind == "topic" and is_prefix_topic(key):
             key, bind_args = key[:-1], {PREFIX_ARG: True}
         durable = kind == "topic" and _durable(headers)
+        args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
         if durable:
             if "id" not in headers:
                 raise StompError("Missing id", "a durable subscription needs an id header")
             auto_delete = headers.get("auto-delete", "false").lower() == "true"
-            args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
-            q = model.declare_queue(vhost, _durable_queue_name(sub_id), durable=True,
-                                    auto_delete=auto_delete, args=args)
+            name = _durable_queue_name(sub_id)
+        else:
+            name = self.host.new_name("stomp-sub-")
+        # as RabbitMQ's adapter: declare (configure), bind (write on it, read on the exchange)
+        self._permit("configure", "queue", name)
+        self._permit("write", "queue", name)
+        self._permit("read", "exchange", exchange.name)
+        if durable:
+            q = model.declare_queue(vhost, name, durable=True, auto_delete=auto_delete, args=args)
             owns = False
         else:
-            args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
-            q = model.declare_queue(vhost, self.host.new_name("stomp-sub-"), durable=False,
-                                    auto_delete=True, exclusive_owner=self, args=args)
+            q = model.declare_queue(vhost, name, durable=False, auto_delete=True, exclusive_owner=self, args=args)
             owns = True
         model.bind(vhost, q, exchange, key, bind_args)
         return q, owns

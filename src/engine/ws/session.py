@@ -264,6 +264,24 @@ class WsSession(Session):
         elif not self.closed:
             self.close()
 
+    def describe(self) -> dict[str, Any]:
+        inner = self.inner
+        out = inner.describe() if inner is not None else super().describe()
+        out["protocol"] = f"Web {out['protocol']}"
+        out["peer"] = self.peer
+        return out
+
+    def force_close(self, text: str) -> None:
+        """The inner protocol's forced close (closed via the management API), then Close 1000."""
+        self.close_reason = self.close_reason or f"closed by an operator: {text}"
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.force_close(text)  # ends in carried_closed, which sends our Close
+        elif self.ws.state is ConnectionState.OPEN:
+            self.carried_closed()
+        elif not self.closed:
+            self.close()
+
     def _reject(self, status: int, body: bytes) -> None:
         self._send(RejectConnection(status, body=body))
         self.close()

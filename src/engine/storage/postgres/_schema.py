@@ -59,6 +59,13 @@ CREATE TABLE IF NOT EXISTS {s}.queue_messages (
     PRIMARY KEY (queue, msg_id)
 );
 CREATE INDEX IF NOT EXISTS queue_messages_msg_id ON {s}.queue_messages (msg_id);
+CREATE TABLE IF NOT EXISTS {s}.docs (
+    kind text NOT NULL,
+    key text NOT NULL,
+    doc text NOT NULL,
+    ord bigint GENERATED ALWAYS AS IDENTITY,
+    PRIMARY KEY (kind, key)
+);
 """
 
 
@@ -71,6 +78,11 @@ def lock_key(schema: str) -> int:
 SQL = {
     "add_vhost": "INSERT INTO {s}.vhosts (name) VALUES (%s) ON CONFLICT DO NOTHING",
     "delete_vhost": "DELETE FROM {s}.vhosts WHERE name = %s",
+    "put_doc": (
+        "INSERT INTO {s}.docs (kind, key, doc) VALUES (%s, %s, %s)"
+        " ON CONFLICT (kind, key) DO UPDATE SET doc = EXCLUDED.doc"
+    ),
+    "delete_doc": "DELETE FROM {s}.docs WHERE kind = %s AND key = %s",
     "add_exchange": (
         "INSERT INTO {s}.exchanges (vhost, name, type, durable, auto_delete, internal, args)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (vhost, name) DO UPDATE SET type = EXCLUDED.type,"
@@ -136,6 +148,7 @@ SQL = {
         "DELETE FROM {s}.messages m WHERE NOT EXISTS (SELECT 1 FROM {s}.queue_messages qm WHERE qm.msg_id = m.id)"
     ),
     "load_vhosts": "SELECT name FROM {s}.vhosts ORDER BY ord",
+    "load_docs": "SELECT kind, key, doc FROM {s}.docs ORDER BY ord",
     "load_exchanges": (
         "SELECT vhost, name, type, durable, auto_delete, internal, args FROM {s}.exchanges ORDER BY ord"
     ),

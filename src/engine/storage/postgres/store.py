@@ -158,6 +158,7 @@ class PostgresStore(Store):
             conn.execute(q["cleanup_entries"])
             conn.execute(q["cleanup_messages"])
             rec.vhosts = [r[0] for r in conn.execute(q["load_vhosts"])]
+            rec.docs = {(kind, key): doc for kind, key, doc in conn.execute(q["load_docs"])}
             rec.exchanges = [ExchangeDef(v, n, t, d, a, i, _args_in(args))
                              for v, n, t, d, a, i, args in conn.execute(q["load_exchanges"])]
             names: dict[int, tuple[str, str]] = {}
@@ -222,6 +223,12 @@ class PostgresStore(Store):
 
     def delete_vhost(self, name: str) -> None:
         self._op("delete_vhost", name)
+
+    def put_doc(self, kind: str, key: str, doc: str) -> None:
+        self._op("put_doc", kind, key, doc)
+
+    def delete_doc(self, kind: str, key: str) -> None:
+        self._op("delete_doc", kind, key)
 
     def add_exchange(self, xdef: ExchangeDef) -> None:
         self._check_writable()

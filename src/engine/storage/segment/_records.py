@@ -36,6 +36,8 @@ NAN = float("nan")
 
 # -- journal meta records ----------------------------------------------------------------------
 OP_ADD_VHOST, OP_DEL_VHOST, OP_ADD_X, OP_DEL_X, OP_ADD_Q, OP_DEL_Q, OP_ADD_B, OP_DEL_B = range(1, 9)
+#: a JSON document (users, permissions, policies): kind, key, doc / kind, key
+OP_PUT_DOC, OP_DEL_DOC = 9, 10
 _META = Struct("<BBBI")  # kind, op, flags, queue id (add_queue) or 0
 _U32 = Struct("<I")
 _F_DURABLE, _F_AUTO_DELETE, _F_INTERNAL, _F_DEST_X, _F_ARGS = 1, 2, 4, 8, 16
@@ -78,7 +80,7 @@ def meta_binding(op: int, b: BindingDef) -> bytes:
 
 
 _NSTRS = {OP_ADD_VHOST: 1, OP_DEL_VHOST: 1, OP_ADD_X: 3, OP_DEL_X: 2, OP_ADD_Q: 2, OP_DEL_Q: 2,
-          OP_ADD_B: 4, OP_DEL_B: 4}
+          OP_ADD_B: 4, OP_DEL_B: 4, OP_PUT_DOC: 3, OP_DEL_DOC: 2}
 
 
 def decode_meta(p: bytes) -> tuple[int, list[str], int, int, dict[str, Any] | None]:

@@ -67,9 +67,11 @@ from ._records import (
     OP_ADD_VHOST,
     OP_ADD_X,
     OP_DEL_B,
+    OP_DEL_DOC,
     OP_DEL_Q,
     OP_DEL_VHOST,
     OP_DEL_X,
+    OP_PUT_DOC,
     SEG_MAGIC,
     _decode_message,
     _encode_message,
@@ -165,6 +167,8 @@ class SegmentStore(Store):
         self._failed: str | None = None  # why the last write-out failed (new messages refused)
         self._vhosts: dict[str, None] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
+        #: (kind, key) -> JSON document (Store.put_doc)
+        self._docs: dict[tuple[str, str], str] = {}
         #: vhost -> queue name -> its index. An idle plain queue (durable, no auto-delete, no
         #: arguments, no messages) is ``_IDLE`` and has no qid yet: its first message gives it one
         #: (a new ADD_Q record, which replaces the old one on replay) and a _QIndex
@@ -315,7 +319,8 @@ class SegmentStore(Store):
         # materialise each queue's head; a message shared by queues is decoded once
         decoded: dict[int, Message | None] = {}
         budget = self.memory_bodies
-        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()))
+        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()),
+                        docs=dict(self._docs))
         max_id = 0
         for vname, qname, qi in self._all_queues():
             if type(qi) is int:
@@ -396,7 +401,8 @@ class SegmentStore(Store):
                     pass
         self._seg_no = max(existing, default=0)
         live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
-                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings))
+                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings)
+                + len(self._docs))
         with self._lock:
             self._new_segment()
             if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
@@ -411,6 +417,11 @@ class SegmentStore(Store):
         op, strs, flags, qid, args = meta
         if op == OP_ADD_VHOST:
             self._vhosts[strs[0]] = None
+        elif op == OP_PUT_DOC:
+            self._docs.pop((strs[0], strs[1]), None)
+            self._docs[(strs[0], strs[1])] = strs[2]
+        elif op == OP_DEL_DOC:
+            self._docs.pop((strs[0], strs[1]), None)
         elif op == OP_DEL_VHOST:
             self._vhosts.pop(strs[0], None)
         elif op == OP_ADD_X:
@@ -575,6 +586,16 @@ class SegmentStore(Store):
     def delete_vhost(self, name: str) -> None:
         self._vhosts.pop(name, None)
         self._meta(meta_vhost(OP_DEL_VHOST, name))
+
+    def put_doc(self, kind: str, key: str, doc: str) -> None:
+        self._check_writable()
+        self._docs.pop((kind, key), None)
+        self._docs[(kind, key)] = doc
+        self._meta(encode_meta(OP_PUT_DOC, kind, key, doc))
+
+    def delete_doc(self, kind: str, key: str) -> None:
+        if self._docs.pop((kind, key), None) is not None:
+            self._meta(encode_meta(OP_DEL_DOC, kind, key))
 
     def add_exchange(self, xdef: ExchangeDef) -> None:
         self._check_writable()
@@ -1027,6 +1048,8 @@ class SegmentStore(Store):
         try:
             for v in self._vhosts:
                 out += _record(meta_vhost(OP_ADD_VHOST, v))
+            for (kind, key), doc in self._docs.items():
+                out += _record(encode_meta(OP_PUT_DOC, kind, key, doc))
             for x in self._exchanges.values():
                 out += _record(meta_exchange(x))
             for vname, qname, x in self._all_queues():

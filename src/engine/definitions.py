@@ -1,0 +1,140 @@
+"""Definitions export and import in RabbitMQ's JSON format (``rabbitmqctl export_definitions``, the
+management API's ``/api/definitions``, the ``load_definitions`` setting).
+
+Import merges: objects named in the file are created or replaced (users, permissions, policies) or
+declared (vhosts, queues, exchanges, bindings: an existing one is kept as it is, as RabbitMQ's import
+does); nothing absent from the file is deleted. Sections sansmq has no use for (parameters,
+global_parameters, topic_permissions, operator policies, limits) are skipped and named in the
+returned notes. Only durable topology is exported (RabbitMQ exports no transient object).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import Model
+from .model.errors import ModelError, PreconditionFailed
+from .model.objects import STANDARD_EXCHANGES, Queue
+from .model.policies import Policy
+from .model.security import Permission, UserRecord
+
+__all__ = ["export_definitions", "import_definitions", "DEFINITIONS_VERSION"]
+
+DEFINITIONS_VERSION = "3.10.0"
+_IGNORED_SECTIONS = ("parameters", "global_parameters", "topic_permissions", "operator_policies",
+                     "vhost_limits", "user_limits")
+_STANDARD = {"", *(name for name, _ in STANDARD_EXCHANGES)}
+
+
+def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) -> dict[str, Any]:
+    """The broker's users, vhosts, permissions, policies and durable topology."""
+    sec = model.security
+    queues, exchanges, bindings = [], [], []
+    for vhost in model.vhosts.values():
+        for q in vhost.queues.values():
+            if q.durable and q.exclusive_owner is None:
+                queues.append({"name": q.name, "vhost": vhost.name, "durable": True, "auto_delete": q.auto_delete,
+                               "arguments": dict(q.declared_args or {})})
+        for x in vhost.exchanges.values():
+            if x.durable and x.name not in _STANDARD:
+                exchanges.append({"name": x.name, "vhost": vhost.name, "type": x.type, "durable": True,
+                                  "auto_delete": x.auto_delete, "internal": x.internal,
+                                  "arguments": dict(x.args or {})})
+        for x in vhost.exchanges.values():
+            if not x.durable or x.name == "":
+                continue
+            for dest, key, args in x.router.bindings():
+                if not dest.durable or (isinstance(dest, Queue) and dest.exclusive_owner is not None):
+                    continue
+                bindings.append({"source": x.name, "vhost": vhost.name, "destination": dest.name,
+                                 "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
+                                 "routing_key": key, "arguments": dict(args or {})})
+    return {
+        "rabbit_version": server_version,
+        "rabbitmq_version": server_version,
+        "product_name": "sansmq",
+        "product_version": server_version,
+        # sorted: the same state exports the same file, whatever order it was built or recovered in
+        "users": [sec.users[name].to_json() for name in sorted(sec.users)],
+        "vhosts": [{"name": name, "limits": [], "metadata": {"description": "", "tags": []}}
+                   for name in sorted(model.vhosts)],
+        "permissions": [sec.permissions[k].to_json() for k in sorted(sec.permissions, key=lambda k: (k[1], k[0]))],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [model.policies.policies[k].to_json() for k in sorted(model.policies.policies)],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    }
+
+
+def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
+    """Merge ``doc`` (a parsed definitions file) into the broker. Returns notes on what was skipped.
+    Raises ``PreconditionFailed`` on a malformed file, before changing anything it can check first."""
+    if not isinstance(doc, dict):
+        raise PreconditionFailed("a definitions file is a JSON object")
+    notes: list[str] = []
+    # parse everything first: a malformed entry refuses the file before anything changed
+    try:
+        users = [UserRecord.from_json(u) for u in doc.get("users") or ()]
+        perms = [Permission.from_json(p) for p in doc.get("permissions") or ()]
+        policies = [Policy.from_json(p) for p in doc.get("policies") or ()]
+        vhosts = [str(v["name"]) for v in doc.get("vhosts") or ()]
+        limited = [str(v["name"]) for v in doc.get("vhosts") or () if v.get("limits")]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PreconditionFailed(f"malformed definitions: {exc!r}") from None
+    for section in _IGNORED_SECTIONS:
+        if doc.get(section):
+            notes.append(f"{section}: {len(doc[section])} entries ignored (not supported)")
+    if limited:
+        notes.append(f"vhost limits ignored (not supported): {', '.join(limited)}")
+    sec = model.security
+    for u in users:
+        sec.put_user(u)
+    for name in vhosts:
+        model.add_vhost(name)
+    for p in perms:
+        if p.vhost not in model.vhosts:
+            model.add_vhost(p.vhost)
+        sec.set_permissions(p)
+    for x in doc.get("exchanges") or ():
+        vhost = model.add_vhost(str(x.get("vhost", "/")))
+        if x["name"] in _STANDARD or x["name"] in vhost.exchanges:
+            continue
+        _declare(notes, "exchange", x, model.declare_exchange, vhost, str(x["name"]), str(x.get("type", "direct")),
+                 bool(x.get("durable", True)), bool(x.get("auto_delete", False)), bool(x.get("internal", False)),
+                 x.get("arguments") or None)
+    for q in doc.get("queues") or ():
+        vhost = model.add_vhost(str(q.get("vhost", "/")))
+        args = dict(q.get("arguments") or {})
+        qtype = args.pop("x-queue-type", None) if args.get("x-queue-type") in ("quorum", "classic") else None
+        if qtype == "quorum":  # sansmq's queues are classic: a quorum queue keeps its name and args
+            notes.append(f"queue {q['name']!r} in vhost {vhost.name!r}: quorum queue imported as a classic one")
+        _declare(notes, "queue", q, model.declare_queue, vhost, str(q["name"]), bool(q.get("durable", True)),
+                 bool(q.get("auto_delete", False)), None, args or None)
+    for b in doc.get("bindings") or ():
+        holder = model.vhosts.get(str(b.get("vhost", "/")))
+        source = holder.exchanges.get(str(b.get("source"))) if holder else None
+        dest_name = str(b.get("destination"))
+        dest = None
+        if holder is not None:
+            dest = holder.exchanges.get(dest_name) if b.get("destination_type") == "exchange" else \
+                holder.queues.get(dest_name)
+        if source is None or dest is None:
+            notes.append(f"binding {b.get('source')!r} -> {dest_name!r} skipped: source or destination missing")
+            continue
+        _declare(notes, "binding", b, model.bind, holder, dest, source, str(b.get("routing_key", "")),
+                 b.get("arguments") or None)
+    for policy in policies:
+        if policy.vhost not in model.vhosts:
+            model.add_vhost(policy.vhost)
+        model.policies.put(policy)
+    return notes
+
+
+def _declare(notes: list[str], what: str, entry: dict[str, Any], fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except ModelError as exc:
+        notes.append(f"{what} {entry.get('name', entry.get('destination'))!r} skipped: {exc.text}")

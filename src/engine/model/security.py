@@ -1,0 +1,245 @@
+"""Users, password hashes and per-vhost permissions (RabbitMQ's internal auth backend).
+
+A password is kept as RabbitMQ keeps it: ``base64(salt + H(salt + utf8(password)))`` with a 4-byte
+salt, H being SHA-256 (``rabbit_password_hashing_sha256``, the default), SHA-512 or MD5 (accepted on
+import). Salts come from the caller (the broker's injected rng): this module draws no randomness.
+
+A permission is three regular expressions (configure, write, read) over resource names in one vhost,
+matched as RabbitMQ matches them (``re:run``: a search, anchored only when the pattern says so; an
+empty pattern matches nothing). Server-named queues (``amq.gen-*``) are checked like any other name.
+
+State is durable through the store's documents (``Store.put_doc``): kind ``user`` keyed by name and
+``permission`` keyed by ``["vhost", "user"]``, each a JSON object in the definitions file's own shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..store import Store
+from .errors import NotFound, PreconditionFailed
+
+__all__ = [
+    "HASHING_ALGORITHMS", "DEFAULT_HASHING", "hash_password", "check_password", "UserRecord", "Permission",
+    "Security", "Access", "UserAccess", "refused_text",
+]
+
+#: RabbitMQ's hashing module names -> hashlib constructors
+HASHING_ALGORITHMS = {
+    "rabbit_password_hashing_sha256": hashlib.sha256,
+    "rabbit_password_hashing_sha512": hashlib.sha512,
+    "rabbit_password_hashing_md5": hashlib.md5,
+}
+DEFAULT_HASHING = "rabbit_password_hashing_sha256"
+Access = Literal["configure", "write", "read"]
+USER_DOC, PERMISSION_DOC = "user", "permission"
+
+
+def hash_password(password: str, salt: bytes, algorithm: str = DEFAULT_HASHING) -> str:
+    """RabbitMQ's ``password_hash`` of ``password`` with the 4-byte ``salt``."""
+    digest = HASHING_ALGORITHMS[algorithm](salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def check_password(password_hash: str, algorithm: str, password: str) -> bool:
+    """Whether ``password`` matches ``password_hash`` (an empty hash matches nothing: RabbitMQ's
+    passwordless users cannot log in with a password)."""
+    make = HASHING_ALGORITHMS.get(algorithm)
+    if make is None or not password_hash:
+        return False
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        return False
+    salt, digest = raw[:4], raw[4:]
+    return hmac.compare_digest(make(salt + password.encode("utf-8")).digest(), digest)
+
+
+@dataclass(slots=True)
+class UserRecord:
+    name: str
+    password_hash: str
+    hashing_algorithm: str = DEFAULT_HASHING
+    #: RabbitMQ's tags (administrator, monitoring, management, policymaker, ...)
+    tags: tuple[str, ...] = ()
+
+    def check(self, password: str) -> bool:
+        return check_password(self.password_hash, self.hashing_algorithm, password)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "password_hash": self.password_hash,
+                "hashing_algorithm": self.hashing_algorithm, "tags": list(self.tags)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> UserRecord:
+        tags = d.get("tags", ())
+        if isinstance(tags, str):  # RabbitMQ < 3.10 exports tags as one comma-separated string
+            tags = [t for t in tags.split(",") if t]
+        algorithm = d.get("hashing_algorithm") or DEFAULT_HASHING
+        if algorithm not in HASHING_ALGORITHMS:
+            raise PreconditionFailed(f"unsupported hashing algorithm '{algorithm}' for user '{d.get('name')}'")
+        return cls(str(d["name"]), str(d.get("password_hash", "")), algorithm, tuple(str(t) for t in tags))
+
+
+def _compile(pattern: str) -> re.Pattern[str] | None:
+    if pattern == "":
+        return None  # RabbitMQ: an empty pattern grants nothing
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise PreconditionFailed(f"invalid regular expression '{pattern}': {exc}") from None
+
+
+@dataclass(slots=True)
+class Permission:
+    user: str
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+    _compiled: dict[str, re.Pattern[str] | None] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._compiled = {a: _compile(getattr(self, a)) for a in ("configure", "write", "read")}
+
+    def allows(self, access: Access, resource: str) -> bool:
+        rx = self._compiled[access]
+        return rx is not None and rx.search(resource) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "vhost": self.vhost, "configure": self.configure, "write": self.write,
+                "read": self.read}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Permission:
+        return cls(str(d["user"]), str(d["vhost"]), str(d.get("configure", "")), str(d.get("write", "")),
+                   str(d.get("read", "")))
+
+
+class Security:
+    """The user database and permissions, written through to the store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.users: dict[str, UserRecord] = {}
+        #: (vhost, user) -> permission
+        self.permissions: dict[tuple[str, str], Permission] = {}
+        #: users that may connect only from a loopback address (RabbitMQ's ``loopback_users``)
+        self.loopback_users: set[str] = {"guest"}
+        #: bumped on every permission change (sessions' cached answers are dropped then)
+        self.version = 0
+
+    # -- users ---------------------------------------------------------------------------------
+    def put_user(self, user: UserRecord, persist: bool = True) -> UserRecord:
+        self.users[user.name] = user
+        if persist:
+            self.store.put_doc(USER_DOC, user.name, json.dumps(user.to_json()))
+        return user
+
+    def add_user(self, name: str, password: str | None, salt: bytes, tags: tuple[str, ...] = ()) -> UserRecord:
+        """Create or replace ``name``; a None password makes a user that cannot log in by password."""
+        phash = "" if password is None else hash_password(password, salt)
+        return self.put_user(UserRecord(name, phash, DEFAULT_HASHING, tuple(tags)))
+
+    def delete_user(self, name: str) -> None:
+        if self.users.pop(name, None) is None:
+            raise NotFound(f"no user '{name}'")
+        self.store.delete_doc(USER_DOC, name)
+        for vhost, user in [k for k in self.permissions if k[1] == name]:
+            self.clear_permissions(user, vhost)
+
+    def authenticate(self, name: str, password: str) -> UserRecord | None:
+        user = self.users.get(name)
+        return user if user is not None and user.check(password) else None
+
+    # -- permissions ---------------------------------------------------------------------------
+    def set_permissions(self, perm: Permission, persist: bool = True) -> Permission:
+        self.permissions[(perm.vhost, perm.user)] = perm
+        self.version += 1
+        if persist:
+            self.store.put_doc(PERMISSION_DOC, _perm_key(perm.vhost, perm.user), json.dumps(perm.to_json()))
+        return perm
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        if self.permissions.pop((vhost, user), None) is not None:
+            self.version += 1
+            self.store.delete_doc(PERMISSION_DOC, _perm_key(vhost, user))
+
+    def forget_vhost(self, vhost: str) -> None:
+        """A vhost was deleted: its permissions go with it (as RabbitMQ's)."""
+        for v, user in [k for k in self.permissions if k[0] == vhost]:
+            self.clear_permissions(user, v)
+
+    def permission(self, user: str, vhost: str) -> Permission | None:
+        return self.permissions.get((vhost, user))
+
+    def can_access_vhost(self, user: str, vhost: str) -> bool:
+        """RabbitMQ lets a user open a vhost when it has any permission entry there."""
+        return (vhost, user) in self.permissions
+
+    def allows(self, user: str, vhost: str, access: Access, resource: str) -> bool:
+        perm = self.permissions.get((vhost, user))
+        return perm is not None and perm.allows(access, resource)
+
+    # -- recovery --------------------------------------------------------------------------------
+    def restore(self, docs: dict[tuple[str, str], str]) -> None:
+        for (kind, _), doc in docs.items():
+            if kind == USER_DOC:
+                self.put_user(UserRecord.from_json(json.loads(doc)), persist=False)
+            elif kind == PERMISSION_DOC:
+                self.set_permissions(Permission.from_json(json.loads(doc)), persist=False)
+
+
+#: answers one connection keeps (the resources a connection uses again and again are few)
+_CACHE_SIZE = 64
+
+
+class UserAccess:
+    """One connection's view of its user's permissions in its vhost, with the answers cached (a
+    publish asks for the same exchange again and again; a permission change drops the cache)."""
+
+    __slots__ = ("security", "user", "vhost", "_cache", "_version")
+
+    def __init__(self, security: Security, user: str, vhost: str) -> None:
+        self.security = security
+        self.user = user
+        self.vhost = vhost
+        self._cache: dict[tuple[str, str], bool] = {}
+        self._version = security.version
+
+    def allows(self, access: Access, resource: str) -> bool:
+        sec = self.security
+        if sec.version != self._version:
+            self._cache.clear()
+            self._version = sec.version
+        key = (access, resource)
+        ok = self._cache.get(key)
+        if ok is None:
+            if len(self._cache) >= _CACHE_SIZE:  # bounded: a client naming many queues pins nothing
+                self._cache.clear()
+            ok = self._cache[key] = sec.allows(self.user, self.vhost, access, resource)
+        return ok
+
+    def refusal(self, access: Access, kind: str, name: str) -> str | None:
+        """None when ``access`` to the ``kind`` (queue, exchange) ``name`` is allowed, else RabbitMQ's
+        refusal text. The default exchange is the resource ``amq.default``."""
+        if kind == "exchange" and name == "":
+            name = "amq.default"
+        if self.allows(access, name):
+            return None
+        return refused_text(kind, name, self.vhost, self.user)
+
+
+def _perm_key(vhost: str, user: str) -> str:
+    return json.dumps([vhost, user])
+
+
+def refused_text(kind: str, name: str, vhost: str, user: str) -> str:
+    """RabbitMQ's text for a refused resource access (rabbit_access_control)."""
+    return f"access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'"

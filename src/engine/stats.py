@@ -1,0 +1,164 @@
+"""Statistics for the management API and Prometheus: sampled rates and a plain-data snapshot.
+
+Nothing here runs per message. The model keeps a few integer counters (publishes, deliveries,
+redeliveries, acks, confirms); once management is on, a broker timer samples them every
+``interval`` seconds of the server's clock into a bounded ring, from which rates (per second, over
+the last few samples) and chart histories are computed. ``snapshot`` copies the broker's state into
+plain dicts and lists on the broker's thread, so readers on other threads never touch live objects.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Exchange, Queue
+
+__all__ = ["COUNTERS", "SECTIONS", "Sampler", "snapshot"]
+
+#: counter name (RabbitMQ's message_stats key) -> ModelState attribute
+COUNTERS = (("publish", "publishes"), ("deliver_get", "delivered"), ("redeliver", "redelivered"),
+            ("ack", "acked"), ("confirm", "confirmed"))
+#: samples kept: ten minutes at one a second, enough for the admin page's charts
+RING = 600
+#: rates are averaged over this many sampling intervals (RabbitMQ smooths over a few seconds too)
+RATE_SPAN = 5
+
+
+@dataclass(slots=True)
+class Sampler:
+    """A ring of (time, counters, ready, unacked) samples taken on a broker timer."""
+
+    interval: float = 1.0
+    ring: deque[tuple[float, tuple[int, ...], int, int]] = field(default_factory=lambda: deque(maxlen=RING))
+
+    def sample(self, now: float, model: Any) -> None:
+        ready = unacked = 0
+        for vhost in model.vhosts.values():  # one pass over the queues per interval, not per request
+            for q in vhost.queues.values():
+                ready += q.count
+                if q.consumers:
+                    unacked += q.unacked_count()
+        self.ring.append((now, tuple(getattr(model, attr) for _, attr in COUNTERS), ready, unacked))
+
+    def rates(self) -> dict[str, float]:
+        ring = self.ring
+        if len(ring) < 2:
+            return {name: 0.0 for name, _ in COUNTERS}
+        t1, c1, _, _ = ring[-1]
+        t0, c0, _, _ = ring[max(0, len(ring) - 1 - RATE_SPAN)]
+        span = max(t1 - t0, 1e-9)
+        return {name: round((c1[i] - c0[i]) / span, 1) for i, (name, _) in enumerate(COUNTERS)}
+
+    def history(self, seconds: float) -> list[dict[str, Any]]:
+        """Per-sample rates and depths over the last ``seconds`` (the admin page's charts)."""
+        ring = list(self.ring)
+        if not ring:
+            return []
+        start = ring[-1][0] - seconds
+        out = []
+        for (t0, c0, _, _), (t1, c1, ready, unacked) in zip(ring, ring[1:], strict=False):
+            if t1 < start:
+                continue
+            span = max(t1 - t0, 1e-9)
+            out.append({"t": t1, "ready": ready, "unacked": unacked,
+                        **{name: round((c1[i] - c0[i]) / span, 1) for i, (name, _) in enumerate(COUNTERS)}})
+        return out
+
+
+def _queue(q: Queue) -> dict[str, Any]:
+    unacked = q.unacked_count()
+    owner = q.exclusive_owner
+    return {"vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
+            "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
+            "effective_arguments": dict(q.args or {}), "messages_ready": q.count,
+            "messages_unacknowledged": unacked, "messages": q.count + unacked, "consumers": q.consumer_count(),
+            "message_bytes_ready": q.bytes + q.paged_bytes}
+
+
+def _exchange(x: Exchange) -> dict[str, Any]:
+    return {"vhost": x.vhost.name, "name": x.name, "type": x.type, "durable": x.durable,
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": dict(x.args or {}),
+            "policy": x.policy}
+
+
+def _bindings(vhost: Any) -> list[dict[str, Any]]:
+    out = []
+    for q in vhost.queues.values():  # the default exchange's implicit binding, as RabbitMQ lists it
+        out.append({"source": "", "vhost": vhost.name, "destination": q.name, "destination_type": "queue",
+                    "routing_key": q.name, "arguments": {}})
+    for x in vhost.exchanges.values():
+        if x.name == "":
+            continue
+        for dest, key, args in x.router.bindings():
+            if isinstance(dest, (Queue, Exchange)):
+                out.append({"source": x.name, "vhost": vhost.name, "destination": dest.name,
+                            "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
+                            "routing_key": key, "arguments": dict(args or {})})
+    return out
+
+
+#: the parts of a snapshot that list objects (costly with many queues: built only when asked)
+SECTIONS = ("queues", "exchanges", "bindings", "consumers")
+
+
+def _vhost_counts(vhost: Any) -> dict[str, int]:
+    queues = ready = unacked = consumers = nbytes = 0
+    for q in vhost.queues.values():
+        queues += 1
+        ready += q.count
+        nbytes += q.bytes + q.paged_bytes
+        if q.consumers:
+            consumers += len(q.consumers)
+            unacked += q.unacked_count()
+    return {"queues": queues, "exchanges": len(vhost.exchanges), "consumers": consumers,
+            "messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked,
+            "message_bytes_ready": nbytes}
+
+
+def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The broker's state as plain data (run on the broker's thread): counts per vhost, rates,
+    connections, users, permissions and policies always; the object lists named in ``sections``
+    (``SECTIONS``) only when asked, since they cost in proportion to the objects."""
+    model = broker.model
+    sampler: Sampler | None = broker.sampler
+    connections = []
+    for conn_id, session in broker.sessions.items():
+        if session.closed:
+            continue
+        info = session.describe()
+        info["conn_id"] = conn_id
+        connections.append(info)
+    out: dict[str, Any] = {
+        "now": broker.now,
+        "vhosts": list(model.vhosts),
+        "counts": {name: _vhost_counts(v) for name, v in model.vhosts.items()},
+        "connections": connections,
+        "totals": {name: getattr(model, attr) for name, attr in COUNTERS},
+        "rates": sampler.rates() if sampler else {name: 0.0 for name, _ in COUNTERS},
+        "alarms": {"memory": broker.mem_alarm},
+        "queued_bytes": model.queued_bytes,
+        # users, permissions and policies are replaced, never changed in place: shared, not copied
+        "users": dict(model.security.users),
+        "loopback_users": frozenset(model.security.loopback_users),
+        "permissions": list(model.security.permissions.values()),
+        "policies": [p.to_json() for p in model.policies.in_vhost()],
+    }
+    vhosts = model.vhosts.values()
+    if "queues" in sections:
+        out["queues"] = [_queue(q) for v in vhosts for q in v.queues.values()]
+    if "exchanges" in sections:
+        out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
+    if "bindings" in sections:
+        out["bindings"] = [b for v in vhosts for b in _bindings(v)]
+    if "consumers" in sections:
+        out["consumers"] = [_consumer(q, c) for v in vhosts for q in v.queues.values() for c in q.consumers or ()]
+    return out
+
+
+def _consumer(q: Queue, c: Any) -> dict[str, Any]:
+    owner = getattr(c.owner, "session", c.owner)  # an AMQP channel's connection
+    return {"queue": {"name": q.name, "vhost": q.vhost.name},
+            "consumer_tag": str(getattr(c, "tag", getattr(c, "id", ""))), "ack_required": not c.auto_ack,
+            "prefetch_count": c.prefetch, "conn_id": getattr(owner, "conn_id", None)}

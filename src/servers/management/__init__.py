@@ -1,0 +1,85 @@
+"""Operations listeners: the management HTTP API with the admin page, and Prometheus metrics.
+
+Both run in their own threads (waitress, a maintained pure-Python WSGI server, so it fits every
+adapter alike) and reach the broker only through ``Driver.call_soon``: snapshots to read,
+commands to change it, each run on the broker's own thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import waitress
+
+from .._driver import format_address, log
+from .api import COMMAND_TIMEOUT, MAX_BODY, ManagementApi
+from .prometheus import prometheus_app
+
+__all__ = ["OpsListeners", "DEFAULT_HTTP", "DEFAULT_PROMETHEUS", "OPS_EPHEMERAL"]
+
+DEFAULT_HTTP = ("127.0.0.1", 15672)
+DEFAULT_PROMETHEUS = ("127.0.0.1", 15692)
+#: ``sansmq serve`` arguments putting both listeners on ephemeral ports (tests run many servers)
+OPS_EPHEMERAL = ("--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0")
+#: seconds an idle or slow HTTP connection is kept (waitress's channel_timeout)
+HTTP_TIMEOUT = 30
+_WS_NAMES = {"amqp": "amqp", "stomp": "stomp", "ws": "http/web-stomp"}
+
+
+class OpsListeners:
+    """The HTTP listeners of one running server; ``start`` once the driver serves, ``stop`` after."""
+
+    def __init__(self, driver: Any, http: tuple[str, int] | None, prometheus: tuple[str, int] | None) -> None:
+        self.driver = driver
+        self.api = ManagementApi(self._call, self._listeners)
+        self._want = {"http": http, "prometheus": prometheus}
+        self._servers: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self.bound: dict[str, tuple[str, int]] = {}
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(broker)`` on the broker's thread (at the current time), its result here."""
+        broker = self.driver.broker
+        try:
+            future = self.driver.call_soon(lambda: broker.run_command(fn, time.time()))
+        except RuntimeError:  # the server stopped
+            raise TimeoutError("the broker is not running") from None
+        return future.result(COMMAND_TIMEOUT)
+
+    def _listeners(self) -> list[tuple[str, str, int]]:
+        out = [(_WS_NAMES.get(lst.protocol, lst.protocol), lst.host, lst.port) for lst in self.driver.bound]
+        out += [(name, host, port) for name, (host, port) in self.bound.items()]
+        return out
+
+    def start(self) -> None:
+        """Bind and serve (OSError when an address is taken). May run on the broker's thread (the
+        driver's ready callback), so it does not wait for the broker."""
+        self.driver.call_soon(self.driver.broker.enable_stats)
+        apps = {"http": self.api, "prometheus": prometheus_app(self.api.snap)}
+        for name, where in self._want.items():
+            if where is None:
+                continue
+            server = waitress.create_server(
+                apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
+                max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False)
+            self._servers[name] = server
+            self.bound[name] = (where[0], server.effective_port)
+            address = format_address(where[0], server.effective_port)
+            log.info("%s listening on %s (waitress server)", name, address,
+                     extra={"event": "listener.started", "protocol": name, "address": address,
+                            "server": "waitress"})
+            thread = threading.Thread(target=server.run, name=f"sansmq-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        for server in self._servers.values():
+            server.close()
+            server.task_dispatcher.shutdown()
+        for thread in self._threads:
+            thread.join(5)
+        self._servers.clear()
+        self._threads.clear()

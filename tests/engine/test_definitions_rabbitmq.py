@@ -1,0 +1,80 @@
+"""Importing a definitions file exported by RabbitMQ 3.10.8 (``rabbitmqctl export_definitions`` on a
+private node: users with password hashes and tags, two vhosts, regex permissions, queue and exchange
+policies, classic/priority/quorum queues, exchange-to-exchange and headers bindings, a vhost limit and
+a global parameter), then exporting it again."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from engine import Broker
+from engine.config import Config
+from engine.store import MemoryStore
+
+EXPORT = json.loads((Path(__file__).parent / "data" / "rabbitmq-3.10-definitions.json").read_text())
+
+
+def imported() -> tuple[Broker, list[str]]:
+    b = Broker(Config(users={}), MemoryStore(), random.Random(0))
+    return b, b.import_definitions(EXPORT)
+
+
+def test_users_log_in_with_the_passwords_rabbitmq_hashed():
+    b, _ = imported()
+    sec = b.model.security
+    assert sec.authenticate("app", "app-secret").tags == ("management", "policymaker")
+    assert sec.authenticate("ops", "ops-secret").tags == ("administrator",)
+    assert sec.authenticate("guest", "guest") is not None
+    assert sec.authenticate("app", "ops-secret") is None
+
+
+def test_permissions_and_vhosts():
+    b, _ = imported()
+    sec = b.model.security
+    assert set(b.model.vhosts) >= {"/", "shop"}
+    assert sec.allows("app", "shop", "write", "amq.default") and sec.allows("app", "shop", "write", "app-x")
+    assert not sec.allows("app", "shop", "write", "amq.defaultx")  # anchored by the pattern's own ^...$
+    assert not sec.allows("app", "shop", "configure", "orders") and not sec.can_access_vhost("app", "/")
+
+
+def test_topology_and_policies_apply():
+    b, _ = imported()
+    shop, root = b.model.vhosts["shop"], b.model.vhosts["/"]
+    orders = shop.queues["app-orders"]
+    assert orders.declared_args == {"x-max-priority": 5}
+    assert orders.policy == "dlx" and orders.args["x-dead-letter-exchange"] == "app-dead"
+    assert orders.args["x-message-ttl"] == 60000
+    assert shop.queues["app-dead-letters"].policy == "cap"
+    assert shop.queues["app-dead-letters"].args == {"x-max-length": 1000, "x-overflow": "reject-publish"}
+    assert root.exchanges["ex.events"].policy == "ae" and root.exchanges["ex.events"].type == "headers"
+    assert shop.exchanges["app-dead"] in [d for d, _, _ in shop.exchanges["app-orders"].router.bindings()]
+    assert ("ex.events" in root.exchanges
+            and any(k == "" for _, k, _ in root.exchanges["ex.events"].router.bindings()))
+
+
+def test_what_sansmq_has_not_is_named_in_the_notes():
+    _, notes = imported()
+    text = "\n".join(notes)
+    assert "parameters: 1 entries ignored" in text and "global_parameters: 1 entries ignored" in text
+    assert "vhost limits ignored (not supported): shop" in text
+    assert "'app-quorum' in vhost 'shop': quorum queue imported as a classic one" in text
+
+
+def test_export_after_import_keeps_everything_sansmq_has():
+    b, _ = imported()
+    out = b.export_definitions()
+    for key in ("users", "permissions", "policies"):
+        def canon(items):
+            return sorted(json.dumps({k: v for k, v in i.items() if k != "limits"}, sort_keys=True) for i in items)
+        assert canon(out[key]) == canon(EXPORT[key]), key
+    assert {q["name"] for q in out["queues"]} == {q["name"] for q in EXPORT["queues"]}
+    strip = [{k: v for k, v in x.items() if k in ("source", "destination", "destination_type", "routing_key",
+                                                  "arguments", "vhost")} for x in EXPORT["bindings"]]
+    def canon_bindings(items):
+        return sorted(json.dumps(i, sort_keys=True) for i in items)
+    assert canon_bindings(strip) == canon_bindings(out["bindings"])
+    again = Broker(Config(users={}), MemoryStore(), random.Random(1))
+    again.import_definitions(out)
+    assert again.export_definitions() == out
