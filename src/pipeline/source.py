@@ -1,0 +1,250 @@
+"""The reading side of format "sansmq": batch and micro-batch readers over stream queues.
+
+Offsets are ``{"stream": next_offset}``, as Spark's Kafka source keeps ``{"topic": {"p": n}}``.
+A micro-batch [start, end) per stream is cut into pieces (``split_range``), one Spark partition
+each; a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
+acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from .client import Client, Delivery
+from .offsets import cap_total, offset_of, split_range, stream_end
+from .options import ReadOptions
+
+__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range"]
+
+SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key string, "
+              "headers map<string,string>, content_type string, body binary")
+ARROW_SCHEMA = pa.schema([
+    ("stream", pa.string()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("routing_key", pa.string()), ("headers", pa.map_(pa.string(), pa.string())),
+    ("content_type", pa.string()), ("body", pa.binary()),
+])
+
+
+@dataclass
+class StreamRange(InputPartition):
+    """One task's work: offsets [start, end) of one stream."""
+
+    stream: str
+    start: int
+    end: int
+
+    def __init__(self, stream: str, start: int, end: int) -> None:
+        super().__init__((stream, start, end))
+        self.stream, self.start, self.end = stream, start, end
+
+
+def header_text(value: Any) -> str:
+    """A header value as the string the map column holds (bytes as UTF-8, arrays as JSON)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return json.dumps([header_text(v) if not isinstance(v, int | float | bool) else v for v in value])
+    return str(value)
+
+
+def flat_headers(headers: Mapping[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested tables flattened with dotted keys (RabbitMQ's firehose nests ``properties``)."""
+    out: list[tuple[str, str]] = []
+    for key, value in (headers or {}).items():
+        if isinstance(value, dict):
+            out.extend(flat_headers(value, f"{prefix}{key}."))
+        elif value is not None:
+            out.append((prefix + key, header_text(value)))
+    return out
+
+
+class _Columns:
+    """Column lists for one Arrow record batch."""
+
+    def __init__(self) -> None:
+        self.offset: list[int] = []
+        self.timestamp: list[datetime | None] = []
+        self.routing_key: list[str] = []
+        self.headers: list[list[tuple[str, str]]] = []
+        self.content_type: list[str | None] = []
+        self.body: list[bytes] = []
+
+    def add(self, offset: int, d: Delivery) -> None:
+        p = d.properties
+        self.offset.append(offset)
+        ts = p.timestamp
+        self.timestamp.append(ts if isinstance(ts, datetime) or ts is None else datetime.fromtimestamp(ts))
+        self.routing_key.append(d.routing_key)
+        self.headers.append(flat_headers(p.headers))
+        self.content_type.append(p.content_type)
+        self.body.append(d.body)
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def batch(self, stream: str) -> pa.RecordBatch:
+        n = len(self.offset)
+        return pa.RecordBatch.from_arrays([
+            pa.array([stream] * n, pa.string()), pa.array(self.offset, pa.int64()),
+            pa.array(self.timestamp, pa.timestamp("us", tz="UTC")), pa.array(self.routing_key, pa.string()),
+            pa.array(self.headers, pa.map_(pa.string(), pa.string())), pa.array(self.content_type, pa.string()),
+            pa.array(self.body, pa.binary()),
+        ], schema=ARROW_SCHEMA)
+
+
+def read_range(opts: ReadOptions, part: StreamRange) -> Iterator[pa.RecordBatch]:
+    """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
+    if part.end <= part.start:
+        return
+    with Client(opts.url, timeout=opts.timeout) as client:
+        client.qos(opts.prefetch)
+        client.consume(part.stream, {"x-stream-offset": part.start})
+        ack_every = max(1, opts.prefetch // 2)
+        cols, unacked, last = _Columns(), 0, part.start - 1
+        while last < part.end - 1:
+            d = client.next_delivery()
+            if d is None:
+                raise TimeoutError(f"stream {part.stream!r}: no message after offset {last} within "
+                                   f"{opts.timeout:g}s while reading up to {part.end} (stream truncated?)")
+            off = offset_of(d.properties.headers)
+            unacked += 1
+            if unacked >= ack_every:
+                client.ack(d.delivery_tag)  # multiple: grants credit, removes nothing
+                unacked = 0
+            if off < part.start:  # a chunk may begin before the offset asked for
+                continue
+            last = off
+            if off >= part.end:
+                break
+            cols.add(off, d)
+            if len(cols) >= opts.batch_rows:
+                yield cols.batch(part.stream)
+                cols = _Columns()
+        if len(cols):
+            yield cols.batch(part.stream)
+
+
+def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], missing: str) -> dict[str, int]:
+    """An offsets option as concrete offsets per stream (earliest = 0: a consumer at 0 starts at the
+    first message retention kept)."""
+    out = {}
+    for s in opts.streams:
+        value: str | int
+        if isinstance(spec, str):
+            value = spec
+        else:
+            value = spec.get(s, -2 if missing == "earliest" else -1)
+            value = {-2: "earliest", -1: "latest"}.get(value, value)
+        if value == "earliest":
+            client.declare_passive(s)  # fails clearly for a missing stream
+            out[s] = 0
+        elif value == "latest":
+            out[s] = stream_end(client, s, opts.probe_ms)
+        else:
+            client.declare_passive(s)
+            out[s] = int(value)
+    return out
+
+
+def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
+    return [StreamRange(s, lo, hi) for s in opts.streams
+            for lo, hi in split_range(start.get(s, 0), end.get(s, 0), opts.max_records_per_partition,
+                                      opts.min_partitions)]
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("sansmq")``: the range startingOffsets..endingOffsets, fixed when planned."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        with Client(opts.url, timeout=opts.timeout) as client:
+            self.start = _resolve(client, opts, opts.starting, "earliest")
+            self.end = _resolve(client, opts, opts.ending, "latest")
+
+    def partitions(self) -> list[StreamRange]:  # type: ignore[override]
+        return plan(self.opts, self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        assert isinstance(partition, StreamRange)
+        return read_range(self.opts, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("sansmq")``: micro-batches of new offsets.
+
+    The driver keeps one connection for learning ends; it is not pickled to executors.
+    """
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._client: Client | None = None
+        self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def _driver_client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.opts.url, timeout=self.opts.timeout)
+        return self._client
+
+    def _ends(self) -> dict[str, int]:
+        try:
+            client = self._driver_client()
+            return {s: stream_end(client, s, self.opts.probe_ms) for s in self.opts.streams}
+        except BaseException:
+            self._drop_client()  # the next trigger starts on a fresh connection
+            raise
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def initialOffset(self) -> dict[str, int]:
+        client = self._driver_client()
+        return _resolve(client, self.opts, self.opts.starting, "earliest")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._ends()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        mrt = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if mrt is None else ReadMaxRows(mrt)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        end = self._target if self._target is not None else self._ends()
+        end = {s: max(end.get(s, 0), start.get(s, 0)) for s in self.opts.streams}
+        if isinstance(limit, ReadMaxRows):
+            end = cap_total(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._target
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[StreamRange]:  # type: ignore[override]
+        return plan(self.opts, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        assert isinstance(partition, StreamRange)
+        return read_range(self.opts, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # nothing to release: reading never removes messages from a stream
+
+    def stop(self) -> None:
+        self._drop_client()
