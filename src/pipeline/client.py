@@ -150,7 +150,7 @@ class Client:
         conn = self.conn
         while True:
             try:
-                ev = conn.next_event()
+                ev: Any = conn.next_event()
             except amqpproto.RemoteProtocolError as exc:
                 raise BrokerError(f"protocol error from the broker: {exc}") from exc
             if ev is _NEED_DATA:

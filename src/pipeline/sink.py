@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from amqpproto import spec
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from amqpproto import spec
 
 from .client import Client
 from .options import WriteOptions
@@ -69,7 +70,7 @@ def publish_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch], produ
             ctypes = (batch.column(names.index("content_type")).to_pylist() if "content_type" in names
                       else [None] * n)
             for i in range(n):
-                h: dict[str, Any] = dict(headers[i]) if headers[i] else {}
+                h: dict[str, Any] = dict(headers[i] or ())
                 h["x-producer"] = producer
                 h["x-publishing-id"] = publishing_id(batch_id, row)
                 props = spec.encode_properties(spec.BasicProperties(

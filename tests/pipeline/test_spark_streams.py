@@ -1,0 +1,128 @@
+"""Format "sansmq" on a real SparkSession (local[2]) against a real broker over AMQP 0-9-1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pipelinekit import Broker
+
+N = 100_000
+
+
+def _stream_query(spark, broker: Broker, stream: str, **options: str):
+    reader = spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _run_available_now(df, out: Path, checkpoint: Path) -> list[dict]:
+    q = (df.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    return [p for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def test_available_now_reads_100k_then_resumes_from_the_checkpoint(spark, broker: Broker, tmp_path: Path) -> None:
+    stream = broker.stream("pipe-100k")
+    broker.publish(stream, [b"%06d" % i for i in range(N)])
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = _stream_query(spark, broker, stream, maxRecordsPerTrigger="40000", maxRecordsPerPartition="20000")
+
+    progress = _run_available_now(df, out, ck)
+    assert [p["numInputRows"] for p in progress] == [40_000, 40_000, 20_000]  # admission control
+    assert json.loads(progress[-1]["sources"][0]["endOffset"]) == {stream: N}
+    rows = spark.read.parquet(str(out))
+    agg = rows.selectExpr("count(*) n", "count(distinct offset) d", "min(offset) lo", "max(offset) hi",
+                          "sum(cast(cast(body as string) as int) - offset) drift").first()
+    assert (agg.n, agg.d, agg.lo, agg.hi, agg.drift) == (N, N, 0, N - 1, 0)
+    first = rows.where("offset = 7").first()
+    assert first.stream == stream and first.routing_key == stream and first.content_type == "text/plain"
+    assert first.headers["x-stream-offset"] == "7"
+
+    # more data, same checkpoint: a new query resumes at N and reads only the new messages
+    broker.publish(stream, [b"%06d" % i for i in range(N, N + 1000)])
+    progress = _run_available_now(_stream_query(spark, broker, stream), out, ck)
+    assert sum(p["numInputRows"] for p in progress) == 1000
+    assert json.loads(progress[0]["sources"][0]["startOffset"]) == {stream: N}
+    agg = spark.read.parquet(str(out)).selectExpr("count(*) n", "count(distinct offset) d").first()
+    assert (agg.n, agg.d) == (N + 1000, N + 1000)
+
+
+def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: Path) -> None:
+    src, dst = broker.stream("pipe-src"), broker.stream("pipe-dst")
+    broker.publish(src, [f"event {i}".encode() for i in range(3000)], headers={"kind": "demo"})
+    df = _stream_query(spark, broker, src, maxRecordsPerTrigger="1000")
+    q = (df.selectExpr("upper(cast(body as string)) as body", "headers", "'text/upper' as content_type")
+         .writeStream.format("sansmq").option("url", broker.url).option("stream", dst)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    got = broker.read_all(dst, 3000)
+    assert [b for _, b, _ in got] == [f"EVENT {i}".encode() for i in range(3000)]
+    assert [o for o, _, _ in got] == list(range(3000))
+    h = got[0][2]
+    assert h["kind"] == "demo" and h["x-producer"].startswith(f"spark-{q.id}-")
+    assert broker.end(dst) == 3000
+
+
+def test_batch_write_then_batch_read_of_a_range(spark, broker: Broker) -> None:
+    dst = broker.stream("pipe-batch")
+    rows = [(f"row {i}", "k", {"n": str(i)}) for i in range(500)]
+    df = spark.createDataFrame(rows, "body string, routing_key string, headers map<string,string>").repartition(2)
+    df.write.format("sansmq").option("url", broker.url).option("stream", dst).mode("append").save()
+    assert broker.end(dst) == 500
+
+    whole = spark.read.format("sansmq").option("url", broker.url).option("stream", dst).load()
+    assert sorted(r.body.decode() for r in whole.collect()) == sorted(r[0] for r in rows)
+    part = (spark.read.format("sansmq").option("url", broker.url).option("stream", dst)
+            .option("startingOffsets", json.dumps({dst: 100})).option("endingOffsets", json.dumps({dst: 250}))
+            .option("maxRecordsPerPartition", "40").load())
+    assert part.rdd.getNumPartitions() == 4
+    offsets = sorted(r.offset for r in part.select("offset").collect())
+    assert offsets == list(range(100, 250))
+
+
+def test_several_streams_in_one_query(spark, broker: Broker) -> None:
+    a, b = broker.stream("pipe-a"), broker.stream("pipe-b")
+    broker.publish(a, [b"a"] * 30)
+    broker.publish(b, [b"b"] * 70)
+    df = spark.read.format("sansmq").option("url", broker.url).option("stream", f"{a},{b}").load()
+    counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
+    assert counts == {a: 30, b: 70}
+
+
+def _error_text(excinfo: pytest.ExceptionInfo) -> str:
+    return str(excinfo.value)
+
+
+def test_clear_errors(spark, broker: Broker) -> None:
+    read = spark.read.format("sansmq")
+    with pytest.raises(Exception) as e:
+        read.option("url", "amqp://guest:guest@127.0.0.1:1/%2F").option("stream", "x").load().count()
+    assert "cannot connect to the broker at 127.0.0.1:1" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", "pipe-no-such-stream").load().count()
+    assert "404" in _error_text(e) and "pipe-no-such-stream" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", "s").option(
+            "startingOffsets", "yesterday").load().count()
+    assert 'option startingOffsets must be "earliest", "latest" or JSON' in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.readStream.format("sansmq").option("url", broker.url).option("stream", "s").option(
+            "maxRecordsPerTrigger", "0").load().writeStream.format("console").start().awaitTermination(60)
+    assert "option maxRecordsPerTrigger must be >= 1" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").load().count()
+    assert 'option "stream" is required' in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", "http://x").option("stream", "s").load().count()
+    assert "url must start with amqp://" in _error_text(e)
+    dst = broker.stream("pipe-err")
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([("x",)], "payload string").write.format("sansmq").option(
+            "url", broker.url).option("stream", dst).mode("append").save()
+    assert 'needs a "body" column' in _error_text(e)
