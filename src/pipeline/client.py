@@ -75,6 +75,7 @@ def parse_url(url: str) -> Endpoint:
 @dataclass(slots=True)
 class Delivery:
     delivery_tag: int
+    redelivered: bool
     exchange: str
     routing_key: str
     properties: spec.BasicProperties
@@ -161,7 +162,7 @@ class Client:
                 continue
             t = type(ev)
             if t is spec.BasicDeliver:
-                self.deliveries.append(Delivery(ev.delivery_tag, ev.exchange, ev.routing_key,
+                self.deliveries.append(Delivery(ev.delivery_tag, ev.redelivered, ev.exchange, ev.routing_key,
                                                 ev.properties, ev.body))
             elif t is spec.BasicAck or t is spec.BasicNack:
                 self._on_confirm(ev.delivery_tag, ev.multiple, t is spec.BasicNack)
@@ -217,6 +218,10 @@ class Client:
         self._call(spec.QueueDeclare(queue=queue, durable=durable, arguments=arguments or {}, channel=CH),
                    spec.QueueDeclareOk)
 
+    def declare_exchange(self, exchange: str, kind: str = "topic", durable: bool = True) -> None:
+        self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
+                   spec.ExchangeDeclareOk)
+
     def delete(self, queue: str) -> None:
         self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)
 
@@ -249,6 +254,9 @@ class Client:
     def ack(self, delivery_tag: int, multiple: bool = True) -> None:
         """Queue an ack (sent with the next flush or read)."""
         self._send(spec.BasicAck(delivery_tag=delivery_tag, multiple=multiple, channel=CH))
+
+    def reject(self, delivery_tag: int, requeue: bool) -> None:
+        self._send(spec.BasicReject(delivery_tag=delivery_tag, requeue=requeue, channel=CH))
 
     # -- publishing ---------------------------------------------------------------------------------
     def confirm_select(self) -> None:

@@ -15,6 +15,8 @@ from ._run import SERVER_KINDS, is_postgres_url, make_broker, make_store, run
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
+from pipeline.analyze import DESCRIPTION as ANALYZE_DESCRIPTION
+from pipeline.analyze import add_arguments as add_analyze_arguments
 
 __all__ = ["main", "parse_address", "parse_bytes", "build_parser"]
 
@@ -121,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bench_arguments(bench)
+    analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
+                             description=ANALYZE_DESCRIPTION)
+    add_analyze_arguments(analyze)
     return parser
 
 
@@ -164,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sansmq_bench import command
 
         return command(args, parser)
+    if args.command == "analyze":
+        from pipeline.analyze import command as analyze_command
+
+        return analyze_command(args, parser)
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),

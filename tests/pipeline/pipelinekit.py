@@ -54,3 +54,101 @@ class Broker:
 
         with Client(self.url) as c:
             return stream_end(c, stream, 300)
+
+
+class TrafficRecorder:
+    """Real traffic through the broker's classic queues, recorded into a trace stream in the
+    firehose's format (routing key ``publish.<exchange>`` / ``deliver.<queue>``, RabbitMQ's trace
+    headers plus ``timestamp_in_ms``), as the broker's own firehose will record it.
+
+    Work queues ``orders`` and ``billing`` (bound to amq.topic), and ``retry`` whose rejected
+    messages are dead-lettered to ``parked``: deliveries, redeliveries and dead letters all happen
+    on the broker, the recorder writes down what it saw and when.
+    """
+
+    def __init__(self, broker: Broker, trace: str) -> None:
+        self.broker, self.trace = broker, trace
+        self.tag = f"{os.getpid()}-{next(_ids)}"
+        self.queues = {q: f"{q}-{self.tag}" for q in ("orders", "billing", "retry", "parked")}
+        self.records: list[tuple[str, dict[str, object], bytes]] = []
+
+    def _record(self, routing_key: str, headers: dict[str, object], body: bytes) -> None:
+        import time
+
+        headers["timestamp_in_ms"] = int(time.time() * 1000)
+        headers["node"] = "pipeline-test"
+        if not self.broker.dedup:
+            # RabbitMQ 3.10's streams drop table and array header values over AMQP 0-9-1: store them
+            # as the source would flatten them (dotted keys, arrays as JSON)
+            from pipeline.source import flat_headers
+
+            headers = dict(flat_headers(headers))
+        self.records.append((routing_key, headers, body))
+
+    def run(self, messages: int) -> dict[str, int]:
+        """Publish ``messages`` to amq.topic, consume them all; returns counts for the assertions."""
+        q = self.queues
+        counts = {"published": 0, "redelivered": 0, "dead_letters": 0}
+        with Client(self.broker.url) as c:
+            c.declare(q["orders"], durable=False)
+            c.declare(q["billing"], durable=False)
+            c.declare(q["parked"], durable=False)
+            c.declare(q["retry"], {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q["parked"]},
+                      durable=False)
+            c.bind(q["orders"], "amq.topic", f"orders.{self.tag}.*")
+            c.bind(q["billing"], "amq.topic", f"billing.{self.tag}")
+            c.bind(q["retry"], "amq.topic", f"retry.{self.tag}")
+            c.confirm_select()
+            for i in range(messages):
+                kind = ("orders", "orders", "orders", "billing", "retry")[i % 5]
+                rk = f"orders.{self.tag}.{('eu', 'us', 'asia')[i % 3]}" if kind == "orders" else f"{kind}.{self.tag}"
+                body = b"x" * (16 << (i % 7))
+                mid = f"m-{self.tag}-{i}"
+                c.publish("amq.topic", rk, spec.BasicProperties(message_id=mid), body)
+                self._record("publish.amq.topic", {"exchange_name": "amq.topic", "routing_keys": [rk],
+                                                   "properties": {"message_id": mid},
+                                                   "routed_queues": [q[kind]]}, body)
+                counts["published"] += 1
+            c.wait_confirms(c.published)
+            c.qos(100)
+            for name in ("orders", "billing", "retry"):
+                self._drain(c, name, counts)
+            self._drain(c, "parked", counts)
+        return counts
+
+    def _drain(self, c: Client, name: str, counts: dict[str, int]) -> None:
+        queue = self.queues[name]
+        tag = c.consume(queue)
+        first_deliveries = 0
+        while (d := c.next_delivery(1.0)) is not None:
+            p = d.properties
+            mid = p.message_id or ""
+            props: dict[str, object] = {"message_id": mid}
+            if p.headers and "x-first-death-queue" in p.headers:
+                props["headers"] = {"x-first-death-queue": p.headers["x-first-death-queue"]}
+            self._record(f"deliver.{queue}", {"exchange_name": d.exchange, "routing_keys": [d.routing_key],
+                                              "properties": props, "redelivered": int(d.redelivered)}, d.body)
+            counts["redelivered"] += d.redelivered
+            first_deliveries += not d.redelivered
+            if name == "orders" and not d.redelivered and first_deliveries % 10 == 1:
+                c.reject(d.delivery_tag, requeue=True)  # every 10th order comes back redelivered
+            elif name == "retry":
+                c.reject(d.delivery_tag, requeue=False)  # dead-lettered to parked
+                counts["dead_letters"] += 1
+                self._record("publish.amq.default", {
+                    "exchange_name": "", "routing_keys": [self.queues["parked"]],
+                    "properties": {"message_id": mid, "headers": {"x-first-death-queue": queue}}}, d.body)
+            else:
+                c.ack(d.delivery_tag, multiple=False)
+        c.cancel(tag)
+
+    def flush(self) -> None:
+        """Append the records to the trace stream."""
+        exchange = f"firehose-{self.tag}"  # stands for amq.rabbitmq.trace
+        with Client(self.broker.url) as c:
+            c.declare_exchange(exchange, "topic", durable=False)
+            c.bind(self.trace, exchange, "#")
+            c.confirm_select()
+            for rk, headers, body in self.records:
+                c.publish(exchange, rk, spec.BasicProperties(headers=headers), body)
+            c.wait_confirms(c.published)
