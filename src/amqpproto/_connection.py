@@ -574,9 +574,11 @@ class Connection:
                 raise self._hard(spec.CHANNEL_ERROR, f"channel {ch} is already open", cls)
             raise self._hard(spec.COMMAND_INVALID,
                              f"{cls.NAME} not allowed on channel {ch} in {st}", cls)
-        if cls is spec.ChannelOpen and ch > self.channel_max:
-            raise self._hard(spec.NOT_ALLOWED,
-                             f"channel {ch} exceeds channel_max {self.channel_max}", cls)
+        if cls is spec.ChannelOpen and len(self._channels) >= self.channel_max:
+            # RabbitMQ's rule: channel_max bounds how many channels are open at once, not their
+            # numbers (any of 1..65535 may be used)
+            raise self._hard(spec.NOT_ALLOWED, f"number of channels opened ({len(self._channels)}) has "
+                             f"reached the negotiated channel_max ({self.channel_max})", cls)
         self._set_channel(ch, chan, new)
         if cls.CONTENT:  # only reachable on CH_OPEN, handled above
             raise AssertionError("unreachable")
@@ -609,7 +611,8 @@ class Connection:
             raise RemoteProtocolError(
                 f"content of {size} bytes exceeds max_body_size {self.max_body_size}",
                 spec.CONTENT_TOO_LARGE,
-                spec.ChannelClose(spec.CONTENT_TOO_LARGE, "message too large", m.CLASS_ID,
+                spec.ChannelClose(spec.CONTENT_TOO_LARGE, f"message size {size} is larger than "
+                                  f"configured max size {self.max_body_size}", m.CLASS_ID,
                                   m.METHOD_ID, channel=ch))
         m.properties = props
         if size == 0:
@@ -680,13 +683,16 @@ class Connection:
             self._channels.clear()
 
     def _check_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
-        fm, cm = self._tune.frame_max, self._tune.channel_max  # what we proposed
+        # RabbitMQ's checks and texts; 0 ("no limit") exceeds any limit we proposed
         if m.frame_max and m.frame_max < spec.FRAME_MIN_SIZE:
-            raise self._hard(spec.NOT_ALLOWED, f"frame_max {m.frame_max} below 4096",
-                             spec.ConnectionTuneOk)
-        if (fm and (m.frame_max == 0 or m.frame_max > fm)) or (cm and m.channel_max > cm):
-            raise self._hard(spec.NOT_ALLOWED, "tune-ok exceeds the server's limits",
-                             spec.ConnectionTuneOk)
+            raise self._hard(spec.NOT_ALLOWED, f"negotiated frame_max = {m.frame_max} is lower than the "
+                             f"minimum allowed value ({spec.FRAME_MIN_SIZE})", spec.ConnectionTuneOk)
+        for field, ours, theirs in (("frame_max", self._tune.frame_max, m.frame_max),
+                                    ("channel_max", self._tune.channel_max, m.channel_max)):
+            if ours and (theirs == 0 or theirs > ours):
+                detail = " (no limit)" if field == "channel_max" and theirs == 0 else ""
+                raise self._hard(spec.NOT_ALLOWED, f"negotiated {field} = {theirs}{detail} is higher than "
+                                 f"the maximum allowed value ({ours})", spec.ConnectionTuneOk)
 
     @staticmethod
     def _channel_next(st: ChannelState, cls: Any, sender: Role) -> ChannelState | None:
@@ -720,8 +726,8 @@ class Connection:
         if self.state is not S.OPEN:
             if not (self.state in S.CLOSING_BY and cls in (spec.ChannelCloseOk,)):
                 raise LocalProtocolError(f"{cls.NAME} while the connection is {self.state}")
-        if not 0 < ch <= min(self.channel_max, 65535):
-            raise LocalProtocolError(f"channel {ch} outside 1..{self.channel_max}")
+        if not 0 < ch <= 65535:
+            raise LocalProtocolError(f"channel {ch} outside 1..65535")
         chan = self._channels.get(ch)
         if chan is not None and chan.state is S.CH_OPEN and cls in self._may_send and \
                 cls not in _CHANNEL_MGMT:

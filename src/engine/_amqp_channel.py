@@ -16,7 +16,7 @@ from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
 from ._message import Entry, Message
-from ._model import Consumer, Exchange, ModelError, Queue, VHost
+from ._model import Consumer, Exchange, ModelError, Queue, VHost, amqp_type_name
 from ._props import headers_to_props, props_to_headers
 from .store import StoreError
 
@@ -106,6 +106,23 @@ class _Confirm:
             chan.nack(self.seq)
 
 
+class _TxSettle:
+    """An ack/nack/reject held by an open transaction: run on commit; ``taken`` (channel tag ->
+    delivery) is what a rollback puts back into the channel's unacked deliveries."""
+
+    __slots__ = ("chan", "items", "requeue", "taken")
+
+    def __init__(self, chan: "AmqpChannel", items: list[tuple[Consumer, int, float]], requeue: bool | None,
+                 taken: dict[int, tuple[Consumer, int, float]]) -> None:
+        self.chan = chan
+        self.items = items
+        self.requeue = requeue
+        self.taken = taken
+
+    def __call__(self) -> None:
+        self.chan._settle(self.items, self.requeue)
+
+
 class AmqpChannel:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
@@ -158,6 +175,7 @@ class AmqpChannel:
         model = self.session.broker.model
         consumers = self.consumers
         self.consumers = {}
+        self._restore_tx_settles()  # an uncommitted ack settles nothing: requeued below
         for c in consumers.values():
             model.cancel(c, requeue=True)
         # cancelled consumers and basic.get holders may still hold deliveries of this channel
@@ -179,8 +197,13 @@ class AmqpChannel:
 
     def _check_exclusive(self, q: Queue, method: type) -> None:
         if q.exclusive_owner is not None and q.exclusive_owner is not self.session:
-            raise ChannelError(spec.RESOURCE_LOCKED, "cannot obtain exclusive access to locked queue "
-                               f"'{q.name}' in vhost '{self.vhost.name}'", method)
+            self._locked(q, method)
+
+    def _locked(self, q: Queue, method: type) -> None:
+        raise ChannelError(spec.RESOURCE_LOCKED, f"cannot obtain exclusive access to locked queue '{q.name}' "
+                           f"in vhost '{self.vhost.name}'. It could be originally declared on another "
+                           "connection or the exclusive property value does not match that of the original "
+                           "declaration.", method)
 
     def _exchange(self, name: str, method: type) -> Exchange:
         x = self.vhost.exchanges.get(name)
@@ -208,24 +231,22 @@ class AmqpChannel:
     def on_exchange_declare(self, m: spec.ExchangeDeclare) -> None:
         model = self.session.broker.model
         name = m.exchange
+        # RabbitMQ's order: the type (a hard error), the default exchange, then the rest
+        if not m.passive and m.type not in _EXCHANGE_TYPES:
+            raise AmqpConnectionError(spec.COMMAND_INVALID, f"unknown exchange type '{m.type}'", type(m))
+        _not_default(name, type(m))
         if m.passive:
-            if name and name not in self.vhost.exchanges:
-                raise ChannelError(spec.NOT_FOUND, f"no exchange '{name}' in vhost '{self.vhost.name}'", type(m))
+            self._exchange(name, type(m))
         else:
-            if name == "" or name.startswith("amq."):
-                x = self.vhost.exchanges.get(name)
-                if x is None or x.type != m.type:
-                    raise ChannelError(spec.ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
-                                       "prefix 'amq.*'", type(m))
+            args = dict(m.arguments) if m.arguments else None
+            x = self.vhost.exchanges.get(name)
+            if x is not None:
+                self._check_equivalent_exchange(x, m, args)
+            elif name.startswith("amq."):
+                raise ChannelError(spec.ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
+                                   "prefix 'amq.*'", type(m))
             else:
-                if m.type not in _EXCHANGE_TYPES:
-                    raise AmqpConnectionError(spec.COMMAND_INVALID, f"unknown exchange type '{m.type}'", type(m))
-                args = dict(m.arguments) if m.arguments else None
-                x = self.vhost.exchanges.get(name)
-                if x is not None:
-                    self._check_equivalent_exchange(x, m, args)
-                else:
-                    model.declare_exchange(self.vhost, name, m.type, m.durable, m.auto_delete, m.internal, args)
+                model.declare_exchange(self.vhost, name, m.type, m.durable, m.auto_delete, m.internal, args)
         if not m.nowait:
             self.send(spec.ExchangeDeclareOk())
 
@@ -235,16 +256,19 @@ class AmqpChannel:
                                     ("internal", x.internal, m.internal)):
             if ours != theirs:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for exchange "
-                                   f"'{x.name}' in vhost '{self.vhost.name}': received '{theirs}' but "
-                                   f"current is '{ours}'", type(m))
-        if (x.args or {}).get("alternate-exchange") != (args or {}).get("alternate-exchange"):
-            raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg 'alternate-exchange' for "
-                               f"exchange '{x.name}' in vhost '{self.vhost.name}'", type(m))
+                                   f"'{x.name}' in vhost '{self.vhost.name}': received '{_term(theirs)}' but "
+                                   f"current is '{_term(ours)}'", type(m))
+        ours, theirs = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
+        if ours != theirs:
+            raise ChannelError(spec.PRECONDITION_FAILED, _inequivalent("alternate-exchange", "exchange", x.name,
+                                                                       self.vhost.name, theirs, ours), type(m))
 
     def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
         name = m.exchange
-        if name == "" or name.startswith("amq."):
-            raise ChannelError(spec.ACCESS_REFUSED, f"operation not permitted on exchange '{name}'", type(m))
+        _not_default(name, type(m))
+        if name.startswith("amq."):
+            raise ChannelError(spec.ACCESS_REFUSED, f"deletion of system exchange '{name}' in vhost "
+                               f"'{self.vhost.name}' not allowed", type(m))
         x = self.vhost.exchanges.get(name)
         if x is not None:  # RabbitMQ: deleting a missing exchange is not an error
             if m.if_unused and (any(True for _ in x.router.bindings()) or self._is_destination(x)):
@@ -258,25 +282,26 @@ class AmqpChannel:
         return any(dest is x for other in self.vhost.exchanges.values() for dest, _, _ in other.router.bindings())
 
     def on_exchange_bind(self, m: spec.ExchangeBind) -> None:
+        _not_default(m.destination, type(m))
+        _not_default(m.source, type(m))
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
-        self._bind_check(source, type(m))
         args = dict(m.arguments) if m.arguments else None
         self.session.broker.model.bind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeBindOk())
 
     def on_exchange_unbind(self, m: spec.ExchangeUnbind) -> None:
-        dest = self._exchange(m.destination, type(m))
-        source = self._exchange(m.source, type(m))
-        args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.unbind(self.vhost, dest, source, m.routing_key, args)
+        _not_default(m.destination, type(m))
+        _not_default(m.source, type(m))
+        exchanges = self.vhost.exchanges
+        dest = exchanges.get(m.destination)
+        source = exchanges.get(m.source)
+        if dest is not None and source is not None:  # RabbitMQ: unbinding what is gone is a no-op
+            args = dict(m.arguments) if m.arguments else None
+            self.session.broker.model.unbind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeUnbindOk())
-
-    def _bind_check(self, source: Exchange, method: type) -> None:
-        if source.name == "":
-            raise ChannelError(spec.ACCESS_REFUSED, "operation not permitted on the default exchange", method)
 
     # -- queues -------------------------------------------------------------------------------------
     def on_queue_declare(self, m: spec.QueueDeclare) -> None:
@@ -308,37 +333,42 @@ class AmqpChannel:
             self.send(spec.QueueDeclareOk(q.name, q.count, q.consumer_count()))
 
     def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:
+        if (q.exclusive_owner is not None) != bool(m.exclusive):  # RabbitMQ: 405, not 406
+            self._locked(q, type(m))
         for field, ours, theirs in (("durable", q.durable, m.durable),
-                                    ("exclusive", q.exclusive_owner is not None, m.exclusive),
                                     ("auto_delete", q.auto_delete, m.auto_delete)):
             if ours != theirs:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for queue "
-                                   f"'{q.name}' in vhost '{self.vhost.name}': received '{theirs}' but "
-                                   f"current is '{ours}'", type(m))
+                                   f"'{q.name}' in vhost '{self.vhost.name}': received '{_term(theirs)}' but "
+                                   f"current is '{_term(ours)}'", type(m))
         ours_args = q.args or {}
         for key in set(ours_args) | set(args or {}):
             if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
                 if key in _NUMERIC_ARGS and \
                         str(ours_args.get(key)) == str((args or {}).get(key)):
                     continue
-                raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{key}' for queue "
-                                   f"'{q.name}' in vhost '{self.vhost.name}'", type(m))
+                raise ChannelError(spec.PRECONDITION_FAILED, _inequivalent(
+                    key, "queue", q.name, self.vhost.name, (args or {}).get(key), ours_args.get(key)), type(m))
 
     def on_queue_bind(self, m: spec.QueueBind) -> None:
+        _not_default(m.exchange, type(m))
         q = self._queue(m.queue, type(m))
         x = self._exchange(m.exchange, type(m))
-        self._bind_check(x, type(m))
         args = dict(m.arguments) if m.arguments else None
         self.session.broker.model.bind(self.vhost, q, x, m.routing_key, args)
         if not m.nowait:
             self.send(spec.QueueBindOk())
 
     def on_queue_unbind(self, m: spec.QueueUnbind) -> None:
-        q = self._queue(m.queue, type(m))
-        x = self._exchange(m.exchange, type(m))
-        self._bind_check(x, type(m))
+        _not_default(m.exchange, type(m))
+        q = self.vhost.queues.get(m.queue)
+        x = self.vhost.exchanges.get(m.exchange)
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.unbind(self.vhost, q, x, m.routing_key, args)
+        # RabbitMQ: unbinding a missing queue, exchange or binding is a no-op (unbind-ok); the
+        # exclusive check applies only to a binding that exists
+        if q is not None and x is not None and x.router.has(q, m.routing_key, args):
+            self._check_exclusive(q, type(m))
+            self.session.broker.model.unbind(self.vhost, q, x, m.routing_key, args)
         self.send(spec.QueueUnbindOk())
 
     def on_queue_purge(self, m: spec.QueuePurge) -> None:
@@ -357,7 +387,7 @@ class AmqpChannel:
                                    f"'{self.vhost.name}' in use", type(m))
             if m.if_empty and q.count:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
-                                   f"'{self.vhost.name}' is not empty", type(m))
+                                   f"'{self.vhost.name}' not empty", type(m))
             n = q.count
             self.session.broker.model.delete_queue(q)
             self.session.exclusive.pop(q, None)
@@ -393,8 +423,8 @@ class AmqpChannel:
             raise ChannelError(spec.ACCESS_REFUSED, f"queue '{q.name}' in vhost '{self.vhost.name}' in "
                                "exclusive use", type(m))
         if m.exclusive and q.consumers:
-            raise ChannelError(spec.ACCESS_REFUSED, f"cannot obtain exclusive access to queue '{q.name}' "
-                               f"in vhost '{self.vhost.name}'", type(m))
+            raise ChannelError(spec.ACCESS_REFUSED, f"queue '{q.name}' in vhost '{self.vhost.name}' in "
+                               "exclusive use", type(m))
         priority = 0
         if m.arguments and "x-priority" in m.arguments:
             try:
@@ -555,31 +585,45 @@ class AmqpChannel:
                 model.mark_dirty(c.queue)
 
     def on_ack(self, m: spec.BasicAck) -> None:
-        items = self._take(m.delivery_tag, m.multiple, type(m))
-        self._later(lambda: self._settle(items, None))
+        self._settle_tags(m.delivery_tag, m.multiple, None, type(m))
 
     def on_nack(self, m: spec.BasicNack) -> None:
-        items = self._take(m.delivery_tag, m.multiple, type(m))
-        requeue = m.requeue
-        self._later(lambda: self._settle(items, requeue))
+        self._settle_tags(m.delivery_tag, m.multiple, m.requeue, type(m))
 
     def on_reject(self, m: spec.BasicReject) -> None:
-        items = self._take(m.delivery_tag, False, type(m))
-        requeue = m.requeue
-        self._later(lambda: self._settle(items, requeue))
+        self._settle_tags(m.delivery_tag, False, m.requeue, type(m))
+
+    def _settle_tags(self, tag: int, multiple: bool, requeue: bool | None, method: type) -> None:
+        if self.tx is None:
+            self._settle(self._take(tag, multiple, method), requeue)
+            return
+        # in a transaction the settle waits for tx.commit; the deliveries leave ``unacked`` now (a
+        # second ack of them is an unknown tag, as RabbitMQ's) but come back on rollback
+        before = self.unacked.copy()
+        items = self._take(tag, multiple, method)
+        taken = {t: before[t] for t in before.keys() - self.unacked.keys()}
+        self.tx.append(_TxSettle(self, items, requeue, taken))
+
+    def _restore_tx_settles(self) -> None:
+        """Rollback (or close) of a transaction: its acks, nacks and rejects are discarded and their
+        deliveries are unacked on the channel again, in tag order (RabbitMQ's tx.rollback); a
+        channel close then requeues them."""
+        restored: dict[int, tuple[Consumer, int, float]] = {}
+        for fn in self.tx or ():
+            if isinstance(fn, _TxSettle):
+                restored.update(fn.taken)
+        if restored:
+            restored.update(self.unacked)
+            self.unacked = dict(sorted(restored.items()))
 
     def on_recover(self, m: Any) -> None:
+        if not m.requeue:  # RabbitMQ: a hard error
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "requeue=false", type(m))
         items = list(self.unacked.values())
         self.unacked.clear()
         self._settle(items, True)  # RabbitMQ requeues whatever ``requeue`` says
         if type(m) is spec.BasicRecover:
             self.send(spec.BasicRecoverOk())
-
-    def _later(self, fn: Callable[[], None]) -> None:
-        if self.tx is not None:
-            self.tx.append(fn)
-        else:
-            fn()
 
     # -- basic: publishing --------------------------------------------------------------------------
     def on_publish(self, m: spec.BasicPublish) -> None:
@@ -600,13 +644,7 @@ class AmqpChannel:
             if props.priority is not None:
                 priority = props.priority  # an octet; only queues with x-max-priority use it
             if props.expiration is not None:
-                try:
-                    ms = int(props.expiration)
-                    if ms < 0:
-                        raise ValueError
-                except ValueError:
-                    raise ChannelError(spec.PRECONDITION_FAILED, f"invalid expiration '{props.expiration}'",
-                                       type(m)) from None
+                ms = _expiration_ms(props.expiration, type(m))
                 expires_at = now + ms / 1000.0
             persistent = props.delivery_mode == 2
             if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
@@ -723,11 +761,53 @@ class AmqpChannel:
     def on_tx_rollback(self, m: spec.TxRollback) -> None:
         if self.tx is None:
             raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
+        self._restore_tx_settles()
         self.tx = []
         self.send(spec.TxRollbackOk())
 
     def on_access_request(self, m: spec.AccessRequest) -> None:
         self.send(spec.AccessRequestOk(1))
+
+
+def _not_default(exchange: str, method: type) -> None:
+    """RabbitMQ refuses every declare, delete and (un)bind naming the default exchange."""
+    if exchange == "":
+        raise ChannelError(spec.ACCESS_REFUSED, "operation not permitted on the default exchange", method)
+
+
+def _expiration_ms(text: str, method: type) -> int:
+    """The expiration property in milliseconds; refused with RabbitMQ's reasons."""
+    digits = text.lstrip("+-")
+    sign_len = len(text) - len(digits)
+    n = 0
+    while n < len(digits) and digits[n].isdigit():
+        n += 1
+    if not n or sign_len > 1:
+        reason = "no_integer"
+    elif n < len(digits):
+        reason = f'{{leftover_string,"{digits[n:]}"}}'
+    else:
+        ms = int(text)
+        if ms >= 0:
+            return ms
+        reason = f"{{value_negative,{ms}}}"
+    raise ChannelError(spec.PRECONDITION_FAILED, f"invalid expiration '{text}': {reason}", method)
+
+
+def _inequivalent(key: str, kind: str, name: str, vhost: str, theirs: Any, ours: Any) -> str:
+    """RabbitMQ's text for a redeclare whose argument ``key`` differs."""
+    def val(v: Any) -> str:
+        return "none" if v is None else f"the value '{_term(v)}' of type '{amqp_type_name(v)}'"
+
+    head = f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': received "
+    if theirs is None or ours is None:
+        return f"{head}{val(theirs)} but current is {val(ours)}"
+    return f"{head}'{_term(theirs)}' but current is '{_term(ours)}'"
+
+
+def _term(value: Any) -> str:
+    """A value as RabbitMQ prints it in a reply text (booleans as Erlang atoms)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _props(msg: Message) -> BasicProperties:

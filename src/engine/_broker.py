@@ -7,6 +7,7 @@ token. ``drain()`` hands back the actions in the order they were produced.
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Callable
 
@@ -18,6 +19,9 @@ from .config import Config
 from .store import Store
 
 __all__ = ["Broker", "register_protocol"]
+
+#: internal errors (bugs met while serving a connection) are logged here with their traceback
+log = logging.getLogger("sansmq.engine")
 
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
@@ -57,6 +61,7 @@ class Broker:
         self.model = Model(store, self.timers)
         self.model.light_limit = config.limits.max_topic_buffer
         self.model.page_window = max(1, config.limits.queue_window)
+        self.model.page_window_bytes = max(1, config.limits.queue_window_bytes)
         self.sessions: dict[int, Session] = {}
         self._out: list[Action | list[Any]] = []  # a list item is a pending Write: [conn_id, chunks]
         self._last_write: list[Any] | None = None
@@ -206,19 +211,26 @@ class Broker:
         return f"{prefix}{self._name_seq}-{self.rng.getrandbits(48):012x}"
 
     # -- internals ---------------------------------------------------------------------------------
+    def internal_error(self, session: "Session", exc: BaseException) -> None:
+        """Record and log a bug met while serving ``session`` (whose connection it closes), with
+        its traceback; the last 100 are kept in ``internal_errors``."""
+        self.internal_errors.append(exc)  # type: ignore[arg-type]
+        del self.internal_errors[:-100]
+        log.error("internal error on connection %d (%s, peer %s); closing it", session.conn_id,
+                  type(session).__name__, session.peer, exc_info=(type(exc), exc, exc.__traceback__))
+
     def _guarded(self, session: "Session", fn: Callable[..., None], *args: Any) -> None:
         """A bug met while serving one connection closes that connection, not the broker.
         The exception is kept in ``internal_errors`` (``engine.testing`` re-raises it)."""
         try:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - isolation boundary
-            self.internal_errors.append(exc)
-            del self.internal_errors[:-100]
+            self.internal_error(session, exc)
             if not session.closed:
                 try:
                     session.abort("internal error")
                 except Exception as exc2:  # noqa: BLE001
-                    self.internal_errors.append(exc2)
+                    self.internal_error(session, exc2)
                     session.closed = True
                     self.sessions.pop(session.conn_id, None)
                     self._emit(Close(session.conn_id))

@@ -20,6 +20,7 @@ queue would.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -63,17 +64,19 @@ class LightBuffer:
             i -= 1
         ready.insert(i, entry)
 
-    def push_front(self, entry: Entry) -> None:
-        """Put a returned entry first among the entries of its priority."""
+    def requeue(self, entry: Entry) -> None:
+        """Put a returned entry back at its original position: ``ready`` is ordered by priority,
+        then arrival (``Entry.seq``); at the head in O(1) when nothing older is ready."""
         ready = self.ready
-        prio = entry.msg.priority
-        if not ready or prio >= ready[0].msg.priority:
+        key = _order(entry)
+        if not ready or key < _order(ready[0]):
             ready.appendleft(entry)
             return
-        i = 1
-        while i < len(ready) and ready[i].msg.priority > prio:
-            i += 1
-        ready.insert(i, entry)
+        ready.insert(bisect_left(ready, key, key=_order), entry)
+
+
+def _order(entry: Entry) -> tuple[int, int]:
+    return -entry.msg.priority, entry.seq
 
 
 class LightConsumer:

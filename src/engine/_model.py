@@ -8,7 +8,9 @@ model never formats a frame. Dispatch is deferred: operations mark queues dirty 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
+from operator import attrgetter
 from typing import Any, Iterable, Protocol
 
 from ._light import AUTO_ACK, LightBuffer, LightConsumer
@@ -151,6 +153,8 @@ def _extra(name: str, default: Any) -> property:
     return property(get, set_)
 
 
+_entry_seq = attrgetter("seq")
+
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
@@ -232,8 +236,18 @@ class Queue:
         self.count += 1
         self.bytes += len(entry.msg.body)
 
-    def push_front(self, entry: Entry) -> None:
-        self._level(entry.msg.priority).appendleft(entry)
+    def requeue(self, entry: Entry) -> None:
+        """Put a returned entry back at its original position within its priority level (by
+        ``seq``): at the head when nothing older is ready (the common case, O(1)), else found by
+        bisection. Paged messages all came later than any returned one, so it stays in memory."""
+        level = self._level(entry.msg.priority)
+        seq = entry.seq
+        if not level or level[0].seq > seq:
+            level.appendleft(entry)
+        elif level[-1].seq < seq:
+            level.append(entry)
+        else:
+            level.insert(bisect_left(level, seq, key=_entry_seq), entry)
         self.count += 1
         self.bytes += len(entry.msg.body)
 
@@ -309,26 +323,54 @@ MAX_PRIORITY = 255
 _OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
-def _check_queue_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Validate and normalise queue arguments (protocols may hand them over as strings)."""
+def _check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = "/") -> dict[str, Any] | None:
+    """Validate and normalise queue arguments (STOMP hands them over as strings); refusals carry
+    RabbitMQ's texts ("invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}")."""
     if not args:
         return None
     out = dict(args)
+
+    def invalid(name: str, reason: str) -> PreconditionFailed:
+        return PreconditionFailed(f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': {reason}")
+
     for name in _INT_QUEUE_ARGS:
         if name in out:
             try:
                 value = int(out[name])
+                if isinstance(out[name], (bool, float)):
+                    raise TypeError
             except (TypeError, ValueError):
-                raise PreconditionFailed(f"invalid arg '{name}': {out[name]!r} is not an integer") from None
-            if value < 0 or (name == "x-expires" and value == 0) or (name == "x-max-priority" and value > MAX_PRIORITY):
-                raise PreconditionFailed(f"invalid arg '{name}': {value} is out of range")
+                raise invalid(name, f'"expected integer, got {amqp_type_name(out[name])}"') from None
+            if value < 0:
+                raise invalid(name, f"{{value_negative,{value}}}")
+            if name == "x-expires" and value == 0:
+                raise invalid(name, f"{{value_zero,{value}}}")
+            if name == "x-max-priority" and value > MAX_PRIORITY:
+                raise invalid(name, f"{{max_value_exceeded,{value}}}")
             out[name] = value
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
         if name in out:
             out[name] = str(out[name])
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
-        raise PreconditionFailed(f"invalid arg 'x-overflow': {out['x-overflow']!r}")
+        raise invalid("x-overflow", "invalid_overflow")
     return out
+
+
+def amqp_type_name(value: Any) -> str:
+    """The AMQP field-table type RabbitMQ names for a decoded value (in its reply texts)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(1 << 31) <= value < (1 << 31) else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
 
 
 def _over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> bool:
@@ -416,6 +458,9 @@ class Model:
         #: ready messages a queue keeps in memory; later arrivals go to the store's page
         #: (``Limits.queue_window``); the window is refilled when it drains below half
         self.page_window = 2048
+        #: body bytes of ready messages a queue keeps in memory (at least one message): large
+        #: bodies are paged by size, not only by count (``Limits.queue_window_bytes``)
+        self.page_window_bytes = 64 * 1024 * 1024
 
     # -- ids --------------------------------------------------------------------------------------
     def next_message_id(self) -> int:
@@ -466,13 +511,15 @@ class Model:
             raise NotFound(f"no exchange '{name}' in vhost '{vhost.name}'")
         if name == "" or name.startswith("amq."):
             raise AccessRefused(f"cannot delete exchange '{name}'")
+        # out of the vhost first: unbinding its last binding must not auto-delete it a second
+        # time, and the cascades below (auto-delete sources) change ``vhost.exchanges``
+        del vhost.exchanges[name]
         for dest, key, args in list(x.router.bindings()):
             self.unbind(vhost, dest, x, key, args)
-        for other in vhost.exchanges.values():  # bindings where x is the destination
+        for other in list(vhost.exchanges.values()):  # bindings where x is the destination
             for dest, key, args in list(other.router.bindings()):
                 if dest is x:
-                    self.unbind(vhost, x, other, key, args)
-        del vhost.exchanges[name]
+                    self.unbind(vhost, x, other, key, args)  # may auto-delete ``other``
         if x.durable:
             self.store.delete_exchange(vhost.name, name)
             self._store_write()
@@ -489,7 +536,7 @@ class Model:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
-        args = _check_queue_args(args)
+        args = _check_queue_args(args, name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             self.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             self._store_write()
@@ -669,7 +716,8 @@ class Model:
             self.queued_bytes += len(msg.body)  # _forget takes it off again
             self._expire(q, Entry(msg, count, expires))
             return True
-        if q.paged or (q.count - q.paged >= self.page_window and not resident and _pageable(q)):
+        if q.paged or (not resident and (q.count - q.paged >= self.page_window or (
+                q.count > q.paged and q.bytes + len(msg.body) > self.page_window_bytes)) and _pageable(q)):
             self.store.page_out(q.vhost.name, q.name, msg, count, expires, stored)
             q.paged += 1
             q.count += 1
@@ -770,7 +818,7 @@ class Model:
         if not unacked:
             return
         q = consumer.queue
-        for entry in reversed(list(unacked.values())):  # push_front in reverse keeps original order
+        for entry in reversed(list(unacked.values())):  # newest first: each goes back at the head
             self._return(q, entry, requeue)
 
     def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
@@ -844,13 +892,14 @@ class Model:
                 self._expire(q, entry)
                 return
             entry.timer = self.timers.add(entry.expires, self._on_expiry, (q, entry))
-        q.push_front(entry)
+        q.requeue(entry)
         self._dirty[q] = None
 
     # -- paging -----------------------------------------------------------------------------------
     def _pop(self, q: Queue) -> Entry | None:
         """``q.pop()`` after refilling the in-memory window from the page when it ran low."""
-        if q.paged and q.count - q.paged < max(1, self.page_window // 2):
+        if q.paged and (q.count == q.paged or (q.count - q.paged < self.page_window // 2
+                                               and q.bytes < self.page_window_bytes // 2)):
             self._page_in(q)
             while q.paged and q.count == q.paged:  # everything paged in had expired: next batch
                 self._page_in(q)
@@ -859,7 +908,10 @@ class Model:
     def _page_in(self, q: Queue) -> None:
         """Bring the next paged messages into memory, in order, up to the window. Expiry of paged
         messages is checked here (RabbitMQ, too, only expires messages at the head)."""
-        want = max(1, self.page_window - (q.count - q.paged))
+        want = self.page_window - (q.count - q.paged)
+        if q.paged_bytes:  # as many as fit the byte window at the paged messages' average size
+            want = min(want, (self.page_window_bytes - q.bytes) * q.paged // q.paged_bytes)
+        want = max(1, want)
         items, consumed = self.store.page_in(q.vhost.name, q.name, want)
         if not consumed:  # the store has nothing left: do not count phantoms
             consumed = q.paged
@@ -1022,8 +1074,8 @@ class Model:
         sub.trim()
 
     def _light_return(self, sub: LightConsumer, entry: Entry) -> None:
-        """A nacked or timed-out delivery goes back first in line (it was taken out of
-        ``unacked`` already)."""
+        """A nacked or timed-out delivery goes back to its original position (it was taken out
+        of ``unacked`` already)."""
         entry.count += 1
         if entry.expires is not None and entry.expires <= self.now:
             entry.state = GONE
@@ -1032,7 +1084,7 @@ class Model:
         entry.state = READY
         if sub.buf is None:
             sub.buf = LightBuffer()
-        sub.buf.push_front(entry)
+        sub.buf.requeue(entry)
         if entry.expires is not None:
             entry.timer = self.timers.add(entry.expires, self._on_light_expiry, (sub, entry))
         self._dirty[sub] = None  # type: ignore[index]

@@ -820,7 +820,7 @@ class StompSession(Session):
                 head += b"redelivered:true\nx-delivery-count:%d\n" % entry.count
             self.write(self.conn.send_message_bytes(head + tail, self.broker.now))
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
-            self.broker.internal_errors.append(exc)
+            self.broker.internal_error(self, exc)
             self.abort("internal error")  # the delivery counts as unacked and is requeued by the teardown
 
     def _wire(self, consumer: AnySubscription) -> _Wire:

@@ -26,6 +26,10 @@ class Limits:
     max_header_count: int = 1000
     max_header_line: int = 64 * 1024
     max_body_size: int = 16 * 1024 * 1024
+    #: largest AMQP message body accepted (RabbitMQ's ``max_message_size``, 128 MiB by default
+    #: since 3.8); a larger one closes its channel with 406 PRECONDITION_FAILED and RabbitMQ's text.
+    #: ``max_body_size`` above bounds STOMP bodies.
+    max_message_size: int = 128 * 1024 * 1024
     #: bytes queued for one connection above which the broker stops delivering to it and
     #: pauses reading from it; below half it resumes.
     max_outbound_buffer: int = 4 * 1024 * 1024
@@ -59,6 +63,8 @@ class Limits:
     #: ready messages a queue keeps in memory; later arrivals wait in the store's page (in the
     #: segment files with the embedded store) and are read back in order as the window drains
     queue_window: int = 2048
+    #: and at most this many body bytes of them (at least one message): large bodies are paged too
+    queue_window_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)

@@ -23,9 +23,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._message import Message
+
+if TYPE_CHECKING:
+    from .streams import StreamLog, StreamSettings
 
 __all__ = [
     "Store",
@@ -201,6 +204,24 @@ class Store(ABC):
         """Everything in ``queue``'s page, in order, without taking it (inspection and tests)."""
         return [(m, c, e) for m, c, e, _ in self._default_pages().get((vhost, queue), ())]
 
+    # -- stream queues (engine.streams; the default keeps the logs in memory) ------------------------
+    def _stream_logs(self) -> Any:
+        logs = self.__dict__.get("_store_streams")
+        if logs is None:
+            from .streams.memory import MemoryStreams
+
+            logs = self.__dict__["_store_streams"] = MemoryStreams(not self.needs_sync)
+        return logs
+
+    def stream(self, vhost: str, name: str, settings: "StreamSettings | None" = None) -> "StreamLog":
+        """The log of stream queue ``name`` (empty when new). ``settings`` (from the queue's
+        arguments, ``streams.stream_settings``) replace the log's when given."""
+        return self._stream_logs().open(vhost, name, settings)  # type: ignore[no-any-return]
+
+    def delete_stream(self, vhost: str, name: str) -> None:
+        """Forget a stream's log, records and tracking (``delete_queue`` does it too)."""
+        self._stream_logs().delete(vhost, name)
+
 
 class MemoryStore(Store):
     """Transient: keeps the durable state in dicts (so ``recover()`` works within one process)."""
@@ -245,6 +266,7 @@ class MemoryStore(Store):
     def delete_queue(self, vhost: str, name: str) -> None:
         self._queues.pop((vhost, name), None)
         self._messages.pop((vhost, name), None)
+        self.delete_stream(vhost, name)
         for ident, b in list(self._bindings.items()):
             if b.vhost == vhost and not b.dest_is_exchange and b.dest == name:
                 del self._bindings[ident]

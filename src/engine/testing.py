@@ -71,10 +71,13 @@ class FakeStore(MemoryStore):
         """The next ``count`` entity/message operations raise StoreError (nothing recorded)."""
         self._fail_writes += count
 
-    def _log(self, name: str, *args: Any) -> None:
+    def _check_write(self, name: str) -> None:
         if self._fail_writes:
             self._fail_writes -= 1
             raise StoreError(f"injected write failure ({name})")
+
+    def _log(self, name: str, *args: Any) -> None:
+        self._check_write(name)
         self.ops.append((name, args))
         getattr(MemoryStore, name)(self, *args)
 
@@ -120,12 +123,20 @@ class FakeStore(MemoryStore):
             self._fail_syncs -= 1
             raise StoreError(f"injected sync failure (token {token})")
         self.synced_ops = len(self.ops)
+        self._stream_logs().commit()
+
+    def _stream_logs(self) -> Any:
+        logs = super()._stream_logs()
+        logs.guard = self._check_write  # stream appends and offset tracking fail on demand too
+        return logs
 
     def crash(self) -> "FakeStore":
         survivor = FakeStore(self.needs_sync)
+        streams = self._stream_logs().crashed(survivor._check_write)
         for name, args in self.ops[: self.synced_ops]:
             survivor._log(name, *args)
         survivor.synced_ops = len(survivor.ops)
+        survivor.__dict__["_store_streams"] = streams
         return survivor
 
 

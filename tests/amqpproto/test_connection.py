@@ -284,6 +284,25 @@ def test_server_rejects_tune_ok_above_its_limits():
     assert ei.value.reply_code == 530
 
 
+@pytest.mark.parametrize("tune_ok, text", [
+    (a.ConnectionTuneOk(channel_max=0, frame_max=8192), "negotiated channel_max = 0 (no limit) is higher than "
+                                                        "the maximum allowed value (2047)"),
+    (a.ConnectionTuneOk(channel_max=4000, frame_max=8192), "negotiated channel_max = 4000 is higher than the "
+                                                           "maximum allowed value (2047)"),
+    (a.ConnectionTuneOk(channel_max=10, frame_max=0), "negotiated frame_max = 0 is higher than the maximum "
+                                                      "allowed value (8192)"),
+    (a.ConnectionTuneOk(channel_max=10, frame_max=100), "negotiated frame_max = 100 is lower than the minimum "
+                                                        "allowed value (4096)"),
+])
+def test_tune_ok_refusals_have_rabbitmqs_texts(tune_ok, text):
+    c, s = a.Connection(a.CLIENT), a.Connection(a.SERVER, frame_max=8192, channel_max=2047)
+    for who, ev in HANDSHAKE[:3]:
+        transfer(*((c, s) if who == "c" else (s, c)), ev)
+    transfer(s, c, s.tune())
+    err = _err(s, method_frame(tune_ok))  # raw: the client codec would refuse to send some of them
+    assert (err.reply_code, err.hint.reply_text) == (530, text)
+
+
 def test_eof():
     c, s = pair()
     s.receive_data(b"")
@@ -352,7 +371,6 @@ CASES = {
                                    + header_frame(1, 2) + frame(3, 1, b"abc")),
     "header for another class": (505, method_frame(a.BasicPublish(channel=1))
                                  + header_frame(1, 2, class_id=50)),
-    "channel above channel_max": (530, method_frame(a.ChannelOpen(channel=3000))),
     "unknown method": (540, frame(1, 1, b"\x00\x3c\x03\xe7")),
 }
 # build a 100-deep nested table for queue.declare arguments
@@ -383,6 +401,17 @@ def test_hard_errors(name):
         assert s.state == S.CLOSED
 
 
+def test_channel_max_bounds_open_channels_not_numbers():
+    """RabbitMQ's rule: any channel number 1..65535 may be opened; channel_max caps how many are
+    open at once (530 NOT_ALLOWED with RabbitMQ's text past it)."""
+    c, s = pair(channels=(65535, 3000), channel_max=3)  # open-ok sent on 65535 too
+    assert feed(s, method_frame(a.ChannelOpen(channel=9))) == [a.ChannelOpen(channel=9)]
+    c, s = pair(channels=(65535, 3000, 7), channel_max=3)
+    err = _err(s, method_frame(a.ChannelOpen(channel=9)))
+    assert err.reply_code == 530
+    assert err.hint.reply_text == "number of channels opened (3) has reached the negotiated channel_max (3)"
+
+
 def test_soft_error_content_too_large_keeps_connection():
     c, s = pair(channels=(1, 2), max_body_size=10)
     wire = c.send(a.BasicPublish(body=b"x" * 11, channel=1))
@@ -390,7 +419,8 @@ def test_soft_error_content_too_large_keeps_connection():
     with pytest.raises(a.RemoteProtocolError) as ei:
         s.next_event()
     assert ei.value.reply_code == 311
-    assert ei.value.hint == a.ChannelClose(311, "message too large", 60, 40, channel=1)
+    assert ei.value.hint == a.ChannelClose(311, "message size 11 is larger than configured max size 10", 60, 40,
+                                            channel=1)
     assert s.next_event() is a.NEED_DATA  # the oversized body is skipped
     m = a.BasicPublish(body=b"ok", channel=2)
     assert transfer(c, s, m) == [m]  # other channels keep working

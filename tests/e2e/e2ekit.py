@@ -7,6 +7,7 @@ second core); the bound port is read from its log line.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import re
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,19 @@ class RawStomp:
 
 
 _uid_seq = itertools.count()
+
+
+@contextlib.contextmanager
+def pika_open(params: Any) -> Iterator[Any]:
+    """A pika BlockingConnection closed on exit if the broker has not closed it."""
+    import pika
+
+    c = pika.BlockingConnection(params)
+    try:
+        yield c
+    finally:
+        if c.is_open:
+            c.close()
 
 
 def uid(prefix: str) -> str:

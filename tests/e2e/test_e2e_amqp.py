@@ -11,7 +11,7 @@ from typing import Any
 
 import pika
 import pytest
-from e2ekit import close_quietly, connect, uid
+from e2ekit import close_quietly, connect, pika_open, uid
 
 import servers
 
@@ -32,12 +32,8 @@ def params(srv: Any, **kw: Any) -> pika.ConnectionParameters:
 
 @pytest.fixture()
 def conn(srv: Any) -> Iterator[pika.BlockingConnection]:
-    c = pika.BlockingConnection(params(srv))
-    try:
+    with pika_open(params(srv)) as c:
         yield c
-    finally:
-        if c.is_open:
-            c.close()
 
 
 # -- pika (blocking) ----------------------------------------------------------------------------

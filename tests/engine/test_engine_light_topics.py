@@ -348,13 +348,17 @@ def test_light_buffer_keeps_priority_order_for_new_and_returned_entries():
     def entry(name, prio):
         return Entry(Message(0, "", "", {}, name, prio))
 
+    returned = [entry(b"r5", 5), entry(b"r0", 0), entry(b"r9", 9)]  # delivered before the others came
     for name, prio in ((b"a0", 0), (b"b5", 5), (b"c0", 0), (b"d9", 9), (b"e5", 5)):
         buf.push(entry(name, prio))
     assert [e.msg.body for e in buf.ready] == [b"d9", b"b5", b"e5", b"a0", b"c0"]
-    buf.push_front(entry(b"r5", 5))
-    buf.push_front(entry(b"r0", 0))
-    buf.push_front(entry(b"r9", 9))
+    for e in returned:  # back at their original position: ahead of the later ones of their level
+        buf.requeue(e)
     assert [e.msg.body for e in buf.ready] == [b"r9", b"d9", b"r5", b"b5", b"e5", b"r0", b"a0", b"c0"]
+    late = entry(b"l5", 5)  # newer than everything: behind its level
+    buf.requeue(late)
+    assert [e.msg.body for e in buf.ready][:5] == [b"r9", b"d9", b"r5", b"b5", b"e5"]
+    assert [e.msg.body for e in buf.ready][5] == b"l5"
 
 
 # -- differential: a light subscription behaves as the queue-backed one it replaces -----------------

@@ -1,9 +1,11 @@
 """Hypothesis state machines comparing the engine with a small reference model of queue semantics:
 publish, consume (with prefetch), ack, nack (requeue or drop), cancel/disconnect -> requeue in
-order; highest priority first, FIFO within a level, requeued messages at the front of their level;
+order; highest priority first, FIFO within a level, requeued messages back at their original
+position in their level (RabbitMQ's);
 nothing lost, nothing duplicated beyond redelivery."""
 
 import shutil
+from bisect import insort
 import tempfile
 from collections import deque
 
@@ -128,7 +130,7 @@ class ModelMachine(RuleBasedStateMachine):
         msg_id = self.unacked[c].pop(tag)
         if requeue:
             self.returned[msg_id] = self.returned.get(msg_id, 0) + 1
-            self.ready[self._prio(msg_id)].appendleft(msg_id)
+            insort(self.ready[self._prio(msg_id)], msg_id)  # ids are in publish order
         else:
             self.finished.add(msg_id)
         self._settle()
@@ -154,7 +156,7 @@ class ModelMachine(RuleBasedStateMachine):
         self.consumers.remove(c)
         for msg_id in reversed(list(self.unacked.pop(c).values())):
             self.returned[msg_id] = self.returned.get(msg_id, 0) + 1
-            self.ready[self._prio(msg_id)].appendleft(msg_id)
+            insort(self.ready[self._prio(msg_id)], msg_id)  # ids are in publish order
         del self.prefetch[c]
         self._settle()
 

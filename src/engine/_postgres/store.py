@@ -39,6 +39,7 @@ from amqpproto import read_table, write_table
 from .._message import Message
 from .._segments._records import _decode_message, _encode_message
 from ..store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ..streams._pglog import PgStreams, StreamWork, stream_ddl
 from ._batch import Item, _Group
 from ._schema import lock_key, schema_ddl, statements
 
@@ -100,7 +101,9 @@ class PostgresStore(Store):
                 conn = self._connection(lock_wait)
                 with conn.transaction():
                     conn.execute(schema_ddl(schema))
+                    conn.execute(stream_ddl(schema))
                 self._recovered: Recovered | None = self._load(conn)
+                self._streams = PgStreams(self, conn)  # stream queues' logs (engine.streams._pglog)
         except psycopg.Error as exc:
             self._drop_connection()
             raise StoreError(f"PostgreSQL store {self.display_dsn}: {_reason(exc)}") from None
@@ -247,6 +250,10 @@ class PostgresStore(Store):
             self._op("delete_queue_entries", qid)
             self._op("delete_queue", qid)
         self._op("delete_queue_bindings", vhost, name)
+        self.delete_stream(vhost, name)
+
+    def _stream_logs(self) -> PgStreams:
+        return self._streams
 
     def add_binding(self, bdef: BindingDef) -> None:
         self._check_writable()
@@ -289,6 +296,7 @@ class PostgresStore(Store):
                 return
             with self._lock:
                 batch, self._batch, self._group = self._batch, [], None
+                self._streams.current = None  # the next stream changes start a new chunk
             if not batch and self._failed is None:
                 return
             reused = self._conn is not None and not self._conn.broken
@@ -318,6 +326,10 @@ class PostgresStore(Store):
                     self._retrying = True
                     threading.Thread(target=self._retry_loop, name="sansmq-pg-retry", daemon=True).start()
                 raise StoreError(f"message store cannot commit ({reason})") from None
+            with self._lock:
+                for item in batch:
+                    if isinstance(item, StreamWork):
+                        item.committed()
             if self._failed is not None:
                 log.warning("PostgreSQL store: commits work again")
                 self._failed = None
@@ -340,6 +352,9 @@ class PostgresStore(Store):
         q = self._sql
         cur = conn.cursor()
         for item in batch:
+            if isinstance(item, StreamWork):
+                item.write(cur)
+                continue
             if not isinstance(item, _Group):
                 cur.execute(q[item[0]], item[1])
                 continue
@@ -383,6 +398,7 @@ class PostgresStore(Store):
         with self._sync_lock:
             self._closed = True
             self._drop_connection()
+        self._streams.close()
 
 
 def _reason(exc: BaseException) -> str:

@@ -48,6 +48,7 @@ from zlib import crc32
 
 from .._message import Message
 from ..store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
+from ..streams._files import FileStreams
 from ._index import TRANSIENT, _Page, _QIndex
 from ._records import (
     _CNT,
@@ -196,6 +197,7 @@ class SegmentStore(Store):
             os.close(self._lock_fd)
             raise StoreError(f"data directory {self.path} is in use by another process") from None
         self._recovered: Recovered | None = self._load()
+        self._streams: FileStreams | None = None  # stream queues' logs, opened on first use
 
     # -- I/O primitives (fault-injection tests override these) -----------------------------------------
     def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
@@ -591,6 +593,7 @@ class SegmentStore(Store):
 
     def delete_queue(self, vhost: str, name: str) -> None:
         self.page_drop(vhost, name, False)
+        self.delete_stream(vhost, name)
         v = self._qs.get(vhost)
         qi = v.pop(name, None) if v is not None else None
         if v is not None and not v:
@@ -928,8 +931,16 @@ class SegmentStore(Store):
         if self._j is not None:
             self._write_file(self._j)
 
+    # -- stream queues (engine.streams._files: one directory of segment files per stream) -----------
+    def _stream_logs(self) -> FileStreams:
+        if self._streams is None:
+            self._streams = FileStreams(self.path, fsync=self.fsync)
+        return self._streams
+
     def sync(self, token: int) -> None:
         """Make durable everything appended so far (a superset of what ``Sync(token)`` covers)."""
+        if self._streams is not None:
+            self._streams.sync()
         with self._sync_lock:
             with self._lock:
                 try:
@@ -1050,6 +1061,8 @@ class SegmentStore(Store):
             self.sync(0)
         except (StoreError, OSError) as exc:
             log.error("closing the store: %s", exc)
+        if self._streams is not None:
+            self._streams.close()
         with self._lock:
             for f in self._segs.values():
                 os.close(f.fd)

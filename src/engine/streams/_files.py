@@ -1,0 +1,666 @@
+"""Stream logs in segment files (the embedded store; LavinMQ's and osiris' design).
+
+On disk, under the data directory::
+
+    streams/<key>/NAME                      vhost NUL name (utf-8), for people and tools
+    streams/<key>/00000000000000000000.seg  segment files, named by their first offset
+
+``<key>`` is a hash of (vhost, name), so any queue name makes a valid directory name. A segment file
+is ``SMQSTRM1`` then records framed as in the segment store: ``<u32 length><u32 crc32(payload)>
+<payload>``. A payload starts ``<u64 offset><i64 timestamp ms><u8 kind | flags>``:
+
+- ``K_MSG``: a message at ``offset``, then (flag ``F_PRODUCER``) ``<u64 publishing id><u16 n>
+  <producer name>``, then the message in the segment store's codec (``_records._encode_message``:
+  properties, headers, body). Flag ``F_CHUNK`` marks the first record of a chunk.
+- ``K_TRACK``: consumer ``<name>`` (the rest of the payload) stored ``offset``.
+- ``K_SNAP``: the first record of every segment: the whole tracking state at that point,
+  ``<u32 consumers><u32 producers>`` then per entry ``<u64 value><u16 n><name>`` (consumers first).
+  Retention deletes whole old segments, so the snapshot of the newest segment plus the records
+  after it is always the complete state (osiris' tracking snapshots); opening reads only those.
+
+A sealed segment gets a sidecar ``<first>.idx`` once a sync has fsynced all of it: ``SMQSIDX1``,
+``<u64 first><u64 end><u64 size><i64 last ts><i64 last chunk><u32 entries>``, the three index
+arrays (little-endian u64, u64, i64) and a crc32 of all that. Opening loads a sealed segment's
+index from its sidecar when the CRC and the segment's size match, so a restart reads only the
+newest segment; otherwise (no sidecar, torn, stale) it scans the segment. Sidecars are not fsynced:
+a lost one only costs a scan.
+
+In memory each segment keeps a sparse index: three arrays (offset, file position, timestamp) with an
+entry for its first message and then every ``INDEX_STRIDE`` messages or ``INDEX_BYTES`` bytes, plus
+its first/end offsets, size and newest timestamp; nothing per message. A read seeks with the index
+(or the position where the previous read of the same spot stopped) and reads sequentially.
+
+Appends go to an in-memory buffer under ``_lock`` on the loop thread (a big buffer is written out
+early). ``sync`` (a worker thread) pwrites every buffer, closes the current chunk, then fsyncs the
+dup'd descriptors of every segment written since the last sync (one rolled over meanwhile included)
+outside the lock, and only then moves ``committed``. A record after the last completed fsync may be
+lost in a crash, nothing before it.
+
+Opening scans the segments, validating every record's CRC; the first bad one ends the valid data of
+its segment (a torn tail): the file is truncated there, later segments (never confirmed: the sync
+that would have covered them also covers the torn one) are deleted, and the dropped records are
+counted in ``dropped_on_recovery``. A torn record never yields a message.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import mmap
+import os
+import shutil
+import struct
+import sys
+import threading
+from array import array
+from bisect import bisect_right
+from struct import Struct
+from typing import Callable, Iterator
+from zlib import crc32
+
+from .._message import Message
+from .._segments._records import _REC, _decode_message, _encode_message, _record
+from ..store import StoreError
+from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+
+__all__ = ["FileStreamLog", "FileStreams"]
+
+log = logging.getLogger("sansmq.store")
+
+MAGIC = b"SMQSTRM1"
+_HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
+_PROD = Struct("<QH")  # publishing id, len(producer name)
+_SNAP = Struct("<II")  # consumers, producers
+_ENT = Struct("<QH")  # value, len(name)
+_U32 = Struct("<I")
+K_MSG, K_TRACK, K_SNAP = 1, 2, 3
+F_CHUNK, F_PRODUCER = 0x40, 0x80
+_KIND = 0x0F
+IDX_MAGIC = b"SMQSIDX1"
+_IDX = Struct("<QQQqqI")  # first, end, size, last ts, last chunk, entries
+INDEX_STRIDE = 64
+INDEX_BYTES = 64 << 10
+#: a segment's buffer is written out on the loop thread once it is this large
+FLUSH_AT = 1 << 20
+#: bytes read at once when scanning for records
+READ_BLOCK = 64 << 10
+#: positions remembered where reads stopped (offset -> segment, position)
+HINTS = 256
+
+
+class _Seg:
+    """One segment file: what is written, the buffer, and its sparse index."""
+
+    __slots__ = ("path", "fd", "first", "end", "written", "buf", "dirty", "last_ts", "chunk",
+                 "idx_off", "idx_pos", "idx_ts", "sidecar")
+
+    def __init__(self, path: str, fd: int, first: int, written: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.first = first
+        self.end = first  # offset after its last message
+        self.written = written
+        self.buf = bytearray()
+        self.dirty = False
+        self.last_ts = -1
+        self.chunk = -1  # first offset of its last chunk
+        self.idx_off = array("Q")
+        self.idx_pos = array("Q")
+        self.idx_ts = array("q")
+        self.sidecar = False  # its index is saved next to it
+
+    @property
+    def idx_path(self) -> str:
+        return self.path[:-4] + ".idx"
+
+    def save_index(self) -> bytes:
+        arrays = [self.idx_off, self.idx_pos, self.idx_ts]
+        if sys.byteorder != "little":
+            arrays = [array(a.typecode, a) for a in arrays]
+            for a in arrays:
+                a.byteswap()
+        body = (IDX_MAGIC + _IDX.pack(self.first, self.end, self.written, self.last_ts, self.chunk,
+                                      len(self.idx_off)) + b"".join(a.tobytes() for a in arrays))
+        return body + _U32.pack(crc32(body))
+
+    def load_index(self) -> bool:
+        """Take the index from the sidecar if it is intact and matches the segment's size."""
+        try:
+            with open(self.idx_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        head = len(IDX_MAGIC) + _IDX.size
+        if len(data) < head + 4 or data[: len(IDX_MAGIC)] != IDX_MAGIC:
+            return False
+        if crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
+            return False
+        first, end, size, last_ts, chunk, n = _IDX.unpack_from(data, len(IDX_MAGIC))
+        if first != self.first or size != os.fstat(self.fd).st_size or len(data) != head + 24 * n + 4:
+            return False
+        for i, a in enumerate((self.idx_off, self.idx_pos, self.idx_ts)):
+            a.frombytes(data[head + 8 * n * i: head + 8 * n * (i + 1)])
+            if sys.byteorder != "little":
+                a.byteswap()
+        self.end, self.written, self.last_ts, self.chunk, self.sidecar = end, size, last_ts, chunk, True
+        return True
+
+    @property
+    def size(self) -> int:
+        return self.written + len(self.buf)
+
+    def index(self, offset: int, pos: int, ts: int) -> None:
+        """Note a message record (its position and time) in the sparse index when due."""
+        if (not self.idx_off or offset - self.idx_off[-1] >= INDEX_STRIDE
+                or pos - self.idx_pos[-1] >= INDEX_BYTES):
+            self.idx_off.append(offset)
+            self.idx_pos.append(pos)
+            self.idx_ts.append(ts)
+
+
+def _pack_names(entries: dict[str, int]) -> bytes:
+    out = []
+    for name, value in entries.items():
+        b = name.encode("utf-8", "surrogateescape")
+        out.append(_ENT.pack(value, len(b)))
+        out.append(b)
+    return b"".join(out)
+
+
+def _unpack_snapshot(p: memoryview) -> tuple[dict[str, int], dict[str, int]]:
+    nc, np_ = _SNAP.unpack_from(p, _HEAD.size)
+    o = _HEAD.size + _SNAP.size
+    maps: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    for i in range(nc + np_):
+        value, n = _ENT.unpack_from(p, o)
+        o += _ENT.size
+        maps[0 if i < nc else 1][str(p[o:o + n], "utf-8", "surrogateescape")] = value
+        o += n
+    if o != len(p):
+        raise ValueError("snapshot length mismatch")
+    return maps
+
+
+def _seg_name(first: int) -> str:
+    return f"{first:020d}.seg"
+
+
+class FileStreamLog(StreamLog):
+    """The log of one stream in directory ``path`` (created if missing)."""
+
+    def __init__(self, path: str, settings: StreamSettings | None = None, *, fsync: bool = True) -> None:
+        super().__init__(settings)
+        self.path = path
+        self.fsync = fsync
+        self._lock = threading.Lock()  # buffers and the segment list
+        self._sync_lock = threading.Lock()
+        self._segs: list[_Seg] = []
+        self._firsts: list[int] = []  # parallel to _segs, for bisect
+        self._chunk_open = False
+        self._dir_dirty = False
+        self._failed: str | None = None
+        self._hints: dict[int, tuple[_Seg, int]] = {}
+        os.makedirs(path, exist_ok=True)
+        self._open()
+
+    # -- I/O primitives (fault-injection tests override these) ----------------------------------------
+    def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def _fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    # -- opening ----------------------------------------------------------------------------------------
+    def _open(self) -> None:
+        names = sorted(n for n in os.listdir(self.path) if n.endswith(".seg") and n[:-4].isdigit())
+        for n in os.listdir(self.path):  # sidecars of deleted segments, half-written ones
+            if n.endswith(".tmp") or (n.endswith(".idx") and n[:-4] + ".seg" not in names):
+                os.unlink(os.path.join(self.path, n))
+        state: tuple[dict[str, int], dict[str, int]] | None = None
+        for i, name in enumerate(names):
+            path = os.path.join(self.path, name)
+            first = int(name[:-4])
+            if self._segs and first != self._segs[-1].end:
+                self._discard(names[i:], "does not continue the previous segment")
+                break
+            seg = _Seg(path, os.open(path, os.O_RDWR), first, 0)
+            state = None
+            if i < len(names) - 1 and seg.load_index():
+                end, torn = seg.written, False
+            else:
+                state = ({}, {})
+                end, torn = self._scan(seg, state)
+            if end <= len(MAGIC):  # nothing valid (a segment started just before a crash)
+                os.close(seg.fd)
+                os.unlink(path)
+                self._dir_dirty = True
+                self._discard(names[i + 1:], "follows an empty segment")
+                break
+            self._segs.append(seg)
+            if torn:
+                os.ftruncate(seg.fd, end)
+                self._discard(names[i + 1:], "follows a torn segment")
+                break
+        if self._segs:
+            last = self._segs[-1]
+            if state is None or last.sidecar:  # its tracking state comes from a scan
+                state = ({}, {})
+                self._scan(_Seg(last.path, last.fd, last.first, 0), state)
+            if last.sidecar:  # it is appended to again
+                os.unlink(last.idx_path)
+                last.sidecar = False
+            self._consumers, self._producers = dict(state[0]), dict(state[1])
+        self._firsts = [s.first for s in self._segs]
+        if self._segs:
+            self.first = self._segs[0].first
+            self.tail = self.committed = self._segs[-1].end
+            self.last_chunk = max((s.chunk for s in self._segs), default=-1)
+            self._last_ts = max(0, max(s.last_ts for s in self._segs))
+        if self.dropped_on_recovery:
+            log.warning("stream %s: dropped %d torn or unconfirmed records", self.path, self.dropped_on_recovery)
+
+    def _discard(self, names: list[str], why: str) -> None:
+        """Delete segments after a torn one (never confirmed), counting their records."""
+        for name in names:
+            path = os.path.join(self.path, name)
+            seg = _Seg(path, os.open(path, os.O_RDONLY), int(name[:-4]), 0)
+            self._scan(seg, ({}, {}))
+            self.dropped_on_recovery += seg.end - seg.first
+            os.close(seg.fd)
+            log.warning("stream segment %s %s: deleted", path, why)
+            os.unlink(path)
+            self._dir_dirty = True
+
+    def _scan(self, seg: _Seg, state: tuple[dict[str, int], dict[str, int]]) -> tuple[int, bool]:
+        """Validate ``seg``'s records, building its index and replaying tracking into ``state``.
+        Returns the end of the valid data and whether a torn tail follows it."""
+        size = os.fstat(seg.fd).st_size
+        if size < len(MAGIC):
+            return 0, size > 0
+        with mmap.mmap(seg.fd, 0, access=mmap.ACCESS_READ) as data:
+            if data[: len(MAGIC)] != MAGIC:
+                raise StoreError(f"{seg.path} is not a sansmq stream segment")
+            view = memoryview(data)
+            try:
+                pos, end = len(MAGIC), len(data)
+                rec, head = _REC.size, _HEAD.size
+                while pos + rec <= end:
+                    n, crc = _REC.unpack_from(view, pos)
+                    stop = pos + rec + n
+                    if n < head or stop > end or crc32(view[pos + rec:stop]) != crc:
+                        break
+                    p = view[pos + rec:stop]
+                    offset, ts, kind = _HEAD.unpack_from(p, 0)
+                    k = kind & _KIND
+                    if k == K_MSG:
+                        if offset != seg.end:
+                            break  # not the expected offset: treat as torn
+                        seg.index(offset, pos, ts)
+                        seg.end = offset + 1
+                        seg.last_ts = ts
+                        if kind & F_CHUNK:
+                            seg.chunk = offset
+                        if kind & F_PRODUCER:
+                            pid, ln = _PROD.unpack_from(p, head)
+                            o = head + _PROD.size
+                            state[1][str(p[o:o + ln], "utf-8", "surrogateescape")] = pid
+                    elif k == K_TRACK:
+                        state[0][str(p[head:], "utf-8", "surrogateescape")] = offset
+                    elif k == K_SNAP:
+                        try:
+                            consumers, producers = _unpack_snapshot(p)
+                        except (ValueError, struct.error):
+                            break
+                        state[0].clear()
+                        state[0].update(consumers)
+                        state[1].clear()
+                        state[1].update(producers)
+                    pos = stop
+                p = view = None  # type: ignore[assignment]  # release the mapping's exports
+            except BaseException:
+                view = p = None  # type: ignore[assignment]
+                raise
+        seg.written = pos
+        if pos < size:
+            self.dropped_on_recovery += 1
+        return pos, pos < size
+
+    # -- appending (loop thread) ------------------------------------------------------------------------
+    def _new_segment(self, first: int, ts: int) -> _Seg:
+        """Start a segment whose first record is the tracking snapshot (caller holds ``_lock``)."""
+        path = os.path.join(self.path, _seg_name(first))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg = _Seg(path, fd, first, 0)
+        snap = _SNAP.pack(len(self._consumers), len(self._producers))
+        seg.buf += MAGIC
+        seg.buf += _record(_HEAD.pack(first, ts, K_SNAP) + snap + _pack_names(self._consumers)
+                           + _pack_names(self._producers))
+        self._segs.append(seg)
+        self._firsts.append(first)
+        self._dir_dirty = True
+        return seg
+
+    def _check_writable(self) -> None:
+        """While a write-out fails new records are refused (a retry here may clear it); caller
+        holds ``_lock``."""
+        if self._failed is not None:
+            self._write_out()
+
+    def _write_out(self) -> None:
+        """Write every buffer out, or raise StoreError (caller holds ``_lock``)."""
+        try:
+            self._write_all()
+        except OSError as exc:
+            self._mark_failed(exc)
+            raise StoreError(f"stream store cannot write ({self._failed})") from None
+        self._failed = None
+
+    def _mark_failed(self, exc: OSError) -> None:
+        if self._failed is None:
+            log.error("stream %s: write failed, refusing appends until a retry succeeds: %s", self.path, exc)
+        self._failed = f"{errno.errorcode.get(exc.errno or 0, 'EIO')}: {exc.strerror or exc}"
+
+    def _put(self, seg: _Seg, rec: bytes) -> None:
+        seg.buf += rec
+        if len(seg.buf) >= FLUSH_AT:
+            try:
+                self._write(seg)
+            except OSError as exc:
+                self._mark_failed(exc)
+
+    def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
+                publishing_id: int | None) -> tuple[bool, bool]:
+        body = _encode_message(msg)
+        prod = b""
+        kind = K_MSG
+        if producer is not None:
+            name = producer.encode("utf-8", "surrogateescape")
+            prod = _PROD.pack(publishing_id, len(name)) + name
+            kind |= F_PRODUCER
+        size = _REC.size + _HEAD.size + len(prod) + len(body)
+        with self._lock:
+            self._check_writable()
+            rolled = False
+            if not self._segs:
+                seg = self._new_segment(offset, ts)
+            else:
+                seg = self._segs[-1]
+                if seg.end > seg.first and seg.size + size > self.settings.segment_bytes:
+                    seg = self._new_segment(offset, ts)
+                    rolled = True
+            chunk_start = not self._chunk_open or rolled
+            if chunk_start:
+                kind |= F_CHUNK
+                seg.chunk = offset
+            self._chunk_open = True
+            seg.index(offset, seg.size, ts)
+            self._put(seg, _record(_HEAD.pack(offset, ts, kind) + prod + body))
+            seg.end = offset + 1
+            seg.last_ts = ts
+        return chunk_start, rolled
+
+    def _track(self, consumer: str, offset: int, ts: int) -> None:
+        rec = _record(_HEAD.pack(offset, ts, K_TRACK) + consumer.encode("utf-8", "surrogateescape"))
+        with self._lock:
+            self._check_writable()
+            seg = self._segs[-1] if self._segs else self._new_segment(self.tail, ts)
+            self._put(seg, rec)
+
+    # -- reading (loop thread) ----------------------------------------------------------------------------
+    def _read_at(self, seg: _Seg, pos: int, n: int) -> bytes:
+        """``n`` bytes (fewer at the end) at ``pos``, from the file and/or the unwritten buffer."""
+        with self._lock:
+            if pos + n <= seg.written:
+                return os.pread(seg.fd, n, pos)
+            head = os.pread(seg.fd, seg.written - pos, pos) if pos < seg.written else b""
+            start = max(0, pos - seg.written)
+            return head + bytes(seg.buf[start:start + n - len(head)])
+
+    def _records(self, seg: _Seg, pos: int) -> Iterator[tuple[int, memoryview]]:
+        """(position, payload) of ``seg``'s records from ``pos`` on, read in blocks."""
+        rec = _REC.size
+        while True:
+            block = self._read_at(seg, pos, READ_BLOCK)
+            view = memoryview(block)
+            o = 0
+            while o + rec <= len(view):
+                n, crc = _REC.unpack_from(view, o)
+                stop = o + rec + n
+                if stop > len(view):
+                    if o == 0:  # one record larger than a block
+                        block = self._read_at(seg, pos, rec + n)
+                        if len(block) < rec + n:
+                            return
+                        view = memoryview(block)
+                        continue
+                    break
+                p = view[o + rec:stop]
+                if crc32(p) != crc:
+                    raise StoreError(f"stream segment {seg.path}: record at {pos + o} is corrupt")
+                yield pos + o, p
+                o = stop
+            if o == 0:
+                return
+            pos += o
+
+    def _seek(self, seg: _Seg, offset: int) -> int:
+        hint = self._hints.get(offset)
+        if hint is not None and hint[0] is seg:
+            return hint[1]
+        i = bisect_right(seg.idx_off, offset) - 1
+        return seg.idx_pos[i] if i >= 0 else len(MAGIC)
+
+    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+             upto: int | None = None) -> list[StreamRecord]:
+        offset, end = self._bounds(offset, upto)
+        out: list[StreamRecord] = []
+        nbytes = 0
+        while offset < end and len(out) < max_count:
+            seg = self._segs[bisect_right(self._firsts, offset) - 1]
+            stop_pos = None
+            after = 0  # the position after the last record seen
+            for pos, p in self._records(seg, self._seek(seg, offset)):
+                after = pos + _REC.size + len(p)
+                o, ts, kind = _HEAD.unpack_from(p, 0)
+                if kind & _KIND != K_MSG or o < offset:
+                    continue
+                if o >= end or len(out) >= max_count:
+                    stop_pos = pos
+                    break
+                at = _HEAD.size
+                if kind & F_PRODUCER:
+                    at += _PROD.size + _PROD.unpack_from(p, _HEAD.size)[1]
+                msg = _decode_message(p[at:])
+                if out and nbytes + len(msg.body) > max_bytes:
+                    stop_pos = pos
+                    break
+                out.append(StreamRecord(o, ts, msg))
+                nbytes += len(msg.body)
+                offset = o + 1
+            if stop_pos is not None:
+                self._hint(offset, seg, stop_pos)
+                break
+            if offset < end and offset < seg.end:
+                raise StoreError(f"stream {self.path}: offset {offset} missing from its segment")
+            if offset == self.tail and after:  # a consumer at the end resumes here, without a seek
+                self._hint(offset, seg, after)
+        return out
+
+    def _hint(self, offset: int, seg: _Seg, pos: int) -> None:
+        if len(self._hints) >= HINTS:
+            del self._hints[next(iter(self._hints))]
+        self._hints[offset] = (seg, pos)
+
+    def offset_at(self, ts_ms: int) -> int:
+        for seg in self._segs:
+            if seg.end > max(seg.first, self.first) and seg.last_ts >= ts_ms:
+                break
+        else:
+            return self.tail
+        i = max(0, bisect_right(seg.idx_ts, ts_ms - 1) - 1)  # the last entry before ts_ms
+        for _, p in self._records(seg, seg.idx_pos[i]):
+            o, ts, kind = _HEAD.unpack_from(p, 0)
+            if kind & _KIND == K_MSG and ts >= ts_ms:
+                return max(o, self.first)
+        return self.tail
+
+    # -- retention (loop thread) ------------------------------------------------------------------------
+    def _segment_stats(self) -> list[SegmentStats]:
+        return [SegmentStats(s.size, s.last_ts) for s in self._segs]
+
+    def _drop_segments(self, n: int) -> int:
+        with self._lock:
+            gone, self._segs = self._segs[:n], self._segs[n:]
+            self._firsts = self._firsts[n:]
+            for seg in gone:
+                os.close(seg.fd)
+                seg.fd = -1
+                for path in (seg.path, seg.idx_path):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+            self._dir_dirty = True
+        self._hints = {k: v for k, v in self._hints.items() if v[0] not in gone}
+        return self._segs[0].first
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segs)
+
+    # -- write-out and sync ---------------------------------------------------------------------------------
+    def _write(self, seg: _Seg) -> None:
+        """pwrite the buffer at its offset; on error the unwritten rest stays (caller holds _lock)."""
+        buf = seg.buf
+        while buf:
+            n = self._pwrite(seg.fd, buf, seg.written)
+            seg.written += n
+            seg.dirty = True
+            if n == len(buf):
+                buf.clear()
+            else:
+                del buf[:n]
+
+    def _write_all(self) -> None:
+        for seg in self._segs:
+            self._write(seg)
+
+    def sync(self) -> None:
+        with self._sync_lock:
+            with self._lock:
+                self._write_out()
+                self._chunk_open = False
+                tail = self.tail
+                dirty = [s for s in self._segs if s.dirty]
+                fds = []
+                for seg in dirty:
+                    seg.dirty = False
+                    if self.fsync:  # without fsync, written is as durable as it gets
+                        fds.append(os.dup(seg.fd))
+                dir_dirty = self._dir_dirty and self.fsync
+                self._dir_dirty = False
+            try:
+                for fd in fds:
+                    self._fsync(fd)
+                if dir_dirty:
+                    _fsync_dir(self.path, self._fsync)
+            except OSError as exc:
+                with self._lock:  # never report success for pages the kernel may have dropped
+                    for seg in dirty:
+                        seg.dirty = True
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                    self._mark_failed(exc)
+                raise StoreError(f"stream store cannot sync ({self._failed})") from None
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self.committed = max(self.committed, tail)
+            self._save_indexes()
+
+    def _save_indexes(self) -> None:
+        """Write the sidecar of every sealed segment that is fully fsynced (worker thread)."""
+        with self._lock:
+            sealed = [s for s in self._segs[:-1] if not s.sidecar and not s.dirty and not s.buf]
+        for seg in sealed:
+            tmp = seg.idx_path + ".tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(seg.save_index())
+                with self._lock:
+                    if seg.fd >= 0 and seg in self._segs:
+                        os.replace(tmp, seg.idx_path)
+                        seg.sidecar = True
+                    else:
+                        os.unlink(tmp)
+            except OSError as exc:  # only costs a scan on the next open
+                log.warning("stream %s: could not save a segment index: %s", self.path, exc)
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        except StoreError as exc:
+            log.error("closing stream %s: %s", self.path, exc)
+        with self._lock:
+            for seg in self._segs:
+                os.close(seg.fd)
+            self._segs = []
+            self._firsts = []
+
+
+def _fsync_dir(path: str, fsync: Callable[[int], None]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def stream_key(vhost: str, name: str) -> str:
+    raw = vhost.encode("utf-8", "surrogateescape") + b"\0" + name.encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+class FileStreams:
+    """The stream logs of a data directory (``<root>/streams``), by (vhost, name)."""
+
+    def __init__(self, root: str, *, fsync: bool = True) -> None:
+        self.root = os.path.join(root, "streams")
+        self.fsync = fsync
+        self.logs: dict[tuple[str, str], FileStreamLog] = {}
+
+    def open(self, vhost: str, name: str, settings: StreamSettings | None) -> FileStreamLog:
+        slog = self.logs.get((vhost, name))
+        if slog is not None:
+            if settings is not None:
+                slog.settings = settings
+            return slog
+        path = os.path.join(self.root, stream_key(vhost, name))
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            with open(os.path.join(path, "NAME"), "wb") as f:
+                f.write(vhost.encode("utf-8", "surrogateescape") + b"\0" + name.encode("utf-8", "surrogateescape"))
+            if self.fsync:
+                _fsync_dir(self.root, os.fsync)
+        slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync)
+        return slog
+
+    def delete(self, vhost: str, name: str) -> None:
+        slog = self.logs.pop((vhost, name), None)
+        if slog is not None:
+            with slog._lock:
+                for seg in slog._segs:
+                    os.close(seg.fd)
+                slog._segs = []
+        path = os.path.join(self.root, stream_key(vhost, name))
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def sync(self) -> None:
+        for slog in list(self.logs.values()):
+            slog.sync()
+
+    def close(self) -> None:
+        for slog in self.logs.values():
+            slog.close()
+        self.logs.clear()

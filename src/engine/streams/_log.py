@@ -1,0 +1,202 @@
+"""The stream log interface every store implements, and the bookkeeping they share.
+
+A stream is an append-only log of messages. Every message gets the next offset (0, 1, 2, ...) and
+its append time in ms (never earlier than the previous one's: the log's timestamps are monotonic
+even if the broker's clock steps back). The log is split into segments; retention removes whole old
+segments, never the active (last) one, so ``first`` moves up in segment-sized steps.
+
+Chunks (RabbitMQ/osiris): the appends between two syncs form a chunk; ``last_chunk`` is the first
+offset of the last chunk (what ``x-stream-offset: last`` means). ``committed``: every offset below
+it is durable (covered by a completed ``sync``); a consumer that must only see durable data reads
+with ``upto=log.committed``.
+
+Server-side tracking (sansmq extensions): named consumers store an offset (``store_offset``), and
+producers are deduplicated by a publishing id that must grow (``should_append``). Both are durable
+with the log and survive retention.
+
+Threading: everything but ``sync`` runs on the broker's loop thread; ``sync`` runs on a server
+worker thread while appends continue.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+from .._message import Message
+from .args import DEFAULT_SEGMENT_BYTES
+
+__all__ = ["StreamLog", "StreamRecord", "StreamSettings", "SegmentStats", "retained_from"]
+
+#: ``read`` defaults: a batch is bounded by count and by bytes (of message bodies)
+READ_COUNT = 256
+READ_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Retention and segmenting of one stream (see ``args.stream_settings``)."""
+
+    max_bytes: int | None = None
+    max_age_ms: int | None = None
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+
+
+class StreamRecord(NamedTuple):
+    offset: int
+    timestamp: int  # ms since the epoch, when it was appended
+    message: Message
+
+
+class SegmentStats(NamedTuple):
+    size: int  # bytes
+    last_ts: int  # ms of its last message; -1 when it holds none
+
+
+def retained_from(segments: Sequence[SegmentStats], settings: StreamSettings, now_ms: int) -> int:
+    """How many of the oldest ``segments`` retention removes: while the total is above
+    ``max_bytes`` or the oldest segment's newest message is older than ``max_age``; never the last
+    (active) segment."""
+    total = sum(s.size for s in segments)
+    n = 0
+    while n < len(segments) - 1:
+        seg = segments[n]
+        over = settings.max_bytes is not None and total > settings.max_bytes
+        old = settings.max_age_ms is not None and seg.last_ts < now_ms - settings.max_age_ms
+        if not (over or old):
+            break
+        total -= seg.size
+        n += 1
+    return n
+
+
+class StreamLog(ABC):
+    """One stream's log. Offsets in ``[first, tail)`` are readable."""
+
+    def __init__(self, settings: StreamSettings | None) -> None:
+        self.settings = settings or StreamSettings()
+        #: the oldest offset still kept
+        self.first = 0
+        #: the offset the next append gets
+        self.tail = 0
+        #: offsets below this are durable
+        self.committed = 0
+        #: first offset of the last chunk, -1 while the log is empty
+        self.last_chunk = -1
+        self._last_ts = 0
+        self._consumers: dict[str, int] = {}
+        self._producers: dict[str, int] = {}
+        #: records found torn or unreadable when the log was opened (never confirmed)
+        self.dropped_on_recovery = 0
+
+    # -- appending --------------------------------------------------------------------------------
+    def should_append(self, producer: str, publishing_id: int) -> bool:
+        """False when ``publishing_id`` is not above the last one appended for ``producer`` (a
+        duplicate: confirm it, do not append it)."""
+        last = self._producers.get(producer)
+        return last is None or publishing_id > last
+
+    def append(self, msg: Message, now: float, producer: str | None = None,
+               publishing_id: int | None = None) -> int | None:
+        """Append ``msg`` at time ``now`` (seconds); returns its offset, or None when ``producer``'s
+        ``publishing_id`` is a duplicate (nothing appended). Raises ``StoreError`` when the store
+        cannot take it (nothing appended either)."""
+        if producer is not None:
+            if publishing_id is None or publishing_id < 0:
+                raise ValueError("a producer's message needs a publishing id >= 0")
+            if not self.should_append(producer, publishing_id):
+                return None
+        ts = max(int(now * 1000), self._last_ts)
+        offset = self.tail
+        chunk_start, rolled = self._append(offset, ts, msg, producer, publishing_id)
+        self._last_ts = ts
+        self.tail = offset + 1
+        if chunk_start:
+            self.last_chunk = offset
+        if producer is not None:
+            self._producers[producer] = publishing_id  # type: ignore[assignment]
+        if rolled:
+            self.apply_retention(now)
+        return offset
+
+    @abstractmethod
+    def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
+                publishing_id: int | None) -> tuple[bool, bool]:
+        """Store one record; returns (it starts a chunk, a new segment was started)."""
+
+    # -- tracking ---------------------------------------------------------------------------------
+    def store_offset(self, consumer: str, offset: int, now: float) -> None:
+        """Remember ``consumer``'s offset (durable with the next sync)."""
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        if self._consumers.get(consumer) == offset:
+            return
+        self._track(consumer, offset, max(int(now * 1000), self._last_ts))
+        self._consumers[consumer] = offset
+
+    @abstractmethod
+    def _track(self, consumer: str, offset: int, ts: int) -> None: ...
+
+    def stored_offset(self, consumer: str) -> int | None:
+        return self._consumers.get(consumer)
+
+    def last_publishing_id(self, producer: str) -> int | None:
+        return self._producers.get(producer)
+
+    def consumers(self) -> dict[str, int]:
+        return dict(self._consumers)
+
+    def producers(self) -> dict[str, int]:
+        return dict(self._producers)
+
+    # -- reading ----------------------------------------------------------------------------------
+    @abstractmethod
+    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+             upto: int | None = None) -> list[StreamRecord]:
+        """Records from ``offset`` (raised to ``first``) in order, below ``upto`` (default: the
+        tail), at most ``max_count`` of them and, past the first, bodies of at most ``max_bytes``
+        in all. Empty at the end of the log."""
+
+    def _bounds(self, offset: int, upto: int | None) -> tuple[int, int]:
+        """A read's first offset (raised to ``first``) and its end (``upto``, at most the tail)."""
+        return max(offset, self.first), self.tail if upto is None else min(upto, self.tail)
+
+    @abstractmethod
+    def offset_at(self, ts_ms: int) -> int:
+        """The first offset appended at or after ``ts_ms``; the tail if none is."""
+
+    # -- retention ----------------------------------------------------------------------------------
+    def apply_retention(self, now: float) -> int:
+        """Remove whole old segments as the settings say; returns how many messages went."""
+        n = retained_from(self._segment_stats(), self.settings, int(now * 1000))
+        if not n:
+            return 0
+        before = self.first
+        self.first = self._drop_segments(n)
+        return self.first - before
+
+    @abstractmethod
+    def _segment_stats(self) -> list[SegmentStats]: ...
+
+    @abstractmethod
+    def _drop_segments(self, n: int) -> int:
+        """Remove the ``n`` oldest segments; returns the new ``first``."""
+
+    @property
+    @abstractmethod
+    def size_bytes(self) -> int: ...
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segment_stats())
+
+    def __len__(self) -> int:
+        return self.tail - self.first
+
+    # -- durability -------------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Make everything appended so far durable (a worker thread); closes the current chunk."""
+
+    def close(self) -> None:
+        pass

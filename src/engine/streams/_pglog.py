@@ -1,0 +1,388 @@
+"""Stream logs in PostgreSQL (the ``PostgresStore``).
+
+Tables (in the store's schema)::
+
+    streams          (id, vhost, name, last_chunk)
+    stream_segments  (stream, first, end_offset, size, last_ts)   one row per (virtual) segment
+    stream_records   (stream, offset, ts, payload)                 PRIMARY KEY (stream, offset)
+    stream_tracking  (stream, kind, name, value)                   kind 0: consumer offset,
+                                                                   kind 1: producer publishing id
+
+A segment is an offset range, cut when its records reach ``segment_bytes`` (the same codec and
+overhead as on disk); retention deletes whole segments (their rows and records), never the last.
+Tracking rows are not tied to segments, so they survive retention.
+
+Appends and tracking go into one ``StreamWork`` item of the store's batch (created on the first
+stream change after a sync took the batch), so they are written in the store's one transaction per
+sync, with ``unnest`` statements; the commit moves ``committed`` and a new chunk starts with the
+next batch. Every statement is idempotent (``ON CONFLICT``), so a batch put back after a failed
+commit is replayed safely. Records not yet committed are read from memory; committed ones through
+a second connection used only for reads on the loop thread (short indexed range queries).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .._message import Message
+from .._segments._records import _decode_message, _encode_message
+from ..store import StoreError
+from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from .memory import RECORD_OVERHEAD, _VSeg
+
+if TYPE_CHECKING:
+    from .._postgres.store import PostgresStore
+
+__all__ = ["PgStreamLog", "PgStreams", "StreamWork", "stream_ddl"]
+
+DDL = """
+CREATE TABLE IF NOT EXISTS {s}.streams (
+    id bigint PRIMARY KEY,
+    vhost text NOT NULL,
+    name text NOT NULL,
+    last_chunk bigint NOT NULL DEFAULT -1,
+    UNIQUE (vhost, name)
+);
+CREATE TABLE IF NOT EXISTS {s}.stream_segments (
+    stream bigint NOT NULL,
+    first bigint NOT NULL,
+    end_offset bigint NOT NULL,
+    size bigint NOT NULL,
+    last_ts bigint NOT NULL,
+    PRIMARY KEY (stream, first)
+);
+CREATE TABLE IF NOT EXISTS {s}.stream_records (
+    stream bigint NOT NULL,
+    "offset" bigint NOT NULL,
+    ts bigint NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (stream, "offset")
+);
+CREATE INDEX IF NOT EXISTS stream_records_ts ON {s}.stream_records (stream, ts);
+CREATE TABLE IF NOT EXISTS {s}.stream_tracking (
+    stream bigint NOT NULL,
+    kind smallint NOT NULL,
+    name text NOT NULL,
+    value bigint NOT NULL,
+    PRIMARY KEY (stream, kind, name)
+);
+"""
+
+SQL = {
+    "add_streams": (
+        "INSERT INTO {s}.streams (id, vhost, name) SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])"
+        " ON CONFLICT DO NOTHING"
+    ),
+    "delete_streams": "DELETE FROM {s}.streams WHERE id = ANY(%s::bigint[])",
+    "delete_streams_segments": "DELETE FROM {s}.stream_segments WHERE stream = ANY(%s::bigint[])",
+    "delete_streams_records": "DELETE FROM {s}.stream_records WHERE stream = ANY(%s::bigint[])",
+    "delete_streams_tracking": "DELETE FROM {s}.stream_tracking WHERE stream = ANY(%s::bigint[])",
+    "put_records": (
+        'INSERT INTO {s}.stream_records (stream, "offset", ts, payload)'
+        " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bytea[]) ON CONFLICT DO NOTHING"
+    ),
+    "put_segments": (
+        "INSERT INTO {s}.stream_segments (stream, first, end_offset, size, last_ts)"
+        " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])"
+        " ON CONFLICT (stream, first) DO UPDATE SET end_offset = EXCLUDED.end_offset, size = EXCLUDED.size,"
+        " last_ts = EXCLUDED.last_ts"
+    ),
+    "put_tracking": (
+        "INSERT INTO {s}.stream_tracking (stream, kind, name, value)"
+        " SELECT * FROM unnest(%s::bigint[], %s::smallint[], %s::text[], %s::bigint[])"
+        " ON CONFLICT (stream, kind, name) DO UPDATE SET value = EXCLUDED.value"
+    ),
+    "drop_records": (
+        'DELETE FROM {s}.stream_records r USING unnest(%s::bigint[], %s::bigint[]) AS u(s, f)'
+        ' WHERE r.stream = u.s AND r."offset" < u.f'
+    ),
+    "drop_segments": (
+        "DELETE FROM {s}.stream_segments g USING unnest(%s::bigint[], %s::bigint[]) AS u(s, f)"
+        " WHERE g.stream = u.s AND g.first < u.f"
+    ),
+    "set_chunks": (
+        "UPDATE {s}.streams t SET last_chunk = u.c FROM unnest(%s::bigint[], %s::bigint[]) AS u(s, c)"
+        " WHERE t.id = u.s"
+    ),
+    "load_streams": "SELECT id, vhost, name, last_chunk FROM {s}.streams",
+    "load_segments": "SELECT stream, first, end_offset, size, last_ts FROM {s}.stream_segments ORDER BY stream, first",
+    "load_tracking": "SELECT stream, kind, name, value FROM {s}.stream_tracking",
+    "read": (
+        'SELECT "offset", ts, payload FROM {s}.stream_records WHERE stream = %s AND "offset" >= %s'
+        ' AND "offset" < %s ORDER BY "offset" LIMIT %s'
+    ),
+    "offset_at": (
+        'SELECT min("offset") FROM {s}.stream_records WHERE stream = %s AND ts >= %s AND "offset" >= %s'
+    ),
+}
+CONSUMER, PRODUCER = 0, 1
+
+
+def _quoted(schema: str) -> str:
+    return '"' + schema.replace('"', '""') + '"'
+
+
+def stream_ddl(schema: str) -> str:
+    return DDL.replace("{s}", _quoted(schema))
+
+
+class StreamWork:
+    """Stream changes between two syncs: one item of the PostgreSQL store's batch."""
+
+    __slots__ = ("sql", "new", "deleted", "records", "segments", "tracking", "drops", "chunks", "tails")
+
+    def __init__(self, sql: dict[str, str]) -> None:
+        self.sql = sql
+        self.new: list[tuple[int, str, str]] = []
+        self.deleted: list[int] = []
+        self.records: list[tuple[int, int, int, Message]] = []
+        self.segments: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.tracking: dict[tuple[int, int, str], int] = {}
+        self.drops: dict[int, int] = {}
+        self.chunks: dict[int, int] = {}
+        self.tails: dict["PgStreamLog", int] = {}
+
+    def forget(self, sid: int) -> None:
+        """A stream deleted in this batch: none of its pending changes are written."""
+        self.new = [n for n in self.new if n[0] != sid]
+        self.records = [r for r in self.records if r[0] != sid]
+        for d in (self.segments, self.tracking):
+            for k in [k for k in d if k[0] == sid]:
+                del d[k]
+        self.drops.pop(sid, None)
+        self.chunks.pop(sid, None)
+        self.tails = {log: t for log, t in self.tails.items() if log.sid != sid}
+        self.deleted.append(sid)
+
+    def write(self, cur: Any) -> None:
+        q = self.sql
+        if self.deleted:
+            for name in ("delete_streams_records", "delete_streams_segments", "delete_streams_tracking",
+                         "delete_streams"):
+                cur.execute(q[name], (self.deleted,))
+        if self.new:
+            cur.execute(q["add_streams"], tuple(map(list, zip(*self.new))))
+        if self.records:  # encoded here, on the worker thread
+            cur.execute(q["put_records"], ([r[0] for r in self.records], [r[1] for r in self.records],
+                                           [r[2] for r in self.records],
+                                           [_encode_message(r[3]) for r in self.records]))
+        if self.segments:
+            keys = list(self.segments)
+            vals = list(self.segments.values())
+            cur.execute(q["put_segments"], ([k[0] for k in keys], [k[1] for k in keys], [v[0] for v in vals],
+                                            [v[1] for v in vals], [v[2] for v in vals]))
+        if self.tracking:
+            keys = list(self.tracking)
+            cur.execute(q["put_tracking"], ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                                            list(self.tracking.values())))
+        if self.drops:
+            args = (list(self.drops), list(self.drops.values()))
+            cur.execute(q["drop_records"], args)
+            cur.execute(q["drop_segments"], args)
+        if self.chunks:
+            cur.execute(q["set_chunks"], (list(self.chunks), list(self.chunks.values())))
+
+    def committed(self) -> None:
+        for log, tail in self.tails.items():
+            log._committed_to(tail)
+
+
+class PgStreamLog(StreamLog):
+    def __init__(self, streams: "PgStreams", sid: int, settings: StreamSettings | None) -> None:
+        super().__init__(settings)
+        self.sid = sid
+        self._streams = streams
+        self._segs: list[_VSeg] = []
+        self._work: StreamWork | None = None  # the batch item of the current chunk
+        #: appended records not yet committed: (offset, ts, message), in offset order
+        self._unwritten: deque[tuple[int, int, Message]] = deque()
+
+    # -- appending (loop thread) ----------------------------------------------------------------------
+    def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
+                publishing_id: int | None) -> tuple[bool, bool]:
+        store = self._streams.store
+        store._check_writable()
+        size = len(_encode_message(msg)) + RECORD_OVERHEAD
+        with store._lock:
+            work = self._streams.work()
+            seg = self._segs[-1] if self._segs else None
+            rolled = seg is not None and seg.end > seg.first and seg.size + size > self.settings.segment_bytes
+            if seg is None or rolled:
+                seg = _VSeg(offset)
+                self._segs.append(seg)
+            seg.end = offset + 1
+            seg.size += size
+            seg.last_ts = ts
+            chunk_start = work is not self._work or rolled
+            self._work = work
+            work.records.append((self.sid, offset, ts, msg))
+            work.segments[(self.sid, seg.first)] = (seg.end, seg.size, seg.last_ts)
+            if chunk_start:
+                work.chunks[self.sid] = offset
+            if producer is not None:
+                work.tracking[(self.sid, PRODUCER, producer)] = publishing_id  # type: ignore[assignment]
+            work.tails[self] = offset + 1
+            self._unwritten.append((offset, ts, msg))
+        return chunk_start, rolled
+
+    def _track(self, consumer: str, offset: int, ts: int) -> None:
+        store = self._streams.store
+        store._check_writable()
+        with store._lock:
+            self._streams.work().tracking[(self.sid, CONSUMER, consumer)] = offset
+
+    def _committed_to(self, tail: int) -> None:
+        """The commit covering offsets below ``tail`` succeeded (worker thread, under the store's lock)."""
+        if tail > self.committed:
+            self.committed = tail
+        while self._unwritten and self._unwritten[0][0] < tail:
+            self._unwritten.popleft()
+
+    # -- reading (loop thread) ------------------------------------------------------------------------
+    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+             upto: int | None = None) -> list[StreamRecord]:
+        offset, end = self._bounds(offset, upto)
+        with self._streams.store._lock:
+            committed = self.committed
+            pending = [r for r in self._unwritten if r[0] >= offset] if end > committed else []
+        rows: list[tuple[int, int, Any]] = []
+        if offset < min(end, committed):
+            rows = self._streams.query("read", self.sid, offset, min(end, committed), max_count)
+        out: list[StreamRecord] = []
+        nbytes = 0
+        for o, ts, payload in rows:
+            msg = _decode_message(memoryview(payload))
+            if out and nbytes + len(msg.body) > max_bytes:
+                return out
+            out.append(StreamRecord(o, ts, msg))
+            nbytes += len(msg.body)
+        for o, ts, msg in pending:
+            if o < offset or (out and out[-1].offset >= o):
+                continue
+            if o >= end or len(out) >= max_count or (out and nbytes + len(msg.body) > max_bytes):
+                break
+            out.append(StreamRecord(o, ts, msg))
+            nbytes += len(msg.body)
+        return out[:max_count]
+
+    def offset_at(self, ts_ms: int) -> int:
+        row = self._streams.query("offset_at", self.sid, ts_ms, self.first)
+        if row and row[0][0] is not None and row[0][0] < self.committed:
+            return int(row[0][0])
+        with self._streams.store._lock:
+            pending = list(self._unwritten)
+        i = bisect_left([r[1] for r in pending], ts_ms)
+        return pending[i][0] if i < len(pending) else self.tail
+
+    # -- retention --------------------------------------------------------------------------------------
+    def _segment_stats(self) -> list[SegmentStats]:
+        return [SegmentStats(s.size, s.last_ts) for s in self._segs]
+
+    def _drop_segments(self, n: int) -> int:
+        store = self._streams.store
+        with store._lock:
+            del self._segs[:n]
+            first = self._segs[0].first
+            self._streams.work().drops[self.sid] = first
+            while self._unwritten and self._unwritten[0][0] < first:
+                self._unwritten.popleft()
+        return first
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segs)
+
+
+class PgStreams:
+    """The stream logs of a ``PostgresStore``: metadata loaded at open, logs made on first use."""
+
+    def __init__(self, store: "PostgresStore", conn: psycopg.Connection[Any]) -> None:
+        self.store = store
+        self.sql = {k: v.replace("{s}", _quoted(store.schema)) for k, v in SQL.items()}
+        #: the batch item stream changes go to (None after a sync took the batch)
+        self.current: StreamWork | None = None
+        self.logs: dict[tuple[str, str], PgStreamLog] = {}
+        self._read_conn: psycopg.Connection[Any] | None = None
+        self._known: dict[tuple[str, str], tuple[int, int]] = {}  # stored streams: id, last chunk
+        self._segs: dict[int, list[_VSeg]] = {}
+        self._tracking: dict[int, list[tuple[int, str, int]]] = {}
+        self._next_id = 1
+        for sid, vhost, name, chunk in conn.execute(self.sql["load_streams"]):
+            self._known[(vhost, name)] = (sid, chunk)
+            self._next_id = max(self._next_id, sid + 1)
+        for sid, first, end, size, last_ts in conn.execute(self.sql["load_segments"]):
+            seg = _VSeg(first)
+            seg.end, seg.size, seg.last_ts = end, size, last_ts
+            self._segs.setdefault(sid, []).append(seg)
+        for sid, kind, name, value in conn.execute(self.sql["load_tracking"]):
+            self._tracking.setdefault(sid, []).append((kind, name, value))
+
+    def work(self) -> StreamWork:
+        """The batch item for stream changes (caller holds the store's ``_lock``)."""
+        w = self.current
+        if w is None:
+            w = self.current = StreamWork(self.sql)
+            self.store._batch.append(w)
+        return w
+
+    def open(self, vhost: str, name: str, settings: StreamSettings | None) -> PgStreamLog:
+        log = self.logs.get((vhost, name))
+        if log is not None:
+            if settings is not None:
+                log.settings = settings
+            return log
+        known = self._known.pop((vhost, name), None)
+        if known is None:
+            self.store._check_writable()
+            sid = self._next_id
+            self._next_id += 1
+            log = PgStreamLog(self, sid, settings)
+            with self.store._lock:
+                self.work().new.append((sid, vhost, name))
+        else:
+            sid, chunk = known
+            log = PgStreamLog(self, sid, settings)
+            log._segs = self._segs.pop(sid, [])
+            if log._segs:
+                log.first = log._segs[0].first
+                log.tail = log.committed = log._segs[-1].end
+                log._last_ts = max(0, max(s.last_ts for s in log._segs))
+            log.last_chunk = chunk
+            for kind, tname, value in self._tracking.pop(sid, []):
+                (log._consumers if kind == CONSUMER else log._producers)[tname] = value
+        self.logs[(vhost, name)] = log
+        return log
+
+    def delete(self, vhost: str, name: str) -> None:
+        log = self.logs.pop((vhost, name), None)
+        known = self._known.pop((vhost, name), None)
+        sid = log.sid if log is not None else known[0] if known is not None else None
+        if sid is None:
+            return
+        self._segs.pop(sid, None)
+        self._tracking.pop(sid, None)
+        with self.store._lock:
+            self.work().forget(sid)
+
+    def query(self, name: str, *params: Any) -> list[tuple[Any, ...]]:
+        """A read on the loop thread, through the read connection."""
+        try:
+            conn = self._read_conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._read_conn = self.store._connect()
+            return conn.execute(self.sql[name], params).fetchall()
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreError(f"PostgreSQL store: stream read failed ({type(exc).__name__}: {exc})") from None
+
+    def close(self) -> None:
+        conn, self._read_conn = self._read_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # a broken connection may fail to close: it is gone either way
+                pass

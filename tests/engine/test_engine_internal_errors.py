@@ -1,0 +1,66 @@
+"""Internal errors (a bug met while serving a connection) are logged on ``sansmq.engine`` with their
+traceback and the connection they close, which gets 541 (issue 17, item 2); other connections
+carry on."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from amqpproto import spec
+from engine import _amqp_channel
+
+from enginetest_helpers import connected, new_net, send
+from test_engine_amqp import amqp, declare
+
+
+def _boom(*args: object) -> None:
+    raise RuntimeError("boom")
+
+
+def _records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "sansmq.engine"]
+
+
+@pytest.mark.parametrize("where", ["session", "codec"])
+def test_amqp_internal_error_is_logged_and_closes_that_connection_with_541(
+        where: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="sansmq.engine")
+    net = new_net(strict=False)
+    victim, bystander = amqp(net), amqp(net)
+    declare(bystander, "q")
+    if where == "session":  # a handler of the session raises
+        monkeypatch.setitem(_amqp_channel._HANDLERS, spec.QueuePurge, _boom)
+    else:  # the victim's codec meets a bug of its own while parsing: it reports 541 itself
+        conn = net.broker.sessions[victim.conn_id].conn
+
+        def broken(*args: object) -> None:
+            raise KeyError("codec bug")
+
+        monkeypatch.setattr(conn, "_on_method", broken)
+    victim.send(spec.QueuePurge(queue="q", channel=1))
+    net.run_until_idle()
+    close = victim.last(spec.ConnectionClose)
+    assert close is not None and close.reply_code == 541
+    [record] = _records(caplog)
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert f"internal error on connection {victim.conn_id} (AmqpSession" in record.getMessage()
+    assert ("boom" if where == "session" else "codec bug") in caplog.text and "Traceback" in caplog.text
+    assert net.broker.internal_errors
+    assert isinstance(declare(bystander, "q", passive=True), spec.QueueDeclareOk)  # unharmed
+
+
+def test_stomp_internal_error_is_logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from engine import _stomp_session
+    from stompproto import Send
+
+    caplog.set_level(logging.ERROR, logger="sansmq.engine")
+    net = new_net(strict=False)
+    c = connected(net)
+    monkeypatch.setitem(_stomp_session._HANDLERS, Send, _boom)
+    send(c, "/queue/q", b"x")
+    net.run_until_idle()
+    [record] = _records(caplog)
+    assert "StompSession" in record.getMessage() and record.exc_info is not None
+    assert c.server_closed
