@@ -74,6 +74,7 @@ def parse_url(url: str) -> Endpoint:
 
 @dataclass(slots=True)
 class Delivery:
+    consumer_tag: str
     delivery_tag: int
     redelivered: bool
     exchange: str
@@ -162,8 +163,8 @@ class Client:
                 continue
             t = type(ev)
             if t is spec.BasicDeliver:
-                self.deliveries.append(Delivery(ev.delivery_tag, ev.redelivered, ev.exchange, ev.routing_key,
-                                                ev.properties, ev.body))
+                self.deliveries.append(Delivery(ev.consumer_tag, ev.delivery_tag, ev.redelivered, ev.exchange,
+                                                ev.routing_key, ev.properties, ev.body))
             elif t is spec.BasicAck or t is spec.BasicNack:
                 self._on_confirm(ev.delivery_tag, ev.multiple, t is spec.BasicNack)
             elif t is spec.ChannelClose:

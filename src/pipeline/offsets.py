@@ -15,11 +15,12 @@ one round trip replaces the probe (a sansmq extension).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 
 from .client import Client
 
-__all__ = ["stream_end", "cap_total", "split_range", "offset_of"]
+__all__ = ["stream_end", "wait_for_new", "cap_total", "split_range", "offset_of"]
 
 
 def offset_of(headers: Mapping[str, object] | None) -> int:
@@ -43,6 +44,27 @@ def stream_end(client: Client, stream: str, probe_ms: int) -> int:
     client.cancel(tag)
     client.deliveries.clear()  # any that raced the cancel are acked by nobody; the channel keeps no state
     return last + 1
+
+
+def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:
+    """Block until any stream has a message at or after its ``start`` offset (True), or ``timeout``
+    seconds pass (False). The broker pushes to a consumer parked at the end of each stream, so an
+    idle query sleeps here instead of probing again and again."""
+    client.qos(1)
+    tags = {client.consume(s, {"x-stream-offset": off}): off for s, off in start.items()}
+    found = False
+    deadline = time.monotonic() + timeout
+    while not found and (left := deadline - time.monotonic()) > 0:
+        d = client.next_delivery(left)
+        if d is None:
+            break
+        # a chunk may start before the offset asked for: only a message at or after it counts
+        found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
+        client.ack(d.delivery_tag)
+    for tag in tags:
+        client.cancel(tag)
+    client.deliveries.clear()
+    return found
 
 
 def cap_total(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> dict[str, int]:

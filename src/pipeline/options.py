@@ -92,6 +92,7 @@ class ReadOptions:
     batch_rows: int
     timeout: float
     probe_ms: int
+    idle_wait_ms: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -109,6 +110,7 @@ class ReadOptions:
             batch_rows=_int(options, "batchRows", 10_000),
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             probe_ms=_int(options, "endProbeMs", 200),
+            idle_wait_ms=_int(options, "idleWaitMs", 2000),
         )
 
 

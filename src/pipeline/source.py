@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .client import Client, Delivery
-from .offsets import cap_total, offset_of, split_range, stream_end
+from .offsets import cap_total, offset_of, split_range, stream_end, wait_for_new
 from .options import ReadOptions
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range"]
@@ -210,6 +210,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._drop_client()  # the next trigger starts on a fresh connection
             raise
 
+    def _idle_wait(self, start: dict[str, int]) -> bool:
+        """Nothing new: wait (pushed, not polled) up to idleWaitMs for the next message."""
+        try:
+            return wait_for_new(self._driver_client(), {s: start.get(s, 0) for s in self.opts.streams},
+                                self.opts.idle_wait_ms / 1000.0)
+        except BaseException:
+            self._drop_client()
+            raise
+
     def _drop_client(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -227,7 +236,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if mrt is None else ReadMaxRows(mrt)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        end = self._target if self._target is not None else self._ends()
+        if self._target is not None:  # availableNow: never past the ends seen when the query began
+            end = self._target
+        else:
+            end = self._ends()
+            if all(end[s] <= start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
+                end = self._ends()
         end = {s: max(end.get(s, 0), start.get(s, 0)) for s in self.opts.streams}
         if isinstance(limit, ReadMaxRows):
             end = cap_total(start, end, limit.max_rows)

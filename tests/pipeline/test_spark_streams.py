@@ -126,3 +126,52 @@ def test_clear_errors(spark, broker: Broker) -> None:
         spark.createDataFrame([("x",)], "payload string").write.format("sansmq").option(
             "url", broker.url).option("stream", dst).mode("append").save()
     assert 'needs a "body" column' in _error_text(e)
+
+
+def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) -> None:
+    """latestOffset with nothing new parks a consumer at the end of each stream: it returns at once
+    when a message arrives (pushed by the broker) and only after the whole wait when none does."""
+    import threading
+    import time
+
+    from pipeline.client import Client
+    from pipeline.offsets import stream_end, wait_for_new
+
+    quiet, busy = broker.stream("pipe-idle-a"), broker.stream("pipe-idle-b")
+    broker.publish(busy, [b"old"] * 5)
+    with Client(broker.url) as c:
+        t0 = time.monotonic()
+        assert wait_for_new(c, {quiet: 0, busy: 5}, 1.5) is False  # the 5 old ones do not count
+        assert time.monotonic() - t0 >= 1.4
+        later = threading.Timer(0.5, broker.publish, (busy, [b"new"]))
+        later.start()
+        t0 = time.monotonic()
+        assert wait_for_new(c, {quiet: 0, busy: 5}, 20.0) is True
+        assert time.monotonic() - t0 < 10.0
+        later.join()
+        assert stream_end(c, busy, 300) == 6  # the same connection goes on working after the wait
+
+
+def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker) -> None:
+    """Default trigger (next batch as soon as the last ends): the source waits on the broker between
+    batches and every message published while the query runs arrives, once."""
+    import time
+
+    from e2ekit import wait_until
+
+    stream = broker.stream("pipe-live")
+    name = stream.replace("-", "_")
+    q = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
+         .writeStream.format("memory").queryName(name).start())
+    try:
+        wait_until(lambda: q.lastProgress is not None or q.exception() is not None, 120, "the first batch")
+        for i in range(3):
+            broker.publish(stream, [b"%d-%d" % (i, j) for j in range(50)])
+            time.sleep(0.5)
+        wait_until(lambda: spark.sql(f"select count(*) c from {name}").first().c >= 150 or q.exception(), 120,
+                   "150 rows in the memory sink")
+        assert q.exception() is None, q.exception()
+        rows = spark.sql(f"select offset from {name}").collect()
+        assert sorted(r.offset for r in rows) == list(range(150))
+    finally:
+        q.stop()
