@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
+LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
 
 
 class Server:

@@ -10,7 +10,7 @@ bench ports against the private RabbitMQ node (benchmarks/README.md says how to 
 
 Everything after ``--`` goes to ``sansmq bench`` for both brokers. ``--json FILE`` keeps every
 run's summary. The bench client is Python: for throughput beyond what one process drives, use
-the C generator in /work/shared/bench instead (see compare_rabbitmq.sh).
+the C generator in ../shared/bench instead (see compare_rabbitmq.sh).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compare_rabbitmq.sh - sansmq vs RabbitMQ for the STOMP scenarios of issue 7, one
-# /work/shared/bench/compare.sh call per (scenario, server kind): alternated ABBA rounds,
+# ../shared/bench/compare.sh call per (scenario, server kind): alternated ABBA rounds,
 # broker restarted for every run, ratio of medians median(sansmq)/median(RabbitMQ).
 #
 # usage: benchmarks/compare_rabbitmq.sh [SCENARIO...]        (default: s1 s2 s3 s4 s5 s6 s7 s8 s9 s10)
@@ -9,7 +9,7 @@
 #   DUR=8 WARM=2                    mqload -d / -w for the throughput scenarios
 #   LONG=1                          opt-in long runs: -d 30 -w 5, 5 rounds, s9 -q 20000, s10 -C 10000
 #   OUT=benchmarks/results/run-<UTC stamp>   where compare.sh logs + JSONL and our index go
-#   BENCH=/work/shared/bench  MQLOAD=/tmp/mqload  SANSMQ=.venv/bin/sansmq
+#   BENCH=../shared/bench (beside the checkout)  MQLOAD=/tmp/mqload  SANSMQ=.venv/bin/sansmq
 #   SANSMQ_ARGS="--store memory"    extra `sansmq serve` args (default: the CLI's defaults)
 # sansmq is started by benchmarks/sansmq_fresh.sh: empty data dir under /tmp/sansmq-bench per start.
 #
@@ -19,7 +19,7 @@
 # Afterwards: python3 benchmarks/summarize_compare.py "$OUT" > "$OUT/summary.md"
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BENCH=${BENCH:-/work/shared/bench}
+BENCH=${BENCH:-$ROOT/../shared/bench}
 export MQLOAD=${MQLOAD:-/tmp/mqload}
 export SANSMQ=${SANSMQ:-$ROOT/.venv/bin/sansmq}
 KINDS=${KINDS:-asyncio threads trio}

@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KIND=$1 SCEN=$2
 shift 2
 SRC=${SRC:-$ROOT/src}
-PY=${PY:-/work/main/.venv/bin/python}
+PY=${PY:-$ROOT/.venv/bin/python}
 PYSPY=${PYSPY:-/tmp/pyspy-venv/bin/py-spy}
 MQLOAD=${MQLOAD:-/tmp/mqload}
 OUT=${OUT:-/tmp/sansmq-profile}

@@ -8,14 +8,14 @@
 #   VARIANTS="before=/tmp/base/src after=src"   compare source trees, alternated within each round
 #                                               (default: one variant, this checkout's src/)
 #   PORTS="61760 15760 5760"      (STOMP, WebSocket, AMQP; private, loopback)
-#   MQLOAD=/tmp/mqload  PY=/work/main/.venv/bin/python  OUT=/tmp/sansmq-medians  LABEL=...
+#   MQLOAD=/tmp/mqload  PY=.venv/bin/python  OUT=/tmp/sansmq-medians  LABEL=...
 # Prints one line per (scenario, kind, variant): the runs' msg/s and deliveries per broker
 # CPU-second (steadier than msg/s when other work shares the cores) with their medians; appends
 # the mqload JSON lines to $OUT/runs.jsonl. Rounds alternate kinds (k1 k2 k3 k1 k2 k3 ...) so load drifts hit all alike.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MQLOAD=${MQLOAD:-/tmp/mqload}
-PY=${PY:-/work/main/.venv/bin/python}
+PY=${PY:-$ROOT/.venv/bin/python}
 KINDS=${KINDS:-asyncio threads trio}
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-6}

@@ -8,12 +8,13 @@ hard errors the connection). Channel methods live in ``_amqp_channel``.
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import amqpproto as A
 from amqpproto import spec
 from amqpproto import AWAIT_HEADER, AWAIT_START
 
+from . import oplog
 from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 from ._message import Entry
 from ._model import Consumer, Queue, VHost
@@ -74,6 +75,7 @@ _CODE_NAMES = {
 
 
 class AmqpSession(Session):
+    PROTOCOL = "amqp"
     __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
                  "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
 
@@ -176,6 +178,7 @@ class AmqpSession(Session):
         if isinstance(hint, spec.ConnectionClose) and not self.closing:
             self.teardown_channels()  # no deliveries may follow our connection.close
             hint.reply_text = reply_text(hint.reply_code, hint.reply_text)
+            self.close_reason = f"{hint.reply_code} {hint.reply_text}"
             self._send_quietly(hint)
             self._start_closing()
         if exc.fatal or hint is None:
@@ -194,6 +197,7 @@ class AmqpSession(Session):
         """Start the close handshake with a hard error (or a clean 320 shutdown)."""
         if self.closing or self.closed:
             return
+        self.close_reason = f"{code} {reply_text(code, text)}"
         self.teardown_channels()
         self._start_closing()
         self._send_quietly(spec.ConnectionClose(code, reply_text(code, text),
@@ -248,7 +252,12 @@ class AmqpSession(Session):
         for q in exclusive:
             self.broker.model.delete_queue(q)
 
+    def shutdown(self) -> None:
+        """RabbitMQ's answer to a node shutdown; the socket closes on close-ok (or CLOSE_OK_WAIT)."""
+        self.close_with(spec.CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'")
+
     def abort(self, reason: str) -> None:
+        self.close_reason = self.close_reason or f"internal error: {reason}"
         if not self.closing:
             self.teardown_channels()
             self.closing = True
@@ -328,20 +337,27 @@ class AmqpSession(Session):
         mechanism = m.mechanism
         self.mechanism = mechanism
         if mechanism not in ("PLAIN", "AMQPLAIN"):
-            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}'")
+            self._refuse(None, f"unsupported authentication mechanism '{mechanism}'")
         try:
             login, password = A.parse_sasl_response(mechanism, m.response)
         except ValueError:
-            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"malformed {mechanism} response") from None
+            self._refuse(None, f"malformed {mechanism} response")
         config = self.broker.config
         user = config.users.get(login)
         if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
+            why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
+            oplog.auth_failed(self, login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if user.loopback_only and not _is_loopback(self.peer):
-            raise AmqpConnectionError(spec.ACCESS_REFUSED, f"user '{login}' can only connect via localhost")
+            self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
         self.send(self.conn.tune())
+
+    def _refuse(self, login: str | None, why: str) -> NoReturn:
+        """An authentication failure the client may be told about as it is (logged the same)."""
+        oplog.auth_failed(self, login, self.mechanism, why)
+        raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
         pass  # the codec applied the negotiated limits (and refused out-of-range ones)
@@ -354,10 +370,12 @@ class AmqpSession(Session):
         if name not in self.broker.model.vhosts or name not in (*config.vhosts, config.default_vhost):
             raise AmqpConnectionError(spec.NOT_ALLOWED, f"vhost {name} not found", type(m))
         if user.vhosts and name not in user.vhosts:
-            raise AmqpConnectionError(spec.NOT_ALLOWED, f"access to vhost '{name}' refused for user "
-                                   f"'{user.name}'", type(m))
+            why = f"access to vhost '{name}' refused for user '{user.name}'"
+            oplog.auth_failed(self, user.name, self.mechanism, why)
+            raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.broker.model.vhosts[name]
         self.send(spec.ConnectionOpenOk())
+        oplog.authenticated(self)
 
     def _on_update_secret(self, m: spec.ConnectionUpdateSecret) -> None:
         """connection.update-secret: the new secret is checked against the user's credentials
@@ -372,6 +390,7 @@ class AmqpSession(Session):
         self.send(spec.ConnectionUpdateSecretOk())
 
     def _on_close(self, m: spec.ConnectionClose) -> None:
+        self.close_reason = self.close_reason or "client closed the connection"
         self.teardown_channels()
         self._send_quietly(spec.ConnectionCloseOk())
         self.close()
@@ -380,6 +399,7 @@ class AmqpSession(Session):
         self.close()
 
     def _on_closed(self, event: Any) -> None:
+        self.close_reason = self.close_reason or oplog.EOF_REASON
         self.close()
 
     def _on_peer_timed_out(self, event: Any) -> None:
@@ -388,6 +408,7 @@ class AmqpSession(Session):
             # keep going out, and the grace period restarts when it is unblocked
             self.conn.peer_alive(self.broker.now)
             return
+        self.close_reason = "missed heartbeats from client"
         self.close()
 
     def _on_heartbeat(self, event: Any) -> None:

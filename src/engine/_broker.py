@@ -11,6 +11,7 @@ import logging
 import random
 from typing import Any, Callable
 
+from . import oplog
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._model import Model
 from ._session import Session
@@ -93,6 +94,7 @@ class Broker:
             return
         session = factory(self, conn_id, peer)
         self.sessions[conn_id] = session
+        oplog.accepted(conn_id, protocol, peer)
         self._guarded(session, session.start)
         self._settle()
 
@@ -168,6 +170,16 @@ class Broker:
         self._enter(now)
         for session in list(self.holding):
             self._guarded(session, session.fail_held, token)
+        self._settle()
+
+    def shutdown(self, now: float) -> None:
+        """Extension: the server is stopping. Every connection gets its protocol's close (AMQP
+        connection.close 320, STOMP ERROR, WebSocket Close 1001 around the inner one); the server
+        then waits a bounded time for the Close actions before dropping what is left."""
+        self._enter(now)
+        for session in list(self.sessions.values()):
+            if not session.closed:
+                self._guarded(session, session.shutdown)
         self._settle()
 
     # -- for sessions --------------------------------------------------------------------------
@@ -259,6 +271,7 @@ class Broker:
         if over == self.mem_alarm:
             return
         self.mem_alarm = over
+        oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
         for session in list(self.sessions.values()):
             if session.published:
                 self._guarded(session, session.memory_alarm, over)

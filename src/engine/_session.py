@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from . import oplog
 from ._model import Consumer
 
 if TYPE_CHECKING:
@@ -39,8 +40,10 @@ class Session:
     __slots__ = (
         "broker", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
         "held", "held_paused", "out_paused", "carrier", "mem_blocked", "published", "reading_paused",
-        "__weakref__",
+        "close_reason", "__weakref__",
     )
+    #: the protocol's name in log lines
+    PROTOCOL = "?"
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         self.broker = broker
@@ -67,6 +70,8 @@ class Session:
         self.published = False
         #: a PauseReading is in force for this connection
         self.reading_paused = False
+        #: why the connection ends, for the log line (set by whoever decides to close it)
+        self.close_reason = ""
 
     # -- to implement ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -78,6 +83,7 @@ class Session:
     def lost(self) -> None:
         """The transport is gone: tear down without a Close action."""
         if not self.closed:
+            self.close_reason = self.close_reason or oplog.EOF_REASON
             self.teardown()
             self._finish()
         self.broker.sessions.pop(self.conn_id, None)
@@ -99,6 +105,11 @@ class Session:
 
     def abort(self, reason: str) -> None:
         """Close after an internal error (protocols override this to tell the peer first)."""
+        self.close()
+
+    def shutdown(self) -> None:
+        """The broker is stopping: send the protocol's close (protocols override this), then close."""
+        self.close_reason = "broker shutdown"
         self.close()
 
     # -- output -----------------------------------------------------------------------------------
@@ -142,6 +153,8 @@ class Session:
 
     def _finish(self) -> None:
         self.closed = True
+        if self.carrier is None:  # a carried session is logged by its carrier
+            oplog.closed(self, self.close_reason or "closed by the broker")
         self.held = None
         self.broker.holding.pop(self, None)
         self.broker.timer_dirty.pop(self, None)

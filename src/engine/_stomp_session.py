@@ -39,6 +39,7 @@ from stompproto import (
     Unsubscribe,
 )
 
+from . import oplog
 from ._light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ._message import Entry, Message
 from ._model import Consumer, ModelError, Queue, VHost
@@ -255,6 +256,7 @@ def _num(value: str | None) -> float | None:
 
 
 class StompSession(Session):
+    PROTOCOL = "stomp"
     __slots__ = (
         "conn", "vhost", "user", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
         "_tail_cache", "_dests", "_dest_lines",
@@ -336,6 +338,8 @@ class StompSession(Session):
         hint = exc.hint
         if hint is None:
             hint = Error({"message": str(exc)[:200] or "protocol error"})
+        told = hint.headers.get("message") if isinstance(hint, Error) else None
+        self.close_reason = f"protocol error: {told or exc}"
         self._send_quietly(hint)
         self.close()
 
@@ -345,6 +349,7 @@ class StompSession(Session):
             headers["receipt-id"] = receipt
         body = (detail or message).encode()
         headers["content-type"] = "text/plain"
+        self.close_reason = self.close_reason or (message if not detail or detail == message else f"{message}: {detail}")
         self._send_quietly(Error(headers, body))
         self.close()
 
@@ -384,6 +389,11 @@ class StompSession(Session):
     def abort(self, reason: str) -> None:
         self._fail(reason)
 
+    def shutdown(self) -> None:
+        """An ERROR frame naming the reason, then close (RabbitMQ's AMQP wording for a shutdown)."""
+        self.close_reason = "broker shutdown"
+        self._fail("CONNECTION_FORCED", "broker forced connection closure with reason 'shutdown'")
+
     def fail_held(self, token: int) -> None:
         if self.held and self.held[0][0] <= token:
             self._fail("store failure", "the message store could not persist this connection's data")
@@ -394,23 +404,15 @@ class StompSession(Session):
         headers = frame.headers
         self.version = self.conn.version or "1.0"
         login = headers.get("login")
-        user: User | None
-        if login is None:
-            name = config.anonymous_user
-            user = None if name is None else config.users.get(name, User(name, "", False))
-        else:
-            user = config.users.get(login)
-            given = headers.get("passcode", "").encode()
-            if user is not None and not hmac.compare_digest(user.password.encode(), given):
-                user = None
         host = headers.get("host")
         vhost_name = host if host in config.vhosts else config.default_vhost
-        if user is None or (user.loopback_only and not _is_loopback(self.peer)) or (
-            user.vhosts and vhost_name not in user.vhosts
-        ):
-            raise StompError("Access refused", "Access refused for the given credentials")
+        user, why, told = self._authenticate(login, headers.get("passcode", ""), vhost_name)
+        if user is None:
+            oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
+            raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.vhost = self.broker.model.add_vhost(vhost_name, persist=False)
+        oplog.authenticated(self)
         out = {"version": self.version}
         if self.version != "1.0":
             # As RabbitMQ: grant the periods the client asks for, but never faster than our floor.
@@ -423,12 +425,37 @@ class StompSession(Session):
         out["session"] = f"session-{self.conn_id}"
         self.send(Connected(out))
 
+    def _authenticate(self, login: str | None, passcode: str, vhost_name: str) -> tuple[User | None, str, str]:
+        """(the user, or None with why for the log and what to tell the client)."""
+        config = self.broker.config
+        if login is None:
+            name = config.anonymous_user
+            if name is None:
+                why = "no login given and anonymous access is disabled"
+                return None, why, why
+            user = config.users.get(name, User(name, "", False))
+        else:
+            user = config.users.get(login)
+            if user is None:
+                return None, f"no such user '{login}'", f"user '{login}' - invalid credentials"
+            if not hmac.compare_digest(user.password.encode(), passcode.encode()):
+                return None, f"wrong passcode for user '{login}'", f"user '{login}' - invalid credentials"
+        if user.loopback_only and not _is_loopback(self.peer):
+            why = f"user '{user.name}' can only connect via localhost"
+            return None, why, why
+        if user.vhosts and vhost_name not in user.vhosts:
+            why = f"access to vhost '{vhost_name}' refused for user '{user.name}'"
+            return None, why, why
+        return user, "", ""
+
     def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close_reason = self.close_reason or oplog.EOF_REASON
         self.close()
 
     def _on_timed_out(self, event: PeerTimedOut) -> None:
         if self.mem_blocked:
             return  # the memory alarm stopped us reading its heart-beats: not the client's fault
+        self.close_reason = "missed heart-beats from client"
         self.close()
 
     def _on_heartbeat(self, event: Heartbeat) -> None:
@@ -439,6 +466,7 @@ class StompSession(Session):
 
     def _on_disconnect(self, frame: Disconnect) -> None:
         self._disconnecting = True
+        self.close_reason = "client sent DISCONNECT"
         self.teardown()
         receipt = frame.headers.get("receipt")
 

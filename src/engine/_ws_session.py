@@ -57,6 +57,7 @@ from wsframe import (
     choose_subprotocol,
 )
 
+from . import oplog
 from ._amqp_session import AmqpSession
 from ._model import Consumer
 from ._session import Session
@@ -80,7 +81,8 @@ _CAN_SEND = frozenset((ConnectionState.OPEN, ConnectionState.CLIENT_CLOSING))
 class WsSession(Session):
     """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
-    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline", "binary")
+    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline", "binary", "going_away")
+    PROTOCOL = "ws"
 
     def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(broker, conn_id, peer)
@@ -95,6 +97,8 @@ class WsSession(Session):
         self.close_deadline: float | None = None
         #: the inner protocol is binary (AMQP): its output goes out as binary messages
         self.binary = False
+        #: the broker is shutting down: our Close says 1001 (going away), as RabbitMQ's Web-STOMP
+        self.going_away = False
 
     def __repr__(self) -> str:
         return f"WsSession(conn_id={self.conn_id})"
@@ -159,6 +163,9 @@ class WsSession(Session):
         # a Close frame, or code 1006 for EOF without one: for the inner protocol both are the
         # transport ending
         self.peer_close = close
+        self.close_reason = self.close_reason or (
+            oplog.EOF_REASON if close.code == CloseReason.ABNORMAL_CLOSURE
+            else f"client sent WebSocket Close {close.code}")
         inner = self.inner
         if inner is not None and not inner.closed:
             inner.data_received(b"")  # closes through carried_closed, unless it is finishing a DISCONNECT
@@ -192,10 +199,12 @@ class WsSession(Session):
     def carried_closed(self) -> None:
         if self.closed:
             return
+        if self.inner is not None:
+            self.close_reason = self.close_reason or self.inner.close_reason
         state = self.ws.state
         if state is ConnectionState.OPEN:
             # the model has already released the inner session; only the socket waits for the answer
-            self._send(CloseConnection(CloseReason.NORMAL_CLOSURE))
+            self._send(CloseConnection(CloseReason.GOING_AWAY if self.going_away else CloseReason.NORMAL_CLOSURE))
             self.close_deadline = self.broker.now + CLOSE_TIMEOUT
             self.broker.timer_dirty[self] = None
             return
@@ -245,11 +254,26 @@ class WsSession(Session):
                 self._send(CloseConnection(CloseReason.INTERNAL_ERROR, reason[:100]))
             self.close()
 
+    def shutdown(self) -> None:
+        """The inner protocol's close (STOMP ERROR / AMQP connection.close 320), then Close 1001."""
+        self.going_away = True
+        self.close_reason = "broker shutdown"
+        inner = self.inner
+        if inner is not None and not inner.closed:
+            inner.shutdown()  # ends in carried_closed, which sends our Close
+        elif self.ws.state is ConnectionState.OPEN:
+            self.carried_closed()
+        elif not self.closed:
+            self.close()
+
     def _reject(self, status: int, body: bytes) -> None:
         self._send(RejectConnection(status, body=body))
         self.close()
 
     def _fail(self, hint: CloseConnection | RejectConnection | None) -> None:
+        self.close_reason = self.close_reason or (
+            f"WebSocket protocol error: {hint.code} {hint.reason}" if isinstance(hint, CloseConnection)
+            else "WebSocket handshake refused")
         if hint is not None:
             try:
                 self._send(hint)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,31 +79,14 @@ class Config:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> "Config":
-        cfg = cls()
-        if "users" in data:
-            cfg.users = {
-                name: User(
-                    name,
-                    str(u["password"]),
-                    loopback_only=bool(u.get("loopback_only", False)),
-                    vhosts=tuple(u.get("vhosts", ())),
-                )
-                for name, u in data["users"].items()
-            }
-        if "vhosts" in data:
-            cfg.vhosts = tuple(data["vhosts"])
-            if cfg.default_vhost not in cfg.vhosts:
-                cfg.vhosts = (cfg.default_vhost, *cfg.vhosts)
-        if "anonymous_user" in data:
-            cfg.anonymous_user = data["anonymous_user"] or None
-        limits = data.get("limits", {})
-        for key, value in limits.items():
-            if not hasattr(cfg.limits, key):
-                raise ValueError(f"unknown limit {key!r}")
-            setattr(cfg.limits, key, tuple(value) if isinstance(value, list) else value)
-        return cfg
+        """Validate a parsed TOML document (see ``engine.config_schema``); raises ConfigError."""
+        from .config_schema import from_mapping  # the schema builds Configs: imported late
+
+        return from_mapping(data)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Config":
-        with open(path, "rb") as fh:
-            return cls.from_mapping(tomllib.load(fh))
+        """Read and validate a TOML file; a ConfigError names the key and its line."""
+        from .config_schema import load
+
+        return load(path)

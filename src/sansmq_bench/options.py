@@ -19,9 +19,14 @@ msg/s and latency percentiles every second on stderr, a JSON summary at the end 
 --json FILE). Exit status 1 if the broker refused or closed a connection, or nothing was sent
 or received."""
 EPILOG = """examples:
-  sansmq bench -P amqp -z 10 -A 10                       1 -> 1, 1 KB, unbounded, multi-ack
+  sansmq bench -P amqp -r 1000 -z 10                     1 -> 1, 1 KB, 1,000 msg/s: the broker's latency
   sansmq bench -U stomp://guest:guest@127.0.0.1:61613/ -f --confirm 1 -z 10    synchronous receipts
   sansmq bench -P ws -t news -y 75 -s 117 --ack auto -r 200 --json out.json     fanout to 75
+  sansmq bench -P amqp -z 10 -A 10                       unbounded, multi-ack: throughput
+
+Without --rate producers outpace the consumers, a backlog builds up in the queue and the reported
+latency (seconds) is the time messages wait in it: use unbounded runs for throughput and runs with
+a --rate the broker sustains for latency.
 """
 
 #: protocol -> (URL scheme, default URL); the ports are sansmq's and RabbitMQ's defaults

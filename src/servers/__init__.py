@@ -21,8 +21,10 @@ Programmatic use:
 
 ``make_server(server, broker, listeners) -> Driver``
     The adapter itself: ``serve_forever(ready=None)`` blocks; ``stop()`` is thread- and
-    signal-safe. Shutdown stops accepting, closes every connection and reports each to the broker
-    with ``connection_lost``.
+    signal-safe. Shutdown stops accepting, asks the broker for every client's protocol close
+    (``Broker.shutdown``: AMQP connection.close 320, STOMP ERROR, WebSocket Close 1001), waits up to
+    ``shutdown_timeout`` seconds for the connections to end, then drops the rest and reports each to
+    the broker with ``connection_lost``.
 
 ``make_broker(config=None, seed=None, store=None)`` / ``make_store(data_dir, sync=True)``
     An ``engine.Broker`` over ``store`` (a ``MemoryStore`` by default); ``make_store`` opens the embedded

@@ -163,6 +163,13 @@ class AsyncioServer(Driver):
             self._accepting.add(task)
             task.add_done_callback(self._accepting.discard)
 
+    def _close_listeners(self, bound: list[tuple[socket.socket, Listener]]) -> None:
+        assert self.loop is not None
+        while bound:
+            lsock, _ = bound.pop()
+            self.loop.remove_reader(lsock)
+            lsock.close()
+
     async def _main(self, ready: ReadyCallback | None) -> None:
         loop = self.loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
@@ -175,10 +182,13 @@ class AsyncioServer(Driver):
             self._announce([lst for _, lst in bound], ready)
             if not self._stop_flag.is_set():
                 await self._stop_event.wait()
+            self._close_listeners(bound)
+            if self._close_clients():
+                deadline = loop.time() + self.shutdown_timeout
+                while self.conns and loop.time() < deadline:
+                    await asyncio.sleep(0.01)
         finally:
-            for lsock, _ in bound:
-                loop.remove_reader(lsock)
-                lsock.close()
+            self._close_listeners(bound)
             if self._timer is not None:
                 self._timer.cancel()
             conns = list(self.conns.values())

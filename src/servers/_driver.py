@@ -25,6 +25,9 @@ log = logging.getLogger("sansmq")
 
 #: a Close whose flush cannot finish (the peer stopped reading) is forced after this long.
 CLOSE_TIMEOUT = 10.0
+#: on a graceful stop, how long clients get to answer their protocol's close before the sockets
+#: are dropped (AMQP close-ok, WebSocket Close); syncs in flight are waited for in any case.
+SHUTDOWN_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,10 @@ class Driver:
     kind = "?"
     #: seconds a Close may spend flushing to a peer that does not read before it is forced
     close_timeout = CLOSE_TIMEOUT
+    #: seconds a graceful stop waits for the connections to close (see ``_close_clients``)
+    shutdown_timeout = SHUTDOWN_TIMEOUT
+    #: the adapter's open connections by id
+    conns: dict[int, Any]
 
     def __init__(self, broker: BrokerLike, listeners: Sequence[Listener]) -> None:
         self.broker = broker
@@ -196,17 +203,29 @@ class Driver:
     def _announce(self, bound: list[Listener], ready: ReadyCallback | None) -> None:
         self.bound = bound
         for lst in bound:
-            log.info(
-                "%s listening on %s (%s server)",
-                lst.protocol,
-                format_address(lst.host, lst.port),
-                self.kind,
-            )
+            where = format_address(lst.host, lst.port)
+            log.info("%s listening on %s (%s server)", lst.protocol, where, self.kind,
+                     extra={"event": "listener.started", "protocol": lst.protocol, "address": where,
+                            "server": self.kind})
         if ready is not None:
             ready(list(bound))
 
+    def _close_clients(self) -> bool:
+        """Graceful stop, after the listeners are closed: ask the broker for every connection's
+        protocol close. True when the adapter should then wait (up to ``shutdown_timeout``) until
+        its connections are gone; a broker without ``shutdown`` (a test fake) has nothing to say."""
+        shutdown = getattr(self.broker, "shutdown", None)
+        log.info("stopping: no longer accepting; closing %d connection(s)", len(self.conns),
+                 extra={"event": "server.stopping", "connections": len(self.conns)})
+        if shutdown is None or not self.conns:
+            return False
+        self.call(shutdown, time.time())
+        return bool(self.conns)
+
     def _stop_all(self, conn_ids: list[int]) -> None:
         """Shutdown: the adapter has dropped these sockets; tell the broker, ignore its replies."""
+        if conn_ids:
+            log.warning("stopping: dropped %d connection(s) still open", len(conn_ids))
         self._stopping = True
         now = time.time()
         for conn_id in dict.fromkeys([*self._lost, *conn_ids]):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import random
 import signal
 import threading
@@ -15,9 +17,12 @@ from engine.store import Store, StoreError
 
 from ._driver import BrokerLike, Driver, Listener, ReadyCallback, log
 
-__all__ = ["SERVER_KINDS", "make_server", "make_broker", "make_store", "run", "running", "Running"]
+__all__ = ["SERVER_KINDS", "ServerUnavailable", "check_server_available", "make_server", "make_broker",
+           "make_store", "run", "running", "Running"]
 
 SERVER_KINDS = ("asyncio", "threads", "trio")
+#: exit status after a second SIGINT cut the graceful shutdown short (128 + SIGINT, as shells)
+EXIT_INTERRUPTED = 130
 
 ListenerSpec = Listener | tuple[str, str, int]
 
@@ -65,6 +70,22 @@ def make_store(data: str | None, *, sync: bool = True) -> Store:
     return store
 
 
+class ServerUnavailable(RuntimeError):
+    """The chosen server needs a package that is not installed (the message says how to get it)."""
+
+
+#: server kind -> (the module it needs, the extra that installs it)
+OPTIONAL_SERVER_DEPS = {"trio": ("trio", "trio")}
+
+
+def check_server_available(server: str) -> None:
+    """Raise :class:`ServerUnavailable` with an install hint when ``server``'s dependency is missing."""
+    need = OPTIONAL_SERVER_DEPS.get(server)
+    if need is not None and importlib.util.find_spec(need[0]) is None:
+        raise ServerUnavailable(f"the {server} server needs the '{need[0]}' package, which is not installed: "
+                                f"pip install 'sansmq[{need[1]}]'")
+
+
 def make_server(
     server: str, broker: BrokerLike, listeners: Sequence[ListenerSpec]
 ) -> Driver:
@@ -75,6 +96,7 @@ def make_server(
     elif server == "threads":
         from ._threads import ThreadsServer as cls  # type: ignore[assignment]
     elif server == "trio":
+        check_server_available(server)
         from ._trio import TrioServer as cls  # type: ignore[assignment]
     else:
         raise ValueError(f"unknown server kind {server!r}; expected one of {SERVER_KINDS}")
@@ -89,18 +111,29 @@ def run(
     broker: BrokerLike | None = None,
     ready: ReadyCallback | None = None,
     handle_signals: bool = True,
+    driver: Driver | None = None,
 ) -> None:
     """Serve in the calling thread until SIGINT/SIGTERM (main thread only), then shut down
     gracefully and return. A broker built here (from ``config``) has its store closed on return.
-    For in-process tests prefer :func:`running`, which can be stopped from the test."""
+    For in-process tests prefer :func:`running`, which can be stopped from the test. ``driver``:
+    an adapter already made by :func:`make_server` (to set its timeouts first)."""
     own = broker is None
     if broker is None:
         broker = make_broker(config)
-    srv = make_server(server, broker, listeners)
+    srv = driver if driver is not None else make_server(server, broker, listeners)
     if handle_signals and threading.current_thread() is threading.main_thread():
+        signalled: list[int] = []
 
         def on_signal(signum: int, frame: object) -> None:
-            log.info("%s: shutting down", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if signalled and signum == signal.SIGINT:
+                # the operator insists: no more waiting (unsynced, unconfirmed work is not lost
+                # to clients that were told it was safe: confirms only follow an fsync)
+                os.write(2, f"sansmq: second {name}: exiting at once\n".encode())
+                os._exit(EXIT_INTERRUPTED)
+            signalled.append(signum)
+            log.info("%s: shutting down gracefully (a second SIGINT exits at once)", name,
+                     extra={"event": "server.signal", "signal": name})
             srv.stop()
 
         # Installed before the loop starts, so asyncio.run / trio.run leave SIGINT to us.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Sequence
 from typing import Any
 
-from ._driver import Listener, log
+from ._driver import Listener, format_address, log
 
-__all__ = ["READ_SIZE", "BACKLOG", "ACCEPT_RETRY_DELAY", "accept_ready", "bind_listeners"]
+__all__ = ["ListenError", "READ_SIZE", "BACKLOG", "ACCEPT_RETRY_DELAY", "accept_ready", "bind_listeners"]
 
 #: bytes per read: big chunks keep the per-call overhead of the broker low.
 READ_SIZE = 256 * 1024
@@ -20,6 +21,13 @@ ACCEPT_RETRY_DELAY = 0.1
 ACCEPT_BATCH = 256
 
 
+class ListenError(OSError):
+    """A listener could not be bound; ``str()`` names the protocol and address."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, Listener]]:
     """Listening, non-blocking sockets (one per listener) with the addresses actually bound.
 
@@ -29,10 +37,15 @@ def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, L
     out: list[tuple[socket.socket, Listener]] = []
     try:
         for lst in listeners:
-            family, _, _, _, addr = socket.getaddrinfo(
-                lst.host, lst.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
-            sock = socket.create_server(addr, family=family, backlog=BACKLOG)
+            try:
+                family, _, _, _, addr = socket.getaddrinfo(
+                    lst.host, lst.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                )[0]
+                sock = socket.create_server(addr, family=family, backlog=BACKLOG)
+            except OSError as exc:  # the operator's message: which listener, which address, why
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError(exc.errno, f"cannot listen for {lst.protocol} on "
+                                  f"{format_address(lst.host, lst.port)}: {why}") from None
             sock.setblocking(False)
             host, port = sock.getsockname()[:2]
             out.append((sock, Listener(lst.protocol, host, port)))

@@ -53,6 +53,7 @@ class ThreadsServer(Driver):
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._run = True
+        self._drain_until = 0.0  # monotonic end of a graceful stop's wait (0: serving)
         self._syncer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sansmq-sync")
 
     # -- cross-thread ----------------------------------------------------------------------------
@@ -64,7 +65,16 @@ class ThreadsServer(Driver):
         self._post(self._request_stop)
 
     def _request_stop(self) -> None:
-        self._run = False
+        if self._drain_until:
+            return
+        for fd, (lsock, _) in self._listen.items():
+            self._ep.unregister(fd)
+            lsock.close()
+        self._listen.clear()
+        self._accept_retry = 0.0
+        self._drain_until = time.monotonic() + self.shutdown_timeout
+        if not self._close_clients():
+            self._run = False
 
     # -- primitives ------------------------------------------------------------------------------
     def _update(self, conn: _Conn) -> None:
@@ -211,7 +221,7 @@ class ThreadsServer(Driver):
 
     def _poll_timeout(self) -> float:
         """Seconds until the broker's timer, a forced close or an accept retry (-1: none)."""
-        mono = [self._accept_retry, next(iter(self._closing.values()), 0.0)]
+        mono = [self._accept_retry, next(iter(self._closing.values()), 0.0), self._drain_until]
         due = [when - time.monotonic() for when in mono if when]
         if self._deadline is not None:
             due.append(self._deadline - time.time())
@@ -247,3 +257,5 @@ class ThreadsServer(Driver):
             if self._deadline is not None and time.time() >= self._deadline:
                 self._deadline = None  # pump() re-arms from get_timer()
                 self.call(self.broker.handle_timer, time.time())
+            if self._drain_until and (not self.conns or time.monotonic() >= self._drain_until):
+                self._run = False

@@ -46,6 +46,8 @@ class TrioServer(Driver):
         self._token: trio.lowlevel.TrioToken | None = None
         self._main_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
+        self._accept_scope = trio.CancelScope()  # the accept loops: cancelled first on a stop
+        self._draining = False
         self._timer_moved = trio.Event()
         self._stop_flag = threading.Event()
         self._sync_queue: deque[int] = deque()
@@ -188,9 +190,36 @@ class TrioServer(Driver):
         token = self._token
         if token is not None:
             try:
-                token.run_sync_soon(self._cancel_main)
+                token.run_sync_soon(self._begin_stop)
             except trio.RunFinishedError:
                 pass
+
+    def _begin_stop(self) -> None:
+        """Stop accepting, send every client its protocol's close, give them a bounded time."""
+        if self._draining:
+            return
+        self._draining = True
+        self._accept_scope.cancel()
+        if self._nursery is not None and self._close_clients():
+            self._nursery.start_soon(self._drain_then_cancel)
+        else:
+            self._cancel_main()
+
+    async def _drain_then_cancel(self) -> None:
+        with trio.move_on_after(self.shutdown_timeout):
+            while self.conns:
+                await trio.sleep(0.01)
+        self._cancel_main()
+
+    async def _accept_all(self, listeners: list[tuple[trio.SocketListener, str]]) -> None:
+        try:
+            with self._accept_scope:
+                async with trio.open_nursery() as nursery:
+                    for listener, protocol in listeners:
+                        nursery.start_soon(self._accept_loop, listener, protocol)
+        finally:  # also when cancelled before the loops started
+            for listener, _ in listeners:
+                listener.socket.close()
 
     def _cancel_main(self) -> None:
         if self._main_scope is not None:
@@ -198,20 +227,20 @@ class TrioServer(Driver):
 
     async def _main(self, ready: ReadyCallback | None) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        bound = bind_listeners(self.listeners)  # outside the nursery: its error stays an OSError
         try:
             with trio.CancelScope() as self._main_scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    bound = bind_listeners(self.listeners)
-                    for sock, lst in bound:
-                        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-                        nursery.start_soon(self._accept_loop, listener, lst.protocol)
+                    nursery.start_soon(self._accept_all, [
+                        (trio.SocketListener(trio.socket.from_stdlib_socket(sock)), lst.protocol)
+                        for sock, lst in bound])
                     nursery.start_soon(self._timer_task)
                     nursery.start_soon(self._sync_task)
                     self.pump()
                     self._announce([lst for _, lst in bound], ready)
                     if self._stop_flag.is_set():
-                        self._cancel_main()
+                        self._begin_stop()
         finally:
             self._stop_all(list(self.conns))
             self.conns.clear()

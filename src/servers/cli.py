@@ -1,24 +1,42 @@
-"""The ``sansmq`` command line: ``sansmq serve [--server KIND] [--stomp HOST:PORT] ...``."""
+"""The ``sansmq`` command line: ``sansmq serve [--server KIND] [--stomp HOST:PORT] ...``.
+
+Exit status (also in the README): 0 stopped cleanly (or --check-config found no problem);
+1 the broker could not start or run (port in use, data directory not writable, store unreachable,
+a missing optional package); 2 the command line or the config file is wrong; 130 a second SIGINT
+cut the graceful shutdown short. Every failure a user can cause is one line on stderr, no traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import time
+from importlib import metadata
 from typing import Sequence
 
 from engine.config import Config
-from engine.store import StoreError
+from engine.config_schema import ConfigError
+from engine.store import Store, StoreError
 
 from ._driver import Listener
-from ._run import SERVER_KINDS, is_postgres_url, make_broker, make_store, run
+from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
+                   make_broker, make_server, make_store, run)
+from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
+from .recovery import log_recovery
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
 from pipeline.analyze import DESCRIPTION as ANALYZE_DESCRIPTION
 from pipeline.analyze import add_arguments as add_analyze_arguments
 
-__all__ = ["main", "parse_address", "parse_bytes", "build_parser"]
+__all__ = ["main", "parse_address", "parse_bytes", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+log = logging.getLogger("sansmq")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the environment: ports, files, the database, missing packages
+EXIT_USAGE = 2  # the command line or the config file (argparse's own status for usage errors)
 
 #: one row per wire protocol the broker speaks: (protocol string given to the broker, default
 #: port, listening unless disabled?). A new listener (e.g. ("amqp", 5672, True)) is one more row.
@@ -67,12 +85,51 @@ def _store_kind(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected segment, memory or a postgresql:// URL, not {text!r}")
 
 
+def _version() -> str:
+    try:
+        return metadata.version("sansmq")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown (not installed)"
+
+
+def _repeat_limit(text: str) -> tuple[int, float]:
+    """``20/10`` -> at most 20 similar lines per 10 seconds."""
+    lines, sep, secs = text.partition("/")
+    try:
+        value = int(lines), float(secs.rstrip("s"))
+    except ValueError:
+        value = (0, 0.0)
+    if not sep or value[0] < 1 or value[1] <= 0:
+        raise argparse.ArgumentTypeError(f"expected LINES/SECONDS such as {BURST}/{WINDOW:g}, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sansmq", description="sansmq message broker")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the broker")
+    parser = argparse.ArgumentParser(
+        prog="sansmq", description="sansmq message broker (STOMP, AMQP 0-9-1, WebSocket)",
+        epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
+               "130 second SIGINT during shutdown")
+    parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench}")
+    serve = sub.add_parser(
+        "serve", help="run the broker",
+        description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
+                    "close and wait for pending disk syncs (a second SIGINT exits at once).",
+        epilog="exit status: 0 stopped cleanly or config OK, 1 could not start (port in use, data "
+               "directory, store, missing package), 2 bad command line or config file, 130 second SIGINT")
     serve.add_argument("--server", choices=SERVER_KINDS, default="threads",
-                       help="I/O driver (default threads: the fastest in benchmarks/, see the README)")
+                       help="I/O driver (default threads: the fastest in benchmarks/, see the README; "
+                            "trio needs pip install 'sansmq[trio]')")
     for proto, port, enabled in PROTOCOLS:
         default = f"{DEFAULT_HOST}:{port}" if enabled else ""
         serve.add_argument(
@@ -85,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
             f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener"
         )
     serve.add_argument("--config", metavar="FILE.toml", help="users, vhosts and limits")
+    serve.add_argument("--check-config", action="store_true",
+                       help="validate the command line and --config, print a summary and exit (0: valid)")
     serve.add_argument(
         "--data", metavar="DIR", default=DEFAULT_DATA, help=f"data directory (default {DEFAULT_DATA})"
     )
@@ -109,12 +168,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
-    serve.add_argument(
+    serve.add_argument("--shutdown-timeout", metavar="SECONDS", type=_seconds, default=None,
+                       help="on SIGTERM/SIGINT, how long clients get to answer their protocol's close "
+                            "before they are dropped (default 5)")
+    logs = serve.add_argument_group("logging")
+    logs.add_argument(
         "--log-level",
         default="info",
         type=str.lower,
         choices=["debug", "info", "warning", "error", "critical"],
     )
+    logs.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                      help="text: timestamp, level, component, message; json: one object per line "
+                           "with the event's fields (peer, user, vhost, protocol, reason...)")
+    logs.add_argument("--log-file", metavar="PATH",
+                      help="log there instead of stderr, rotated by size (see --log-max-size)")
+    logs.add_argument("--log-max-size", metavar="BYTES", type=parse_bytes, default=DEFAULT_MAX_BYTES,
+                      help=f"rotate --log-file at this size, keeping {DEFAULT_BACKUPS} old files (default 10MiB)")
+    logs.add_argument("--log-repeat-limit", metavar="LINES/SECONDS", type=_repeat_limit,
+                      default=(BURST, WINDOW),
+                      help=f"at most LINES similar lines (same message, different peers) per SECONDS; the rest "
+                           f"are counted in a 'suppressed N similar messages' note (default {BURST}/{WINDOW:g})")
     bench = sub.add_parser(
         "bench",
         help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest",
@@ -126,10 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
                              description=ANALYZE_DESCRIPTION)
     add_analyze_arguments(analyze)
+    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze})
     return parser
 
 
-def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+class CliError(Exception):
+    """A failure the user can fix: printed as one line, the process exits with ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _listeners(args: argparse.Namespace) -> list[Listener]:
     listeners = []
     for proto, port, _ in PROTOCOLS:
         value = getattr(args, proto)
@@ -137,48 +220,105 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             try:
                 listeners.append(Listener(proto, *parse_address(value, port)))
             except ValueError as exc:
-                parser.error(str(exc))
+                raise CliError(f"--{proto}: {exc}", EXIT_USAGE) from None
     if not listeners:
-        parser.error("no listener enabled")
+        raise CliError("no listener enabled (every one of --stomp, --ws, --amqp is off)", EXIT_USAGE)
+    return listeners
+
+
+def _load_config(args: argparse.Namespace) -> Config:
     try:
         config = Config.from_file(args.config) if args.config else Config()
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # TOMLDecodeError: a ValueError
-        parser.error(f"cannot load config {args.config}: {exc}")
+    except ConfigError as exc:
+        raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    return config
+
+
+def _open_store(args: argparse.Namespace) -> Store:
     where = {"segment": args.data, "memory": None}.get(args.store, args.store)
     try:
-        store = make_store(where, sync=args.sync == "on")
-    except (OSError, StoreError) as exc:
-        logging.getLogger("sansmq").error("cannot open the store: %s", exc)
-        return 1
+        return make_store(where, sync=args.sync == "on")
+    except PermissionError as exc:
+        raise CliError(f"cannot use the data directory {args.data}: {exc.strerror} ({exc.filename}); "
+                       "choose another with --data or fix its permissions") from None
+    except OSError as exc:
+        raise CliError(f"cannot open the data directory {args.data}: {exc.strerror or exc}"
+                       f"{f' ({exc.filename})' if exc.filename else ''}") from None
+    except StoreError as exc:
+        raise CliError(f"cannot open the store: {exc}") from None
+
+
+def _check_config(args: argparse.Namespace, config: Config, listeners: list[Listener]) -> int:
+    source = args.config or "(no --config: built-in defaults)"
+    print(f"config OK: {source}: {len(config.users)} user(s), vhosts {', '.join(config.vhosts)}; "
+          f"listeners {', '.join(f'{lst.protocol} {lst.host}:{lst.port}' for lst in listeners)}; "
+          f"server {args.server}")
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    listeners = _listeners(args)
+    config = _load_config(args)
     try:
-        run(args.server, listeners, broker=make_broker(config, store=store))
-    except OSError as exc:  # typically: address in use / cannot bind
-        logging.getLogger("sansmq").error("cannot serve: %s", exc)
-        return 1
+        check_server_available(args.server)
+    except ServerUnavailable as exc:
+        raise CliError(str(exc)) from None
+    if args.check_config:
+        return _check_config(args, config, listeners)
+    started = time.monotonic()
+    store = _open_store(args)
+    try:
+        broker = make_broker(config, store=store)
+        log_recovery(broker, store, time.monotonic() - started)
+        server = make_server(args.server, broker, listeners)
+        if args.shutdown_timeout is not None:
+            server.shutdown_timeout = args.shutdown_timeout
+        try:
+            run(args.server, listeners, broker=broker, driver=server)
+        except OSError as exc:  # typically: address in use / cannot bind (ListenError says which)
+            raise CliError(str(exc)) from None
     finally:
         store.close()
-    return 0
+    return EXIT_OK
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    burst, window = args.log_repeat_limit
+    try:
+        setup_logging(args.log_level, args.log_format, args.log_file, max_bytes=args.log_max_size,
+                      burst=burst, window=window)
+    except OSError as exc:
+        raise CliError(f"cannot open the log file {args.log_file}: {exc.strerror or exc}") from None
+
+
+def _fail(message: str, code: int, parser: argparse.ArgumentParser) -> int:
+    """One line on stderr (and in the log when it goes to a file); never a traceback."""
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    if any(getattr(h, "baseFilename", None) for h in logging.getLogger().handlers):
+        log.error("%s", message, extra={"event": "server.failed"})
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    sub: argparse.ArgumentParser = args.subparsers[args.command]
+    if extra:  # the subcommand's own usage, not the top-level one
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "bench":
         from sansmq_bench import command
 
-        return command(args, parser)
+        return command(args, sub)
     if args.command == "analyze":
         from pipeline.analyze import command as analyze_command
 
-        return analyze_command(args, parser)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="%(name)s: %(message)s",
-    )
-    if args.command == "serve":
-        return _serve(args, parser)
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+        return analyze_command(args, sub)
+    try:
+        _setup_logging(args)
+        return _serve(args)
+    except CliError as exc:
+        return _fail(str(exc), exc.code, sub)
+    except KeyboardInterrupt:  # SIGINT before the signal handlers were installed (e.g. recovery)
+        return _fail("interrupted while starting", EXIT_INTERRUPTED, sub)

@@ -48,6 +48,12 @@ _ESCAPE_RE = re.compile(r"\\(.?)", re.S)
 _IDLE, _HEAD, _BODY = 0, 1, 2
 
 
+def _shown(raw: bytes) -> str:
+    """Peer bytes quoted for an error text: ``'GARBAGE'``, not ``b'GARBAGE'``; control characters
+    stay escaped (the text goes into an ERROR frame's header, which cannot carry CR or LF)."""
+    return repr(raw.decode("utf-8", "replace"))
+
+
 def unescape(text: str, table: dict[str, str]) -> str:
     """Undo header escaping; an undefined (or truncated) escape is a RemoteProtocolError."""
 
@@ -259,7 +265,7 @@ class FrameReader:
     def _command(self, line: bytes) -> None:
         cls = _COMMANDS.get(line)
         if cls is None:
-            raise RemoteProtocolError(f"unknown command {line[:32]!r}")
+            raise RemoteProtocolError(f"unknown command {_shown(line[:32])}")
         self._cls = cls
         self._stomp_cmd = line == _STOMP
 
@@ -269,7 +275,7 @@ class FrameReader:
         if (p != partial and p not in _COMMANDS) or not any(
             c.startswith(p) for c in _COMMAND_LIST
         ):
-            raise RemoteProtocolError(f"unknown command {partial[:32]!r}")
+            raise RemoteProtocolError(f"unknown command {_shown(partial[:32])}")
 
     def _finish_head(self, raw: bytes, head_len: int, version: str | None) -> None:
         """Parse the header lines (``raw``, LF-joined, without the command line)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -26,7 +27,8 @@ from typing import Any
 import stomp
 from stomp.listener import ConnectionListener
 
-LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
+#: the listener line of the text log format (timestamp and level first, then the component)
+LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
 
 #: a config for most modules: quick heart-beats, default size limits
 BASE_CONFIG = """
@@ -77,9 +79,19 @@ class ServerProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"server exited early: {self.lines}")
         for line in list(self.lines):
-            if m := LISTEN_RE.fullmatch(line):
+            if m := LISTEN_RE.fullmatch(as_text_line(line)):
                 return m
         return None
+
+    def port(self, protocol: str) -> int:
+        """The port ``protocol``'s listener bound (from its log line, text or JSON; the lines of
+        the other listeners may follow the first one a little later)."""
+
+        def find() -> int | None:
+            return next((int(m.group(3)) for line in list(self.lines)
+                         if (m := LISTEN_RE.fullmatch(as_text_line(line))) and m.group(1) == protocol), None)
+
+        return wait_until(find, 10, f"the {protocol} listening line")
 
     def terminate(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
@@ -90,6 +102,15 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}") from None
+
+
+def as_text_line(line: str) -> str:
+    """A ``--log-format json`` listener line rewritten as the text format's, so that one regex
+    finds the listeners in both formats; any other line is returned as it is."""
+    if line.startswith("{") and '"listener.started"' in line:
+        rec = json.loads(line)
+        return f"sansmq: {rec['protocol']} listening on {rec['address']} ({rec['server']} server)"
+    return line
 
 
 def fresh_data_dir() -> str:

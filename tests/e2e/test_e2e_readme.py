@@ -33,8 +33,14 @@ def test_readme_stompproto_client_example_runs_against_a_server() -> None:
 def test_readme_simulation_example_redelivers_after_the_ack_timeout() -> None:
     (code,) = [b for b in _python_blocks() if "SimNetwork" in b]
     scope: dict[str, object] = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), scope)
     from stompproto import Message
+
+    # it prints what the comments under the print say
+    shown = [line.removeprefix("# ") for line in code.splitlines() if line.startswith("# b'")]
+    assert out.getvalue().splitlines() == shown == ["b'job' false", "b'job' true"]
 
     received = [e for e in scope["consumer"].received if isinstance(e, Message)]  # type: ignore[attr-defined]
     assert [m.body for m in received] == [b"job", b"job"]

@@ -82,12 +82,13 @@ def test_auth_users_and_guest_loopback_only():
     assert isinstance(net.connect().stomp_connect({"login": "alice", "passcode": "secret"}), Connected)
     bad = net.connect()
     err = bad.stomp_connect({"login": "alice", "passcode": "wrong"})
-    assert isinstance(err, Error) and err.headers["message"] == "Access refused"
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'alice' - invalid credentials"
     net.run_until_idle()
     assert bad.server_closed
     remote_guest = net.connect(peer=("10.1.2.3", 5555))
     err = remote_guest.stomp_connect({"login": "guest", "passcode": "guest"})
-    assert isinstance(err, Error) and err.headers["message"] == "Access refused"
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'guest' can only connect via localhost"
+    assert err.body == b"user 'guest' can only connect via localhost"
     remote_alice = net.connect(peer=("10.1.2.3", 5556))
     assert isinstance(remote_alice.stomp_connect({"login": "alice", "passcode": "secret"}), Connected)
     v6 = net.connect(peer=("::1", 5557, 0, 0))

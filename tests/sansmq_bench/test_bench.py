@@ -32,7 +32,7 @@ from servers.cli import build_parser
 
 pytestmark = pytest.mark.timeout(120)
 
-LISTEN_RE = re.compile(r"sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
+LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
 
 
 # -- stats -----------------------------------------------------------------------------------------

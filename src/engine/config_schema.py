@@ -1,0 +1,215 @@
+"""The config file's schema: every key known, typed and validated, errors naming key and line.
+
+``load(path)`` reads a TOML file into an engine :class:`Config`; any problem is a
+:class:`ConfigError` whose text is one line, e.g.::
+
+    sansmq.toml:12: users.app.loopback_only: expected true or false, got the string "yes"
+
+tomllib keeps no positions, so the line is found by a plain scan of the text for the key under
+its ``[table]`` header (good enough for the flat files this schema allows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import Config, Limits, User
+
+__all__ = ["ConfigError", "load", "from_mapping", "TOP_LEVEL_KEYS", "USER_KEYS", "LIMIT_KEYS"]
+
+
+class ConfigError(ValueError):
+    """A config problem; ``str()`` is the one-line message for the operator."""
+
+    def __init__(self, message: str, key: str = "", line: int | None = None, file: str = "") -> None:
+        self.message, self.key, self.line, self.file = message, key, line, file
+        where = f"{file}:{line}: " if file and line else f"{file}: " if file else ""
+        super().__init__(f"{where}{key + ': ' if key else ''}{message}")
+
+
+# -- value checkers: each returns the converted value or raises ConfigError(message) --------------
+def _describe(value: Any) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "the string", list: "an array",
+             dict: "a table"}
+    kind = kinds.get(type(value), type(value).__name__)
+    return f'{kind} "{value}"' if isinstance(value, str) else f"{kind} {value!r}" if not isinstance(
+        value, (list, dict)) else kind
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"expected an array of strings, got {_describe(value)}")
+    return tuple(value)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"expected a non-negative integer, got {_describe(value)}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"expected a non-negative number, got {_describe(value)}")
+    return value
+
+
+def _int_pair(value: Any) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ConfigError(f"expected an array of two integers, e.g. [10000, 10000], got {_describe(value)}")
+    return (_count(value[0]), _count(value[1]))
+
+
+Checker = Callable[[Any], Any]
+
+TOP_LEVEL_KEYS: dict[str, Checker] = {
+    "anonymous_user": _str,
+    "vhosts": _str_list,
+    "default_vhost": _str,
+    "users": dict,  # checked per user below
+    "limits": dict,  # checked per limit below
+}
+USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list}
+
+
+def _limit_checker(default: Any) -> Checker:
+    if isinstance(default, tuple):
+        return _int_pair
+    if isinstance(default, float):
+        return _number
+    return _count
+
+
+LIMIT_KEYS: dict[str, Checker] = {
+    f.name: _limit_checker(getattr(Limits(), f.name)) for f in dataclasses.fields(Limits)
+}
+
+
+def _check(checker: Checker, value: Any, key: str) -> Any:
+    if checker is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"expected a table ([{key}]), got {_describe(value)}", key)
+        return value
+    try:
+        return checker(value)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, key) from None
+
+
+def _unknown(key: str, known: dict[str, Any]) -> ConfigError:
+    return ConfigError(f"unknown key (known here: {', '.join(known)})", key)
+
+
+def from_mapping(data: dict[str, Any]) -> Config:
+    """Validate a parsed config (a TOML document) and build the :class:`Config`."""
+    for key, value in data.items():
+        if key not in TOP_LEVEL_KEYS:
+            raise _unknown(key, TOP_LEVEL_KEYS)
+        _check(TOP_LEVEL_KEYS[key], value, key)
+    cfg = Config()
+    if "users" in data:
+        cfg.users = {name: _user(name, spec) for name, spec in data["users"].items()}
+    if "default_vhost" in data:
+        cfg.default_vhost = _check(_str, data["default_vhost"], "default_vhost")
+    cfg.vhosts = (cfg.default_vhost,)
+    if "vhosts" in data:
+        vhosts = _check(_str_list, data["vhosts"], "vhosts")
+        cfg.vhosts = vhosts if cfg.default_vhost in vhosts else (cfg.default_vhost, *vhosts)
+    if "anonymous_user" in data:
+        cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
+    for key, value in data.get("limits", {}).items():
+        name = f"limits.{key}"
+        if key not in LIMIT_KEYS:
+            raise _unknown(name, LIMIT_KEYS)
+        setattr(cfg.limits, key, _check(LIMIT_KEYS[key], value, name))
+    return cfg
+
+
+def _user(name: str, spec: Any) -> User:
+    where = f"users.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"expected a table ([{where}]) with a password, got {_describe(spec)}", where)
+    for key in spec:
+        if key not in USER_KEYS:
+            raise _unknown(f"{where}.{key}", USER_KEYS)
+    if "password" not in spec:
+        raise ConfigError("missing (every user needs a password)", f"{where}.password")
+    fields = {key: _check(USER_KEYS[key], value, f"{where}.{key}") for key, value in spec.items()}
+    return User(name, fields["password"], loopback_only=fields.get("loopback_only", False),
+                vhosts=fields.get("vhosts", ()))
+
+
+# -- line numbers ------------------------------------------------------------------------------------
+_HEADER_RE = re.compile(r"\[\[?\s*([^\]]+?)\s*\]\]?")
+_KEY_RE = re.compile(r"""(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_.-]+))\s*=""")
+
+
+def _parts(dotted: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in dotted.split("."))
+
+
+def find_line(text: str, key: str) -> int | None:
+    """The line of ``key`` (dotted, e.g. ``users.app.password``) or, failing that, of the nearest
+    enclosing table or key that is written in the file."""
+    want = _parts(key) if key else ()
+    found: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            m = _HEADER_RE.match(line)
+            if m:
+                table = _parts(m.group(1))
+                found.setdefault(table, no)
+            continue
+        m = _KEY_RE.match(line)
+        if m:
+            name = m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3)
+            found.setdefault(table + (_parts(name) if m.group(3) else (name,)), no)
+    for n in range(len(want), 0, -1):
+        if want[:n] in found:
+            return found[want[:n]]
+        inside = [no for k, no in found.items() if k[:n] == want[:n]]  # only its sub-tables are written
+        if inside:
+            return inside[0]
+    return None
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate a config file; every problem is one :class:`ConfigError` line."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror or exc}", file=name) from None
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("not valid UTF-8 text", file=name) from None
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        raise ConfigError(f"invalid TOML: {str(exc).split(' (at line')[0]}",
+                          line=int(m.group(1)) if m else None, file=name) from None
+    try:
+        return from_mapping(data)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, exc.key, find_line(text, exc.key), name) from None

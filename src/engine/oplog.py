@@ -1,0 +1,99 @@
+"""Operator log lines of the engine: connections, authentication, alarms.
+
+One line per connection event, never per message, so the hot paths pay nothing. Each line carries
+its facts twice: readable in the message (RabbitMQ's wording where it has one) and as structured
+``extra`` fields (``event``, ``peer``, ``user``, ``vhost``, ``protocol``, ``reason``...) that a JSON
+formatter writes out. The engine never reads a clock: the log formatter adds the timestamp.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm"]
+
+log = logging.getLogger("sansmq.engine")
+
+#: the reason logged when the peer closed its socket without its protocol's goodbye (RabbitMQ's wording)
+EOF_REASON = "client unexpectedly closed TCP connection"
+
+
+def format_peer(peer: tuple[Any, ...]) -> str:
+    if len(peer) < 2:
+        return "?"
+    host, port = str(peer[0]), peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def protocol_of(session: "Session") -> str:
+    inner = getattr(session, "inner", None)  # a WebSocket carrier names what it carries
+    if inner is not None:
+        return f"{inner.PROTOCOL}/ws"
+    if session.carrier is not None:
+        return f"{session.PROTOCOL}/ws"
+    return session.PROTOCOL
+
+
+def _who(session: "Session") -> dict[str, Any]:
+    inner = getattr(session, "inner", None)
+    facts = inner if inner is not None else session
+    user = getattr(facts, "user", None)
+    vhost = getattr(facts, "vhost", None)
+    return {
+        "conn_id": session.conn_id,
+        "peer": format_peer(session.peer),
+        "protocol": protocol_of(session),
+        "user": user.name if user is not None else None,
+        "vhost": vhost.name if vhost is not None else None,
+    }
+
+
+def accepted(conn_id: int, protocol: str, peer: tuple[Any, ...]) -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
+    where = format_peer(peer)
+    log.info("accepting %s connection %d from %s", protocol, conn_id, where,
+             extra={"event": "connection.accepted", "conn_id": conn_id, "peer": where, "protocol": protocol})
+
+
+def authenticated(session: "Session") -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
+    facts = _who(session)
+    log.info("connection %d (%s, %s): user '%s' authenticated and granted access to vhost '%s'",
+             session.conn_id, facts["peer"], facts["protocol"], facts["user"], facts["vhost"],
+             extra={"event": "connection.authenticated", **facts})
+
+
+def auth_failed(session: "Session", user: str | None, mechanism: str, why: str) -> None:
+    if not log.isEnabledFor(logging.WARNING):  # nothing is built for a line nobody reads
+        return
+    facts = _who(session)
+    facts["user"] = user
+    log.warning("connection %d (%s, %s): user '%s' authentication failed using %s: %s",
+                session.conn_id, facts["peer"], facts["protocol"], user or "", mechanism, why,
+                extra={"event": "auth.failed", "mechanism": mechanism, "reason": why, **facts})
+
+
+def closed(session: "Session", reason: str) -> None:
+    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+        return
+    facts = _who(session)
+    log.info("closing connection %d (%s, %s, vhost: '%s', user: '%s'): %s",
+             session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "",
+             reason, extra={"event": "connection.closed", "reason": reason, **facts})
+
+
+def memory_alarm(on: bool, queued: int, mark: int) -> None:
+    if on:
+        log.warning("memory alarm set: %d bytes of queued messages above the high watermark of %d; "
+                    "publishing connections are blocked", queued, mark,
+                    extra={"event": "alarm.set", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
+    else:
+        log.info("memory alarm cleared: %d bytes of queued messages, watermark %d; publishers unblocked",
+                 queued, mark,
+                 extra={"event": "alarm.clear", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
