@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from .client import parse_url
+from .client import BrokerError, Client, StreamNotFound, parse_url
 from .options import DEFAULT_URL
 
 __all__ = ["add_arguments", "command", "analyze", "DESCRIPTION"]
@@ -64,6 +65,16 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         import pyspark  # noqa: F401
     except ImportError as exc:  # depends on the install
         parser.error(f"sansmq analyze needs the spark extra (pip install 'sansmq[spark]'): {exc}")
+    try:  # the broker and the streams, checked before Spark starts: a one-line error, no traceback
+        with Client(args.url, timeout=10) as client:
+            for stream in args.stream.split(","):
+                client.declare_passive(stream.strip())
+    except StreamNotFound as exc:
+        print(f"sansmq analyze: error: stream {args.stream!r}: {exc}", file=sys.stderr)
+        return 1
+    except BrokerError as exc:
+        print(f"sansmq analyze: error: {exc}", file=sys.stderr)
+        return 1
     from .session import make_session
 
     spark = make_session(args.master, "sansmq analyze")

@@ -72,3 +72,19 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert sorted(result["images"]) == pngs  # every plot decoded by the browser
     assert result["tables"] == 5
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "servers", "analyze", "--out", str(tmp_path / "r"), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    p = run("--url", "amqp://guest:guest@127.0.0.1:1/%2F")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "sansmq analyze: error: cannot connect to the broker at 127.0.0.1:1: [Errno 111] Connection refused"]
+    p = run("--url", broker.url, "--stream", "pipe-no-such-trace")
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+    assert "stream 'pipe-no-such-trace': 404 NOT_FOUND" in p.stderr
+    p = run("--url", broker.url, "--starting-offsets", "{bad")
+    assert p.returncode == 2 and "sansmq analyze: error:" in p.stderr
+    assert not (tmp_path / "r").exists()
