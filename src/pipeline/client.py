@@ -194,13 +194,7 @@ class Client:
         start = self._pump(spec.ConnectionStart, deadline)
         caps = start.server_properties.get("capabilities")
         self.capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
-        mechs = bytes(start.mechanisms).split()
-        mech = "PLAIN" if b"PLAIN" in mechs or not mechs else "AMQPLAIN"
-        response = (amqpproto.plain_response(ep.user, ep.password) if mech == "PLAIN"
-                    else amqpproto.amqplain_response(ep.user, ep.password))
-        props = {"product": "sansmq pipeline", "capabilities": {
-            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True}}
-        self._send(spec.ConnectionStartOk(props, mech, response, "en_US"))
+        self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq pipeline"))
         tune = self._pump(spec.ConnectionTune, deadline)
         self._send(self.conn.tune_ok(tune))
         self._send(spec.ConnectionOpen(ep.vhost))
