@@ -4,8 +4,9 @@ A stream's *end* is the offset the next appended message will get. AMQP 0-9-1 ha
 reports it, and RabbitMQ's queue.declare-ok says message_count 0 for streams, so the end is learned
 the way any AMQP client can: a consumer at ``x-stream-offset: last`` (the start of the last chunk)
 receives the stream's newest messages at once; the highest ``x-stream-offset`` seen before the
-deliveries pause for ``probe_ms`` is the last message. The pause is not a poll: the consumer is
-told by the broker, and an empty stream costs one wait of ``probe_ms``.
+deliveries pause for ``probe_ms`` is the last message (or, while producers keep appending, the
+highest seen within ``PROBE_SPAN`` pauses). The pause is not a poll: the consumer is told by the
+broker, and an empty stream costs one wait of ``probe_ms``.
 
 A broker that knows better says so: if its connection.start capabilities hold
 ``stream_end_offset: true``, queue.declare-ok's message_count on a stream *is* the end offset, and
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from .client import Client
 
 __all__ = ["stream_end", "wait_for_new", "cap_total", "split_range", "offset_of"]
+
+PROBE_SPAN = 10  # a probe lasts at most this many pauses
 
 
 def offset_of(headers: Mapping[str, object] | None) -> int:
@@ -38,7 +41,11 @@ def stream_end(client: Client, stream: str, probe_ms: int) -> int:
     client.qos(2000)
     tag = client.consume(stream, {"x-stream-offset": "last"})
     last = -1
-    while (d := client.next_delivery(probe_ms / 1000.0)) is not None:
+    pause = probe_ms / 1000.0
+    # while producers keep appending, deliveries never pause: stop after a few pauses' worth of time;
+    # any offset reached is a true (if not the newest) end
+    deadline = time.monotonic() + PROBE_SPAN * pause
+    while (left := deadline - time.monotonic()) > 0 and (d := client.next_delivery(min(pause, left))) is not None:
         last = max(last, offset_of(d.properties.headers))
         client.ack(d.delivery_tag)
     client.cancel(tag)

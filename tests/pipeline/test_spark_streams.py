@@ -175,3 +175,32 @@ def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker)
         assert sorted(r.offset for r in rows) == list(range(150))
     finally:
         q.stop()
+
+
+def test_the_end_probe_returns_while_producers_keep_appending(broker: Broker) -> None:
+    import threading
+    import time
+
+    from pipeline.client import Client
+    from pipeline.offsets import PROBE_SPAN, stream_end
+
+    stream = broker.stream("pipe-busy")
+    broker.publish(stream, [b"before"] * 100)
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            broker.publish(stream, [b"during"] * 20)  # never a pause of 100 ms between deliveries
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        with Client(broker.url) as c:
+            t0 = time.monotonic()
+            end = stream_end(c, stream, 100)
+            took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert took < PROBE_SPAN * 0.1 + 5.0
+    assert 100 <= end <= broker.end(stream)
