@@ -202,6 +202,10 @@ class Client:
         self._send(spec.ChannelOpen(channel=CH))
         self._pump(spec.ChannelOpenOk, deadline)
 
+    def reopen_channel(self) -> None:
+        """Open channel 1 again after the broker closed it (e.g. a passive declare's 404)."""
+        self._call(spec.ChannelOpen(channel=CH), spec.ChannelOpenOk)
+
     # -- queues and consumers ----------------------------------------------------------------------
     def declare_passive(self, queue: str) -> spec.QueueDeclareOk:
         """The queue's declare-ok; ``StreamNotFound`` if it does not exist (the channel is gone then)."""

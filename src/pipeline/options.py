@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .client import parse_url
 
-__all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec"]
+__all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec"]
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
@@ -58,7 +58,8 @@ OffsetsSpec = str | dict[str, int]
 
 
 def parse_offsets_spec(name: str, raw: str | None, default: str, streams: tuple[str, ...]) -> OffsetsSpec:
-    """``earliest`` | ``latest`` | JSON ``{"stream": offset}`` (-2 = earliest, -1 = latest, as Kafka)."""
+    """``earliest`` | ``latest`` | JSON ``{"stream": offset}`` (-2 = earliest, -1 = latest, as Kafka).
+    The names are checked once partitioned streams are expanded (``check_offsets_spec``)."""
     if raw is None:
         return default
     text = raw.strip()
@@ -73,10 +74,14 @@ def parse_offsets_spec(name: str, raw: str | None, default: str, streams: tuple[
                                               for v in value.values()):
         raise OptionError(f"option {name}: JSON must map stream names to offsets >= 0 "
                           f"(-2 earliest, -1 latest), got {raw!r}")
-    unknown = set(value) - set(streams)
-    if unknown:
-        raise OptionError(f"option {name} names streams not in option stream: {sorted(unknown)}")
     return {str(k): int(v) for k, v in value.items()}
+
+
+def check_offsets_spec(name: str, spec: OffsetsSpec, streams: tuple[str, ...]) -> None:
+    unknown = set(spec) - set(streams) if isinstance(spec, dict) else set()
+    if unknown:
+        raise OptionError(f"option {name} names streams that are not read: {sorted(unknown)} "
+                          f"(reading {list(streams)})")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +18,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .client import Client, Delivery
+from .client import Client, Delivery, StreamNotFound
 from .offsets import cap_total, offset_of, split_range, stream_end, wait_for_new
-from .options import ReadOptions
+from .options import ReadOptions, check_offsets_spec
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range"]
 
@@ -158,6 +158,40 @@ def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], miss
     return out
 
 
+def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Each name as itself if it is a queue, else as a partitioned stream's partitions NAME-0,
+    NAME-1, ... (what the partitioned-stream command creates); StreamNotFound if neither."""
+    out: list[str] = []
+    for name in names:
+        try:
+            client.declare_passive(name)
+            out.append(name)
+            continue
+        except StreamNotFound as missing:
+            client.reopen_channel()
+            error = missing
+        parts = 0
+        while True:
+            try:
+                client.declare_passive(f"{name}-{parts}")
+            except StreamNotFound:
+                client.reopen_channel()
+                break
+            out.append(f"{name}-{parts}")
+            parts += 1
+        if not parts:
+            raise StreamNotFound(error.reply_code, f"{error.reply_text} (nor a partitioned stream {name}-0..)")
+    return tuple(out)
+
+
+def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
+    """``opts`` with partitioned streams expanded and the offsets options checked against them."""
+    streams = resolve_streams(client, opts.streams)
+    check_offsets_spec("startingOffsets", opts.starting, streams)
+    check_offsets_spec("endingOffsets", opts.ending, streams)
+    return replace(opts, streams=streams)
+
+
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
     return [StreamRange(s, lo, hi) for s in opts.streams
             for lo, hi in split_range(start.get(s, 0), end.get(s, 0), opts.max_records_per_partition,
@@ -168,8 +202,8 @@ class BatchReader(DataSourceReader):
     """``spark.read.format("sansmq")``: the range startingOffsets..endingOffsets, fixed when planned."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = opts
         with Client(opts.url, timeout=opts.timeout) as client:
+            self.opts = opts = resolved(client, opts)
             self.start = _resolve(client, opts, opts.starting, "earliest")
             self.end = _resolve(client, opts, opts.ending, "latest")
 
@@ -191,6 +225,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
+        self.opts = resolved(self._driver_client(), opts)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

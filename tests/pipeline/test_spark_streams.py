@@ -204,3 +204,32 @@ def test_the_end_probe_returns_while_producers_keep_appending(broker: Broker) ->
         t.join()
     assert took < PROBE_SPAN * 0.1 + 5.0
     assert 100 <= end <= broker.end(stream)
+
+
+def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -> None:
+    """NAME-0..N-1 bound to a direct exchange NAME (what a partitioned stream is): option stream NAME
+    reads every partition; offsets JSON names the partitions."""
+    from amqpproto import spec
+    from pipeline.client import Client
+
+    base = broker.stream("pipe-super")  # a plain stream to get a unique name; the partitions hang off it
+    name = f"{base}-p"
+    with Client(broker.url) as c:
+        c.declare_exchange(name, "direct")
+        for i in range(3):
+            c.declare(f"{name}-{i}", {"x-queue-type": "stream"})
+            c.bind(f"{name}-{i}", name, str(i))
+        c.confirm_select()
+        for j in range(90):
+            c.publish(name, str(j % 3), spec.BasicProperties(), b"%d" % j)
+        c.wait_confirms(c.published)
+    df = spark.read.format("sansmq").option("url", broker.url).option("stream", name).load()
+    counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
+    assert counts == {f"{name}-{i}": 30 for i in range(3)}
+    part = (spark.read.format("sansmq").option("url", broker.url).option("stream", name)
+            .option("startingOffsets", json.dumps({f"{name}-1": 25})).load())
+    assert part.count() == 30 + 5 + 30
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", name).option(
+            "startingOffsets", json.dumps({name: 1})).load().count()
+    assert "option startingOffsets names streams that are not read" in _error_text(e)
