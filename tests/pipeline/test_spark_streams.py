@@ -233,3 +233,23 @@ def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -
         spark.read.format("sansmq").option("url", broker.url).option("stream", name).option(
             "startingOffsets", json.dumps({name: 1})).load().count()
     assert "option startingOffsets names streams that are not read" in _error_text(e)
+
+
+def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
+    import re
+
+    from pipeline.client import Client
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "make_session" in b]
+    events = broker.stream("pipe-readme")
+    broker.publish(events, [b"hello"] * 10)
+    upper = f"{events}-upper"
+    with Client(broker.url) as c:
+        c.declare(upper, {"x-queue-type": "stream"})
+    code = (code.replace('"amqp://guest:guest@127.0.0.1:5672/%2F"', repr(broker.url))
+            .replace('"events-upper"', repr(upper)).replace('"events"', repr(events))
+            .replace('"/tmp/ck-upper"', repr(str(tmp_path / "ck"))))
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # getOrCreate: the suite's session
+    assert [b for _, b, _ in broker.read_all(upper, 10)] == [b"HELLO"] * 10
