@@ -234,6 +234,11 @@ def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -
             "startingOffsets", json.dumps({name: 1})).load().count()
     assert "option startingOffsets names streams that are not read" in _error_text(e)
 
+    # the sink publishes to the partitioned stream's exchange, each row by its routing_key column
+    rows = spark.createDataFrame([(f"w{j}", str(j % 3)) for j in range(30)], "body string, routing_key string")
+    rows.write.format("sansmq").option("url", broker.url).option("exchange", name).mode("append").save()
+    assert [broker.end(f"{name}-{i}") for i in range(3)] == [40, 40, 40]
+
 
 def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
     import re
