@@ -38,12 +38,17 @@ def _spark_missing() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark_available() -> None:
+    """Java and the spark extra are there (for tests that start their own Spark driver)."""
     reason = _spark_missing()
     if reason is not None:
         if os.environ.get("SANSMQ_REQUIRE_SPARK") == "1":
             pytest.fail(f"Spark tests required but not runnable: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_available: None) -> Iterator[object]:
     from pipeline.session import make_session
 
     session = make_session("local[2]", "sansmq-pipeline-tests", {

@@ -25,7 +25,7 @@ def _driver(args: list[str], log: Path) -> subprocess.Popen:
                             env=env, start_new_session=True)  # its own group: the JVM dies with it
 
 
-def test_sigkill_between_publish_and_commit_then_restart_is_exactly_once(spark, broker: Broker, tmp_path: Path) -> None:
+def test_sigkill_between_publish_and_commit_then_restart_is_exactly_once(spark_available, broker: Broker, tmp_path: Path) -> None:
     src, dst = broker.stream("pipe-crash-src"), broker.stream("pipe-crash-dst")
     broker.publish(src, [f"row {i}".encode() for i in range(ROWS)])
     ck, marker = str(tmp_path / "ck"), tmp_path / "holding"
