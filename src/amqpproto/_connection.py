@@ -320,7 +320,8 @@ class Connection:
         else:
             mech, response = "AMQPLAIN", amqplain_response(user, password)
         props = {"product": product, "capabilities": {
-            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True}}
+            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
+            "authentication_failure_close": True}}  # a refused log-in is a connection.close 403
         return spec.ConnectionStartOk(props, mech, response, "en_US")
 
     def tune_ok(self, tune: spec.ConnectionTune) -> spec.ConnectionTuneOk:

@@ -103,7 +103,7 @@ class Client:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self._handshake()
-        except (OSError, ChannelError) as exc:
+        except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
             self.sock.close()
             raise BrokerUnreachable(f"AMQP handshake with {ep.host}:{ep.port} vhost {ep.vhost!r} failed: "
                                     f"{exc}") from exc

@@ -258,3 +258,13 @@ def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # getOrCreate: the suite's session
     assert [b for _, b, _ in broker.read_all(upper, 10)] == [b"HELLO"] * 10
+
+
+def test_bad_credentials_or_vhost_are_a_clear_error(broker: Broker) -> None:
+    from pipeline.client import BrokerUnreachable, Client
+
+    base = broker.url.split("@", 1)[1].rsplit("/", 1)[0]
+    with pytest.raises(BrokerUnreachable, match=r"AMQP handshake with .* failed: .*403"):
+        Client(f"amqp://guest:wrong@{base}/%2F")
+    with pytest.raises(BrokerUnreachable, match=r"vhost 'no-such-vhost' failed: .*530"):
+        Client(f"amqp://guest:guest@{base}/no-such-vhost")
