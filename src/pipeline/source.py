@@ -138,7 +138,7 @@ def read_range(opts: ReadOptions, part: StreamRange) -> Iterator[pa.RecordBatch]
 
 def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], missing: str) -> dict[str, int]:
     """An offsets option as concrete offsets per stream (earliest = 0: a consumer at 0 starts at the
-    first message retention kept)."""
+    first message retention kept). The streams exist: ``resolved`` checked them."""
     out = {}
     for s in opts.streams:
         value: str | int
@@ -148,12 +148,10 @@ def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], miss
             value = spec.get(s, -2 if missing == "earliest" else -1)
             value = {-2: "earliest", -1: "latest"}.get(value, value)
         if value == "earliest":
-            client.declare_passive(s)  # fails clearly for a missing stream
             out[s] = 0
         elif value == "latest":
             out[s] = stream_end(client, s, opts.probe_ms)
         else:
-            client.declare_passive(s)
             out[s] = int(value)
     return out
 
