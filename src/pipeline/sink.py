@@ -70,7 +70,8 @@ def publish_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch], produ
             ctypes = (batch.column(names.index("content_type")).to_pylist() if "content_type" in names
                       else [None] * n)
             for i in range(n):
-                h: dict[str, Any] = dict(headers[i] or ())
+                # x-stream-* are the source broker's annotations (the offset read), not content
+                h: dict[str, Any] = {k: v for k, v in headers[i] or () if not k.startswith("x-stream-")}
                 h["x-producer"] = producer
                 h["x-publishing-id"] = publishing_id(batch_id, row)
                 props = spec.encode_properties(spec.BasicProperties(

@@ -54,8 +54,9 @@ def test_available_now_reads_100k_then_resumes_from_the_checkpoint(spark, broker
 
 def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: Path) -> None:
     src, dst = broker.stream("pipe-src"), broker.stream("pipe-dst")
+    broker.publish(src, [b"before the start"] * 100)
     broker.publish(src, [f"event {i}".encode() for i in range(3000)], headers={"kind": "demo"})
-    df = _stream_query(spark, broker, src, maxRecordsPerTrigger="1000")
+    df = _stream_query(spark, broker, src, maxRecordsPerTrigger="1000", startingOffsets=json.dumps({src: 100}))
     q = (df.selectExpr("upper(cast(body as string)) as body", "headers", "'text/upper' as content_type")
          .writeStream.format("sansmq").option("url", broker.url).option("stream", dst)
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
@@ -64,8 +65,9 @@ def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: P
     got = broker.read_all(dst, 3000)
     assert [b for _, b, _ in got] == [f"EVENT {i}".encode() for i in range(3000)]
     assert [o for o, _, _ in got] == list(range(3000))
-    h = got[0][2]
+    h = got[5][2]
     assert h["kind"] == "demo" and h["x-producer"].startswith(f"spark-{q.id}-")
+    assert h["x-stream-offset"] == 5  # the output stream's own offset, not a copy of the input's
     assert broker.end(dst) == 3000
 
 
