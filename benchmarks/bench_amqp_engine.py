@@ -18,8 +18,7 @@ import time
 import amqpproto as a
 from amqpproto import spec
 from amqpproto._writers import frame
-from engine import Broker, Config
-from engine._actions import Write
+from engine import Broker, Config, Write
 from engine.store import MemoryStore
 
 

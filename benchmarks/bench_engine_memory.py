@@ -8,7 +8,7 @@ Measured with tracemalloc as the allocation delta of creating N of each, divided
   * queue subscription: a STOMP SUBSCRIBE to /queue/<q> on an existing queue (the subscription
     object, its id, the queue's consumer list, the session's subscription dict slot);
   * topic subscription: a STOMP SUBSCRIBE to /topic/<k> handled by the session (a light
-    subscription bound straight into the amq.topic router, see engine._light: the subscription
+    subscription bound straight into the amq.topic router, see engine.model.light: the subscription
     object, its id string, its session dict slot, and for "own key" its key string and router slot),
     once with a key per subscription and once with every subscription on one key. Everything the
     SUBSCRIBE frame carried is created inside the measurement, so it counts when it is kept.
@@ -31,10 +31,9 @@ import sys
 import tempfile
 import tracemalloc
 
-from engine import Broker, Config, Limits, MemoryStore
-from engine._actions import Sync
-from engine._stomp_session import StompSession, StompSubscription
+from engine import Broker, Config, Limits, MemoryStore, Sync
 from engine.segment_store import SegmentStore
+from engine.stomp.session import StompSession, StompSubscription
 
 
 def measure(label: str, n: int, build) -> float:
@@ -108,7 +107,7 @@ def main() -> None:
             sub = StompSubscription(q, session, 0, ids[i], "/queue/" + names[i], "auto", False)
             session.subs[ids[i]] = sub
             model.consume(q, sub)
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_sub = measure("queue subscription", n, queue_subs)
@@ -122,7 +121,7 @@ def main() -> None:
         for i in range(count):
             frame = Subscribe({"destination": f"/topic/t.{i}", "id": f"s{i}"})
             session2._on_subscribe(frame)
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_topic = measure("topic sub, own key", m, topic_subs)
@@ -133,7 +132,7 @@ def main() -> None:
     def shared_topic_subs(count: int):
         for i in range(count):
             session3._on_subscribe(Subscribe({"destination": "/topic/shared.key", "id": f"s{i}"}))
-        model._dirty.clear()
+        model.dirty.clear()
         return None
 
     per_shared = measure("topic sub, shared key", m, shared_topic_subs)
@@ -152,7 +151,7 @@ def main() -> None:
                                               "ack": "client-individual"}))
             session4._apply_send(Send({"destination": f"/topic/u.{i}"}, b"x"))
             model.dispatch()
-            session4._apply_ack(Ack({"id": f"T_u{i}@@{model._next_tag}"}))
+            session4._apply_ack(Ack({"id": f"T_u{i}@@{model.next_tag}"}))
             model.dispatch()
             if i % 1000 == 0:
                 broker.drain()  # the MESSAGE frames are written and gone

@@ -27,8 +27,7 @@ import re
 import sys
 import time
 
-from engine import Broker, Config, MemoryStore  # noqa: E402
-from engine._actions import Write
+from engine import Broker, Config, MemoryStore, Write  # noqa: E402
 
 BATCH = 64 * 1024
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import oplog
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
-from ._model import Model
 from ._session import Session
-from ._timers import TimerQueue
+from ._timers import TimerKey, TimerQueue
+from .amqp import AmqpSession
 from .config import Config
+from .model import Model
+from .stomp import StompSession
 from .store import Store
+from .ws import WsSession
 
 __all__ = ["Broker", "register_protocol"]
 
@@ -30,19 +34,13 @@ SESSION_TYPES: dict[str, SessionFactory] = {}
 
 
 def register_protocol(name: str, factory: SessionFactory) -> None:
-    """Plug in a session type (the AMQP and WebSocket sessions of later issues register here)."""
+    """Plug in a session type for protocol ``name`` (stomp, amqp and ws are built in)."""
     SESSION_TYPES[name] = factory
 
 
-def _register_sessions() -> None:
-    from ._stomp_session import StompSession  # imported late: it imports this module's users
-    from ._ws_session import WsSession
-
-    SESSION_TYPES.setdefault("stomp", StompSession)
-    SESSION_TYPES.setdefault("ws", WsSession)
-    from ._amqp_session import AmqpSession
-
-    SESSION_TYPES.setdefault("amqp", AmqpSession)
+SESSION_TYPES.setdefault("stomp", StompSession)
+SESSION_TYPES.setdefault("amqp", AmqpSession)
+SESSION_TYPES.setdefault("ws", WsSession)
 
 
 class Broker:
@@ -70,16 +68,15 @@ class Broker:
         self._open_token: int | None = None
         self._synced_token = 0
         #: sessions holding receipts until a token is synced, in the order they started holding
-        self.holding: dict[Session, None] = {}
+        self._holding: dict[Session, None] = {}
         #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
-        self.timer_dirty: dict[Session, None] = {}
+        self._timer_dirty: dict[Session, None] = {}
         self._store_writes_seen = 0
         self._name_seq = 0
         #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
         self.mem_alarm = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
-        _register_sessions()
         self.model.restore(store.recover())
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
@@ -117,6 +114,7 @@ class Broker:
         session = self.sessions.get(conn_id)
         if session is not None:
             session.lost()
+            self.sessions.pop(conn_id, None)
         self._settle()
 
     def handle_timer(self, now: float) -> None:
@@ -160,15 +158,26 @@ class Broker:
         self._enter(now)
         if token > self._synced_token:
             self._synced_token = token
-        for session in list(self.holding):
+        for session in list(self._holding):
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()
+
+    def run_sync(self, token: int) -> None:
+        """Make every store write covered by ``token`` durable (the fsync). The one broker method a
+        server calls from a worker thread, one call at a time, while the loop goes on; it touches
+        only the store, whose ``sync`` is safe to run beside the loop's writes. Raises what the
+        store raises (then call ``sync_failed``)."""
+        self.store.sync(token)
+
+    def close_store(self) -> None:
+        """Close the store once no server drives the broker any more (flushes and releases files)."""
+        self.store.close()
 
     def sync_failed(self, token: int, now: float) -> None:
         """Extension: ``store.sync(token)`` raised. Connections waiting on it get an ERROR and close,
         so no client is told a message is safe when it may not be."""
         self._enter(now)
-        for session in list(self.holding):
+        for session in list(self._holding):
             self._guarded(session, session.fail_held, token)
         self._settle()
 
@@ -182,7 +191,7 @@ class Broker:
                 self._guarded(session, session.shutdown)
         self._settle()
 
-    # -- for sessions --------------------------------------------------------------------------
+    # -- the host interface of sessions (engine._session.Host) ---------------------------------
     def write(self, conn_id: int, data: bytes) -> None:
         last = self._last_write
         if last is not None and last[0] == conn_id:
@@ -206,8 +215,12 @@ class Broker:
     def resume_reading(self, conn_id: int) -> None:
         self._emit(ResumeReading(conn_id))
 
-    def sync_token_for_writes(self) -> int:
-        """The token whose Sync will cover every store write made so far (opening one if needed)."""
+    def sync_token(self, wrote: bool) -> int | None:
+        if not self.store.needs_sync:
+            return None
+        if not wrote:
+            return 0
+        # the token whose Sync will cover every store write made so far (opening one if needed)
         self._check_store_writes()
         if self._open_token is None:
             # nothing unsynced since the last Sync: the last emitted token covers it
@@ -217,13 +230,28 @@ class Broker:
     def is_synced(self, token: int) -> bool:
         return token <= self._synced_token
 
+    def holding(self, session: Session, on: bool) -> None:
+        if on:
+            self._holding[session] = None
+        else:
+            self._holding.pop(session, None)
+
+    def arm_timer(self, deadline: float, fn: Callable[[Any, float], None], arg: Any) -> TimerKey:
+        return self.timers.add(deadline, fn, arg)
+
+    def cancel_timer(self, key: TimerKey | None) -> None:
+        self.timers.cancel(key)
+
+    def timer_moved(self, session: Session) -> None:
+        self._timer_dirty[session] = None
+
     def new_name(self, prefix: str) -> str:
         """An unguessable but reproducible name (from the injected rng)."""
         self._name_seq += 1
         return f"{prefix}{self._name_seq}-{self.rng.getrandbits(48):012x}"
 
     # -- internals ---------------------------------------------------------------------------------
-    def internal_error(self, session: "Session", exc: BaseException) -> None:
+    def internal_error(self, session: Session, exc: BaseException) -> None:
         """Record and log a bug met while serving ``session`` (whose connection it closes), with
         its traceback; the last 100 are kept in ``internal_errors``."""
         self.internal_errors.append(exc)  # type: ignore[arg-type]
@@ -231,7 +259,7 @@ class Broker:
         log.error("internal error on connection %d (%s, peer %s); closing it", session.conn_id,
                   type(session).__name__, session.peer, exc_info=(type(exc), exc, exc.__traceback__))
 
-    def _guarded(self, session: "Session", fn: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, session: Session, fn: Callable[..., None], *args: Any) -> None:
         """A bug met while serving one connection closes that connection, not the broker.
         The exception is kept in ``internal_errors`` (``engine.testing`` re-raises it)."""
         try:
@@ -279,7 +307,7 @@ class Broker:
     def _settle(self) -> None:
         self.model.dispatch()
         self._check_memory()
-        while self.timer_dirty:
-            session = next(iter(self.timer_dirty))
-            del self.timer_dirty[session]
+        while self._timer_dirty:
+            session = next(iter(self._timer_dirty))
+            del self._timer_dirty[session]
             session.refresh_timer()

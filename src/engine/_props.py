@@ -42,7 +42,7 @@ def props_to_headers(props: BasicProperties | None) -> dict[str, Any]:
     out: dict[str, Any] = dict(table) if table else {}
     values = _get_str_props(props)
     if values != _NO_STR_PROPS:  # most messages carry none of them: one C-level check
-        for (name, _), value in zip(_STR_PROPS, values):
+        for (name, _), value in zip(_STR_PROPS, values, strict=True):
             if value is not None:
                 out[name] = value
     if props.delivery_mode == 2:

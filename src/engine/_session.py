@@ -11,16 +11,76 @@ WebSocket) defers to its carrier, which owns the socket.
 
 from __future__ import annotations
 
+import ipaddress
+import random
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from . import oplog
-from ._model import Consumer
+from ._timers import TimerKey
+from .config import Config
+from .model import Consumer, Model
 
-if TYPE_CHECKING:
-    from ._broker import Broker
+__all__ = ["Carrier", "Host", "Session", "SERVER_NAME", "is_loopback"]
 
-__all__ = ["Carrier", "Session"]
+SERVER_NAME = "sansmq/0.1.0"
+
+
+class Host(Protocol):
+    """What a session may ask of the broker that runs it: the narrow interface between the
+    protocol sessions and everything else (the broker implements it)."""
+
+    config: Config
+    model: Model
+    rng: random.Random
+    #: the driver's clock, as of the current call
+    now: float
+
+    def write(self, conn_id: int, data: bytes) -> None: ...
+
+    def close_connection(self, conn_id: int) -> None:
+        """Flush what was written, then close (the session is forgotten)."""
+
+    def pause_reading(self, conn_id: int) -> None: ...
+
+    def resume_reading(self, conn_id: int) -> None: ...
+
+    def sync_token(self, wrote: bool) -> int | None:
+        """None when the store needs no sync; else the token whose sync covers every store write
+        so far (``wrote``) or 0 (nothing of this caller's to wait for)."""
+
+    def is_synced(self, token: int) -> bool: ...
+
+    def holding(self, session: Session, on: bool) -> None:
+        """``session`` holds (or no longer holds) answers until a sync: call its release_held."""
+
+    def arm_timer(self, deadline: float, fn: Callable[[Any, float], None], arg: Any) -> TimerKey: ...
+
+    def cancel_timer(self, key: TimerKey | None) -> None: ...
+
+    def timer_moved(self, session: Session) -> None:
+        """The session's codec deadline may have moved: ``refresh_timer`` it when the call settles."""
+
+    def new_name(self, prefix: str) -> str: ...
+
+    def internal_error(self, session: Session, exc: BaseException) -> None:
+        """A bug met while serving ``session`` (kept for tests, logged with its traceback)."""
+
+
+def is_loopback(peer: tuple[Any, ...]) -> bool:
+    """Whether a peer address is this machine (users with ``loopback_only`` connect only so)."""
+    if not peer:
+        return False
+    host = str(peer[0])
+    if host == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 class Carrier(Protocol):
@@ -38,15 +98,16 @@ class Carrier(Protocol):
 
 class Session:
     __slots__ = (
-        "broker", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
+        "host", "model", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
         "held", "held_paused", "out_paused", "carrier", "mem_blocked", "published", "reading_paused",
         "close_reason", "__weakref__",
     )
     #: the protocol's name in log lines
     PROTOCOL = "?"
 
-    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
-        self.broker = broker
+    def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
+        self.host = host
+        self.model = host.model
         self.conn_id = conn_id
         self.peer = peer
         #: over the outbound limit: no deliveries (reading goes on, so the client's ACKs still arrive)
@@ -86,7 +147,6 @@ class Session:
             self.close_reason = self.close_reason or oplog.EOF_REASON
             self.teardown()
             self._finish()
-        self.broker.sessions.pop(self.conn_id, None)
 
     def teardown(self) -> None:
         """Release everything the connection holds in the model (requeue its unacked messages)."""
@@ -119,9 +179,9 @@ class Session:
         if self.carrier is not None:
             self.carrier.carry(data)
             return
-        self.broker.write(self.conn_id, data)
+        self.host.write(self.conn_id, data)
         self.outbound += len(data)
-        limit = self.broker.config.limits.max_outbound_buffer
+        limit = self.host.config.limits.max_outbound_buffer
         if self.outbound > limit:
             self.blocked = True
             # Deliveries have stopped, so only answers to the client's own frames still grow the
@@ -132,13 +192,13 @@ class Session:
 
     def bytes_sent(self, nbytes: int) -> None:
         self.outbound = max(0, self.outbound - nbytes)
-        limit = self.broker.config.limits.max_outbound_buffer
+        limit = self.host.config.limits.max_outbound_buffer
         if self.out_paused and self.outbound <= limit:
             self.out_paused = False
             self.update_reading()
         if self.blocked and self.outbound <= limit // 2:
             self.blocked = False
-            self.broker.model.owner_unblocked(self.consumers())
+            self.model.owner_unblocked(self.consumers())
 
     def close(self) -> None:
         """Tear down, then tell the server to flush and close."""
@@ -149,16 +209,15 @@ class Session:
         if self.carrier is not None:
             self.carrier.carried_closed()
         else:
-            self.broker.close_connection(self.conn_id)
+            self.host.close_connection(self.conn_id)
 
     def _finish(self) -> None:
         self.closed = True
         if self.carrier is None:  # a carried session is logged by its carrier
             oplog.closed(self, self.close_reason or "closed by the broker")
         self.held = None
-        self.broker.holding.pop(self, None)
-        self.broker.timer_dirty.pop(self, None)
-        self.broker.timers.cancel(self.timer_key)
+        self.host.holding(self, False)
+        self.host.cancel_timer(self.timer_key)
         self.timer_key = None
 
     # -- timers -----------------------------------------------------------------------------------
@@ -171,14 +230,14 @@ class Session:
             return
         if deadline is not None and current is not None and deadline > current:
             return  # deadlines only moved later: let the registered timer fire early and re-arm then
-        self.broker.timers.cancel(self.timer_key)
+        self.host.cancel_timer(self.timer_key)
         self.timer_key = None
         self.timer_deadline = deadline
         if deadline is not None:
-            self.timer_key = self.broker.timers.add(deadline, Session._fire, self)
+            self.timer_key = self.host.arm_timer(deadline, Session._fire, self)
 
     @staticmethod
-    def _fire(session: "Session", now: float) -> None:
+    def _fire(session: Session, now: float) -> None:
         session.timer_key = None
         fired = session.timer_deadline
         session.timer_deadline = None
@@ -195,21 +254,21 @@ class Session:
     def after_sync(self, wrote: bool, thunk: Callable[[], None]) -> None:
         """Run ``thunk`` (send a receipt, close...) once every store write it depends on is synced.
         Items queue behind earlier held ones so a connection's receipts stay in order."""
-        broker = self.broker
-        if not broker.store.needs_sync or (not wrote and not self.held):
+        host = self.host
+        token = host.sync_token(wrote)
+        if token is None or (not wrote and not self.held):
             thunk()
             return
-        token = broker.sync_token_for_writes() if wrote else 0
         if self.held:
             token = max(token, self.held[-1][0])
-        elif broker.is_synced(token):
+        elif host.is_synced(token):
             thunk()
             return
         if self.held is None:
             self.held = deque()
         self.held.append((token, thunk))
-        broker.holding[self] = None
-        if not self.held_paused and len(self.held) > broker.config.limits.max_pending_receipts:
+        host.holding(self, True)
+        if not self.held_paused and len(self.held) > host.config.limits.max_pending_receipts:
             # a client pipelining receipts faster than the store syncs: stop reading it
             self.held_paused = True
             self.update_reading()
@@ -220,9 +279,9 @@ class Session:
             held.popleft()[1]()
         if not self.held:
             self.held = None
-            self.broker.holding.pop(self, None)
+            self.host.holding(self, False)
         if self.held_paused and not self.closed and (
-            not held or len(held) <= self.broker.config.limits.max_pending_receipts // 2
+            not held or len(held) <= self.host.config.limits.max_pending_receipts // 2
         ):
             self.held_paused = False
             self.update_reading()
@@ -242,9 +301,9 @@ class Session:
         if want != self.reading_paused:
             self.reading_paused = want
             if want:
-                self.broker.pause_reading(self.conn_id)
+                self.host.pause_reading(self.conn_id)
             else:
-                self.broker.resume_reading(self.conn_id)
+                self.host.resume_reading(self.conn_id)
 
     def memory_alarm(self, on: bool) -> None:
         """The broker's memory alarm changed while this connection publishes: block or unblock it."""

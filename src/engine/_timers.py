@@ -6,7 +6,8 @@ head of one ``SortedDict`` instead of a scan over sessions or messages.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sortedcontainers import SortedDict
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 __all__ = ["User", "Limits", "Config"]
 
@@ -49,7 +47,7 @@ class Limits:
     #: connection (resumed at half); bounds what a client pipelining receipts can pin
     max_pending_receipts: int = 10_000
     #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
-    #: oldest ready one (RabbitMQ would keep queueing; see engine._light)
+    #: oldest ready one (RabbitMQ would keep queueing; see engine.model.light)
     max_topic_buffer: int = 10_000
     #: bytes of message bodies held in queues (ready + unacked, counted per queue) above which the
     #: memory alarm goes on, as RabbitMQ's vm_memory_high_watermark: connections that publish are
@@ -76,17 +74,4 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> "Config":
-        """Validate a parsed TOML document (see ``engine.config_schema``); raises ConfigError."""
-        from .config_schema import from_mapping  # the schema builds Configs: imported late
-
-        return from_mapping(data)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "Config":
-        """Read and validate a TOML file; a ConfigError names the key and its line."""
-        from .config_schema import load
-
-        return load(path)
+    # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

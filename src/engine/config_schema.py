@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .config import Config, Limits, User
 

@@ -9,10 +9,16 @@ formatter writes out. The engine never reads a clock: the log formatter adds the
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ._session import Session
+
+class Session(Protocol):
+    """What the log lines read of a session (named here: sessions import this module)."""
+
+    PROTOCOL: str
+    conn_id: int
+    peer: tuple[Any, ...]
+    carrier: Any
 
 __all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm"]
 
@@ -29,7 +35,7 @@ def format_peer(peer: tuple[Any, ...]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def protocol_of(session: "Session") -> str:
+def protocol_of(session: Session) -> str:
     inner = getattr(session, "inner", None)  # a WebSocket carrier names what it carries
     if inner is not None:
         return f"{inner.PROTOCOL}/ws"
@@ -38,7 +44,7 @@ def protocol_of(session: "Session") -> str:
     return session.PROTOCOL
 
 
-def _who(session: "Session") -> dict[str, Any]:
+def _who(session: Session) -> dict[str, Any]:
     inner = getattr(session, "inner", None)
     facts = inner if inner is not None else session
     user = getattr(facts, "user", None)
@@ -60,7 +66,7 @@ def accepted(conn_id: int, protocol: str, peer: tuple[Any, ...]) -> None:
              extra={"event": "connection.accepted", "conn_id": conn_id, "peer": where, "protocol": protocol})
 
 
-def authenticated(session: "Session") -> None:
+def authenticated(session: Session) -> None:
     if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
         return
     facts = _who(session)
@@ -69,7 +75,7 @@ def authenticated(session: "Session") -> None:
              extra={"event": "connection.authenticated", **facts})
 
 
-def auth_failed(session: "Session", user: str | None, mechanism: str, why: str) -> None:
+def auth_failed(session: Session, user: str | None, mechanism: str, why: str) -> None:
     if not log.isEnabledFor(logging.WARNING):  # nothing is built for a line nobody reads
         return
     facts = _who(session)
@@ -79,7 +85,7 @@ def auth_failed(session: "Session", user: str | None, mechanism: str, why: str) 
                 extra={"event": "auth.failed", "mechanism": mechanism, "reason": why, **facts})
 
 
-def closed(session: "Session", reason: str) -> None:
+def closed(session: Session, reason: str) -> None:
     if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
         return
     facts = _who(session)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import amqpproto
+import wsframe
 from stompproto import (
     CLIENT,
     NEED_DATA,
@@ -34,9 +36,6 @@ from stompproto import (
     HeartbeatDue,
     RemoteProtocolError,
 )
-
-import amqpproto
-import wsframe
 
 from ._actions import Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
@@ -130,7 +129,7 @@ class FakeStore(MemoryStore):
         logs.guard = self._check_write  # stream appends and offset tracking fail on demand too
         return logs
 
-    def crash(self) -> "FakeStore":
+    def crash(self) -> FakeStore:
         survivor = FakeStore(self.needs_sync)
         streams = self._stream_logs().crashed(survivor._check_write)
         for name, args in self.ops[: self.synced_ops]:
@@ -143,7 +142,7 @@ class FakeStore(MemoryStore):
 class SimClient:
     """A client-role STOMP connection living in a :class:`SimNetwork`."""
 
-    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+    def __init__(self, net: SimNetwork, conn_id: int, peer: tuple[Any, ...], reading: bool,
                  auto_heartbeat: bool) -> None:
         self.net = net
         self.conn_id = conn_id
@@ -298,7 +297,7 @@ class SimNetwork:
 
     def connect_ws(self, path: str = "/ws", subprotocols: tuple[str, ...] = ("v12.stomp",), *,
                    peer: tuple[Any, ...] | None = None, reading: bool = True, auto_heartbeat: bool = True,
-                   deflate: bool = False) -> "WsSimClient":
+                   deflate: bool = False) -> WsSimClient:
         """Connect over protocol ``"ws"`` and run the opening handshake (see ``client.accepted``)."""
         self._next_conn += 1
         conn_id = self._next_conn
@@ -410,7 +409,7 @@ class SimNetwork:
 
     def _sync(self, token: int) -> None:
         try:
-            self.broker.store.sync(token)
+            self.broker.run_sync(token)
         except StoreError:
             self.broker.sync_failed(token, self._now)
         else:
@@ -464,7 +463,7 @@ class WsSimClient(SimClient):
     server Close is answered.
     """
 
-    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+    def __init__(self, net: SimNetwork, conn_id: int, peer: tuple[Any, ...], reading: bool,
                  auto_heartbeat: bool, deflate: bool) -> None:
         super().__init__(net, conn_id, peer, reading, auto_heartbeat)
         self.ws = wsframe.Connection(
@@ -547,7 +546,7 @@ class AmqpSimClient(SimClient):
     ``received`` holds every amqpproto event (heart-beats answered automatically).
     """
 
-    def __init__(self, net: "SimNetwork", conn_id: int, peer: tuple[Any, ...], reading: bool,
+    def __init__(self, net: SimNetwork, conn_id: int, peer: tuple[Any, ...], reading: bool,
                  auto_heartbeat: bool) -> None:
         super().__init__(net, conn_id, peer, reading, auto_heartbeat)
         self.conn = amqpproto.Connection(amqpproto.CLIENT)  # type: ignore[assignment]

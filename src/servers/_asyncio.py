@@ -112,7 +112,7 @@ class AsyncioServer(Driver):
 
     def _start_sync(self, token: int) -> None:
         assert self.loop is not None
-        fut = self.loop.run_in_executor(self._syncer, self.broker.store.sync, token)
+        fut = self.loop.run_in_executor(self._syncer, self.broker.run_sync, token)
 
         def done(f: asyncio.Future[None]) -> None:
             if not f.cancelled():

@@ -45,8 +45,6 @@ ReadyCallback = Callable[[list[Listener]], None]
 class BrokerLike(Protocol):
     """The driver contract (engine.Broker implements it; tests use fakes)."""
 
-    store: Any
-
     def connection_made(
         self, conn_id: int, protocol: str, peer: tuple[Any, ...], now: float
     ) -> None: ...
@@ -57,6 +55,8 @@ class BrokerLike(Protocol):
     def drain(self) -> list[Any]: ...
     def data_sent(self, conn_id: int, nbytes: int) -> None: ...
     def synced(self, token: int, now: float) -> None: ...
+    def run_sync(self, token: int) -> None:
+        """The store's fsync covering ``token``; called from a worker thread."""
 
 
 def format_address(host: str, port: int) -> str:
@@ -107,7 +107,7 @@ class Driver:
         raise NotImplementedError
 
     def _start_sync(self, token: int) -> None:
-        """Run ``broker.store.sync(token)`` off the loop, then ``call(broker.synced, ...)``."""
+        """Run ``broker.run_sync(token)`` off the loop, then ``call(broker.synced, ...)``."""
         raise NotImplementedError
 
     def _arm_timer(self, deadline: float | None) -> None:
@@ -187,7 +187,7 @@ class Driver:
             self._start_sync(action.token)
 
     def _sync_done(self, token: int, exc: BaseException | None) -> None:
-        """Back on the loop after ``store.sync(token)`` returned (or raised ``exc``)."""
+        """Back on the loop after ``broker.run_sync(token)`` returned (or raised ``exc``)."""
         if self._stopping:
             return
         if exc is None:

@@ -31,7 +31,7 @@ def _listeners(specs: Sequence[ListenerSpec]) -> list[Listener]:
     return [s if isinstance(s, Listener) else Listener(*s) for s in specs]
 
 
-def make_broker(config: Any = None, *, seed: int | None = None, store: Store | None = None) -> BrokerLike:
+def make_broker(config: Any = None, *, seed: int | None = None, store: Store | None = None) -> Broker:
     """A real ``engine.Broker`` (``config``: an engine ``Config``) over ``store``, by default an
     in-memory one; pass ``make_store(data_dir)`` for the durable embedded store."""
     return Broker(config if config is not None else Config(), store if store is not None else MemoryStore(),
@@ -117,9 +117,9 @@ def run(
     gracefully and return. A broker built here (from ``config``) has its store closed on return.
     For in-process tests prefer :func:`running`, which can be stopped from the test. ``driver``:
     an adapter already made by :func:`make_server` (to set its timeouts first)."""
-    own = broker is None
+    own: Broker | None = None
     if broker is None:
-        broker = make_broker(config)
+        broker = own = make_broker(config)
     srv = driver if driver is not None else make_server(server, broker, listeners)
     if handle_signals and threading.current_thread() is threading.main_thread():
         signalled: list[int] = []
@@ -142,8 +142,8 @@ def run(
     try:
         srv.serve_forever(ready)
     finally:
-        if own:
-            broker.store.close()
+        if own is not None:
+            own.close_store()
     log.info("stopped")
 
 

@@ -156,7 +156,7 @@ class ThreadsServer(Driver):
             self._update(conn)
 
     def _start_sync(self, token: int) -> None:
-        fut = self._syncer.submit(self.broker.store.sync, token)
+        fut = self._syncer.submit(self.broker.run_sync, token)
         fut.add_done_callback(lambda f: self._post(lambda: self._sync_done(token, f.exception())))
 
     def _arm_timer(self, deadline: float | None) -> None:

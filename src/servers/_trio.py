@@ -93,7 +93,7 @@ class TrioServer(Driver):
                 continue
             token = self._sync_queue.popleft()
             try:
-                await trio.to_thread.run_sync(self.broker.store.sync, token)
+                await trio.to_thread.run_sync(self.broker.run_sync, token)
             except Exception as exc:  # noqa: BLE001 - handed to the broker
                 self._sync_done(token, exc)
             else:

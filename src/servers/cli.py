@@ -16,7 +16,7 @@ from importlib import metadata
 from typing import Sequence
 
 from engine.config import Config
-from engine.config_schema import ConfigError
+from engine.config_schema import ConfigError, load
 from engine.store import Store, StoreError
 
 from ._driver import Listener
@@ -228,7 +228,7 @@ def _listeners(args: argparse.Namespace) -> list[Listener]:
 
 def _load_config(args: argparse.Namespace) -> Config:
     try:
-        config = Config.from_file(args.config) if args.config else Config()
+        config = load(args.config) if args.config else Config()
     except ConfigError as exc:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:

@@ -137,7 +137,7 @@ def test_internal_error_is_logged_with_traceback_and_client_gets_541(
         srv: Target, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     srv.sansmq_only()
     from amqpproto import spec
-    from engine import _amqp_channel
+    from engine.amqp import channel as _amqp_channel
 
     def boom(chan: Any, m: Any) -> None:
         raise RuntimeError("boom in queue.purge")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from stompproto import Ack, Connected, Error, Message, Nack, Receipt, Send, Subscribe, Unsubscribe
-
 from engine import Broker, Config, MemoryStore, Store
 from engine.testing import SimClient, SimNetwork
+from stompproto import Ack, Connected, Error, Message, Nack, Receipt, Send, Subscribe, Unsubscribe
 
 
 def new_net(config: Config | None = None, store: Store | None = None, seed: int = 0, **kw: Any) -> SimNetwork:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from stompproto import Begin, Commit  # noqa: E402
+from enginetest_helpers import ack, connected, messages, nack, send, subscribe  # noqa: E402
 
 from engine import Broker, Config, Limits  # noqa: E402
 from engine.testing import FakeStore, SimNetwork  # noqa: E402
-from enginetest_helpers import ack, connected, messages, nack, send, subscribe  # noqa: E402
+from stompproto import Begin, Commit  # noqa: E402
 
 
 def run_scenario(seed: int = 7) -> list[tuple]:
@@ -33,13 +33,13 @@ def run_scenario(seed: int = 7) -> list[tuple]:
     for i in range(40):
         send(p, "/queue/work", b"job %d" % i, persistent="true", priority=str(i % 4),
              receipt=f"r{i}", **({"ack-timeout": "1.5"} if i % 7 == 0 else {}))
-        send(p, "/topic/ev.%d" % (i % 3), b"ev %d" % i, ttl="3000", reply_to="/temp-queue/r")
+        send(p, f"/topic/ev.{i % 3}", b"ev %d" % i, ttl="3000", reply_to="/temp-queue/r")
     p.send(Begin({"transaction": "tx"}))
     send(p, "/topic/news", b"in tx", transaction="tx")
     p.send(Commit({"transaction": "tx", "receipt": "c"}))
     net.run_until_idle()
     rng = random.Random(seed)
-    for step in range(30):
+    for _ in range(30):
         for cl in (a, b):
             for m in messages(cl):
                 if "ack" not in m.headers:

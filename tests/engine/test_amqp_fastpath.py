@@ -5,12 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqpproto.spec import encode_properties
-from engine._amqp_channel import _props, props_bytes
+from amqpproto.spec import BasicProperties, encode_properties
 from engine._message import Message
 from engine._props import props_to_headers
-
-from amqpproto.spec import BasicProperties
+from engine.amqp.channel import _props, props_bytes
 
 _text = st.text(max_size=20)
 _props_st = st.builds(

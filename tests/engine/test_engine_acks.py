@@ -2,9 +2,9 @@
 priorities and expiry."""
 
 import pytest
-from stompproto import Ack, Unsubscribe
-
 from enginetest_helpers import ack, bodies, connected, errors, messages, nack, new_net, receipts, send, subscribe
+
+from stompproto import Ack, Unsubscribe
 
 
 def fill(net, dest, n, **headers):
@@ -290,7 +290,7 @@ def test_no_timer_without_ttl_or_ack_timeout():
     net = new_net()
     p = connected(net)
     before = len(net.broker.timers)
-    for i in range(50):
+    for _ in range(50):
         send(p, "/queue/plain", b"x")
     net.run_until_idle()
     assert len(net.broker.timers) == before

@@ -6,14 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from enginetest_helpers import new_net
 
 import amqpproto as A
 from amqpproto import BasicProperties, spec
-
 from engine import Config, User
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
-
-from enginetest_helpers import new_net
 
 
 def amqp(net: SimNetwork, channels: int = 1, **kw: Any) -> AmqpSimClient:
@@ -385,7 +383,7 @@ def test_global_qos_is_shared_by_channel_consumers() -> None:
     c = amqp(net)
     declare(c, "q1")
     declare(c, "q2")
-    for i in range(3):
+    for _ in range(3):
         publish(c, "q1", b"a")
         publish(c, "q2", b"b")
     c.call(spec.BasicQos(0, 2, True, channel=1))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import struct
 
-from hypothesis import given, strategies as st
+from enginetest_helpers import new_net
+from hypothesis import given
+from hypothesis import strategies as st
+from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, ProtocolHeader, spec
-
-from enginetest_helpers import new_net
-from test_engine_amqp import amqp, declare, publish
 
 
 def _frame(ftype: int, channel: int, payload: bytes) -> bytes:

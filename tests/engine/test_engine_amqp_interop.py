@@ -3,15 +3,14 @@ RabbitMQ's STOMP plugin does), plus the AMQP close handshake deadline."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
-from amqpproto import BasicProperties, spec
-from stompproto import Message as StompMessage
-
-from engine.testing import AmqpSimClient
+from datetime import UTC, datetime
 
 from enginetest_helpers import connected, new_net, send, subscribe
 from test_engine_amqp import amqp, declare, publish
+
+from amqpproto import BasicProperties, spec
+from engine.testing import AmqpSimClient
+from stompproto import Message as StompMessage
 
 
 def test_stomp_send_to_queue_reaches_amqp_consumer_with_properties() -> None:
@@ -30,7 +29,7 @@ def test_stomp_send_to_queue_reaches_amqp_consumer_with_properties() -> None:
     assert (p.content_type, p.delivery_mode, p.priority, p.correlation_id, p.reply_to) == (
         "text/plain", 2, 4, "corr", "/queue/replies")
     assert (p.expiration, p.message_id, p.timestamp, p.type, p.app_id) == (
-        "60000", "m-1", datetime.fromtimestamp(1700000000, timezone.utc), "t", "app")
+        "60000", "m-1", datetime.fromtimestamp(1700000000, UTC), "t", "app")
     assert p.headers == {"x-custom": "yes"}
 
 
@@ -42,7 +41,7 @@ def test_amqp_publish_reaches_stomp_queue_subscriber_with_headers() -> None:
     net.run_until_idle()
     publish(a, "q2", b"yo", props=BasicProperties(content_type="application/json", delivery_mode=2, priority=2,
                                                   correlation_id="c", reply_to="r", message_id="mid",
-                                                  timestamp=datetime.fromtimestamp(5, timezone.utc), type="ty", user_id="guest", app_id="ap",
+                                                  timestamp=datetime.fromtimestamp(5, UTC), type="ty", user_id="guest", app_id="ap",
                                                   headers={"n": 7, "flag": True, "s": "str"}))
     net.run_until_idle()
     (m,) = s.frames(StompMessage)
@@ -92,7 +91,7 @@ def test_amqp_to_amqp_properties_round_trip() -> None:
     props = BasicProperties(content_type="a/b", content_encoding="gzip", headers={"x": [1, "two"], "y": 2.5},
                             delivery_mode=2, priority=9, correlation_id="c", reply_to="r", expiration="100000",
                             message_id="m",
-                            timestamp=datetime.fromtimestamp(123, timezone.utc), type="t", app_id="app")
+                            timestamp=datetime.fromtimestamp(123, UTC), type="t", app_id="app")
     publish(a, "rt", b"body", props=props)
     net.run_until_idle()
     got = a.call(spec.BasicGet(queue="rt", no_ack=True, channel=1))

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from enginetest_helpers import connected, messages, new_net, send, subscribe
 
 import amqpproto as A
 from amqpproto import BasicProperties, spec
-
 from engine import Config, Limits
 from engine.testing import AmqpSimClient, SimNetwork
-from enginetest_helpers import connected, messages, new_net, send, subscribe
 
 KB = 1024
 

@@ -3,10 +3,10 @@ and an unknown tag below the window (406), checked through what basic.recover re
 
 from __future__ import annotations
 
-from amqpproto import BasicProperties, spec
-
 from enginetest_helpers import new_net
 from test_engine_amqp import amqp, declare, publish
+
+from amqpproto import BasicProperties, spec
 
 
 def test_multiple_acks_take_exactly_the_tags_up_to_the_given_one() -> None:

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from enginetest_helpers import new_net
 
 import amqpproto as A
 import wsframe
 from amqpproto import BasicProperties, spec
-from stompproto import Connected
-
 from engine.testing import AmqpSimClient, SimNetwork, WsSimClient
-from enginetest_helpers import new_net
+from stompproto import Connected
 
 
 class WsAmqpSimClient(WsSimClient, AmqpSimClient):

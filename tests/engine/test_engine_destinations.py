@@ -1,8 +1,8 @@
 """Every STOMP destination kind, durable and prefix subscriptions, control destinations."""
 
-from stompproto import Error, Receipt, Subscribe, Unsubscribe
-
 from enginetest_helpers import bodies, connected, errors, messages, new_net, send, subscribe, unsubscribe
+
+from stompproto import Error, Receipt, Subscribe, Unsubscribe
 
 
 def test_queue_competing_consumers_round_robin():

@@ -2,11 +2,11 @@
 
 import random
 
-from stompproto import Disconnect, Receipt, Send
+from enginetest_helpers import bodies, connected, errors, messages, new_net, receipts, send, subscribe
 
 from engine import Broker, Config, MemoryStore, Sync, Write
 from engine.testing import FakeStore, SimNetwork
-from enginetest_helpers import bodies, connected, errors, messages, new_net, receipts, send, subscribe
+from stompproto import Disconnect, Receipt, Send
 
 
 def test_persistent_send_receipt_waits_for_sync():

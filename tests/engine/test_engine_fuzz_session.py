@@ -1,10 +1,9 @@
 """Random (often invalid) client input never breaks the broker: no exception escapes session code
 (the strict SimNetwork re-raises any), and a bystander connection keeps working."""
 
+from enginetest_helpers import bodies, connected, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from enginetest_helpers import bodies, connected, new_net, send, subscribe
 
 COMMANDS = ["SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT", "CONNECT"]
 HEADER_VALUES = {

@@ -7,13 +7,13 @@ from __future__ import annotations
 import gc
 import random
 import tracemalloc
-from typing import Any, Callable
-
-from stompproto import Subscribe
+from collections.abc import Callable
+from typing import Any
 
 from engine import Broker, Config, Limits, MemoryStore
-from engine._model import Queue, _QueueExtras
-from engine._stomp_session import StompSession, StompSubscription
+from engine.model.objects import Queue, _QueueExtras
+from engine.stomp.session import StompSession, StompSubscription
+from stompproto import Subscribe
 
 N = 20_000
 
@@ -55,7 +55,7 @@ def test_idle_queue_and_queue_subscription_stay_small() -> None:
     def subs(n: int) -> None:
         for frame in frames[:n]:
             session._on_subscribe(frame)
-        model._dirty.clear()
+        model.dirty.clear()
 
     # the subscription, the queue's consumer list, the session's dict slot
     assert per_object(subs) < 210

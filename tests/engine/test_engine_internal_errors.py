@@ -7,12 +7,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-
-from amqpproto import spec
-from engine import _amqp_channel
-
 from enginetest_helpers import connected, new_net, send
 from test_engine_amqp import amqp, declare
+
+from amqpproto import spec
+from engine.amqp import channel as _amqp_channel
 
 
 def _boom(*args: object) -> None:
@@ -52,7 +51,7 @@ def test_amqp_internal_error_is_logged_and_closes_that_connection_with_541(
 
 
 def test_stomp_internal_error_is_logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from engine import _stomp_session
+    from engine.stomp import session as _stomp_session
     from stompproto import Send
 
     caplog.set_level(logging.ERROR, logger="sansmq.engine")

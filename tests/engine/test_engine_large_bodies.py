@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_engine_paging import Env, Owner
 
 from engine import Consumer, Message
 from engine.segment_store import SegmentStore
 from engine.testing import FakeStore
-from test_engine_paging import Env, Owner
 
 MiB = 1024 * 1024
 

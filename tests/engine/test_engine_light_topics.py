@@ -3,13 +3,15 @@ NACK, prefetch, ack timeouts, TTL, priorities), a bounded buffer with drop-head 
 messages gone with the connection, control counts, and the router index behind it."""
 
 import pytest
-from stompproto import Receipt
+from enginetest_helpers import ack, bodies, connected, errors, messages, nack, new_net, send, subscribe, unsubscribe
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from engine import Config, Limits
-from engine._light import LightConsumer
-from engine._routing import TopicRouter
-from engine._stomp_session import StompLightSubscription, StompSubscription
-from enginetest_helpers import ack, bodies, connected, errors, messages, nack, new_net, send, subscribe, unsubscribe
+from engine.model.light import LightConsumer
+from engine.model.routers import TopicRouter
+from engine.stomp.session import StompLightSubscription, StompSubscription
+from stompproto import Receipt
 
 
 def _sub(net, client, sub_id):
@@ -153,7 +155,7 @@ def test_disconnect_drops_topic_messages_and_unbinds():
     model = net.broker.model
     vhost = model.vhosts["/"]
     assert model.route(vhost, vhost.exchanges["amq.topic"], "gone", None) == []
-    assert sub.buf is None and sub not in model._dirty
+    assert sub.buf is None and sub not in model.dirty
     send(p, "/control/count-subscribers/topic/gone", receipt="r")
     net.run_until_idle()
     [r] = [e for e in p.events() if isinstance(e, Receipt)]
@@ -340,8 +342,8 @@ def test_wildcard_and_prefix_light_subscriptions_route_with_queue_bindings():
 
 def test_light_buffer_keeps_priority_order_for_new_and_returned_entries():
     from engine import Message
-    from engine._light import LightBuffer
     from engine._message import Entry
+    from engine.model.light import LightBuffer
 
     buf = LightBuffer()
 
@@ -362,7 +364,6 @@ def test_light_buffer_keeps_priority_order_for_new_and_returned_entries():
 
 
 # -- differential: a light subscription behaves as the queue-backed one it replaces -----------------
-from hypothesis import example, given, strategies as st  # noqa: E402
 
 _OPS = st.lists(
     st.one_of(

@@ -1,11 +1,11 @@
 """Per-connection bounds: subscriptions, open transactions (count, frames, bytes) and receipts held
 for the store. A breach closes that connection only (ERROR first), or pauses reading it."""
 
-from stompproto import Abort, Begin, Commit, Receipt
+from enginetest_helpers import bodies, connected, errors, new_net, send, subscribe, unsubscribe
 
 from engine import Config, Limits
 from engine.testing import FakeStore
-from enginetest_helpers import bodies, connected, errors, new_net, send, subscribe, unsubscribe
+from stompproto import Abort, Begin, Commit, Receipt
 
 
 def _limits(**kw):
@@ -39,8 +39,8 @@ def test_unsubscribe_frees_room_under_the_cap():
     net = new_net(_limits(max_subscriptions=1))
     c = connected(net)
     for i in range(3):
-        subscribe(c, "/topic/x", "s%d" % i)
-        unsubscribe(c, "s%d" % i)
+        subscribe(c, "/topic/x", f"s{i}")
+        unsubscribe(c, f"s{i}")
     net.run_until_idle()
     assert errors(c) == [] and not c.server_closed
 

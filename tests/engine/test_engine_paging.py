@@ -5,14 +5,15 @@ crosses the page boundary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from engine import Consumer, Message
-from engine._model import Model
+from engine import PUBLISH_REFUSED, PUBLISH_ROUTED, Consumer, Message
 from engine._timers import TimerQueue
+from engine.model import Model
 from engine.segment_store import SegmentStore
 from engine.store import Store
 from engine.testing import FakeStore
@@ -193,12 +194,14 @@ def test_max_length_across_paged_messages(env: Env, overflow: str) -> None:
     taken = [env.publish("q", body) for body in bodies(25)]
     dead = env.vhost.queues["dead"]
     if overflow == "drop-head":
-        assert taken == [1] * 25
+        assert [r & (PUBLISH_ROUTED | PUBLISH_REFUSED) for r in taken] == [PUBLISH_ROUTED] * 25
         assert env.ready_bodies(q) == bodies(10, 15) and q.count == 10
         assert env.ready_bodies(dead) == bodies(15)  # dead-lettered in order, paged ones too
     else:
         assert env.ready_bodies(q) == bodies(10) and q.count == 10
         assert env.ready_bodies(dead) == []
+        refused = PUBLISH_ROUTED | PUBLISH_REFUSED
+        assert [r & refused for r in taken] == [PUBLISH_ROUTED] * 10 + [refused] * 15
         assert env.model.enqueue(q, Message(env.model.next_message_id(), "", "q", {}, b"x")) is False
 
 
@@ -216,7 +219,7 @@ def test_max_length_bytes_counts_paged_messages(env: Env, overflow: str) -> None
 
 def test_memory_alarm_counts_only_bodies_held_in_memory(env: Env) -> None:
     q = env.declare()
-    for i in range(50):
+    for _ in range(50):
         env.publish("q", b"x" * 1000)
     assert q.paged == 50 - WINDOW and env.model.queued_bytes == WINDOW * 1000
     c, log = env.consume(q, auto_ack=True)

@@ -5,8 +5,8 @@ redelivery, are the case where pushing each to the head reversed them."""
 from __future__ import annotations
 
 import pytest
-
 from enginetest_helpers import connected, messages, new_net, send, subscribe
+
 from engine.testing import SimNetwork
 
 

@@ -3,9 +3,9 @@
 import pytest
 
 from engine import MemoryStore
-from engine._model import Model, Queue
-from engine._routing import PREFIX_ARG, DirectRouter, FanoutRouter, HeadersRouter, TopicRouter
 from engine._timers import TimerQueue
+from engine.model import Model, Queue
+from engine.model.routers import PREFIX_ARG, DirectRouter, FanoutRouter, HeadersRouter, TopicRouter
 
 
 def route(router, key, headers=None):

@@ -2,11 +2,10 @@
 back-pressure, unknown protocols."""
 
 import pytest
-
-from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
+from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
 
 from engine import Close, Config, Limits, User
-from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
+from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
 
 
 def test_receipts_on_every_frame_kind():
@@ -213,7 +212,7 @@ def test_back_pressure_stops_delivery_to_slow_consumer():
     net.run_until_idle()
     slow.stop_reading()
     p = connected(net)
-    for i in range(200):
+    for _ in range(200):
         send(p, "/queue/q", b"x" * 100)
     net.run_until_idle()
     assert not slow.paused  # still read, so its ACKs would arrive; only deliveries stopped
@@ -278,7 +277,7 @@ def test_disconnect_frame_requeues_and_closes():
 
 
 def test_bug_in_session_code_closes_only_that_connection(monkeypatch):
-    from engine._stomp_session import _HANDLERS
+    from engine.stomp.session import _HANDLERS
 
     def boom(self, frame):
         raise RuntimeError("bug")

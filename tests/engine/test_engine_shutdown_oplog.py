@@ -6,13 +6,13 @@ import logging
 from typing import Any
 
 import pytest
-from amqpproto import spec
-from stompproto import Error
+from enginetest_helpers import connected, new_net
 
+from amqpproto import spec
 from engine import Config
 from engine.config import User
 from engine.testing import SimNetwork
-from enginetest_helpers import connected, new_net
+from stompproto import Error
 
 SHUTDOWN = "broker forced connection closure with reason 'shutdown'"
 

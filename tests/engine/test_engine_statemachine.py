@@ -5,20 +5,20 @@ position in their level (RabbitMQ's);
 nothing lost, nothing duplicated beyond redelivery."""
 
 import shutil
-from bisect import insort
 import tempfile
+from bisect import insort
 from collections import deque
 
+from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import Consumer, Message, MemoryStore
-from engine._model import Model
+from engine import PUBLISH_ROUTED, PUBLISH_WROTE, Consumer, MemoryStore, Message
 from engine._timers import TimerQueue
+from engine.model import Model
 from engine.segment_store import SegmentStore
 from engine.testing import FakeStore
-from enginetest_helpers import ack, connected, messages, nack, new_net, send, subscribe
 
 
 class Owner:
@@ -89,7 +89,7 @@ class ModelMachine(RuleBasedStateMachine):
         msg = Message(self.model.next_message_id(), "", "q", {}, b"", priority)
         self.prio_of[msg.id] = priority
         self.published += 1
-        assert self.model.publish(self.vhost, "", msg) == 1
+        assert self.model.publish(self.vhost, "", msg) == PUBLISH_ROUTED
         self.ready[priority].append(msg.id)
         self._settle()
 
@@ -212,7 +212,8 @@ class PagedModelMachine(ModelMachine):
                       persistent=persistent)
         self.prio_of[msg.id] = priority
         self.published += 1
-        assert self.model.publish(self.vhost, "", msg) == 1
+        wrote = PUBLISH_WROTE if persistent and self.model.store.needs_sync else 0
+        assert self.model.publish(self.vhost, "", msg) == PUBLISH_ROUTED | wrote
         self.ready[priority].append(msg.id)
         self._settle()
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hypothesis import given, strategies as st
-
-from stompproto import LocalProtocolError, Message as MessageFrame
+from enginetest_helpers import connected, messages, new_net, send, subscribe
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Broker, Config, Entry, MemoryStore, Message, Write
 from engine._props import stomp_value
-from engine._stomp_session import StompLightSubscription, StompSession, StompSubscription
+from engine.stomp.session import StompLightSubscription, StompSession, StompSubscription
 from engine.testing import SimNetwork
-from enginetest_helpers import connected, messages, new_net, send, subscribe
+from stompproto import LocalProtocolError
+from stompproto import Message as MessageFrame
 
 _RESERVED = ("subscription", "destination", "message-id", "ack", "redelivered", "x-delivery-count",
              "content-length")
@@ -118,7 +119,7 @@ def test_one_message_to_subscribers_of_every_version_is_escaped_for_each():
 
 
 def test_the_tail_cache_stays_bounded():
-    from engine import _stomp_session as ss
+    from engine.stomp import session as ss
 
     net = new_net()
     sub = connected(net, version="1.2")
@@ -126,7 +127,7 @@ def test_the_tail_cache_stays_bounded():
     publisher = connected(net)
     net.run_until_idle()
     cache = ss._TAIL_CACHES[net.broker]
-    for n in range(ss._TAILS_MAX + 50):
+    for _ in range(ss._TAILS_MAX + 50):
         send(publisher, "/topic/big", b"x" * 10)
     send(publisher, "/topic/big", b"y" * (ss._TAIL_MAX + 1))  # too big to keep
     net.run_until_idle()
@@ -138,7 +139,7 @@ def test_the_tail_cache_stays_bounded():
 
 
 def test_brokers_do_not_share_a_tail_cache():
-    from engine import _stomp_session as ss
+    from engine.stomp import session as ss
 
     a = Broker(Config(), MemoryStore(), random.Random(0))
     b = Broker(Config(), MemoryStore(), random.Random(0))

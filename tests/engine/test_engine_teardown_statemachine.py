@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine import Consumer, MemoryStore
-from engine._model import STANDARD_EXCHANGES, Exchange, Model, Queue
 from engine._timers import TimerQueue
+from engine.model import STANDARD_EXCHANGES, Exchange, Model, Queue
 
 EXCHANGES = ("a", "b", "c")
 QUEUES = ("q1", "q2", "q3")

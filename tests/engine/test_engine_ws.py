@@ -6,14 +6,14 @@ from __future__ import annotations
 import base64
 
 import pytest
+from enginetest_helpers import ack, bodies, connected, messages, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import wsframe
-from stompproto import Connect, Connected, Disconnect, Error, Heartbeat, Message, Receipt, Subscribe
 
+import wsframe
 from engine import Close, Config, Limits, Write
 from engine.testing import WsSimClient
-from enginetest_helpers import ack, bodies, connected, messages, new_net, send, subscribe
+from stompproto import Connect, Connected, Disconnect, Error, Heartbeat, Message, Receipt, Subscribe
 
 CONNECT_12 = b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00"
 
@@ -300,7 +300,7 @@ def test_server_close_waits_for_the_clients_answer():
 
 
 def test_server_close_gives_up_waiting_after_the_close_timeout():
-    from engine._ws_session import CLOSE_TIMEOUT
+    from engine.ws.session import CLOSE_TIMEOUT
 
     net = new_net()
     c = ws_connected(net)
@@ -412,7 +412,7 @@ def test_invalid_utf8_text_is_close_1007():
 
 
 def test_internal_error_closes_only_that_connection(monkeypatch):
-    from engine._stomp_session import _HANDLERS
+    from engine.stomp.session import _HANDLERS
 
     def boom(self, frame):
         raise RuntimeError("bug")

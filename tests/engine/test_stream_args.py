@@ -3,7 +3,7 @@ and STOMP, retention and segment-size arguments, and every error naming its argu
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -32,7 +32,7 @@ DAY = 86_400_000
     (b"next", OffsetSpec("next")),
     (0, OffsetSpec("offset", 0)),
     (12345, OffsetSpec("offset", 12345)),
-    (datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc), OffsetSpec("timestamp", 1_700_000_000_000)),
+    (datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC), OffsetSpec("timestamp", 1_700_000_000_000)),
     (datetime(2023, 11, 14, 22, 13, 20), OffsetSpec("timestamp", 1_700_000_000_000)),  # naive = UTC
     ("1h", OffsetSpec("interval", 3_600_000)),
     ("30m", OffsetSpec("interval", 1_800_000)),

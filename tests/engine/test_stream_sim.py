@@ -78,7 +78,7 @@ class SegmentStores:
         self.dir = tempfile.TemporaryDirectory()
         self.store = SegmentStore(self.dir.name)
 
-    def crash(self) -> "SegmentStores":
+    def crash(self) -> SegmentStores:
         self.store.close()
         self.store = SegmentStore(self.dir.name)
         return self

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine._actions import Close, PauseReading, ResumeReading, Sync, Write
+from engine import Close, PauseReading, ResumeReading, Sync, Write
 
 
 class FakeStore:
@@ -151,6 +151,9 @@ class LineBroker:
             self.late_calls.append(f"data_sent {conn_id}")
         st.sent += nbytes
         assert st.sent <= st.written, (st.sent, st.written)
+
+    def run_sync(self, token: int) -> None:
+        self.store.sync(token)  # on the server's sync worker thread
 
     def synced(self, token: int, now: float) -> None:
         self._enter()

@@ -7,7 +7,7 @@ import gc
 import tracemalloc
 from pathlib import Path
 
-import engine._segments.store as seg_mod
+import engine.storage.segment.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
 from engine.store import QueueDef, Recovered

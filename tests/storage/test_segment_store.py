@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from storagetest_helpers import FaultyStore, apply_op, msg
 
-import engine._segments.store as seg_mod
+import engine.storage.segment.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
@@ -242,7 +242,7 @@ def test_other_format_version_is_refused(tmp_path: Path) -> None:
 def test_page_runs_match_a_plain_list(ops) -> None:
     """Consecutive stored ids share one run slot; taking any number of messages at a time (also
     part of a run) yields exactly the order they were added in."""
-    from engine._segments._index import TRANSIENT, _Page
+    from engine.storage.segment._index import TRANSIENT, _Page
 
     page, ref, got, next_id = _Page(), [], [], 1
     for kind, k in ops:
@@ -263,7 +263,7 @@ def test_page_runs_match_a_plain_list(ops) -> None:
 
 
 def test_a_consecutive_backlog_costs_one_page_slot() -> None:
-    from engine._segments._index import _Page
+    from engine.storage.segment._index import _Page
 
     page = _Page()
     for mid in range(1, 100_001):

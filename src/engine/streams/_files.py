@@ -55,12 +55,12 @@ import sys
 import threading
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from struct import Struct
-from typing import Callable, Iterator
 from zlib import crc32
 
 from .._message import Message
-from .._segments._records import _REC, _decode_message, _encode_message, _record
+from ..storage.segment._records import _REC, _decode_message, _encode_message, _record
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 

@@ -21,17 +21,19 @@ worker thread while appends continue.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from .._message import Message
-from .args import DEFAULT_SEGMENT_BYTES
 
-__all__ = ["StreamLog", "StreamRecord", "StreamSettings", "SegmentStats", "retained_from"]
+__all__ = ["StreamLog", "StreamRecord", "StreamSettings", "SegmentStats", "retained_from", "DEFAULT_SEGMENT_BYTES"]
 
 #: ``read`` defaults: a batch is bounded by count and by bytes (of message bodies)
 READ_COUNT = 256
 READ_BYTES = 1 << 20
+#: a stream segment's size before a new one starts (RabbitMQ's x-stream-max-segment-size-bytes default)
+DEFAULT_SEGMENT_BYTES = 500_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +197,8 @@ class StreamLog(ABC):
         return self.tail - self.first
 
     # -- durability -------------------------------------------------------------------------------
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - optional: logs kept in memory have nothing to sync
         """Make everything appended so far durable (a worker thread); closes the current chunk."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: only logs holding files close them
         pass

@@ -22,20 +22,31 @@ a second connection used only for reads on the loop thread (short indexed range 
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
 from .._message import Message
-from .._segments._records import _decode_message, _encode_message
+from ..storage.segment._records import _decode_message, _encode_message
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from .memory import RECORD_OVERHEAD, _VSeg
 
-if TYPE_CHECKING:
-    from .._postgres.store import PostgresStore
+
+class PostgresStore(Protocol):
+    """What the stream logs use of the ``PostgresStore`` that owns them (named here, not imported:
+    the store imports this module)."""
+
+    schema: str
+    _lock: threading.Lock
+    _batch: list[Any]
+
+    def _check_writable(self) -> None: ...
+
+    def _connect(self) -> psycopg.Connection[Any]: ...
 
 __all__ = ["PgStreamLog", "PgStreams", "StreamWork", "stream_ddl"]
 
@@ -144,7 +155,7 @@ class StreamWork:
         self.tracking: dict[tuple[int, int, str], int] = {}
         self.drops: dict[int, int] = {}
         self.chunks: dict[int, int] = {}
-        self.tails: dict["PgStreamLog", int] = {}
+        self.tails: dict[PgStreamLog, int] = {}
 
     def forget(self, sid: int) -> None:
         """A stream deleted in this batch: none of its pending changes are written."""
@@ -165,7 +176,7 @@ class StreamWork:
                          "delete_streams"):
                 cur.execute(q[name], (self.deleted,))
         if self.new:
-            cur.execute(q["add_streams"], tuple(map(list, zip(*self.new))))
+            cur.execute(q["add_streams"], tuple(map(list, zip(*self.new, strict=True))))
         if self.records:  # encoded here, on the worker thread
             cur.execute(q["put_records"], ([r[0] for r in self.records], [r[1] for r in self.records],
                                            [r[2] for r in self.records],
@@ -192,7 +203,7 @@ class StreamWork:
 
 
 class PgStreamLog(StreamLog):
-    def __init__(self, streams: "PgStreams", sid: int, settings: StreamSettings | None) -> None:
+    def __init__(self, streams: PgStreams, sid: int, settings: StreamSettings | None) -> None:
         super().__init__(settings)
         self.sid = sid
         self._streams = streams
@@ -300,7 +311,7 @@ class PgStreamLog(StreamLog):
 class PgStreams:
     """The stream logs of a ``PostgresStore``: metadata loaded at open, logs made on first use."""
 
-    def __init__(self, store: "PostgresStore", conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection[Any]) -> None:
         self.store = store
         self.sql = {k: v.replace("{s}", _quoted(store.schema)) for k, v in SQL.items()}
         #: the batch item stream changes go to (None after a sync took the batch)

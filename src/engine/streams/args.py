@@ -20,12 +20,12 @@ whose message is fit for a 406 PRECONDITION_FAILED reply (or a STOMP ERROR).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._log import StreamLog, StreamSettings
+from ._log import DEFAULT_SEGMENT_BYTES, StreamLog, StreamSettings
 
 __all__ = [
     "StreamArgumentError",
@@ -44,7 +44,6 @@ __all__ = [
 ]
 
 #: RabbitMQ's default ``x-stream-max-segment-size-bytes``
-DEFAULT_SEGMENT_BYTES = 500_000_000
 #: RabbitMQ refuses segment sizes above this
 MAX_SEGMENT_BYTES = 3_000_000_000
 #: queue arguments only a stream accepts (on another queue type they are a 406)
@@ -110,7 +109,7 @@ def parse_stream_offset(value: Any, argument: str = "x-stream-offset") -> Offset
             argument, f"{value!r} is not first, last, next, an offset, a timestamp or an interval such as '1h'")
     if isinstance(value, datetime):  # an AMQP timestamp (naive: UTC, never the local zone)
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return OffsetSpec("timestamp", int(value.timestamp() * 1000))
     if _is_int(value):
         if value < 0:
@@ -158,10 +157,8 @@ def parse_max_segment_size(value: Any, argument: str = "x-stream-max-segment-siz
     return _non_neg_int(argument, value, 1, MAX_SEGMENT_BYTES)
 
 
-def stream_settings(args: Mapping[str, Any] | None) -> "StreamSettings":
+def stream_settings(args: Mapping[str, Any] | None) -> StreamSettings:
     """The retention/segment settings of a stream from its queue arguments (validated)."""
-    from ._log import StreamSettings
-
     args = args or {}
     max_bytes = args.get("x-max-length-bytes")
     max_age = args.get("x-max-age")
@@ -173,7 +170,7 @@ def stream_settings(args: Mapping[str, Any] | None) -> "StreamSettings":
     )
 
 
-def resolve_offset(spec: OffsetSpec, log: "StreamLog", now: float) -> int:
+def resolve_offset(spec: OffsetSpec, log: StreamLog, now: float) -> int:
     """The offset a consumer with ``spec`` reads first, given the log's state and the broker's clock
     ``now`` (seconds). Offsets below the log's first (removed by retention) start at the first; past
     the end, at the next offset to be appended (the consumer waits there)."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from typing import Callable
+from collections.abc import Callable
 
 from .._message import Message
-from .._segments._records import _encode_message
+from ..storage.segment._records import _encode_message
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
 __all__ = ["MemoryStreamLog", "MemoryStreams"]
@@ -118,7 +118,7 @@ class MemoryStreamLog(StreamLog):
         self._durable_consumers = dict(self._consumers)
         self._durable_producers = dict(self._producers)
 
-    def crashed(self, guard: Guard | None = None) -> "MemoryStreamLog":
+    def crashed(self, guard: Guard | None = None) -> MemoryStreamLog:
         """The log a restart finds: committed records and tracking only."""
         log = MemoryStreamLog(self.settings, self.autocommit, guard)
         keep = self.committed - self.first
@@ -164,7 +164,7 @@ class MemoryStreams:
         for log in self.logs.values():
             log.commit()
 
-    def crashed(self, guard: Guard | None = None) -> "MemoryStreams":
+    def crashed(self, guard: Guard | None = None) -> MemoryStreams:
         """What a restart finds (see ``MemoryStreamLog.crashed``); ``guard`` for the survivor."""
         out = MemoryStreams(self.autocommit, guard)
         out.logs = {k: v.crashed(guard) for k, v in self.logs.items()}

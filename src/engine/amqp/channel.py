@@ -10,20 +10,33 @@ are raised as :class:`ChannelError` (the session closes this channel only) or th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
+import amqpproto
 from amqpproto import BasicProperties, spec
 from amqpproto.spec import encode_properties
 
-from ._message import Entry, Message
-from ._model import Consumer, Exchange, ModelError, Queue, VHost, amqp_type_name
-from ._props import headers_to_props, props_to_headers
-from .store import StoreError
+from .._message import Entry, Message
+from .._props import headers_to_props, props_to_headers
+from .._session import Host
+from ..config import User
+from ..model import (
+    PUBLISH_REFUSED,
+    PUBLISH_ROUTED,
+    PUBLISH_WROTE,
+    Consumer,
+    ConsumerOwner,
+    Exchange,
+    Model,
+    ModelError,
+    Queue,
+    VHost,
+)
+from ..model.objects import amqp_type_name
+from ..store import StoreError
 
-if TYPE_CHECKING:
-    from ._amqp_session import AmqpSession
-
-__all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO"]
+__all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 _EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
@@ -42,10 +55,35 @@ class ChannelError(Exception):
         self.method = method
 
 
+class ChannelOwner(ConsumerOwner, Protocol):
+    """What a channel uses of its connection's session (``AmqpSession``)."""
+
+    host: Host
+    model: Model
+    conn: amqpproto.Connection
+    vhost: VHost | None
+    user: User | None
+    channels: dict[int, AmqpChannel]
+    #: exclusive queues of the connection (deleted with it)
+    exclusive: dict[Queue, None]
+    reply_to: str | None
+    cancel_notify: bool
+    #: while a store sync releases held confirms: channels with acks to coalesce
+    batching: dict[AmqpChannel, None] | None
+
+    def send(self, event: Any) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def after_sync(self, wrote: bool, thunk: Callable[[], None]) -> None: ...
+
+    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None: ...
+
+
 class AmqpConsumer(Consumer):
     __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")
 
-    def __init__(self, queue: Queue, channel: "AmqpChannel", prefetch: int, auto_ack: bool, tag: str,
+    def __init__(self, queue: Queue, channel: AmqpChannel, prefetch: int, auto_ack: bool, tag: str,
                  exclusive: bool = False, priority: int = 0) -> None:
         super().__init__(queue, channel.session, prefetch, auto_ack)
         self.channel = channel
@@ -81,7 +119,7 @@ class _Confirm:
 
     __slots__ = ("chan", "seq", "refused")
 
-    def __init__(self, chan: "AmqpChannel", seq: int, refused: bool) -> None:
+    def __init__(self, chan: AmqpChannel, seq: int, refused: bool) -> None:
         self.chan = chan
         self.seq = seq
         self.refused = refused
@@ -112,7 +150,7 @@ class _TxSettle:
 
     __slots__ = ("chan", "items", "requeue", "taken")
 
-    def __init__(self, chan: "AmqpChannel", items: list[tuple[Consumer, int, float]], requeue: bool | None,
+    def __init__(self, chan: AmqpChannel, items: list[tuple[Consumer, int, float]], requeue: bool | None,
                  taken: dict[int, tuple[Consumer, int, float]]) -> None:
         self.chan = chan
         self.items = items
@@ -128,7 +166,7 @@ class AmqpChannel:
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
                  "ack_batch")
 
-    def __init__(self, session: "AmqpSession", channel_id: int) -> None:
+    def __init__(self, session: ChannelOwner, channel_id: int) -> None:
         self.session = session
         self.id = channel_id
         self.consumers: dict[str, AmqpConsumer] = {}
@@ -172,7 +210,7 @@ class AmqpChannel:
 
     def teardown(self) -> None:
         """The channel is gone: cancel its consumers and requeue every unacked delivery."""
-        model = self.session.broker.model
+        model = self.session.model
         consumers = self.consumers
         self.consumers = {}
         self._restore_tx_settles()  # an uncommitted ack settles nothing: requeued below
@@ -185,7 +223,7 @@ class AmqpChannel:
         self.getters = {}
         self.unacked = {}
         self.tx = None
-        self.session.broker.timers.cancel(self.timeout_key)
+        self.session.host.cancel_timer(self.timeout_key)
         self.timeout_key = None
 
     def _queue(self, name: str, method: type) -> Queue:
@@ -224,12 +262,12 @@ class AmqpChannel:
         self.flow_paused = not m.active
         if m.active:
             for c in self.consumers.values():
-                self.session.broker.model.mark_dirty(c.queue)
+                self.session.model.mark_dirty(c.queue)
         self.send(spec.ChannelFlowOk(m.active))
 
     # -- exchanges ----------------------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.ExchangeDeclare) -> None:
-        model = self.session.broker.model
+        model = self.session.model
         name = m.exchange
         # RabbitMQ's order: the type (a hard error), the default exchange, then the rest
         if not m.passive and m.type not in _EXCHANGE_TYPES:
@@ -274,7 +312,7 @@ class AmqpChannel:
             if m.if_unused and (any(True for _ in x.router.bindings()) or self._is_destination(x)):
                 raise ChannelError(spec.PRECONDITION_FAILED, f"exchange '{name}' in vhost "
                                    f"'{self.vhost.name}' in use", type(m))
-            self.session.broker.model.delete_exchange(self.vhost, name)
+            self.session.model.delete_exchange(self.vhost, name)
         if not m.nowait:
             self.send(spec.ExchangeDeleteOk())
 
@@ -287,7 +325,7 @@ class AmqpChannel:
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.bind(self.vhost, dest, source, m.routing_key, args)
+        self.session.model.bind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeBindOk())
 
@@ -299,21 +337,21 @@ class AmqpChannel:
         source = exchanges.get(m.source)
         if dest is not None and source is not None:  # RabbitMQ: unbinding what is gone is a no-op
             args = dict(m.arguments) if m.arguments else None
-            self.session.broker.model.unbind(self.vhost, dest, source, m.routing_key, args)
+            self.session.model.unbind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
             self.send(spec.ExchangeUnbindOk())
 
     # -- queues -------------------------------------------------------------------------------------
     def on_queue_declare(self, m: spec.QueueDeclare) -> None:
         session = self.session
-        model = session.broker.model
+        model = session.model
         name = m.queue
         vhost = self.vhost
         if m.passive:
             q = self._queue(name, type(m))
         else:
             if not name:
-                name = session.broker.new_name("amq.gen-")
+                name = session.host.new_name("amq.gen-")
             elif name.startswith("amq."):
                 if name not in vhost.queues:
                     raise ChannelError(spec.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix "
@@ -355,7 +393,7 @@ class AmqpChannel:
         q = self._queue(m.queue, type(m))
         x = self._exchange(m.exchange, type(m))
         args = dict(m.arguments) if m.arguments else None
-        self.session.broker.model.bind(self.vhost, q, x, m.routing_key, args)
+        self.session.model.bind(self.vhost, q, x, m.routing_key, args)
         if not m.nowait:
             self.send(spec.QueueBindOk())
 
@@ -368,12 +406,12 @@ class AmqpChannel:
         # exclusive check applies only to a binding that exists
         if q is not None and x is not None and x.router.has(q, m.routing_key, args):
             self._check_exclusive(q, type(m))
-            self.session.broker.model.unbind(self.vhost, q, x, m.routing_key, args)
+            self.session.model.unbind(self.vhost, q, x, m.routing_key, args)
         self.send(spec.QueueUnbindOk())
 
     def on_queue_purge(self, m: spec.QueuePurge) -> None:
         q = self._queue(m.queue, type(m))
-        n = self.session.broker.model.purge(q)
+        n = self.session.model.purge(q)
         if not m.nowait:
             self.send(spec.QueuePurgeOk(n))
 
@@ -389,7 +427,7 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"queue '{q.name}' in vhost "
                                    f"'{self.vhost.name}' not empty", type(m))
             n = q.count
-            self.session.broker.model.delete_queue(q)
+            self.session.model.delete_queue(q)
             self.session.exclusive.pop(q, None)
         if not m.nowait:
             self.send(spec.QueueDeleteOk(n))
@@ -401,14 +439,14 @@ class AmqpChannel:
         if m.global_:
             self.global_prefetch = m.prefetch_count
             for c in self.consumers.values():
-                self.session.broker.model.mark_dirty(c.queue)
+                self.session.model.mark_dirty(c.queue)
         else:
             self.prefetch = m.prefetch_count
         self.send(spec.BasicQosOk())
 
     def on_consume(self, m: spec.BasicConsume) -> None:
         session = self.session
-        model = session.broker.model
+        model = session.model
         name = m.queue
         if name == REPLY_TO:
             q = self._reply_queue(m)
@@ -416,7 +454,7 @@ class AmqpChannel:
             q = self._queue(name, type(m))
         tag = m.consumer_tag
         if not tag:
-            tag = session.broker.new_name("amq.ctag-")
+            tag = session.host.new_name("amq.ctag-")
         if tag in self.consumers:
             raise AmqpConnectionError(spec.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", type(m))
         if q.consumers and any(getattr(c, "exclusive", False) for c in q.consumers):
@@ -444,8 +482,8 @@ class AmqpChannel:
         if not m.no_ack:
             raise ChannelError(spec.PRECONDITION_FAILED, "reply consumer cannot acknowledge", type(m))
         session = self.session
-        name = session.broker.new_name(REPLY_TO + ".")
-        q = session.broker.model.declare_queue(self.vhost, name, False, True, session, None)
+        name = session.host.new_name(REPLY_TO + ".")
+        q = session.model.declare_queue(self.vhost, name, False, True, session, None)
         session.exclusive[q] = None
         session.reply_to = name
         return q
@@ -454,7 +492,7 @@ class AmqpChannel:
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             # as RabbitMQ: its unacked deliveries stay on the channel, to be acked or rejected
-            self.session.broker.model.cancel(consumer, keep_unacked=True)
+            self.session.model.cancel(consumer, keep_unacked=True)
         if not m.nowait:
             self.send(spec.BasicCancelOk(m.consumer_tag))
 
@@ -472,18 +510,18 @@ class AmqpChannel:
         if not consumer.auto_ack:
             timeout = consumer.timeout
             if timeout:  # _deadline() inlined, with the queue's timeout cached on the consumer
-                broker = session.broker
-                deadline = broker.now + timeout
+                host = session.host
+                deadline = host.now + timeout
                 key = self.timeout_key
                 if key is None or deadline < key[0]:
-                    broker.timers.cancel(key)
+                    host.cancel_timer(key)
                     self._arm(deadline)
                 self.unacked[dtag] = (consumer, tag, deadline)
             else:
                 self.unacked[dtag] = (consumer, tag, 0.0)
         msg = entry.msg
         session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
-                                                msg.routing_key, props_bytes(msg), msg.body, session.broker.now))
+                                                msg.routing_key, props_bytes(msg), msg.body, session.host.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue, type(m))
@@ -491,7 +529,7 @@ class AmqpChannel:
         if holder is None:
             holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)
         holder.auto_ack = m.no_ack
-        got = self.session.broker.model.get(q, holder)
+        got = self.session.model.get(q, holder)
         if got is None:
             self.send(spec.BasicGetEmpty())
             return
@@ -509,24 +547,24 @@ class AmqpChannel:
         """x-consumer-timeout of the queue, else Limits.consumer_timeout (ms; 0 = none)."""
         if q.args is not None and "x-consumer-timeout" in q.args:
             return int(q.args["x-consumer-timeout"])
-        return self.session.broker.config.limits.consumer_timeout
+        return self.session.host.config.limits.consumer_timeout
 
     def _deadline(self, q: Queue) -> float:
         """When a delivery from ``q`` made now times out (0.0: never); arms the channel's timer."""
         ms = self._timeout_ms(q)
         if not ms:
             return 0.0
-        broker = self.session.broker
-        deadline = broker.now + ms / 1000.0
+        host = self.session.host
+        deadline = host.now + ms / 1000.0
         key = self.timeout_key
         if key is None or deadline < key[0]:  # earlier only with a shorter x-consumer-timeout
-            broker.timers.cancel(key)
+            host.cancel_timer(key)
             self._arm(deadline)
         return deadline
 
     def _arm(self, deadline: float) -> None:
         # the timer's argument is the session, so the broker guards the call as a session's
-        self.timeout_key = self.session.broker.timers.add(
+        self.timeout_key = self.session.host.arm_timer(
             deadline, lambda session, now: self._check_timeouts(now), self.session)
 
     def _check_timeouts(self, now: float) -> None:
@@ -573,7 +611,7 @@ class AmqpChannel:
         return [item]
 
     def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
-        model = self.session.broker.model
+        model = self.session.model
         # nacks go back in reverse so requeued messages keep their order at the head
         for consumer, mtag, _ in (items if requeue is None else reversed(items)):
             if requeue is None:
@@ -634,7 +672,7 @@ class AmqpChannel:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
                                f"vhost '{self.vhost.name}'", type(m))
         session = self.session
-        now = session.broker.now
+        now = session.host.now
         props = m.properties
         headers = props_to_headers(props)
         priority = 0
@@ -656,9 +694,7 @@ class AmqpChannel:
                 if name is None:
                     raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
                 headers["reply-to"] = name
-        model = session.broker.model
-        model.publishes += 1  # the broker blocks publishing connections under the memory alarm
-        msg = Message(model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
+        msg = Message(session.model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
         mandatory = m.mandatory
         if self.confirm:
@@ -671,51 +707,19 @@ class AmqpChannel:
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
         session = self.session
-        model = session.broker.model
-        vhost = self.vhost
-        headers = msg.headers
-        targets: dict[Any, None]
-        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
-            keys = [msg.routing_key]
-            for extra in ("CC", "BCC"):
-                more = headers.get(extra)
-                if more is not None:
-                    if isinstance(more, list):
-                        keys.extend(str(k) for k in more)
-                    if extra == "BCC":
-                        del headers["BCC"]
-            targets = {}
-            for key in keys:
-                for t in model.route(vhost, x, key, headers):
-                    targets[t] = None
-        else:
-            targets = dict.fromkeys(model.route(vhost, x, msg.routing_key, headers))
-        if not targets and x.args and "alternate-exchange" in x.args:
-            alt = vhost.exchanges.get(str(x.args["alternate-exchange"]))
-            if alt is not None:
-                for t in model.route(vhost, alt, msg.routing_key, headers):
-                    targets[t] = None
+        model = session.model
         before = model.store_writes
-        refused = False
-        plain = msg
-        if msg.priority:
-            # RabbitMQ: a queue without x-max-priority ignores priority (the model caps it for
-            # those with one), so they get a priority-0 twin (same id, headers and body)
-            plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
-                            msg.persistent)
         try:
-            for t in targets:
-                args = t.args
-                if not model.enqueue(t, msg if args and "x-max-priority" in args else plain):
-                    refused = True  # x-overflow reject-publish: the publisher gets a nack
+            result = model.publish(self.vhost, x, msg, queue_priority_only=True)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541
-            refused = True  # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
-        if not targets and mandatory:
+            # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
+            result = PUBLISH_ROUTED | PUBLISH_REFUSED | (PUBLISH_WROTE if model.store_writes != before else 0)
+        if mandatory and not result:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, _props(msg), msg.body))
         if seq:
-            session.after_sync(model.store_writes != before, _Confirm(self, seq, refused))
+            session.after_sync(bool(result & PUBLISH_WROTE), _Confirm(self, seq, bool(result & PUBLISH_REFUSED)))
 
     def nack(self, seq: int) -> None:
         self.flush_confirms()  # acks released before it keep their place in the sequence
@@ -748,7 +752,7 @@ class AmqpChannel:
         if self.tx is None:
             raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
         work, self.tx = self.tx, []
-        model = self.session.broker.model
+        model = self.session.model
         before = model.store_writes
         for fn in work:
             fn()

@@ -2,29 +2,25 @@
 
 This module owns the connection: protocol header, start/start-ok (SASL PLAIN and AMQPLAIN),
 tune, open, close, heartbeats, and errors by RabbitMQ's scope (soft errors close one channel,
-hard errors the connection). Channel methods live in ``_amqp_channel``.
+hard errors the connection). Channel methods live in ``channel``.
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import amqpproto as A
-from amqpproto import spec
-from amqpproto import AWAIT_HEADER, AWAIT_START
+from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 
-from . import oplog
-from ._amqp_channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
-from ._message import Entry
-from ._model import Consumer, Queue, VHost
-from ._session import Session
-from ._stomp_session import SERVER_NAME, _is_loopback
-from .config import User
-from .store import StoreError
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .. import oplog
+from .._message import Entry
+from .._session import SERVER_NAME, Host, Session, is_loopback
+from ..config import User
+from ..model import Consumer, Queue, VHost
+from ..store import StoreError
+from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 
 __all__ = ["AmqpSession", "SERVER_PROPERTIES"]
 
@@ -79,11 +75,11 @@ class AmqpSession(Session):
     __slots__ = ("conn", "vhost", "user", "channels", "client_properties", "closing", "exclusive",
                  "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
 
-    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
-        super().__init__(broker, conn_id, peer)
+    def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(host, conn_id, peer)
         self.conn = A.Connection(A.SERVER, frame_max=FRAME_MAX, channel_max=CHANNEL_MAX,
                                  heartbeat=HEARTBEAT,
-                                 max_body_size=broker.config.limits.max_message_size)
+                                 max_body_size=host.config.limits.max_message_size)
         self.vhost: VHost | None = None
         self.user: User | None = None
         self.channels: dict[int, AmqpChannel] = {}
@@ -111,12 +107,12 @@ class AmqpSession(Session):
         if self.closed:
             return
         try:
-            self.conn.receive_data(data, self.broker.now)
+            self.conn.receive_data(data, self.host.now)
         except A.LocalProtocolError:
             self.close()
             return
         self._pump()
-        self.broker.timer_dirty[self] = None
+        self.host.timer_moved(self)
 
     def _pump(self) -> None:
         conn = self.conn
@@ -161,7 +157,7 @@ class AmqpSession(Session):
     def _remote_error(self, exc: A.RemoteProtocolError) -> None:
         hint = exc.hint
         if exc.reply_code == spec.INTERNAL_ERROR:  # the codec met a bug of its own: log it too
-            self.broker.internal_error(self, exc.__cause__ or exc)
+            self.host.internal_error(self, exc.__cause__ or exc)
         if isinstance(hint, spec.ChannelClose):
             if hint.reply_code == spec.CONTENT_TOO_LARGE:  # RabbitMQ answers an oversized body so
                 hint.reply_code = spec.PRECONDITION_FAILED
@@ -208,12 +204,12 @@ class AmqpSession(Session):
 
     def _send_quietly(self, event: Any) -> None:
         try:
-            self.write(self.conn.send(event, self.broker.now))
+            self.write(self.conn.send(event, self.host.now))
         except A.LocalProtocolError:
             pass
 
     def send(self, event: Any) -> None:
-        self.write(self.conn.send(event, self.broker.now))
+        self.write(self.conn.send(event, self.host.now))
 
     # -- timers and lifecycle --------------------------------------------------------------------
     def codec_timer(self) -> float | None:
@@ -230,8 +226,8 @@ class AmqpSession(Session):
 
     def _start_closing(self) -> None:
         self.closing = True
-        self.close_deadline = self.broker.now + CLOSE_OK_WAIT
-        self.broker.timer_dirty[self] = None
+        self.close_deadline = self.host.now + CLOSE_OK_WAIT
+        self.host.timer_moved(self)
 
     def consumers(self) -> list[Consumer]:
         out: list[Consumer] = []
@@ -250,7 +246,7 @@ class AmqpSession(Session):
         exclusive = self.exclusive
         self.exclusive = {}
         for q in exclusive:
-            self.broker.model.delete_queue(q)
+            self.model.delete_queue(q)
 
     def shutdown(self) -> None:
         """RabbitMQ's answer to a node shutdown; the socket closes on close-ok (or CLOSE_OK_WAIT)."""
@@ -296,7 +292,7 @@ class AmqpSession(Session):
         try:
             consumer.channel.deliver(consumer, tag, entry)
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
-            self.broker.internal_error(self, exc)
+            self.host.internal_error(self, exc)
             self.abort("internal error")
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
@@ -310,8 +306,8 @@ class AmqpSession(Session):
     def notify_blocked(self, on: bool) -> None:
         """RabbitMQ's connection.blocked / connection.unblocked, to clients that asked for them."""
         if not on:
-            self.conn.peer_alive(self.broker.now)  # a full heartbeat grace from now on
-            self.broker.timer_dirty[self] = None
+            self.conn.peer_alive(self.host.now)  # a full heartbeat grace from now on
+            self.host.timer_moved(self)
         if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
             self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
 
@@ -342,14 +338,14 @@ class AmqpSession(Session):
             login, password = A.parse_sasl_response(mechanism, m.response)
         except ValueError:
             self._refuse(None, f"malformed {mechanism} response")
-        config = self.broker.config
+        config = self.host.config
         user = config.users.get(login)
         if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
-        if user.loopback_only and not _is_loopback(self.peer):
+        if user.loopback_only and not is_loopback(self.peer):
             self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
         self.send(self.conn.tune())
@@ -363,17 +359,17 @@ class AmqpSession(Session):
         pass  # the codec applied the negotiated limits (and refused out-of-range ones)
 
     def _on_open(self, m: spec.ConnectionOpen) -> None:
-        config = self.broker.config
+        config = self.host.config
         name = m.virtual_host or config.default_vhost
         user = self.user
         assert user is not None
-        if name not in self.broker.model.vhosts or name not in (*config.vhosts, config.default_vhost):
+        if name not in self.model.vhosts or name not in (*config.vhosts, config.default_vhost):
             raise AmqpConnectionError(spec.NOT_ALLOWED, f"vhost {name} not found", type(m))
         if user.vhosts and name not in user.vhosts:
             why = f"access to vhost '{name}' refused for user '{user.name}'"
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
-        self.vhost = self.broker.model.vhosts[name]
+        self.vhost = self.model.vhosts[name]
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
 
@@ -383,7 +379,7 @@ class AmqpSession(Session):
         RabbitMQ's 530 and text."""
         user = self.user
         assert user is not None
-        current = self.broker.config.users.get(user.name)
+        current = self.host.config.users.get(user.name)
         if current is None or not hmac.compare_digest(current.password.encode(), bytes(m.new_secret)):
             raise AmqpConnectionError(spec.NOT_ALLOWED, "New secret was refused by one of the backends", type(m))
         self.user = current
@@ -406,7 +402,7 @@ class AmqpSession(Session):
         if self.mem_blocked:
             # we stopped reading its heartbeats ourselves (RabbitMQ pauses the monitor too); ours
             # keep going out, and the grace period restarts when it is unblocked
-            self.conn.peer_alive(self.broker.now)
+            self.conn.peer_alive(self.host.now)
             return
         self.close_reason = "missed heartbeats from client"
         self.close()

@@ -42,27 +42,26 @@ import mmap
 import os
 import struct
 import threading
-from collections.abc import Sequence
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from zlib import crc32
 
-from .._message import Message
-from ..store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoreError, StoredMessage
-from ..streams._files import FileStreams
+from ..._message import Message
+from ...store import BindingDef, ExchangeDef, PagedMessage, QueueDef, Recovered, Store, StoredMessage, StoreError
+from ...streams._files import FileStreams
 from ._index import TRANSIENT, _Page, _QIndex
 from ._records import (
     _CNT,
     _ENQ,
     _EXP,
-    K_EXP,
     _REC,
     _REM,
     JRN_MAGIC,
     K_CNT,
     K_ENQ,
+    K_EXP,
     K_META,
     K_REM,
-    SEG_MAGIC,
     OP_ADD_B,
     OP_ADD_Q,
     OP_ADD_VHOST,
@@ -71,8 +70,10 @@ from ._records import (
     OP_DEL_Q,
     OP_DEL_VHOST,
     OP_DEL_X,
+    SEG_MAGIC,
     _decode_message,
     _encode_message,
+    _record,
     decode_meta,
     decode_plain_queue,
     encode_meta,
@@ -81,7 +82,6 @@ from ._records import (
     meta_queue,
     meta_to_def,
     meta_vhost,
-    _record,
 )
 
 __all__ = ["SegmentStore"]
@@ -359,7 +359,7 @@ class SegmentStore(Store):
                     page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
                     paged = tail
                 else:
-                    for m, q in zip(qi.ids[i:], qi.pos[i:]):
+                    for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
                         if q:
                             page.add_stored(m)
                             paged += 1
@@ -722,7 +722,7 @@ class SegmentStore(Store):
                 positions.append(qi.pos[i] if i >= 0 else 0)  # type: ignore[union-attr,index]
         payloads = self._read_records(positions)  # one pread per run of nearby records
         extra = page.extra
-        for (slot, e), pos, p in zip(items, positions, payloads):
+        for (slot, e), pos, p in zip(items, positions, payloads, strict=False):
             msg = None
             if p is not None:
                 try:

@@ -7,7 +7,8 @@ order. Routers know nothing of STOMP or AMQP.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "Router",
@@ -140,7 +141,7 @@ class TopicRouter(Router):
     """AMQP topic matching on a trie of dot-separated words (``*`` one word, ``#`` zero or more),
     plus plain string prefixes for bindings carrying :data:`PREFIX_ARG`.
 
-    Light subscriptions (``_light.LightConsumer``) are indexed without an entry in the binding
+    Light subscriptions (``model.light.LightConsumer``) are indexed without an entry in the binding
     registry: one with a wildcard-free key sits in ``_exact``, a prefix one in ``_light_prefixes``
     (key -> the subscription, or an ordered set of them once a second one shares the key), so an
     idle subscription costs one dict slot and its key string; wildcard ones go into the trie."""

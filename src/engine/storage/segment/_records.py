@@ -17,8 +17,8 @@ from zlib import crc32
 
 from amqpproto import read_array, read_table, write_array, write_table
 
-from .._message import Message
-from ..store import BindingDef, ExchangeDef, QueueDef
+from ..._message import Message
+from ...store_types import BindingDef, ExchangeDef, QueueDef
 
 SEG_MAGIC = b"SMQSEG2\n"
 JRN_MAGIC = b"SMQJRN2\n"
@@ -212,7 +212,7 @@ def _decode_message(p: memoryview, lazy: tuple[Any, int] | None = None) -> Messa
         raw = bytes(p[o : o + lhdr])
         if flags & _HDR_PAIRS:
             items = read_array(raw, 0)[0]
-            headers = dict(zip(items[::2], items[1::2]))
+            headers = dict(zip(items[::2], items[1::2], strict=False))
         else:
             headers = read_table(raw, 0)[0]
     o += lhdr

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from typing import Iterator
+from collections.abc import Iterator
 
-from ..store import QueueDef
+from ...store import QueueDef
+
 
 class _QIndex:
     """One durable queue: the compact index of its persistent messages, and its definition when it
@@ -68,7 +69,7 @@ class _QIndex:
             self.ids = self.pos = None
         elif self.live * 2 < len(self.ids) and len(self.ids) > 32:
             ids, pos = self.ids, self.pos
-            self.ids = array("Q", (m for m, q in zip(ids, pos) if q))
+            self.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
             self.pos = array("Q", (q for q in pos if q))
         return p
 
@@ -76,7 +77,7 @@ class _QIndex:
         """Live (message id, position) pairs, lazily (a list of a big queue's pairs costs ~100 B each)."""
         if not self.ids or not self.pos:
             return iter(())
-        return ((m, q) for m, q in zip(self.ids, self.pos) if q)
+        return ((m, q) for m, q in zip(self.ids, self.pos, strict=False) if q)
 
 
 #: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;

@@ -34,7 +34,8 @@ error sends the codec's Close hint (1002, 1007, 1009) and closes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from wsframe import (
     AMQP_SUBPROTOCOL,
@@ -57,14 +58,11 @@ from wsframe import (
     choose_subprotocol,
 )
 
-from . import oplog
-from ._amqp_session import AmqpSession
-from ._model import Consumer
-from ._session import Session
-from ._stomp_session import StompSession
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .. import oplog
+from .._session import Host, Session
+from ..amqp import AmqpSession
+from ..model import Consumer
+from ..stomp import StompSession
 
 __all__ = ["WsSession", "WS_PATHS"]
 
@@ -84,15 +82,15 @@ class WsSession(Session):
     __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline", "binary", "going_away")
     PROTOCOL = "ws"
 
-    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
-        super().__init__(broker, conn_id, peer)
-        size = broker.config.limits.max_frame_size
+    def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(host, conn_id, peer)
+        size = host.config.limits.max_frame_size
         # a STOMP frame may take one message of up to max_frame_size; bigger is a 1009
-        self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=broker.rng.randbytes)
+        self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=host.rng.randbytes)
         self.inner: Session | None = None
         #: the client's Close, once received (answered when the inner session has closed)
         self.peer_close: CloseConnection | None = None
-        self.handshake_deadline: float | None = broker.now + HANDSHAKE_TIMEOUT
+        self.handshake_deadline: float | None = host.now + HANDSHAKE_TIMEOUT
         #: set once our Close is out: when to stop waiting for the client's answer
         self.close_deadline: float | None = None
         #: the inner protocol is binary (AMQP): its output goes out as binary messages
@@ -104,7 +102,7 @@ class WsSession(Session):
         return f"WsSession(conn_id={self.conn_id})"
 
     def start(self) -> None:
-        self.broker.timer_dirty[self] = None  # arm the handshake deadline
+        self.host.timer_moved(self)  # arm the handshake deadline
 
     # -- input ------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -134,8 +132,8 @@ class WsSession(Session):
             self.binary = True
         self._send(AcceptConnection(subprotocol=subprotocol))
         self.handshake_deadline = None
-        self.broker.timer_dirty[self] = None
-        inner = factory(self.broker, self.conn_id, self.peer)
+        self.host.timer_moved(self)
+        inner = factory(self.host, self.conn_id, self.peer)
         inner.carrier = self
         inner.blocked = self.blocked
         self.inner = inner
@@ -205,8 +203,8 @@ class WsSession(Session):
         if state is ConnectionState.OPEN:
             # the model has already released the inner session; only the socket waits for the answer
             self._send(CloseConnection(CloseReason.GOING_AWAY if self.going_away else CloseReason.NORMAL_CLOSURE))
-            self.close_deadline = self.broker.now + CLOSE_TIMEOUT
-            self.broker.timer_dirty[self] = None
+            self.close_deadline = self.host.now + CLOSE_TIMEOUT
+            self.host.timer_moved(self)
             return
         if state is ConnectionState.CLIENT_CLOSING and self.peer_close is not None:
             self._send(self.peer_close.response())

@@ -8,10 +8,10 @@ model (unacked messages, subscriptions, temporary queues) is released first.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from stompproto import (
     NEED_DATA,
@@ -29,9 +29,9 @@ from stompproto import (
     Frame,
     Heartbeat,
     HeartbeatDue,
+    LocalProtocolError,
     Nack,
     PeerTimedOut,
-    LocalProtocolError,
     Receipt,
     RemoteProtocolError,
     Send,
@@ -39,23 +39,19 @@ from stompproto import (
     Unsubscribe,
 )
 
-from . import oplog
-from ._light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
-from ._message import Entry, Message
-from ._model import Consumer, ModelError, Queue, VHost
-from ._props import stomp_value
-from ._routing import PREFIX_ARG
-from ._session import Session
-from ._stomp_dest import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
-from .config import User
-from .store import StoreError
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .. import oplog
+from .._message import Entry, Message
+from .._props import stomp_value
+from .._session import SERVER_NAME, Host, Session, is_loopback
+from ..config import User
+from ..model import Consumer, ModelError, Queue, VHost
+from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
+from ..model.routers import PREFIX_ARG
+from ..store import StoreError
+from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
 __all__ = ["StompSession", "StompSubscription", "StompLightSubscription", "SERVER_NAME", "message_headers"]
 
-SERVER_NAME = "sansmq/0.1.0"
 ACK_MODES = ("auto", "client", "client-individual")
 #: SEND headers that only steer this frame and are not part of the message
 _TRANSPORT_HEADERS = frozenset(("destination", "receipt", "transaction", "content-length"))
@@ -95,7 +91,7 @@ class StompSubscription(Consumer):
 
     __slots__ = ("id", "_m", "wire")
 
-    def __init__(self, queue: Queue, owner: "StompSession", prefetch: int, sub_id: str, destination: str,
+    def __init__(self, queue: Queue, owner: StompSession, prefetch: int, sub_id: str, destination: str,
                  ack_mode: str, owns_queue: bool) -> None:
         super().__init__(queue, owner, prefetch, ack_mode == "auto")
         self.id = sub_id
@@ -128,7 +124,7 @@ _INDIVIDUAL = FIRST_FREE_FLAG
 
 
 class StompLightSubscription(LightConsumer):
-    """A non-durable topic subscription without a queue of its own (see ``_light``)."""
+    """A non-durable topic subscription without a queue of its own (see ``engine.model.light``)."""
 
     __slots__ = ("id", "wire")
 
@@ -136,7 +132,7 @@ class StompLightSubscription(LightConsumer):
     destination = ""
     owns_queue = False
 
-    def __init__(self, owner: "StompSession", exchange: Any, key: str, prefix: bool, prefetch: int,
+    def __init__(self, owner: StompSession, exchange: Any, key: str, prefix: bool, prefetch: int,
                  sub_id: str, ack_mode: str) -> None:
         super().__init__(owner, exchange, key, prefix, prefetch, ack_mode == "auto",
                          _INDIVIDUAL if ack_mode == "client-individual" else 0)
@@ -179,7 +175,7 @@ class _TailCache:
         }
         self.size = 0
 
-    def put(self, tails: "OrderedDict[Message, bytes]", msg: Message, tail: bytes) -> None:
+    def put(self, tails: OrderedDict[Message, bytes], msg: Message, tail: bytes) -> None:
         if len(tail) > _TAIL_MAX:
             return
         tails[msg] = tail
@@ -193,7 +189,7 @@ class _TailCache:
 
 
 #: one cache per broker (the engine may run several brokers in one process, e.g. in tests)
-_TAIL_CACHES: "weakref.WeakKeyDictionary[Any, _TailCache]" = weakref.WeakKeyDictionary()
+_TAIL_CACHES: weakref.WeakKeyDictionary[Any, _TailCache] = weakref.WeakKeyDictionary()
 
 
 class _Wire:
@@ -206,7 +202,7 @@ class _Wire:
     __slots__ = ("pre", "ack", "destination", "tails")
 
     def __init__(self, pre: bytes, ack: bytes | None, destination: str | None,
-                 tails: "OrderedDict[Message, bytes]") -> None:
+                 tails: OrderedDict[Message, bytes]) -> None:
         self.pre = pre
         self.ack = ack
         self.destination = destination
@@ -231,19 +227,6 @@ def _requested_heartbeat(value: str | None) -> tuple[int, int]:
     return int(cx), int(cy)
 
 
-def _is_loopback(peer: tuple[Any, ...]) -> bool:
-    if not peer:
-        return False
-    host = str(peer[0])
-    if host == "localhost":
-        return True
-    try:
-        addr = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(addr, "ipv4_mapped", None)
-    return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
-
 
 def _num(value: str | None) -> float | None:
     if value is None:
@@ -262,9 +245,9 @@ class StompSession(Session):
         "_tail_cache", "_dests", "_dest_lines",
     )
 
-    def __init__(self, broker: "Broker", conn_id: int, peer: tuple[Any, ...]) -> None:
-        super().__init__(broker, conn_id, peer)
-        limits = broker.config.limits
+    def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
+        super().__init__(host, conn_id, peer)
+        limits = host.config.limits
         self.conn = Connection(
             role=SERVER,
             max_frame_size=limits.max_frame_size,
@@ -282,9 +265,9 @@ class StompSession(Session):
         self.temp: dict[str, Queue] | None = None
         self.timed_out: dict[int, None] | None = None
         self._disconnecting = False
-        cache = _TAIL_CACHES.get(broker)
+        cache = _TAIL_CACHES.get(host)
         if cache is None:
-            cache = _TAIL_CACHES[broker] = _TailCache()
+            cache = _TAIL_CACHES[host] = _TailCache()
         self._tail_cache = cache
         #: destination header -> parsed (a producer mostly sends to the same few)
         self._dests: dict[str, Destination] = {}
@@ -298,8 +281,8 @@ class StompSession(Session):
     def data_received(self, data: bytes) -> None:
         if self.closed or self._disconnecting:
             return
-        self._guard(self.conn.receive_data, data, self.broker.now)
-        self.broker.timer_dirty[self] = None
+        self._guard(self.conn.receive_data, data, self.host.now)
+        self.host.timer_moved(self)
 
     def _guard(self, feed: Callable[..., None], *args: Any) -> None:
         """Feed the codec, handle every event it yields; turn failures into ERROR + close."""
@@ -320,7 +303,8 @@ class StompSession(Session):
             handler = _HANDLERS.get(type(event))
             if handler is None:
                 raise StompError(f"unexpected frame {getattr(event, 'command', type(event).__name__)}")
-            if self.vhost is None and not isinstance(event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
+            if self.vhost is None and not isinstance(
+                    event, (Connect, ConnectionClosed, Heartbeat, PeerTimedOut, HeartbeatDue)):
                 raise StompError("not connected", "send CONNECT first")
             try:
                 try:
@@ -349,18 +333,19 @@ class StompSession(Session):
             headers["receipt-id"] = receipt
         body = (detail or message).encode()
         headers["content-type"] = "text/plain"
-        self.close_reason = self.close_reason or (message if not detail or detail == message else f"{message}: {detail}")
+        told = message if not detail or detail == message else f"{message}: {detail}"
+        self.close_reason = self.close_reason or told
         self._send_quietly(Error(headers, body))
         self.close()
 
     def _send_quietly(self, event: Any) -> None:
         try:
-            self.write(self.conn.send(event, self.broker.now))
+            self.write(self.conn.send(event, self.host.now))
         except (LocalProtocolError, RemoteProtocolError):
             pass
 
     def send(self, event: Any) -> None:
-        self.write(self.conn.send(event, self.broker.now))
+        self.write(self.conn.send(event, self.host.now))
 
     # -- timers -----------------------------------------------------------------------------------
     def codec_timer(self) -> float | None:
@@ -374,7 +359,7 @@ class StompSession(Session):
         return list(self.subs.values())  # type: ignore[arg-type]
 
     def teardown(self) -> None:
-        model = self.broker.model
+        model = self.model
         subs = self.subs
         self.subs = {}
         for sub in subs.values():
@@ -400,7 +385,7 @@ class StompSession(Session):
 
     # -- frames -----------------------------------------------------------------------------------
     def _on_connect(self, frame: Connect) -> None:
-        config = self.broker.config
+        config = self.host.config
         headers = frame.headers
         self.version = self.conn.version or "1.0"
         login = headers.get("login")
@@ -411,7 +396,7 @@ class StompSession(Session):
             oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
             raise StompError(f"Access refused: {told}", told)
         self.user = user
-        self.vhost = self.broker.model.add_vhost(vhost_name, persist=False)
+        self.vhost = self.model.add_vhost(vhost_name, persist=False)
         oplog.authenticated(self)
         out = {"version": self.version}
         if self.version != "1.0":
@@ -427,7 +412,7 @@ class StompSession(Session):
 
     def _authenticate(self, login: str | None, passcode: str, vhost_name: str) -> tuple[User | None, str, str]:
         """(the user, or None with why for the log and what to tell the client)."""
-        config = self.broker.config
+        config = self.host.config
         if login is None:
             name = config.anonymous_user
             if name is None:
@@ -440,7 +425,7 @@ class StompSession(Session):
                 return None, f"no such user '{login}'", f"user '{login}' - invalid credentials"
             if not hmac.compare_digest(user.password.encode(), passcode.encode()):
                 return None, f"wrong passcode for user '{login}'", f"user '{login}' - invalid credentials"
-        if user.loopback_only and not _is_loopback(self.peer):
+        if user.loopback_only and not is_loopback(self.peer):
             why = f"user '{user.name}' can only connect via localhost"
             return None, why, why
         if user.vhosts and vhost_name not in user.vhosts:
@@ -496,15 +481,15 @@ class StompSession(Session):
             if "receipt" not in headers:  # the common case: no receipt to hold back for the store
                 apply(frame)
                 return
-            before = self.broker.model.store_writes
+            before = self.model.store_writes
             extra = apply(frame)
             if not self.closed:
-                self._receipt(frame, self.broker.model.store_writes != before, extra)
+                self._receipt(frame, self.model.store_writes != before, extra)
             return
         if self.txs is None or tx not in self.txs:
             raise StompError("Bad transaction", f"transaction '{tx}' is not active")
         buffered = self.txs[tx]
-        limits = self.broker.config.limits
+        limits = self.host.config.limits
         buffered.size += len(frame.body) + sum(len(k) + len(v) for k, v in frame.headers.items())
         if len(buffered.frames) >= limits.max_tx_frames or buffered.size > limits.max_tx_bytes:
             raise StompError("Transaction too large",
@@ -529,7 +514,7 @@ class StompSession(Session):
             self.txs = {}
         if tx in self.txs:
             raise StompError("Bad transaction", f"transaction '{tx}' is already active")
-        limit = self.broker.config.limits.max_transactions
+        limit = self.host.config.limits.max_transactions
         if len(self.txs) >= limit:
             raise StompError("Too many transactions", f"at most {limit} open transactions per connection")
         self.txs[tx] = _Tx()
@@ -546,7 +531,7 @@ class StompSession(Session):
 
     def _on_commit(self, frame: Commit) -> None:
         frames = self._end_tx(frame)
-        before = self.broker.model.store_writes
+        before = self.model.store_writes
         for buffered in frames:
             if isinstance(buffered, Send):
                 self._apply_send(buffered)
@@ -554,7 +539,7 @@ class StompSession(Session):
                 self._apply_ack(buffered)
             if self.closed:
                 return
-        self._receipt(frame, self.broker.model.store_writes != before)
+        self._receipt(frame, self.model.store_writes != before)
 
     def _on_abort(self, frame: Abort) -> None:
         self._end_tx(frame)
@@ -566,10 +551,10 @@ class StompSession(Session):
         dest = self._parse(headers.get("destination"))
         if dest.kind == "control":
             return self._control(dest)
-        model = self.broker.model
+        model = self.model
         vhost = self.vhost
         assert vhost is not None
-        now = self.broker.now
+        now = self.host.now
         msg_headers = {k: v for k, v in headers.items() if k not in _TRANSPORT_HEADERS}
         reply_to = msg_headers.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
@@ -630,11 +615,11 @@ class StompSession(Session):
         assert vhost is not None
         q = vhost.queues.get(name)
         if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
-            self.broker.model.touch(q)
+            self.model.touch(q)
             return q  # already declared: the common path of every SEND to /queue/q
         args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
         try:
-            return self.broker.model.declare_queue(vhost, name, durable=True, args=args)
+            return self.model.declare_queue(vhost, name, durable=True, args=args)
         except ModelError as exc:
             raise StompError(_model_error_title(exc), exc.text) from None
 
@@ -650,12 +635,12 @@ class StompSession(Session):
         sub_id = f"/temp-queue/{suffix}"
         if sub_id not in self.subs:
             self._check_subscription_limit()
-        model = self.broker.model
-        q = model.declare_queue(self.vhost, self.broker.new_name("amq.gen-"), durable=False,
+        model = self.model
+        q = model.declare_queue(self.vhost, self.host.new_name("amq.gen-"), durable=False,
                                 auto_delete=False, exclusive_owner=self)
         self.temp[suffix] = q
         if sub_id not in self.subs:
-            sub = StompSubscription(q, self, self.broker.config.limits.default_prefetch, sub_id, sub_id,
+            sub = StompSubscription(q, self, self.host.config.limits.default_prefetch, sub_id, sub_id,
                                     "auto", False)
             self.subs[sub_id] = sub
             model.consume(q, sub)
@@ -664,7 +649,7 @@ class StompSession(Session):
     def _control(self, dest: Destination) -> dict[str, str]:
         vhost = self.vhost
         assert vhost is not None
-        model = self.broker.model
+        model = self.model
         what, _, target = dest.name.partition("/")
         extra: dict[str, str]
         if what == "count-msgs" and target.startswith("queue/"):
@@ -694,30 +679,30 @@ class StompSession(Session):
         ack_mode = headers.get("ack", "auto")
         if ack_mode not in ACK_MODES:
             raise StompError("Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}")
-        prefetch = self.broker.config.limits.default_prefetch
+        prefetch = self.host.config.limits.default_prefetch
         for name in ("prefetch-count", "prefetch"):
             value = _num(headers.get(name))
             if value is not None:
                 prefetch = max(0, int(value))
                 break
-        before = self.broker.model.store_writes
+        before = self.model.store_writes
         light = self._light_subscription(dest, sub_id, headers, prefetch, ack_mode)
         if light is not None:
-            self.broker.model.bind_light(light)
+            self.model.bind_light(light)
             self.subs[sub_id] = light
             self._receipt(frame, False)
             return
         q, owns = self._subscription_queue(dest, sub_id, headers)
         sub = StompSubscription(q, self, prefetch, sub_id, destination, ack_mode, owns)
         try:
-            self.broker.model.consume(q, sub)
+            self.model.consume(q, sub)
         except ModelError as exc:
             raise StompError(_model_error_title(exc), exc.text) from None
         self.subs[sub_id] = sub
-        self._receipt(frame, self.broker.model.store_writes != before)
+        self._receipt(frame, self.model.store_writes != before)
 
     def _check_subscription_limit(self) -> None:
-        limit = self.broker.config.limits.max_subscriptions
+        limit = self.host.config.limits.max_subscriptions
         if len(self.subs) >= limit:
             raise StompError("Too many subscriptions", f"at most {limit} subscriptions per connection")
 
@@ -732,7 +717,7 @@ class StompSession(Session):
             return None
         assert self.vhost is not None
         exchange = self.vhost.exchanges.get(dest.name)
-        if exchange is None or not self.broker.model.supports_light(exchange):
+        if exchange is None or not self.model.supports_light(exchange):
             return None  # the queue path reports a missing exchange
         key, prefix = dest.key, False
         if kind == "topic" and is_prefix_topic(key):
@@ -742,7 +727,7 @@ class StompSession(Session):
     def _subscription_queue(self, dest: Destination, sub_id: str, headers: dict[str, str]) -> tuple[Queue, bool]:
         vhost = self.vhost
         assert vhost is not None
-        model = self.broker.model
+        model = self.model
         kind = dest.kind
         if kind == "queue":
             return self._declare(dest.name, headers), False
@@ -772,7 +757,7 @@ class StompSession(Session):
             owns = False
         else:
             args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
-            q = model.declare_queue(vhost, self.broker.new_name("stomp-sub-"), durable=False,
+            q = model.declare_queue(vhost, self.host.new_name("stomp-sub-"), durable=False,
                                     auto_delete=True, exclusive_owner=self, args=args)
             owns = True
         model.bind(vhost, q, exchange, key, bind_args)
@@ -783,7 +768,7 @@ class StompSession(Session):
         sub_id = headers.get("id", headers.get("destination"))
         if sub_id is None:
             raise StompError("Missing id", "UNSUBSCRIBE needs an id header")
-        model = self.broker.model
+        model = self.model
         before = model.store_writes
         sub = self.subs.pop(sub_id, None)
         durable = _durable(headers)
@@ -811,7 +796,7 @@ class StompSession(Session):
         sub_id, sep, tag_text = ack_id.rpartition("@@")
         sub = self.subs.get(sub_id[2:]) if sep and sub_id.startswith("T_") else None
         tag = int(tag_text) if tag_text.isdigit() else -1
-        model = self.broker.model
+        model = self.model
         if sub is None or not model.has_tag(sub, tag):
             if self.timed_out is not None and tag in self.timed_out:
                 return  # the ack timeout already took it back
@@ -846,9 +831,9 @@ class StompSession(Session):
                 head = wire.pre + t + wire.ack + t + b"\n"
             if entry.count:
                 head += b"redelivered:true\nx-delivery-count:%d\n" % entry.count
-            self.write(self.conn.send_message_bytes(head + tail, self.broker.now))
+            self.write(self.conn.send_message_bytes(head + tail, self.host.now))
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
-            self.broker.internal_error(self, exc)
+            self.host.internal_error(self, exc)
             self.abort("internal error")  # the delivery counts as unacked and is requeued by the teardown
 
     def _wire(self, consumer: AnySubscription) -> _Wire:

@@ -9,9 +9,9 @@ written once. Groups are written with one ``unnest`` statement per kind of chang
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
-from .._message import Message
+from ..._message import Message
 
 Key = tuple[int, int]  # (queue id, message id)
 
@@ -52,4 +52,4 @@ class _Group:
         return bool(self.ins or self.cnt or self.dels)
 
 
-Item = Union[_Group, tuple[str, tuple[Any, ...]]]
+Item = _Group | tuple[str, tuple[Any, ...]]

@@ -1,0 +1,267 @@
+"""Delivery: consumers on queues, basic.get, dispatch (round-robin, consumer priorities, single
+active consumer, prefetch), acks, nacks and returns, and the ack timeout of a message. Dispatch is
+deferred: operations mark queues dirty and the broker calls ``dispatch()`` once per driver call,
+so delivery order depends only on the order of inputs. Deliveries reach the sessions through
+their ``ConsumerOwner`` interface."""
+
+from __future__ import annotations
+
+from .._message import GONE, READY, UNACKED, Entry
+from .errors import ResourceLocked
+from .light import LightConsumer, LightTopics
+from .objects import Consumer, Queue, consumer_priority
+from .paging import Pager
+from .publish import Publisher
+from .state import ModelState
+from .topology import Topology
+
+__all__ = ["Delivery"]
+
+
+class Delivery:
+    __slots__ = ("state", "pager", "light", "topology", "publisher")
+
+    def __init__(self, state: ModelState, pager: Pager, topology: Topology, publisher: Publisher) -> None:
+        self.state = state
+        self.pager = pager
+        #: attached by the model (made after this layer: it calls back on ack timeouts)
+        self.light: LightTopics
+        self.topology = topology
+        self.publisher = publisher
+
+    # -- consuming ---------------------------------------------------------------------------------
+    def consume(self, q: Queue, consumer: Consumer, priority: int = 0) -> Consumer:
+        """Add ``consumer``; a non-zero ``priority`` (kept in the consumer's ``priority``
+        attribute) makes the queue serve higher-priority ready consumers first."""
+        state = self.state
+        if q.exclusive_owner is not None and q.exclusive_owner is not consumer.owner:
+            raise ResourceLocked(f"queue '{q.name}' is exclusive to another connection")
+        if q.consumers is None:
+            q.consumers = [consumer]  # sized exactly: most queues have one consumer
+            self.topology.in_use(q)
+        else:
+            q.consumers.append(consumer)
+        if priority or q in state.prio_queues:
+            state.prio_queues[q] = None
+            q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
+        state.dirty[q] = None
+        return consumer
+
+    def get(self, q: Queue, holder: Consumer) -> tuple[int, Entry] | None:
+        """Take the next ready message of ``q`` for a one-off fetch (AMQP basic.get). ``holder`` is
+        a consumer not registered on the queue: the delivery is unacked in it unless it auto-acks.
+        Returns ``(tag, entry)`` or None when nothing is ready."""
+        state = self.state
+        now = state.now
+        while (entry := self.pager.pop(q)) is not None:
+            tag = self._hand_out(q, entry, holder, now, arm_ack_timeout=False)
+            if tag is not None:
+                return tag, entry
+        return None
+
+    def _hand_out(self, q: Queue, entry: Entry, holder: Consumer, now: float, arm_ack_timeout: bool) -> int | None:
+        """Give an entry just popped from ``q`` to ``holder``: its delivery tag, or None when it had
+        expired (then it is dead-lettered here). Unacked in ``holder`` unless that auto-acks; the
+        message's own ack timeout is armed for consumers (``dispatch``), not for ``get``."""
+        state = self.state
+        if entry.timer is not None:
+            state.timers.cancel(entry.timer)
+            entry.timer = None
+        if entry.expires is not None and entry.expires <= now:
+            self.publisher.expire(q, entry)
+            return None
+        state.next_tag += 1
+        tag = state.next_tag
+        if holder.auto_ack:
+            state.forget(q, entry)
+        else:
+            entry.state = UNACKED
+            if holder.unacked is None:
+                holder.unacked = {}
+            holder.unacked[tag] = entry
+            if arm_ack_timeout and entry.msg.ack_timeout is not None:
+                entry.timer = state.timers.add(now + entry.msg.ack_timeout, self.on_ack_timeout, (holder, tag))
+        return tag
+
+    def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,
+               keep_unacked: bool = False) -> None:
+        """Remove the consumer; its unacked messages go back in delivery order (``keep_unacked``:
+        they stay with it, to be acked or returned later, as AMQP's basic.cancel leaves them). An
+        auto-delete queue whose last consumer this was is deleted. A light subscription is unbound
+        and its messages dropped (its queue would be auto-deleted)."""
+        state = self.state
+        if isinstance(consumer, LightConsumer):
+            self.light.cancel(consumer)
+            return
+        q = consumer.queue
+        if q.consumers and consumer in q.consumers:
+            q.consumers.remove(consumer)
+            if not q.consumers:
+                q.consumers = None
+                q._rr = 0
+                state.prio_queues.pop(q, None)
+        if not keep_unacked:
+            self.return_unacked(consumer, requeue)
+        if q.consumers is None:
+            if q.auto_delete:
+                self.topology.delete_queue(q)
+            elif q.args and "x-expires" in q.args:
+                self.topology.arm_unused(q)
+
+    def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
+        unacked = consumer.unacked
+        consumer.unacked = None
+        if not unacked:
+            return
+        q = consumer.queue
+        for entry in reversed(list(unacked.values())):  # newest first: each goes back at the head
+            self._return(q, entry, requeue)
+
+    def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
+        """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
+        state = self.state
+        taken = self._take(consumer, tag, multiple)
+        if taken is None:
+            return False
+        for entry in taken:
+            state.forget(consumer.queue, entry)
+        return True
+
+    def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
+        taken = self._take(consumer, tag, multiple)
+        if taken is None:
+            return False
+        q = consumer.queue
+        for entry in reversed(taken):
+            self._return(q, entry, requeue)
+        return True
+
+    def has_tag(self, consumer: Consumer, tag: int) -> bool:
+        return consumer.unacked is not None and tag in consumer.unacked
+
+    def _take(self, consumer: Consumer, tag: int, multiple: bool) -> list[Entry] | None:
+        state = self.state
+        unacked = consumer.unacked
+        if unacked is None or tag not in unacked:
+            return None
+        if not multiple:
+            taken = [unacked.pop(tag)]
+        else:
+            taken = []
+            for t in list(unacked):
+                taken.append(unacked.pop(t))
+                if t == tag:
+                    break
+        if not unacked:
+            consumer.unacked = None
+        for entry in taken:
+            if entry.timer is not None:
+                state.timers.cancel(entry.timer)
+                entry.timer = None
+        self.state.dirty[consumer.queue] = None  # prefetch window opened
+        return taken
+
+    def _return(self, q: Queue, entry: Entry, requeue: bool) -> None:
+        state = self.state
+        if entry.timer is not None:
+            state.timers.cancel(entry.timer)
+            entry.timer = None
+        if not requeue:
+            self.publisher.remove(q, entry, "rejected")
+            return
+        if isinstance(q, LightConsumer):
+            self.light.requeue(q, entry)
+            return
+        if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
+            if entry.state != GONE:
+                state.queued_bytes -= len(entry.msg.body)
+                entry.state = GONE
+            return
+        entry.count += 1
+        limit = q.args.get("x-delivery-limit") if q.args else None
+        if limit is not None and entry.count > limit:
+            self.publisher.remove(q, entry, "delivery_limit")
+            return
+        entry.state = READY
+        if entry.msg.persistent and q.durable:
+            state.store.update_delivery(q.vhost.name, q.name, entry.msg.id, entry.count)
+            state.store_write()
+        if entry.expires is not None:
+            if entry.expires <= state.now:
+                self.publisher.expire(q, entry)
+                return
+            entry.timer = state.timers.add(entry.expires, self.publisher.on_expiry, (q, entry))
+        q.requeue(entry)
+        state.dirty[q] = None
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Deliver what can be delivered on every queue touched since the last call."""
+        dirty = self.state.dirty
+        while dirty:
+            q = next(iter(dirty))
+            del dirty[q]
+            if isinstance(q, LightConsumer):
+                self.light.dispatch(q)
+            else:
+                self._dispatch_queue(q)
+
+    def _dispatch_queue(self, q: Queue) -> None:
+        state = self.state
+        now = state.now
+        # x-single-active-consumer: only the first registered consumer gets messages
+        single = q.args is not None and q.args.get("x-single-active-consumer") is True
+        prioritised = q in state.prio_queues
+        while q.count and q.consumers:
+            consumers = q.consumers
+            n = 1 if single else len(consumers)
+            chosen = None
+            if prioritised and not single:
+                chosen = self._pick_prioritised(q, consumers)
+            else:
+                start = 0 if single else q._rr
+                for i in range(n):
+                    idx = (start + i) % n
+                    c = consumers[idx]
+                    if c.ready():
+                        chosen = c
+                        q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
+                        break
+            if chosen is None:
+                return
+            entry = self.pager.pop(q)
+            if entry is None:
+                return
+            tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
+            if tag is not None:
+                chosen.owner.deliver(chosen, tag, entry)
+
+    @staticmethod
+    def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:
+        """Round-robin among the ready consumers of the highest priority that has one."""
+        i, n = 0, len(consumers)
+        while i < n:
+            level = consumer_priority(consumers[i])
+            j = i
+            while j < n and consumer_priority(consumers[j]) == level:
+                j += 1
+            size = j - i
+            for k in range(size):
+                c = consumers[i + (q._rr + k) % size]
+                if c.ready():
+                    q._rr += k + 1
+                    return c
+            i = j
+        return None
+
+    def on_ack_timeout(self, arg: tuple[Consumer, int], now: float) -> None:
+        consumer, tag = arg
+        unacked = consumer.unacked
+        if unacked is None or tag not in unacked:
+            return
+        entry = unacked.pop(tag)
+        entry.timer = None
+        if not unacked:
+            consumer.unacked = None
+        consumer.owner.delivery_timed_out(consumer, tag)
+        self._return(consumer.queue, entry, True)

@@ -1,0 +1,130 @@
+"""The protocol-neutral broker model (RabbitMQ's): vhosts, exchanges, queues, bindings, consumers.
+
+Sessions drive it through a handful of operations (declare, bind, publish, consume, ack/nack,
+cancel) and receive deliveries through their ``ConsumerOwner`` interface; the model never formats a
+frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bottom up:
+
+    objects, routers, message   vhosts, exchanges, queues, consumers; exchange routers; messages
+    state                       what every layer shares: store, timers, clock, counters
+    light                       light topic subscriptions (buffers, drop policy, their delivery)
+    routing                     where a message goes (exchange-to-exchange, CC/BCC)
+    expiry                      when a message expires, what dying makes of it (dead-lettering)
+    paging                      the in-memory window of a queue and the store's page behind it
+    topology                    declare/delete/bind/unbind, auto-delete, x-expires
+    publish                     the one publish path; enqueue; a message dying in a queue
+    delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
+
+A layer calls only those below it; where a lower one must report back (paging meets an expired
+message, a light delivery's ack timeout passes) it calls a callback the model gave it. The
+operations are the layers' own bound methods, set on the model (no forwarding call on hot paths).
+"""
+
+from __future__ import annotations
+
+from .._timers import TimerQueue
+from ..store import Recovered, Store
+from .delivery import Delivery
+from .light import LightTopics
+from .objects import Exchange, Queue
+from .paging import Pager
+from .publish import Publisher
+from .routing import route
+from .state import ModelState
+from .topology import Topology
+
+__all__ = ["Model"]
+
+
+class Model(ModelState):
+    """All broker state and its operations. ``now`` is set by the broker before every operation."""
+
+    __slots__ = ("publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+                 "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
+                 "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
+                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
+
+    def __init__(self, store: Store, timers: TimerQueue) -> None:
+        super().__init__(store, timers)
+        # the pager and light topics report back through callbacks, so they are made after the
+        # layers they call back, and attached to them
+        self.publisher = publisher = Publisher(self)
+        self.pager = pager = Pager(self, publisher.expire, publisher.on_expiry)
+        self.topology = topology = Topology(self, pager)
+        self.delivery = delivery = Delivery(self, pager, topology, publisher)
+        self.light = light = LightTopics(self, delivery.on_ack_timeout)
+        publisher.pager = pager
+        publisher.light = delivery.light = light
+        # the operations, bound once
+        self.route = route
+        self.exchange = topology.exchange
+        self.add_vhost = topology.add_vhost
+        self.declare_exchange = topology.declare_exchange
+        self.delete_exchange = topology.delete_exchange
+        self.declare_queue = topology.declare_queue
+        self.touch = topology.touch
+        self.delete_queue = topology.delete_queue
+        self.purge = topology.purge
+        self.bind = topology.bind
+        self.unbind = topology.unbind
+        self.publish = publisher.publish
+        self.enqueue = publisher.enqueue
+        self.consume = delivery.consume
+        self.get = delivery.get
+        self.cancel = delivery.cancel
+        self.return_unacked = delivery.return_unacked
+        self.ack = delivery.ack
+        self.nack = delivery.nack
+        self.has_tag = delivery.has_tag
+        self.dispatch = delivery.dispatch
+        self.supports_light = light.supports
+        self.bind_light = light.bind
+        self.paged_messages = pager.paged_messages
+
+    # -- recovery -------------------------------------------------------------------------------
+    def restore(self, rec: Recovered) -> None:
+        """Rebuild durable state read back from the store (without writing it again)."""
+        for name in rec.vhosts:
+            self.topology.add_vhost(name, persist=False)
+        for xd in rec.exchanges:
+            vhost = self.topology.add_vhost(xd.vhost, persist=False)
+            if xd.name not in vhost.exchanges:
+                vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete, xd.internal,
+                                                    xd.args)
+        for qd in rec.queues:
+            vhost = self.topology.add_vhost(qd.vhost, persist=False)
+            if qd.name not in vhost.queues:
+                vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+        for bd in rec.bindings:
+            bound = self.vhosts.get(bd.vhost)
+            if bound is None:
+                continue
+            source = bound.exchanges.get(bd.source)
+            dest = bound.exchanges.get(bd.dest) if bd.dest_is_exchange else bound.queues.get(bd.dest)
+            if source is None or dest is None:
+                continue
+            if source.router.add(dest, bd.key, bd.args) and isinstance(dest, Queue):
+                if dest.bindings is None:
+                    dest.bindings = []
+                dest.bindings.append((source, bd.key, bd.args))
+        max_id = self._next_msg_id
+        for (vname, qname), stored in rec.messages.items():
+            holder = self.vhosts.get(vname)
+            q = holder.queues.get(qname) if holder else None
+            if q is None:
+                continue
+            paged = rec.paged.get((vname, qname), 0)
+            for sm in stored:
+                max_id = max(max_id, sm.message.id)
+                self.publisher.enqueue(q, sm.message, sm.delivery_count, persist=False, queue_expires=sm.expires,
+                             resident=bool(paged))
+            q.paged += paged  # already in the store's page, after the messages materialised above
+            q.count += paged
+        for (vname, qname), paged in rec.paged.items():
+            if (vname, qname) not in rec.messages:
+                holder = self.vhosts.get(vname)
+                q = holder.queues.get(qname) if holder else None
+                if q is not None:
+                    q.paged += paged
+                    q.count += paged
+        max_id = max(max_id, rec.max_message_id)
+        self._next_msg_id = max_id

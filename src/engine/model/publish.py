@@ -1,0 +1,172 @@
+"""Publishing: the one path by which a message enters queues, for every protocol, and the ways it
+leaves a queue dead (expired, rejected, over a limit) to be dead-lettered into others.
+
+``publish`` routes (CC/BCC, alternate exchange) and enqueues; ``enqueue`` applies the queue's
+arguments (overflow refusal, x-max-priority, x-message-ttl, x-max-length drop-head), writes a
+persistent message of a durable queue to the store, pages it out past the window, and arms its
+expiry timer; ``remove`` forgets an entry and dead-letters it. A message's whole life in queues is
+here and in ``delivery``."""
+
+from __future__ import annotations
+
+from .._message import READY, Entry, Message
+from .errors import NotFound
+from .expiry import dead_letter, queue_expiry
+from .light import LightConsumer, LightTopics
+from .objects import Exchange, Queue, VHost, over_limits, pageable
+from .paging import Pager
+from .routing import route, route_cc
+from .state import ModelState
+
+__all__ = ["Publisher", "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE"]
+
+#: ``publish`` result bits
+PUBLISH_ROUTED = 1
+PUBLISH_REFUSED = 2
+PUBLISH_WROTE = 4
+
+
+class Publisher:
+    __slots__ = ("state", "pager", "light")
+
+    def __init__(self, state: ModelState) -> None:
+        self.state = state
+        # attached by the model: both report back to this layer through callbacks, so they are
+        # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
+        self.pager: Pager
+        self.light: LightTopics
+
+    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False) -> int:
+        """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
+        its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
+        (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
+        every queue reached. Returns ``PUBLISH_*`` bits: ROUTED (some queue took or refused it;
+        else a mandatory publisher gets it back), REFUSED (a full queue with ``x-overflow``
+        reject-publish(-dlx) refused it: a confirm is a nack), WROTE (the store was written: a
+        confirm or receipt waits for its sync). A StoreError propagates.
+
+        ``queue_priority_only``: the message's priority counts only in queues with
+        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq)."""
+        if type(exchange) is str:
+            found = vhost.exchanges.get(exchange)
+            if found is None:
+                raise NotFound(f"no exchange '{exchange}' in vhost '{vhost.name}'")
+            exchange = found
+        x: Exchange = exchange  # type: ignore[assignment]
+        state = self.state
+        state.publishes += 1
+        headers = msg.headers
+        if "CC" in headers or "BCC" in headers:  # sender-selected distribution
+            targets = route_cc(vhost, x, msg)
+        else:
+            targets = route(vhost, x, msg.routing_key, headers)
+        if not targets:
+            args = x.args
+            if not args or "alternate-exchange" not in args:
+                return 0
+            alt = vhost.exchanges.get(str(args["alternate-exchange"]))
+            if alt is None:
+                return 0
+            targets = route(vhost, alt, msg.routing_key, headers)
+            if not targets:
+                return 0
+        plain = msg
+        if msg.priority and queue_priority_only:
+            # queues without x-max-priority ignore priority (enqueue caps it for those with one),
+            # so they get a priority-0 twin (same id, headers and body)
+            plain = Message(msg.id, msg.exchange, msg.routing_key, headers, msg.body, 0, msg.expires_at,
+                            msg.persistent, msg.ack_timeout)
+        result = PUBLISH_ROUTED
+        before = state.store_writes
+        enqueue = self.enqueue
+        for q in targets:
+            if plain is not msg and (args := q.args) and "x-max-priority" in args:
+                if not enqueue(q, msg):
+                    result |= PUBLISH_REFUSED
+            elif not enqueue(q, plain):
+                result |= PUBLISH_REFUSED
+        if state.store_writes != before:
+            result |= PUBLISH_WROTE
+        return result
+
+    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True,
+                queue_expires: float | None = None, resident: bool = False) -> bool:
+        """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
+        queue's expiry of the message is the stored one (``queue_expires``). ``resident``: keep it in
+        memory even past the window (recovery, when the store already paged the rest). False when a
+        full queue with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
+        if isinstance(q, LightConsumer):
+            self.light.enqueue(q, msg)
+            return True
+        state = self.state
+        expires = msg.expires_at
+        args = q.args
+        if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
+            if over_limits(q, args, 1, len(msg.body)):
+                if args["x-overflow"] == "reject-publish-dlx":
+                    self.dead_letter(q, Entry(msg, count), "maxlen")
+                return False
+        if args:
+            cap = args.get("x-max-priority")
+            if cap is not None and msg.priority > cap:  # RabbitMQ: above the maximum counts as it
+                msg = Message(msg.id, msg.exchange, msg.routing_key, msg.headers, msg.body, cap,
+                              msg.expires_at, msg.persistent, msg.ack_timeout)
+            if persist:
+                expires = queue_expiry(args, msg, state.now)
+        if not persist and queue_expires is not None:
+            expires = queue_expires  # recovered with this queue's own (x-message-ttl) expiry
+        stored = msg.persistent and q.durable
+        if persist and stored:
+            if expires is not None and expires != msg.expires_at:
+                state.store.enqueue_expiring(q.vhost.name, q.name, msg, expires)
+            else:
+                state.store.enqueue(q.vhost.name, q.name, msg)
+            state.store_write()
+        if expires is not None and expires <= state.now:
+            state.queued_bytes += len(msg.body)  # forget takes it off again
+            self.expire(q, Entry(msg, count, expires))
+            return True
+        if q.paged or (not resident and (q.count - q.paged >= state.page_window or (
+                q.count > q.paged and q.bytes + len(msg.body) > state.page_window_bytes)) and pageable(q)):
+            self.pager.page_out(q, msg, count, expires, stored)
+        else:
+            entry = Entry(msg, count, expires)
+            q.push(entry)
+            state.queued_bytes += len(msg.body)  # in memory: counts towards the memory alarm
+            if expires is not None:
+                entry.timer = state.timers.add(expires, self.on_expiry, (q, entry))
+        if args and ("x-max-length" in args or "x-max-length-bytes" in args):
+            while over_limits(q, args, 0, 0):  # drop-head (reject-publish never gets here over)
+                head = self.pager.pop(q)
+                if head is None:
+                    break
+                self.remove(q, head, "maxlen")
+        state.dirty[q] = None
+        return True
+
+    # -- leaving a queue dead ------------------------------------------------------------------------
+    def remove(self, q: Queue, entry: Entry, reason: str) -> None:
+        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards."""
+        self.state.forget(q, entry)
+        self.dead_letter(q, entry, reason)
+
+    def expire(self, q: Queue, entry: Entry) -> None:
+        self.remove(q, entry, "expired")
+
+    def on_expiry(self, arg: tuple[Queue, Entry], now: float) -> None:
+        """The expiry timer of a ready entry."""
+        q, entry = arg
+        entry.timer = None
+        if entry.state == READY:
+            q.count -= 1  # the entry stays in its deque, marked gone, and is skipped by pop()
+            q.bytes -= len(entry.msg.body)
+            self.expire(q, entry)
+            q.drop_gone_heads(entry.msg.priority)
+
+    def dead_letter(self, q: Queue, entry: Entry, reason: str) -> None:
+        state = self.state
+        dead = dead_letter(q, entry, reason, state.next_message_id, state.now)
+        if dead is not None:
+            msg, targets = dead
+            for target in targets:
+                self.enqueue(target, msg)

@@ -1,0 +1,82 @@
+"""What every layer of the model shares: the store, the timers, the clock, the vhosts, the queues
+waiting for dispatch, the id counters and the broker-wide figures (store writes, queued bytes,
+publishes, light-subscription drops). ``Model`` is a ``ModelState``; the layers hold it as such."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .._message import GONE, Entry
+from .._timers import TimerQueue
+from ..store import Store
+from .objects import Consumer, Queue, VHost
+
+__all__ = ["ModelState"]
+
+
+class ModelState:
+    # slots: the layers read these on every message (a slot is the fastest attribute to load)
+    __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
+                 "store_writes", "queued_bytes", "publishes", "light_limit", "light_dropped",
+                 "light_dropped_total", "page_window", "page_window_bytes")
+
+    def __init__(self, store: Store, timers: TimerQueue) -> None:
+        self.store = store
+        self.timers = timers
+        #: set by the broker before every operation
+        self.now = 0.0
+        self.vhosts: dict[str, VHost] = {}
+        #: queues (and light subscriptions) touched since the last dispatch, in order
+        self.dirty: dict[Any, None] = {}
+        self.next_tag = 0
+        self._next_msg_id = 0
+        #: queues with consumers of different priorities (AMQP x-priority); their consumers are
+        #: kept sorted, highest first, and dispatch serves the highest ready level first
+        self.prio_queues: dict[Queue, None] = {}
+        #: writes to a store that needs sync (the broker turns new ones into a sync token)
+        self.store_writes = 0
+        #: body bytes of every message held in a queue (ready or unacked; light subscriptions
+        #: excluded), once per queue: what the broker's memory watermark compares against
+        self.queued_bytes = 0
+        #: publish operations so far (the broker notes which connections publish)
+        self.publishes = 0
+        #: most messages a light subscription holds (ready + unacked) before dropping (see light)
+        self.light_limit = 10_000
+        #: light subscriptions that dropped messages -> how many; and the total over all of them
+        self.light_dropped: dict[Any, int] = {}
+        self.light_dropped_total = 0
+        #: ready messages a queue keeps in memory; later arrivals go to the store's page
+        #: (``Limits.queue_window``); the window is refilled when it drains below half
+        self.page_window = 2048
+        #: body bytes of ready messages a queue keeps in memory (at least one message): large
+        #: bodies are paged by size, not only by count (``Limits.queue_window_bytes``)
+        self.page_window_bytes = 64 * 1024 * 1024
+
+    def next_message_id(self) -> int:
+        self._next_msg_id += 1
+        return self._next_msg_id
+
+    def store_write(self) -> None:
+        if self.store.needs_sync:
+            self.store_writes += 1
+
+    def mark_dirty(self, q: Any) -> None:
+        self.dirty[q] = None
+
+    def owner_unblocked(self, consumers: Iterable[Consumer]) -> None:
+        for c in consumers:
+            self.dirty[c.queue] = None
+
+    def forget(self, q: Any, entry: Entry) -> None:
+        """``entry`` leaves ``q`` (a queue or a light subscription) for good (acked, expired,
+        dropped): its memory (light subscriptions do not count theirs), timer and stored copy."""
+        if entry.state != GONE and isinstance(q, Queue):
+            self.queued_bytes -= len(entry.msg.body)
+        entry.state = GONE
+        if entry.timer is not None:
+            self.timers.cancel(entry.timer)
+            entry.timer = None
+        if entry.msg.persistent and q.durable:
+            self.store.remove(q.vhost.name, q.name, entry.msg.id)
+            self.store_write()

@@ -1,0 +1,1 @@
+"""The PostgreSQL store: schema, batched writes, the store."""

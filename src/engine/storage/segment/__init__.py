@@ -1,0 +1,1 @@
+"""The embedded durable store: segment files, per-queue indexes, records."""
