@@ -142,7 +142,7 @@ class Delivery:
         if taken is None:
             return False
         if consumer.queue.stream:
-            self.streams.settled(consumer)
+            self.streams.settled(consumer, True)
             return True
         for entry in taken:
             state.forget(consumer.queue, entry)
@@ -154,7 +154,7 @@ class Delivery:
             return False
         q = consumer.queue
         if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
-            self.streams.settled(consumer)
+            self.streams.settled(consumer, False)
             return True
         for entry in reversed(taken):
             self._return(q, entry, requeue)

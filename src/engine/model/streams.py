@@ -12,10 +12,11 @@ consumer's prefetch leaves room for, so a consumer far behind never makes the br
 stream's history in memory. A consumer at the end waits: appends (and syncs, which move
 ``committed``) mark the stream dirty, and the broker's deferred dispatch serves it; nothing polls.
 
-Acks (and nacks/rejects, as RabbitMQ's streams) only open the prefetch window; they remove nothing.
-A consumer with ``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack:
-the lowest offset it still holds unacked, else the next it reads, so everything below the stored
-offset was acked (committed-offset semantics, as Kafka's). A later consumer with that name and no
+Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A consumer with
+``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
+it still holds unacked, else the next it reads, so everything below the stored offset was settled
+(committed-offset semantics, as Kafka's; a nacked delivery counts as settled once a later ack
+passes it, and deliveries still unacked when the consumer goes are read again next time). A later consumer with that name and no
 ``x-stream-offset`` resumes there. Producer deduplication (the other extension): a message with
 headers ``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that
 producer is accepted (confirmed) but not appended.
@@ -217,12 +218,13 @@ class Streams:
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
 
-    def settled(self, consumer: Consumer) -> None:
-        """``consumer`` acked (or nacked) deliveries: store its tracked offset, read on."""
+    def settled(self, consumer: Consumer, acked: bool) -> None:
+        """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
+        offset (a nack, or the return of unacked deliveries when a channel closes, does not)."""
         reader = self.readers.get(consumer)
         if reader is None:
             return
-        if reader.name is not None:
+        if acked and reader.name is not None:
             held = consumer.unacked
             offset = min(e.offset for e in held.values()) if held else reader.offset  # type: ignore[attr-defined]
             log = self.logs.get(consumer.queue)
