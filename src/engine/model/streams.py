@@ -16,8 +16,8 @@ Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A c
 ``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
 it still holds unacked, else the next it reads, so everything below the stored offset was settled
 (committed-offset semantics, as Kafka's; a nacked delivery counts as settled once a later ack
-passes it, and deliveries still unacked when the consumer goes are read again next time). A later consumer with that name and no
-``x-stream-offset`` resumes there. Producer deduplication (the other extension): a message with
+passes it, and deliveries still unacked when the consumer goes are read again next time). A later consumer with that name resumes
+there (its ``x-stream-offset`` only says where to start while the name has stored nothing). Producer deduplication (the other extension): a message with
 headers ``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that
 producer is accepted (confirmed) but not appended.
 """
@@ -174,10 +174,10 @@ class Streams:
 
     # -- consuming (called by delivery) -----------------------------------------------------------
     def attach(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None) -> None:
-        """Give ``consumer`` its reader: at ``start`` if given, else where its ``name`` stored an
-        offset, else at ``next`` (RabbitMQ's default)."""
+        """Give ``consumer`` its reader: where its ``name`` stored an offset if it did, else at
+        ``start``, else at ``next`` (RabbitMQ's default)."""
         log = self.logs[q]
-        stored = log.stored_offset(name) if name is not None and start is None else None
+        stored = log.stored_offset(name) if name is not None else None
         if stored is not None:
             offset = min(max(stored, log.first), log.tail)
         else:
