@@ -24,6 +24,7 @@ from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_serv
                    make_broker, make_server, make_store, run)
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
+from .streams_cli import add_streams_arguments, streams_command
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,streams}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -195,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bench_arguments(bench)
-    parser.set_defaults(subparsers={"serve": serve, "bench": bench})
+    streams = sub.add_parser("streams", help="stream queues on a running broker: create-partitioned")
+    add_streams_arguments(streams)
+    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "streams": streams})
     return parser
 
 
@@ -306,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sansmq_bench import command
 
         return command(args, sub)
+    if args.command == "streams":
+        return streams_command(args, sub)
     try:
         _setup_logging(args)
         return _serve(args)

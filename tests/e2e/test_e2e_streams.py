@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -393,3 +394,27 @@ def test_survives_sigkill(target: Target) -> None:
     assert [o for o, _ in read(target, q, 20)] == list(range(20))
     got = read(target, q, 15, offset=None, extra={"x-stream-consumer-name": "durable-reader"})
     assert [o for o, _ in got] == list(range(5, 20))
+
+
+# -- partitioned streams ---------------------------------------------------------------------------------
+def test_partitioned_stream_routes_by_key_hash(target: Target) -> None:
+    sansmq_only(target, "RabbitMQ's super streams hash in the stream protocol's clients, not in the broker")
+    name = f"pst-{os.getpid()}-{next(_names)}"
+    cmd = [sys.executable, "-m", "servers", "streams", "create-partitioned", name, "--partitions", "3",
+           "--amqp", f"{target.amqp[0]}:{target.amqp[1]}"]
+    for _ in range(2):  # idempotent
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    conn = target.conn()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    keys = [f"user-{i % 10}" for i in range(30)] + ["1"]  # "1" names partition 1 itself
+    for key in keys:
+        ch.basic_publish(name, key, key.encode())
+    ends = [ch.queue_declare(f"{name}-{i}", passive=True).method.message_count for i in range(3)]
+    conn.close()
+    assert sum(ends) == 31 and all(ends)
+    parts = [{b for _, b in read(target, f"{name}-{i}", ends[i])} for i in range(3)]
+    assert b"1" in parts[1]
+    for i in range(10):  # one key, one partition
+        assert sum(f"user-{i}".encode() in p for p in parts) == 1
