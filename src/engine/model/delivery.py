@@ -7,13 +7,13 @@ their ``ConsumerOwner`` interface."""
 from __future__ import annotations
 
 from .._message import GONE, READY, UNACKED, Entry
+from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority
 from .paging import Pager
 from .publish import Publisher
 from .state import ModelState
-from ..streams import OffsetSpec
 from .streams import Streams
 from .topology import Topology
 

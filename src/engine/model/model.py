@@ -40,7 +40,8 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("streams", "consume_stream", "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+    __slots__ = ("streams", "consume_stream",
+                 "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
                  "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
@@ -97,9 +98,9 @@ class Model(ModelState):
         for qd in rec.queues:
             vhost = self.topology.add_vhost(qd.vhost, persist=False)
             if qd.name not in vhost.queues:
-                q = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                restored = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
                 if is_stream_args(qd.args):
-                    self.streams.open(q)
+                    self.streams.open(restored)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:

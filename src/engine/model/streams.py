@@ -16,10 +16,11 @@ Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A c
 ``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
 it still holds unacked, else the next it reads, so everything below the stored offset was settled
 (committed-offset semantics, as Kafka's; a nacked delivery counts as settled once a later ack
-passes it, and deliveries still unacked when the consumer goes are read again next time). A later consumer with that name resumes
-there (its ``x-stream-offset`` only says where to start while the name has stored nothing). Producer deduplication (the other extension): a message with
-headers ``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that
-producer is accepted (confirmed) but not appended.
+passes it, and deliveries still unacked when the consumer goes are read again next time). A later
+consumer with that name resumes there (its ``x-stream-offset`` only says where to start while the
+name has stored nothing). Producer deduplication (the other extension): a message with headers
+``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that producer
+is accepted (confirmed) but not appended.
 """
 
 from __future__ import annotations
