@@ -233,3 +233,18 @@ def test_partition_router_sends_one_key_to_one_partition(n: int, keys: list[str]
         assert len(out) == 1 and out == again
         if key.isdigit() and int(key) < n and str(int(key)) == key:
             assert list(out) == [f"p{key}"]  # a partition's own key routes to it
+
+
+def test_deleting_a_stream_cancels_its_consumers_and_frees_nothing_it_did_not_hold() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 5)
+    r = amqp(net)
+    consume(r, **{"x-stream-offset": "first"})
+    assert len(r.of(spec.BasicDeliver)) == 5
+    before = net.broker.model.queued_bytes
+    assert c.call(spec.QueueDelete(queue="s", channel=1)).message_count == 0
+    net.run_until_idle()
+    assert r.of(spec.BasicCancel) and net.broker.model.queued_bytes == before
+    assert stream(c).message_count == 0  # a new, empty stream of that name

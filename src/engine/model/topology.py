@@ -151,7 +151,7 @@ class Topology:
         for exchange, _, _ in bound:
             self._auto_delete(exchange)
         for consumer in list(q.consumers or ()):
-            for held in (consumer.unacked or {}).values():
+            for held in (consumer.unacked or {}).values() if not q.stream else ():  # streams hold nothing
                 state.forget(q, held)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
