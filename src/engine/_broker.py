@@ -158,6 +158,7 @@ class Broker:
         self._enter(now)
         if token > self._synced_token:
             self._synced_token = token
+        self.model.streams.committed()  # the sync moved streams' committed offsets: wake their readers
         for session in list(self._holding):
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()

@@ -24,6 +24,7 @@ from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_serv
                    make_broker, make_server, make_store, run)
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
+from .streams_cli import add_streams_arguments, streams_command
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,streams}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -200,7 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
                              description=ANALYZE_DESCRIPTION)
     add_analyze_arguments(analyze)
-    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze})
+    streams = sub.add_parser("streams", help="stream queues on a running broker: create-partitioned")
+    add_streams_arguments(streams)
+    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
+                                    "streams": streams})
     return parser
 
 
@@ -315,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline.analyze import command as analyze_command
 
         return analyze_command(args, sub)
+    if args.command == "streams":
+        return streams_command(args, sub)
     try:
         _setup_logging(args)
         return _serve(args)

@@ -34,6 +34,7 @@ from ..model import (
     VHost,
 )
 from ..model.objects import amqp_type_name
+from ..model.streams import parse_consumer_args
 from ..store import StoreError
 
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
@@ -206,6 +207,8 @@ class AmqpChannel:
         try:
             handler(self, m)
         except ModelError as exc:
+            if exc.code == spec.NOT_IMPLEMENTED:  # a hard error, as RabbitMQ's
+                raise AmqpConnectionError(exc.code, exc.text, type(m)) from None
             raise ChannelError(exc.code, exc.text, type(m)) from None
 
     def teardown(self) -> None:
@@ -368,7 +371,9 @@ class AmqpChannel:
                 if m.exclusive:
                     session.exclusive[q] = None
         if not m.nowait:
-            self.send(spec.QueueDeclareOk(q.name, q.count, q.consumer_count()))
+            # a stream's message count is its end offset (sansmq: capability stream_end_offset)
+            count = model.streams.visible_end(q) if q.stream else q.count
+            self.send(spec.QueueDeclareOk(q.name, count, q.consumer_count()))
 
     def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:
         if (q.exclusive_owner is not None) != bool(m.exclusive):  # RabbitMQ: 405, not 406
@@ -471,10 +476,28 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, "invalid x-priority", type(m)) from None
         # no_local is ignored, as RabbitMQ ignores it: a consumer gets its own connection's messages
         consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
+        if q.stream:
+            start, name = self._stream_consumer(q, m)
+            self.consumers[tag] = consumer
+            if not m.nowait:
+                self.send(spec.BasicConsumeOk(tag))
+            model.consume_stream(q, consumer, start, name, priority)
+            return
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send(spec.BasicConsumeOk(tag))
         model.consume(q, consumer, priority)
+
+    def _stream_consumer(self, q: Queue, m: spec.BasicConsume) -> tuple[Any, str | None]:
+        """A stream consumer needs manual acks and a (per-consumer) prefetch, as RabbitMQ's."""
+        where = f"queue '{q.name}' in vhost '{self.vhost.name}'"
+        if m.no_ack:
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "automatic acknowledgement not supported by stream "
+                                      f"queues {where}", type(m))
+        if not self.prefetch or self.global_prefetch:
+            raise ChannelError(spec.PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'",
+                               type(m))
+        return parse_consumer_args(m.arguments)
 
     def _reply_queue(self, m: spec.BasicConsume) -> Queue:
         """Direct reply-to: a pseudo-queue only this consumer reads, named for the reply-to
@@ -525,6 +548,9 @@ class AmqpChannel:
 
     def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue, type(m))
+        if q.stream:
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue "
+                                      f"'{q.name}' in vhost '{self.vhost.name}'", type(m))
         holder = self.getters.get(q)
         if holder is None:
             holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)

@@ -7,22 +7,26 @@ their ``ConsumerOwner`` interface."""
 from __future__ import annotations
 
 from .._message import GONE, READY, UNACKED, Entry
+from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority
 from .paging import Pager
 from .publish import Publisher
 from .state import ModelState
+from .streams import Streams
 from .topology import Topology
 
 __all__ = ["Delivery"]
 
 
 class Delivery:
-    __slots__ = ("state", "pager", "light", "topology", "publisher")
+    __slots__ = ("state", "pager", "light", "topology", "publisher", "streams")
 
-    def __init__(self, state: ModelState, pager: Pager, topology: Topology, publisher: Publisher) -> None:
+    def __init__(self, state: ModelState, pager: Pager, topology: Topology, publisher: Publisher,
+                 streams: Streams) -> None:
         self.state = state
+        self.streams = streams
         self.pager = pager
         #: attached by the model (made after this layer: it calls back on ack timeouts)
         self.light: LightTopics
@@ -46,6 +50,13 @@ class Delivery:
             q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
         return consumer
+
+    def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,
+                       priority: int = 0) -> Consumer:
+        """Add ``consumer`` to the stream ``q``, reading from ``start`` (or where ``name``'s stored
+        offset says, else new messages only)."""
+        self.streams.attach(q, consumer, start, name)
+        return self.consume(q, consumer, priority)
 
     def get(self, q: Queue, holder: Consumer) -> tuple[int, Entry] | None:
         """Take the next ready message of ``q`` for a one-off fetch (AMQP basic.get). ``holder`` is
@@ -100,6 +111,10 @@ class Delivery:
                 q.consumers = None
                 q._rr = 0
                 state.prio_queues.pop(q, None)
+        if q.stream:
+            if not keep_unacked:
+                self.streams.detach(consumer)
+            return
         if not keep_unacked:
             self.return_unacked(consumer, requeue)
         if q.consumers is None:
@@ -109,6 +124,9 @@ class Delivery:
                 self.topology.arm_unused(q)
 
     def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
+        if consumer.queue.stream:  # nothing goes back into a stream
+            self.streams.detach(consumer)
+            return
         unacked = consumer.unacked
         consumer.unacked = None
         if not unacked:
@@ -123,6 +141,9 @@ class Delivery:
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
+        if consumer.queue.stream:
+            self.streams.settled(consumer, True)
+            return True
         for entry in taken:
             state.forget(consumer.queue, entry)
         return True
@@ -132,6 +153,9 @@ class Delivery:
         if taken is None:
             return False
         q = consumer.queue
+        if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
+            self.streams.settled(consumer, False)
+            return True
         for entry in reversed(taken):
             self._return(q, entry, requeue)
         return True
@@ -203,6 +227,8 @@ class Delivery:
             del dirty[q]
             if isinstance(q, LightConsumer):
                 self.light.dispatch(q)
+            elif q.stream:
+                self.streams.dispatch(q)
             else:
                 self._dispatch_queue(q)
 

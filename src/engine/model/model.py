@@ -10,6 +10,7 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     routing                     where a message goes (exchange-to-exchange, CC/BCC)
     expiry                      when a message expires, what dying makes of it (dead-lettering)
     paging                      the in-memory window of a queue and the store's page behind it
+    streams                     stream queues: their logs, readers and bounded-batch delivery
     topology                    declare/delete/bind/unbind, auto-delete, x-expires
     publish                     the one publish path; enqueue; a message dying in a queue
     delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
@@ -30,6 +31,7 @@ from .paging import Pager
 from .publish import Publisher
 from .routing import route
 from .state import ModelState
+from .streams import Streams, is_stream_args
 from .topology import Topology
 
 __all__ = ["Model"]
@@ -38,7 +40,8 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+    __slots__ = ("streams", "consume_stream",
+                 "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
                  "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
@@ -47,10 +50,11 @@ class Model(ModelState):
         super().__init__(store, timers)
         # the pager and light topics report back through callbacks, so they are made after the
         # layers they call back, and attached to them
-        self.publisher = publisher = Publisher(self)
+        self.streams = streams = Streams(self)
+        self.publisher = publisher = Publisher(self, streams)
         self.pager = pager = Pager(self, publisher.expire, publisher.on_expiry)
-        self.topology = topology = Topology(self, pager)
-        self.delivery = delivery = Delivery(self, pager, topology, publisher)
+        self.topology = topology = Topology(self, pager, streams)
+        self.delivery = delivery = Delivery(self, pager, topology, publisher, streams)
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
         publisher.light = delivery.light = light
@@ -69,6 +73,7 @@ class Model(ModelState):
         self.publish = publisher.publish
         self.enqueue = publisher.enqueue
         self.consume = delivery.consume
+        self.consume_stream = delivery.consume_stream
         self.get = delivery.get
         self.cancel = delivery.cancel
         self.return_unacked = delivery.return_unacked
@@ -93,7 +98,9 @@ class Model(ModelState):
         for qd in rec.queues:
             vhost = self.topology.add_vhost(qd.vhost, persist=False)
             if qd.name not in vhost.queues:
-                vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                restored = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                if is_stream_args(qd.args):
+                    self.streams.open(restored)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
-from .routers import ROUTER_TYPES, Router
+from .routers import Router, make_router
 
 __all__ = [
     "VHost",
@@ -26,6 +26,7 @@ __all__ = [
     "over_limits",
     "pageable",
     "consumer_priority",
+    "STREAM_FLAG",
 ]
 
 
@@ -65,7 +66,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.args = args
-        self.router: Router = ROUTER_TYPES[type]()
+        self.router: Router = make_router(type, args)
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"
@@ -126,6 +127,8 @@ _entry_seq = attrgetter("seq")
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
+#: a stream queue (read on the publish path without the property)
+STREAM_FLAG = 4
 
 
 class Queue:
@@ -173,6 +176,15 @@ class Queue:
     @auto_delete.setter
     def auto_delete(self, value: bool) -> None:
         self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
+
+    @property
+    def stream(self) -> bool:
+        """A stream queue (``x-queue-type: stream``): its messages live in a stream log (model.streams)."""
+        return bool(self._f & STREAM_FLAG)
+
+    @stream.setter
+    def stream(self, value: bool) -> None:
+        self._f = self._f | STREAM_FLAG if value else self._f & ~STREAM_FLAG
 
     exclusive_owner = _extra("exclusive_owner", None)
     args = _extra("args", None)

@@ -13,10 +13,11 @@ from .._message import READY, Entry, Message
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .objects import Exchange, Queue, VHost, over_limits, pageable
+from .objects import STREAM_FLAG, Exchange, Queue, VHost, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc
 from .state import ModelState
+from .streams import Streams
 
 __all__ = ["Publisher", "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE"]
 
@@ -27,10 +28,11 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light")
+    __slots__ = ("state", "pager", "light", "streams")
 
-    def __init__(self, state: ModelState) -> None:
+    def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
+        self.streams = streams
         # attached by the model: both report back to this layer through callbacks, so they are
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
@@ -97,6 +99,9 @@ class Publisher:
         full queue with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
         if isinstance(q, LightConsumer):
             self.light.enqueue(q, msg)
+            return True
+        if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
+            self.streams.append(q, msg)
             return True
         state = self.state
         expires = msg.expires_at

@@ -7,21 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
-from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked, Unsupported
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
 from .routers import ROUTER_TYPES
 from .state import ModelState
+from .streams import Streams, check_stream_declare, is_stream_args
 
 __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "unused_timers")
+    __slots__ = ("state", "pager", "streams", "unused_timers")
 
-    def __init__(self, state: ModelState, pager: Pager) -> None:
+    def __init__(self, state: ModelState, pager: Pager, streams: Streams) -> None:
         self.state = state
         self.pager = pager
+        self.streams = streams
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -106,12 +108,15 @@ class Topology:
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
         args = check_queue_args(args, name, vhost.name)
+        check_stream_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
         q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
         if args and "x-expires" in args:
             self.arm_unused(q)
+        if is_stream_args(args):
+            self.streams.open(q)
         return q
 
     def touch(self, q: Queue) -> None:
@@ -146,12 +151,17 @@ class Topology:
         for exchange, _, _ in bound:
             self._auto_delete(exchange)
         for consumer in list(q.consumers or ()):
-            for held in (consumer.unacked or {}).values():
+            for held in (consumer.unacked or {}).values() if not q.stream else ():  # streams hold nothing
                 state.forget(q, held)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
         state.prio_queues.pop(q, None)
+        if q.stream:
+            self.streams.close(q)
+            for consumer in list(self.streams.readers):
+                if consumer.queue is q:
+                    self.streams.detach(consumer)
         dropped = self.pager.drop(q, False)
         while (entry := q.pop()) is not None:
             dropped += 1
@@ -164,6 +174,9 @@ class Topology:
 
     def purge(self, q: Queue) -> int:
         state = self.state
+        if q.stream:
+            raise Unsupported(f"queue.purge not supported by stream queues queue '{q.name}' in vhost "
+                              f"'{q.vhost.name}'")
         n = self.pager.drop(q, True)
         while (entry := q.pop()) is not None:
             n += 1
