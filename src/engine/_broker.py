@@ -81,6 +81,8 @@ class Broker:
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
         self.model.add_vhost(config.default_vhost, persist=False)
+        for name in config.trace_vhosts:
+            self.model.set_trace(name)
 
     # -- driver contract --------------------------------------------------------------------------
     def connection_made(self, conn_id: int, protocol: str, peer: tuple[Any, ...], now: float) -> None:

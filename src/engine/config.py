@@ -74,4 +74,6 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     #: allow connections with no login at all (as the user named here); None = refuse them
     anonymous_user: str | None = "guest"
+    #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
+    trace_vhosts: tuple[str, ...] = ()
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

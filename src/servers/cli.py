@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
+    serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
+                       help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
+                            "(repeatable; adds to the config's trace_vhosts)")
     serve.add_argument("--shutdown-timeout", metavar="SECONDS", type=_seconds, default=None,
                        help="on SIGTERM/SIGINT, how long clients get to answer their protocol's close "
                             "before they are dropped (default 5)")
@@ -237,6 +240,11 @@ def _load_config(args: argparse.Namespace) -> Config:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    for vhost in args.trace:
+        if vhost not in config.vhosts:
+            raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
+        if vhost not in config.trace_vhosts:
+            config.trace_vhosts = (*config.trace_vhosts, vhost)
     return config
 
 

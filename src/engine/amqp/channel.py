@@ -62,6 +62,7 @@ class ChannelOwner(ConsumerOwner, Protocol):
     host: Host
     model: Model
     conn: amqpproto.Connection
+    peer: tuple[Any, ...]
     vhost: VHost | None
     user: User | None
     channels: dict[int, AmqpChannel]
@@ -104,10 +105,17 @@ class AmqpConsumer(Consumer):
         return Consumer.ready(self)
 
 
+    def trace_origin(self) -> tuple[str, str, int]:
+        return self.channel.trace_origin()
+
+
 class _GetHolder(Consumer):
     """Holds basic.get deliveries awaiting ack (never registered on the queue)."""
 
-    __slots__ = ()
+    __slots__ = ("channel",)
+
+    def trace_origin(self) -> tuple[str, str, int]:
+        return self.channel.trace_origin()
 
 
 def _bool_arg(value: Any) -> bool:
@@ -554,6 +562,7 @@ class AmqpChannel:
         holder = self.getters.get(q)
         if holder is None:
             holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)
+            holder.channel = self
         holder.auto_ack = m.no_ack
         got = self.session.model.get(q, holder)
         if got is None:
@@ -690,6 +699,14 @@ class AmqpChannel:
             self.send(spec.BasicRecoverOk())
 
     # -- basic: publishing --------------------------------------------------------------------------
+    def trace_origin(self) -> tuple[str, str, int]:
+        """(user, connection, channel) in the firehose's trace messages (RabbitMQ's header values)."""
+        session = self.session
+        user = session.user
+        peer = session.peer
+        connection = f"{peer[0]}:{peer[1]}" if len(peer) >= 2 else str(peer)  # the client's address
+        return (user.name if user is not None else "", connection, self.id)
+
     def on_publish(self, m: spec.BasicPublish) -> None:
         if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
             raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
@@ -736,7 +753,8 @@ class AmqpChannel:
         model = session.model
         before = model.store_writes
         try:
-            result = model.publish(self.vhost, x, msg, queue_priority_only=True)
+            result = model.publish(self.vhost, x, msg, True,
+                                   self.trace_origin() if self.vhost.trace is not None else None)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541

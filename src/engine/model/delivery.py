@@ -92,6 +92,8 @@ class Delivery:
             holder.unacked[tag] = entry
             if arm_ack_timeout and entry.msg.ack_timeout is not None:
                 entry.timer = state.timers.add(now + entry.msg.ack_timeout, self.on_ack_timeout, (holder, tag))
+        if q.vhost.trace is not None:  # the firehose (off: this one check)
+            q.vhost.trace.delivered(q, entry, holder.trace_origin())
         return tag
 
     def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,

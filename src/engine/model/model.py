@@ -11,6 +11,7 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     expiry                      when a message expires, what dying makes of it (dead-lettering)
     paging                      the in-memory window of a queue and the store's page behind it
     streams                     stream queues: their logs, readers and bounded-batch delivery
+    trace                       the firehose (amq.rabbitmq.trace) of traced vhosts
     topology                    declare/delete/bind/unbind, auto-delete, x-expires
     publish                     the one publish path; enqueue; a message dying in a queue
     delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
@@ -33,6 +34,7 @@ from .routing import route
 from .state import ModelState
 from .streams import Streams, is_stream_args
 from .topology import Topology
+from .trace import Tracer
 
 __all__ = ["Model"]
 
@@ -40,7 +42,7 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("streams", "consume_stream",
+    __slots__ = ("streams", "consume_stream", "tracer",
                  "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
@@ -58,6 +60,8 @@ class Model(ModelState):
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
         publisher.light = delivery.light = light
+        self.tracer = tracer = Tracer(self)
+        tracer.enqueue = publisher.enqueue
         # the operations, bound once
         self.route = route
         self.exchange = topology.exchange
@@ -84,6 +88,10 @@ class Model(ModelState):
         self.supports_light = light.supports
         self.bind_light = light.bind
         self.paged_messages = pager.paged_messages
+
+    def set_trace(self, vhost: str, on: bool = True) -> None:
+        """Turn the firehose of ``vhost`` on or off (RabbitMQ's ``rabbitmqctl trace_on``)."""
+        self.tracer.enable(self.topology.add_vhost(vhost, persist=False), on)
 
     # -- recovery -------------------------------------------------------------------------------
     def restore(self, rec: Recovered) -> None:

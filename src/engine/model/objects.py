@@ -90,6 +90,10 @@ class Consumer:
             return False
         return not self.prefetch or self.unacked is None or len(self.unacked) < self.prefetch
 
+    def trace_origin(self) -> tuple[str, str, int]:
+        """(user, connection, channel) for the firehose's deliver trace; sessions override."""
+        return ("", "", 0)
+
 
 class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
@@ -375,9 +379,11 @@ def consumer_priority(c: Any) -> int:
 
 
 class VHost:
-    __slots__ = ("name", "exchanges", "queues")
+    __slots__ = ("name", "exchanges", "queues", "trace")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: the firehose tracer while this vhost is traced (``trace``), else None
+        self.trace: Any = None
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}

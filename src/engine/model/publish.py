@@ -38,7 +38,8 @@ class Publisher:
         self.pager: Pager
         self.light: LightTopics
 
-    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False) -> int:
+    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
+                origin: tuple[str, str, int] | None = None) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -48,7 +49,8 @@ class Publisher:
         confirm or receipt waits for its sync). A StoreError propagates.
 
         ``queue_priority_only``: the message's priority counts only in queues with
-        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq)."""
+        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
+        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -64,14 +66,14 @@ class Publisher:
             targets = route(vhost, x, msg.routing_key, headers)
         if not targets:
             args = x.args
-            if not args or "alternate-exchange" not in args:
-                return 0
-            alt = vhost.exchanges.get(str(args["alternate-exchange"]))
-            if alt is None:
-                return 0
-            targets = route(vhost, alt, msg.routing_key, headers)
-            if not targets:
-                return 0
+            alt = vhost.exchanges.get(str(args["alternate-exchange"])) if args and "alternate-exchange" in args \
+                else None
+            if alt is not None:
+                targets = route(vhost, alt, msg.routing_key, headers)
+        if vhost.trace is not None:  # the firehose (off: this one check)
+            vhost.trace.published(vhost, x, msg, targets, origin)
+        if not targets:
+            return 0
         plain = msg
         if msg.priority and queue_priority_only:
             # queues without x-max-priority ignore priority (enqueue caps it for those with one),

@@ -13,6 +13,7 @@ from .paging import Pager
 from .routers import ROUTER_TYPES
 from .state import ModelState
 from .streams import Streams, check_stream_declare, is_stream_args
+from .trace import TRACE_EXCHANGE
 
 __all__ = ["Topology"]
 
@@ -51,6 +52,8 @@ class Topology:
         vhost.exchanges[""] = Exchange(vhost, "", "direct", True, False, False, None)
         for xname, xtype in STANDARD_EXCHANGES:
             vhost.exchanges[xname] = Exchange(vhost, xname, xtype, True, False, False, None)
+        # the firehose's exchange is in every vhost, as RabbitMQ's; only traced vhosts publish to it
+        vhost.exchanges[TRACE_EXCHANGE] = Exchange(vhost, TRACE_EXCHANGE, "topic", True, False, True, None)
         return vhost
 
     def declare_exchange(self, vhost: VHost, name: str, type: str, durable: bool = True,
