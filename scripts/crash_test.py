@@ -171,14 +171,18 @@ def drain_and_ack(addr: tuple[str, int], idle: float = 0.5) -> list[bytes]:
     return bodies
 
 
-def read_stream(addr: tuple[str, int], idle: float = 0.5) -> list[tuple[int, bytes]] | None:
-    """The stream from ``first``: (offset, body) in delivery order; None while it does not exist."""
+def read_stream(addr: tuple[str, int], at_least: int = 0, idle: float = 0.5,
+                patience: float = 30.0) -> list[tuple[int, bytes]] | None:
+    """The stream from ``first``: (offset, body) in delivery order; None while it does not exist.
+    Reading ends after ``idle`` seconds without a frame once ``at_least`` messages came (a loaded
+    machine may pause longer than that mid-stream), else after ``patience`` seconds without one."""
     c = Client(addr)
     c.send_frame(b"SUBSCRIBE", {"destination": f"/amq/queue/{STREAM}", "id": "s", "ack": "client",
                                 "prefetch-count": "1000", "x-stream-offset": "first"})
     seen = 0
     out: list[tuple[int, bytes]] = []
-    while c.wait(lambda: len(c.frames) > seen or c.closed, idle):  # noqa: B023  # called right here
+    while c.wait(lambda: len(c.frames) > seen or c.closed,  # noqa: B023  # called right here
+                 idle if len(out) >= at_least else patience):
         with c.cond:
             new, seen = c.frames[seen:], len(c.frames)
         for cmd, hdrs, body in new:
@@ -292,7 +296,7 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
         proc, addr, lines = start_server(data, kind, store)
         try:
             bodies = drain_and_ack(addr)
-            check_stream(cycle, read_stream(addr), stream_receipted, counts)
+            check_stream(cycle, read_stream(addr, len(stream_receipted)), stream_receipted, counts)
             counts.stream_receipted = len(stream_receipted)
             counts.torn_dropped += sum(int(m.group(1)) for line in lines if (m := TORN_RE.search(line)))
             got = set(bodies)

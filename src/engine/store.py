@@ -7,6 +7,9 @@ methods, so the durable ``SegmentStore`` (and a PostgreSQL store) plug in withou
 A durable STOMP topic subscription is a durable queue plus its binding(s) to ``amq.topic``, so it is
 persisted through the queue and binding operations. Recovery rebuilds each durable queue's messages in
 enqueue order (a requeued message keeps its delivery count, not its place at the front).
+Messages held until a due time (a durable delayed exchange's, a durable queue's pending retries) are
+persisted the same way, in a hidden queue per holder whose copies carry their due time in a header
+(``engine.model.holding``): a store needs nothing more for them.
 
 Paging (LavinMQ's design): a queue keeps only a window of ready messages as Python objects; the
 model hands the rest to ``page_out`` and takes them back in order with ``page_in``. The defaults

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from amqpproto import spec
 from engine import Broker, Config, MemoryStore, Store
-from engine.testing import SimClient, SimNetwork
+from engine.testing import AmqpSimClient, SimClient, SimNetwork
 from stompproto import Ack, Connected, Error, Message, Nack, Receipt, Send, Subscribe, Unsubscribe
 
 
@@ -21,6 +22,15 @@ def connected(net: SimNetwork, version: str = "1.2", peer: tuple[Any, ...] | Non
     frame = client.stomp_connect(headers, version=version)
     assert isinstance(frame, Connected), frame
     client.events()
+    return client
+
+
+def amqp(net: SimNetwork) -> AmqpSimClient:
+    """An AMQP client with its connection open and channel 1 open."""
+    client = net.connect(protocol="amqp")
+    assert isinstance(client, AmqpSimClient)
+    assert isinstance(client.amqp_open(), spec.ConnectionOpenOk)
+    assert isinstance(client.open_channel(1), spec.ChannelOpenOk)
     return client
 
 

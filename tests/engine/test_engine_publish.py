@@ -3,18 +3,10 @@ model (alternate exchange, CC/BCC sender-selected distribution, overflow refusal
 
 from __future__ import annotations
 
-from enginetest_helpers import connected, messages, new_net, receipts, send, subscribe
+from enginetest_helpers import amqp, connected, messages, new_net, receipts, send, subscribe
 
 from amqpproto import spec
-from engine.testing import AmqpSimClient, SimNetwork
-
-
-def amqp(net: SimNetwork) -> AmqpSimClient:
-    client = net.connect(protocol="amqp")
-    assert isinstance(client, AmqpSimClient)
-    assert isinstance(client.amqp_open(), spec.ConnectionOpenOk)
-    assert isinstance(client.open_channel(1), spec.ChannelOpenOk)
-    return client
+from engine.testing import AmqpSimClient
 
 
 def get_body(c: AmqpSimClient, queue: str) -> bytes | None:

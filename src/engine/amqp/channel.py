@@ -40,7 +40,7 @@ from ..store import StoreError
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
 
 REPLY_TO = "amq.rabbitmq.reply-to"
-_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers", "x-delayed-message")
 #: queue arguments compared by value on redeclare (a client may send 10 as a short or a long)
 _NUMERIC_ARGS = frozenset(("x-expires", "x-message-ttl", "x-max-length", "x-max-length-bytes", "x-max-priority",
                            "x-delivery-limit", "x-consumer-timeout"))

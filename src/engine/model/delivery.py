@@ -13,6 +13,7 @@ from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority
 from .paging import Pager
 from .publish import Publisher
+from .retry import Retries
 from .state import ModelState
 from .streams import Streams
 from .topology import Topology
@@ -21,11 +22,12 @@ __all__ = ["Delivery"]
 
 
 class Delivery:
-    __slots__ = ("state", "pager", "light", "topology", "publisher", "streams")
+    __slots__ = ("state", "pager", "light", "topology", "publisher", "retries", "streams")
 
     def __init__(self, state: ModelState, pager: Pager, topology: Topology, publisher: Publisher,
-                 streams: Streams) -> None:
+                 retries: Retries, streams: Streams) -> None:
         self.state = state
+        self.retries = retries
         self.streams = streams
         self.pager = pager
         #: attached by the model (made after this layer: it calls back on ack timeouts)
@@ -151,12 +153,19 @@ class Delivery:
         return True
 
     def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
+        """A consumer rejects ``tag`` (and every earlier one if ``multiple``): requeued, or dead
+        (``requeue=False``); a queue with ``x-retry-delays`` retries it later either way."""
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
         q = consumer.queue
         if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
             self.streams.settled(consumer, False)
+            return True
+        retries = self.retries
+        if retries.delays and retries.handles(q):
+            for entry in taken:  # in delivery order: they come back in it when due together
+                retries.reject(q, entry)  # type: ignore[arg-type]
             return True
         for entry in reversed(taken):
             self._return(q, entry, requeue)

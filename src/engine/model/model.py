@@ -8,6 +8,8 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     state                       what every layer shares: store, timers, clock, counters
     light                       light topic subscriptions (buffers, drop policy, their delivery)
     routing                     where a message goes (exchange-to-exchange, CC/BCC)
+    holding                     messages held until a due time, kept in the store as they wait
+    delayed, retry              delayed exchanges (x-delay), retry back-off (x-retry-delays)
     expiry                      when a message expires, what dying makes of it (dead-lettering)
     paging                      the in-memory window of a queue and the store's page behind it
     streams                     stream queues: their logs, readers and bounded-batch delivery
@@ -25,11 +27,14 @@ from __future__ import annotations
 
 from .._timers import TimerQueue
 from ..store import Recovered, Store
+from .delayed import DELAYED_TYPE, DelayedExchanges
 from .delivery import Delivery
+from .holding import HOLDER_ARG, Holder
 from .light import LightTopics
 from .objects import Exchange, Queue
 from .paging import Pager
 from .publish import Publisher
+from .retry import RETRY_ARG, Retries
 from .routing import route
 from .state import ModelState
 from .streams import Streams, is_stream_args
@@ -42,8 +47,8 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("streams", "consume_stream", "tracer",
-                 "publisher", "pager", "topology", "delivery", "light", "route", "exchange", "add_vhost",
+    __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
+                 "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
                  "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages")
@@ -53,12 +58,19 @@ class Model(ModelState):
         # the pager and light topics report back through callbacks, so they are made after the
         # layers they call back, and attached to them
         self.streams = streams = Streams(self)
+        self.delayed = delayed = DelayedExchanges(self)
+        self.retries = retries = Retries(self)
         self.publisher = publisher = Publisher(self, streams)
         self.pager = pager = Pager(self, publisher.expire, publisher.on_expiry)
-        self.topology = topology = Topology(self, pager, streams)
-        self.delivery = delivery = Delivery(self, pager, topology, publisher, streams)
+        self.topology = topology = Topology(self, pager, delayed, retries, streams)
+        self.delivery = delivery = Delivery(self, pager, topology, publisher, retries, streams)
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
+        # held messages report back when due: routed from their delayed exchange (priority as
+        # AMQP publishes have it), or back into their retry queue (or dead there)
+        delayed.publish = lambda x, msg: publisher.publish(x.vhost, x, msg, True)
+        retries.requeue = publisher.enqueue
+        retries.dead = publisher.remove
         publisher.light = delivery.light = light
         self.tracer = tracer = Tracer(self)
         tracer.enqueue = publisher.enqueue
@@ -101,14 +113,22 @@ class Model(ModelState):
         for xd in rec.exchanges:
             vhost = self.topology.add_vhost(xd.vhost, persist=False)
             if xd.name not in vhost.exchanges:
-                vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete, xd.internal,
-                                                    xd.args)
+                x = vhost.exchanges[xd.name] = Exchange(vhost, xd.name, xd.type, xd.durable, xd.auto_delete,
+                                                        xd.internal, xd.args)
+                if xd.type == DELAYED_TYPE:
+                    self.delayed.attach(x, persist=False)
+        holders: list[tuple[str, str]] = []
         for qd in rec.queues:
+            if qd.args and HOLDER_ARG in qd.args:  # a delayed exchange's or retry queue's held messages
+                holders.append((qd.vhost, qd.name))
+                continue
             vhost = self.topology.add_vhost(qd.vhost, persist=False)
             if qd.name not in vhost.queues:
-                restored = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                queue = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
+                if qd.args and RETRY_ARG in qd.args:
+                    self.retries.attach(queue, persist=False)
                 if is_stream_args(qd.args):
-                    self.streams.open(restored)
+                    self.streams.open(queue)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:
@@ -143,3 +163,29 @@ class Model(ModelState):
                     q.count += paged
         max_id = max(max_id, rec.max_message_id)
         self._next_msg_id = max_id
+        self._restore_held(rec, holders)
+
+    def _restore_held(self, rec: Recovered, stored: list[tuple[str, str]]) -> None:
+        """Arm the held messages read back again; a holder whose owner is gone is deleted."""
+        by_name: dict[tuple[str, str], Holder] = {}
+        for target in self.delayed.targets.values():
+            by_name[(target.holder.vhost, target.holder.name)] = target.holder
+        for retrying in self.retries.holders.values():
+            by_name[(retrying.vhost, retrying.name)] = retrying
+        for key in stored:
+            holder = by_name.get(key)
+            if holder is None:
+                self.store.delete_queue(*key)
+                continue
+            for sm in rec.messages.get(key, ()):
+                self._next_msg_id = max(self._next_msg_id, sm.message.id)
+                holder.restore(sm.message, sm.delivery_count)
+            paged = rec.paged.get(key, 0)
+            while paged > 0:  # a backlog the store did not materialise: held messages live in memory
+                page, used = self.store.page_in(key[0], key[1], paged)
+                if not used:
+                    break
+                paged -= used
+                for msg, count, _ in page:
+                    self._next_msg_id = max(self._next_msg_id, msg.id)
+                    holder.restore(msg, count)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
-from .routers import Router, make_router
+from .routers import Router, router_for
 
 __all__ = [
     "VHost",
@@ -66,7 +66,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.args = args
-        self.router: Router = make_router(type, args)
+        self.router: Router = router_for(type, args)
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type})"

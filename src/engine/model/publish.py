@@ -10,6 +10,7 @@ here and in ``delivery``."""
 from __future__ import annotations
 
 from .._message import READY, Entry, Message
+from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
@@ -93,14 +94,17 @@ class Publisher:
             result |= PUBLISH_WROTE
         return result
 
-    def enqueue(self, q: Queue | LightConsumer, msg: Message, count: int = 0, persist: bool = True,
+    def enqueue(self, q: Queue | LightConsumer | DelayedTarget, msg: Message, count: int = 0, persist: bool = True,
                 queue_expires: float | None = None, resident: bool = False) -> bool:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
         queue's expiry of the message is the stored one (``queue_expires``). ``resident``: keep it in
         memory even past the window (recovery, when the store already paged the rest). False when a
         full queue with ``x-overflow`` reject-publish(-dlx) refused the message (AMQP confirms nack it)."""
-        if isinstance(q, LightConsumer):
-            self.light.enqueue(q, msg)
+        if type(q) is not Queue:
+            if isinstance(q, LightConsumer):
+                self.light.enqueue(q, msg)
+            else:  # a delayed exchange holds it until it is due (``delayed``)
+                q.hold(msg)  # type: ignore[union-attr]
             return True
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
             self.streams.append(q, msg)

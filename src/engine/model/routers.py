@@ -20,7 +20,8 @@ __all__ = [
     "ROUTER_TYPES",
     "PartitionRouter",
     "PARTITION_ARG",
-    "make_router",
+    "DELAYED_TYPE",
+    "router_for",
     "PREFIX_ARG",
 ]
 
@@ -393,15 +394,21 @@ class PartitionRouter(DirectRouter):
 PARTITION_ARG = "x-partitioned"
 
 
-def make_router(type: str, args: dict[str, Any] | None) -> Router:
-    if type == "direct" and args and args.get(PARTITION_ARG) is True:
-        return PartitionRouter()
-    return ROUTER_TYPES[type]()
-
-
 ROUTER_TYPES: dict[str, type[Router]] = {
     "direct": DirectRouter,
     "fanout": FanoutRouter,
     "topic": TopicRouter,
     "headers": HeadersRouter,
 }
+
+#: the delayed-message exchange type (``delayed``): it routes as its ``x-delayed-type`` argument says
+DELAYED_TYPE = "x-delayed-message"
+
+
+def router_for(type: str, args: dict[str, Any] | None) -> Router:
+    """A new router for an exchange of ``type`` (a delayed exchange's is its inner type's)."""
+    if type == DELAYED_TYPE:
+        type = str((args or {}).get("x-delayed-type"))
+    if type == "direct" and args and args.get(PARTITION_ARG) is True:
+        return PartitionRouter()
+    return ROUTER_TYPES[type]()

@@ -31,7 +31,7 @@ def route(vhost: VHost, exchange: Exchange, key: str, headers: dict[str, Any] | 
     pending = list(found)
     while pending:
         dest = pending.pop(0)
-        if isinstance(dest, (Queue, LightConsumer)):
+        if type(dest) is not Exchange:  # a queue, a light subscription, a delayed exchange's holder
             queues[dest] = None
         elif dest.name not in visited:
             visited.add(dest.name)

@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
+from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
 from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked, Unsupported
+from .holding import HOLDER_PREFIX
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
+from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
 from .state import ModelState
 from .streams import Streams, check_stream_declare, is_stream_args
@@ -19,11 +22,14 @@ __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "streams", "unused_timers")
+    __slots__ = ("state", "pager", "delayed", "retries", "streams", "unused_timers")
 
-    def __init__(self, state: ModelState, pager: Pager, streams: Streams) -> None:
+    def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries,
+                 streams: Streams) -> None:
         self.state = state
         self.pager = pager
+        self.delayed = delayed
+        self.retries = retries
         self.streams = streams
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
@@ -70,11 +76,15 @@ class Topology:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type not in ROUTER_TYPES:
-            raise PreconditionFailed(f"invalid exchange type '{type}'")
+            if type != DELAYED_TYPE:
+                raise PreconditionFailed(f"invalid exchange type '{type}'")
+            check_delayed_args(args)
         if durable:
             state.store.add_exchange(ExchangeDef(vhost.name, name, type, durable, auto_delete, internal, args))
             state.store_write()
         x = vhost.exchanges[name] = Exchange(vhost, name, type, durable, auto_delete, internal, args)
+        if type == DELAYED_TYPE:
+            self.delayed.attach(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
@@ -96,6 +106,7 @@ class Topology:
         if x.durable:
             state.store.delete_exchange(vhost.name, name)
             state.store_write()
+        self.delayed.detach(x)
 
     # -- queues ----------------------------------------------------------------------------------
     def declare_queue(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
@@ -110,8 +121,12 @@ class Topology:
             return q
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{vhost.name}'")
+        if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
         check_stream_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
+        if args and RETRY_ARG in args:
+            parse_retry_delays(args[RETRY_ARG], name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
@@ -120,6 +135,8 @@ class Topology:
             self.arm_unused(q)
         if is_stream_args(args):
             self.streams.open(q)
+        if args and RETRY_ARG in args:
+            self.retries.attach(q)
         return q
 
     def touch(self, q: Queue) -> None:
@@ -172,6 +189,8 @@ class Topology:
         if q.durable:
             state.store.delete_queue(vhost.name, q.name)
             state.store_write()
+        if self.retries.handles(q):
+            self.retries.detach(q)
         state.dirty.pop(q, None)
         return dropped
 
