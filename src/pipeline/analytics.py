@@ -70,8 +70,10 @@ def tables(events: Any) -> dict[str, Any]:
     deliveries = (events.where(F.col("kind") == "deliver").groupBy(F.col("name").alias("queue"))
                   .agg(F.count("*").alias("deliveries"),
                        F.sum(F.col("redelivered").cast("int")).alias("redeliveries")))
-    dead = (events.where((F.col("kind") == "publish") & F.col("dead_letter_queue").isNotNull())
-            .groupBy(F.col("dead_letter_queue").alias("queue")).agg(F.count("*").alias("dead_letters")))
+    # a dead letter is a message carrying x-first-death-queue: counted once whether the trace has
+    # its republication (a recorder) or only its deliveries (RabbitMQ's firehose traces no dead-lettering)
+    dead = (events.where(F.col("dead_letter_queue").isNotNull())
+            .groupBy(F.col("dead_letter_queue").alias("queue")).agg(F.countDistinct("key").alias("dead_letters")))
     redeliveries = (deliveries.join(dead, "queue", "full_outer")
                     .select("queue", F.coalesce("deliveries", F.lit(0)).alias("deliveries"),
                             F.coalesce("redeliveries", F.lit(0)).alias("redeliveries"),

@@ -228,6 +228,10 @@ class Client:
         self._call(spec.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
                    spec.QueueBindOk)
 
+    def unbind(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        self._call(spec.QueueUnbind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
+                   spec.QueueUnbindOk)
+
     def qos(self, prefetch: int) -> None:
         self._call(spec.BasicQos(prefetch_count=prefetch, channel=CH), spec.BasicQosOk)
 

@@ -21,7 +21,7 @@ import pytest
 from pipelinekit import Broker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from e2ekit import LISTEN_RE, ServerProcess, start_server  # noqa: E402
+from e2ekit import ServerProcess, start_server  # noqa: E402
 
 RABBITMQ = os.environ.get("SANSMQ_RABBITMQ")
 
@@ -65,13 +65,13 @@ def spark(spark_available: None) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     if RABBITMQ:
-        yield Broker(f"amqp://guest:guest@{RABBITMQ}/%2F", dedup=False, name="rabbitmq")
+        yield Broker(f"amqp://guest:guest@{RABBITMQ}/%2F", dedup=False, name="rabbitmq", firehose=False)
         return
     cfg = tmp_path_factory.mktemp("cfg") / "sansmq.toml"
     cfg.write_text("")
-    srv: ServerProcess = start_server("threads", cfg)
+    srv: ServerProcess = start_server("threads", cfg, "--trace", "/")  # the firehose, for the analytics test
     try:
-        amqp = next(m for line in srv.lines if (m := LISTEN_RE.fullmatch(line)) and m.group(1) == "amqp")
-        yield Broker(f"amqp://guest:guest@{amqp.group(2)}:{amqp.group(3)}/%2F", dedup=True, name="sansmq")
+        # port() waits for the listener's log line (the server may still be starting)
+        yield Broker(f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/%2F", dedup=True, name="sansmq", firehose=True)
     finally:
         srv.terminate()

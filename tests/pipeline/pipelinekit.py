@@ -18,6 +18,8 @@ class Broker:
     url: str
     dedup: bool  # producer deduplication (x-producer/x-publishing-id): sansmq yes, RabbitMQ no
     name: str
+    #: the vhost's firehose is on (sansmq serve --trace /); RabbitMQ's needs rabbitmqctl trace_on
+    firehose: bool = False
 
     def stream(self, prefix: str) -> str:
         """A fresh stream with a unique name."""
@@ -57,9 +59,10 @@ class Broker:
 
 
 class TrafficRecorder:
-    """Real traffic through the broker's classic queues, recorded into a trace stream in the
-    firehose's format (routing key ``publish.<exchange>`` / ``deliver.<queue>``, RabbitMQ's trace
-    headers plus ``timestamp_in_ms``), as the broker's own firehose will record it.
+    """Real traffic through the broker's classic queues, into a trace stream: the broker's own
+    firehose when it has one on (the stream is bound to amq.rabbitmq.trace while the traffic runs),
+    else recorded by the clients in the firehose's format (routing key ``publish.<exchange>`` /
+    ``deliver.<queue>``, RabbitMQ's trace headers plus ``timestamp_in_ms``) and appended by ``flush``.
 
     Work queues ``orders`` and ``billing`` (bound to amq.topic), and ``retry`` whose rejected
     messages are dead-lettered to ``parked``: deliveries, redeliveries and dead letters all happen
@@ -74,6 +77,9 @@ class TrafficRecorder:
 
     def _record(self, routing_key: str, headers: dict[str, object], body: bytes) -> None:
         import time
+
+        if self.broker.firehose:
+            return  # the broker traces it
 
         headers["timestamp_in_ms"] = int(time.time() * 1000)
         headers["node"] = "pipeline-test"
@@ -90,6 +96,8 @@ class TrafficRecorder:
         q = self.queues
         counts = {"published": 0, "redelivered": 0, "dead_letters": 0}
         with Client(self.broker.url) as c:
+            if self.broker.firehose:
+                c.bind(self.trace, "amq.rabbitmq.trace", "#")
             c.declare(q["orders"], durable=False)
             c.declare(q["billing"], durable=False)
             c.declare(q["parked"], durable=False)
@@ -143,7 +151,11 @@ class TrafficRecorder:
         c.cancel(tag)
 
     def flush(self) -> None:
-        """Append the records to the trace stream."""
+        """Append the records to the trace stream (stop tracing into it, with the broker's firehose)."""
+        if self.broker.firehose:
+            with Client(self.broker.url) as c:
+                c.unbind(self.trace, "amq.rabbitmq.trace", "#")
+            return
         exchange = f"firehose-{self.tag}"  # stands for amq.rabbitmq.trace
         with Client(self.broker.url) as c:
             c.declare_exchange(exchange, "topic", durable=False)
