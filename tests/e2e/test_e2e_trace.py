@@ -80,3 +80,13 @@ def test_a_stream_bound_to_the_firehose_keeps_the_traffic_history(server: Server
     assert seen[:5] == [("publish.fh-x", str(i).encode()) for i in range(5)]
     ch.queue_delete("fh-history")
     conn.close()
+
+
+def test_trace_of_an_unknown_vhost_is_a_usage_error_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "servers", "serve", "--trace", "nope", "--check-config"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["sansmq serve: error: --trace: vhost 'nope' is not one of vhosts ['/']"]
