@@ -109,3 +109,25 @@ def test_trace_vhosts_config_key_is_checked() -> None:
         from_mapping({"trace_vhosts": ["missing"]})
     with pytest.raises(ConfigError):
         from_mapping({"trace_vhosts": "/"})
+
+
+def test_deliveries_from_a_stream_are_traced_but_not_those_of_a_trace_stream() -> None:
+    net = traced_net("/")
+    c = amqp(net)
+    trace_queue(c)
+    declare(c, "history", durable=True, arguments={"x-queue-type": "stream"})
+    assert isinstance(c.call(spec.QueueBind(queue="history", exchange=TRACE_EXCHANGE, routing_key="publish.#",
+                                            channel=1)), spec.QueueBindOk)
+    declare(c, "s", durable=True, arguments={"x-queue-type": "stream"})
+    publish(c, "s", b"event")
+    net.run_until_idle()
+    c.call(spec.BasicQos(prefetch_count=10, channel=1))
+    for queue in ("s", "history"):
+        c.call(spec.BasicConsume(queue=queue, consumer_tag=queue, arguments={"x-stream-offset": "first"},
+                                 channel=1))
+    net.run_until_idle()
+    assert sorted((d.consumer_tag, d.body) for d in c.of(spec.BasicDeliver)) == [("history", b"event"),
+                                                                                 ("s", b"event")]
+    traces = drain(c)
+    assert [key for key, _, _ in traces] == ["publish.amq.default", "deliver.s"]
+    assert traces[1][1]["redelivered"] == 0

@@ -195,6 +195,7 @@ class Streams:
         state = self.state
         end = min(log.committed, log.tail)
         readers = self.readers
+        trace = q.vhost.trace  # the firehose (``trace``), None when off
         for c in list(q.consumers or ()):
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
@@ -215,6 +216,8 @@ class Streams:
                     c.unacked = {}
                 c.unacked[tag] = entry
                 reader.offset = rec.offset + 1
+                if trace is not None:
+                    trace.delivered(q, entry, c.trace_origin())
                 owner.deliver(c, tag, entry)
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
