@@ -10,7 +10,11 @@ random moment. The checks, over all cycles:
   (an ACK sent but not receipted may or may not have taken effect before the kill);
 * no message whose ACK was receipted ever comes back;
 * no message appears twice in one drain (a redelivery is only allowed for unconfirmed acks);
-* the server always starts again on the crashed directory (torn tails dropped, counted).
+* the server always starts again on the crashed directory (torn tails dropped, counted);
+* streams: every message is also appended to a stream (``/queue/crash-stream``, declared with
+  ``x-queue-type:stream``); read from ``first`` after each restart, its offsets run 0, 1, 2, ...
+  without a gap, no message appears twice, and every receipted append is there (streams keep
+  everything, so this holds over all cycles).
 
 Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]``
 (``--store postgresql://...`` crash-tests the PostgreSQL store in that database instead)
@@ -35,6 +39,9 @@ from dataclasses import dataclass, field
 LISTEN_RE = re.compile(rb"sansmq: stomp listening on \[?([^\s\]]+)\]?:(\d+)")
 TORN_RE = re.compile(rb"recovery: (\d+) message records missing or torn")
 QUEUE = "/queue/crash"
+STREAM = "crash-stream"
+STREAM_DECLARE = {"destination": f"/queue/{STREAM}", "x-queue-type": "stream", "durable": "true",
+                  "auto-delete": "false"}
 KINDS = ("asyncio", "threads", "trio")
 
 
@@ -48,6 +55,8 @@ class Counts:
     redelivered_unconfirmed: int = 0
     unreceipted_survivors: int = 0
     torn_dropped: int = 0
+    stream_receipted: int = 0
+    stream_read: int = 0
     violations: list[str] = field(default_factory=list)
 
 
@@ -162,9 +171,61 @@ def drain_and_ack(addr: tuple[str, int], idle: float = 0.5) -> list[bytes]:
     return bodies
 
 
+def read_stream(addr: tuple[str, int], at_least: int = 0, idle: float = 0.5,
+                patience: float = 30.0) -> list[tuple[int, bytes]] | None:
+    """The stream from ``first``: (offset, body) in delivery order; None while it does not exist.
+    Reading ends after ``idle`` seconds without a frame once ``at_least`` messages came (a loaded
+    machine may pause longer than that mid-stream), else after ``patience`` seconds without one."""
+    c = Client(addr)
+    c.send_frame(b"SUBSCRIBE", {"destination": f"/amq/queue/{STREAM}", "id": "s", "ack": "client",
+                                "prefetch-count": "1000", "x-stream-offset": "first"})
+    seen = 0
+    out: list[tuple[int, bytes]] = []
+    while c.wait(lambda: len(c.frames) > seen or c.closed,  # noqa: B023  # called right here
+                 idle if len(out) >= at_least else patience):
+        with c.cond:
+            new, seen = c.frames[seen:], len(c.frames)
+        for cmd, hdrs, body in new:
+            if cmd == b"ERROR":
+                c.close()
+                if b"no queue" in body or "no queue" in hdrs.get("message", ""):
+                    return None
+                raise RuntimeError(f"ERROR while reading the stream: {hdrs} {body!r}")
+            if cmd == b"MESSAGE":
+                out.append((int(hdrs["x-stream-offset"]), body))
+                c.send_frame(b"ACK", {"id": hdrs["ack"]})  # client mode: acks everything so far
+        if c.closed:
+            break
+    c.close()
+    return out
+
+
+def check_stream(cycle: int, got: list[tuple[int, bytes]] | None, receipted: set[bytes], counts: Counts) -> None:
+    if got is None:
+        if receipted:
+            counts.violations.append(f"cycle {cycle}: the stream is gone with {len(receipted)} receipted appends")
+        return
+    offsets = [o for o, _ in got]
+    if offsets != list(range(len(got))):
+        counts.violations.append(f"cycle {cycle}: stream offsets are not 0..{len(got) - 1}: {offsets[:20]}...")
+    bodies = [b for _, b in got]
+    if len(set(bodies)) != len(bodies):
+        counts.violations.append(f"cycle {cycle}: a message appears twice in the stream")
+    for b in receipted - set(bodies):
+        counts.violations.append(f"cycle {cycle}: receipted stream append {b!r} lost")
+    counts.stream_read = len(got)
+
+
+def _note_receipt(rid: str, receipted: set[bytes], stream_receipted: set[bytes]) -> None:
+    if rid.startswith("s-"):
+        stream_receipted.add(rid[2:].encode())
+    else:
+        receipted.add(rid.encode())
+
+
 def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
          receipted: set[bytes], acked: set[bytes], delivered: set[bytes], ack_sent: set[bytes],
-         counts: Counts) -> None:
+         counts: Counts, stream_receipted: set[bytes]) -> None:
     """Publish and consume until ``duration`` passed (the server is killed meanwhile)."""
     try:
         pub = Client(addr)
@@ -185,12 +246,13 @@ def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
                 n += 1
                 body = f"c{cycle}-{n}".encode()
                 pub.send_frame(b"SEND", {"destination": QUEUE, "persistent": "true", "receipt": body.decode()}, body)
+                pub.send_frame(b"SEND", {**STREAM_DECLARE, "receipt": "s-" + body.decode()}, body)
                 counts.sent += 1
             with pub.cond:
                 new_p, seen_p = pub.frames[seen_p:], len(pub.frames)
             for cmd, hdrs, _ in new_p:
                 if cmd == b"RECEIPT":
-                    receipted.add(hdrs["receipt-id"].encode())
+                    _note_receipt(hdrs["receipt-id"], receipted, stream_receipted)
             with con.cond:
                 new_c, seen_c = con.frames[seen_c:], len(con.frames)
             for cmd, hdrs, body in new_c:
@@ -210,7 +272,7 @@ def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
         # receipts that arrived before the kill still count
         for cmd, hdrs, _ in list(pub.frames):
             if cmd == b"RECEIPT":
-                receipted.add(hdrs["receipt-id"].encode())
+                _note_receipt(hdrs["receipt-id"], receipted, stream_receipted)
         for cmd, hdrs, _ in list(con.frames):
             if cmd == b"RECEIPT" and hdrs["receipt-id"].startswith("a-"):
                 acked.add(hdrs["receipt-id"][2:].encode())
@@ -228,11 +290,14 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
     gone: set[bytes] = set()  # drained and acked with receipt in an earlier check
     ack_sent: set[bytes] = set()  # an ACK went out (confirmed or not)
     delivered_prev: set[bytes] = set()
+    stream_receipted: set[bytes] = set()  # appended to the stream with a receipt, over all cycles
     for cycle in range(cycles + 1):
         kind = kinds[cycle % len(kinds)]
         proc, addr, lines = start_server(data, kind, store)
         try:
             bodies = drain_and_ack(addr)
+            check_stream(cycle, read_stream(addr, len(stream_receipted)), stream_receipted, counts)
+            counts.stream_receipted = len(stream_receipted)
             counts.torn_dropped += sum(int(m.group(1)) for line in lines if (m := TORN_RE.search(line)))
             got = set(bodies)
             if len(got) != len(bodies):
@@ -258,7 +323,7 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
             duration = rng.uniform(0.05, 0.5)
             killer = threading.Timer(duration, proc.send_signal, (signal.SIGKILL,))
             killer.start()
-            load(addr, cycle, duration + 1.0, rng, receipted, acked, delivered, ack_sent, counts)
+            load(addr, cycle, duration + 1.0, rng, receipted, acked, delivered, ack_sent, counts, stream_receipted)
             killer.join()
             delivered_prev = delivered
             counts.cycles += 1
@@ -288,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.data:
             shutil.rmtree(data, ignore_errors=True)
     for name in ("cycles", "sent", "receipted", "acked_confirmed", "recovered", "redelivered_unconfirmed",
-                 "unreceipted_survivors", "torn_dropped"):
+                 "unreceipted_survivors", "torn_dropped", "stream_receipted", "stream_read"):
         print(f"{name:24} {getattr(counts, name)}")
     print(f"{'violations':24} {len(counts.violations)}")
     for v in counts.violations[:20]:

@@ -9,7 +9,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+
+# Java for PySpark (tests/pipeline): Debian's openjdk-17-jre-headless unless a java >= 17 is there.
+bash scripts/install-java.sh
+export SANSMQ_REQUIRE_SPARK=1
 
 # Headless Chromium (Debian's package) and @stomp/stompjs for the real-browser WebSocket tests.
 bash scripts/install-browser-deps.sh

@@ -14,6 +14,8 @@ a whole message is one event both ways; frames are assembled on receive and spli
 negotiated frame_max on send. Other events: ProtocolHeader, Heartbeat, HeartbeatDue,
 PeerTimedOut, ConnectionClosed.
 
+Log-in. ``conn.start_ok(start, user, password, product)`` (client) answers connection.start with
+PLAIN (AMQPLAIN if that is all the server offers) and the usual client capabilities.
 Tuning. ``conn.tune()`` (server) proposes our limits, ``conn.tune_ok(tune)`` (client) negotiates;
 the negotiated ``frame_max``/``channel_max``/``heartbeat`` apply once tune-ok has passed.
 

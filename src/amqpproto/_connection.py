@@ -22,6 +22,7 @@ from ._events import (
     ProtocolHeader,
 )
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
+from ._sasl import amqplain_response, plain_response
 from ._state import CLIENT, SERVER, ChannelState, ConnectionState, Role
 from ._writers import HEARTBEAT_FRAME
 
@@ -308,6 +309,20 @@ class Connection:
                 and now >= self._last_send + self.heartbeat):
             self._due_sent = True
             self._queued.append(HeartbeatDue())
+
+    def start_ok(self, start: spec.ConnectionStart, user: str, password: str,
+                 product: str) -> spec.ConnectionStartOk:
+        """Client helper: the start-ok logging in as ``user`` with PLAIN (AMQPLAIN if the server
+        offers only that), announcing the RabbitMQ capabilities a confirming consumer relies on."""
+        mechs = bytes(start.mechanisms).split()
+        if b"PLAIN" in mechs or not mechs:
+            mech, response = "PLAIN", plain_response(user, password)
+        else:
+            mech, response = "AMQPLAIN", amqplain_response(user, password)
+        props = {"product": product, "capabilities": {
+            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
+            "authentication_failure_close": True}}  # a refused log-in is a connection.close 403
+        return spec.ConnectionStartOk(props, mech, response, "en_US")
 
     def tune_ok(self, tune: spec.ConnectionTune) -> spec.ConnectionTuneOk:
         """Client helper: the tune-ok that negotiates the server's proposal with our limits."""

@@ -111,6 +111,8 @@ class Broker:
         for name in config.vhosts:
             self.model.add_vhost(name, persist=False)
         self.model.add_vhost(config.default_vhost, persist=False)
+        for name in config.trace_vhosts:
+            self.model.set_trace(name)
         self._bootstrap_users()
 
     def _bootstrap_users(self) -> None:
@@ -218,6 +220,7 @@ class Broker:
         self._enter(now)
         if token > self._synced_token:
             self._synced_token = token
+        self.model.streams.committed()  # the sync moved streams' committed offsets: wake their readers
         for session in list(self._holding):
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()

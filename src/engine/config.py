@@ -94,4 +94,6 @@ class Config:
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
+    #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
+    trace_vhosts: tuple[str, ...] = ()
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

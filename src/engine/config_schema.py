@@ -83,6 +83,7 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "anonymous_user": _str,
     "vhosts": _str_list,
     "default_vhost": _str,
+    "trace_vhosts": _str_list,
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
     "http": _str,  # management API listener, HOST:PORT ('' = off); --http overrides
@@ -137,6 +138,11 @@ def from_mapping(data: dict[str, Any]) -> Config:
     if "vhosts" in data:
         vhosts = _check(_str_list, data["vhosts"], "vhosts")
         cfg.vhosts = vhosts if cfg.default_vhost in vhosts else (cfg.default_vhost, *vhosts)
+    if "trace_vhosts" in data:
+        cfg.trace_vhosts = _check(_str_list, data["trace_vhosts"], "trace_vhosts")
+        unknown = [name for name in cfg.trace_vhosts if name not in cfg.vhosts]
+        if unknown:
+            raise ConfigError(f"traced vhost '{unknown[0]}' is not one of vhosts {list(cfg.vhosts)}", "trace_vhosts")
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
     for key in ("http", "prometheus"):

@@ -103,13 +103,7 @@ class AmqpClient(BenchConnection):
 
     def _on_start(self, ev: spec.ConnectionStart) -> None:
         o = self.opts
-        mechs = bytes(ev.mechanisms).split()
-        mech = "PLAIN" if b"PLAIN" in mechs or not mechs else "AMQPLAIN"
-        response = (amqpproto.plain_response(o.user, o.password) if mech == "PLAIN"
-                    else amqpproto.amqplain_response(o.user, o.password))
-        props = {"product": "sansmq bench", "capabilities": {
-            "publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True}}
-        self.write(self.conn.send(spec.ConnectionStartOk(props, mech, response, "en_US")))
+        self.write(self.conn.send(self.conn.start_ok(ev, o.user, o.password, "sansmq bench")))
 
     def _on_tune(self, ev: spec.ConnectionTune) -> None:
         conn = self.conn

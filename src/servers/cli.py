@@ -28,9 +28,12 @@ from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, OpsListeners
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
+from .streams_cli import add_streams_arguments, streams_command
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
+from pipeline.analyze import DESCRIPTION as ANALYZE_DESCRIPTION
+from pipeline.analyze import add_arguments as add_analyze_arguments
 
 __all__ = ["main", "parse_address", "parse_bytes", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -124,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,streams}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -192,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
+    serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
+                       help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
+                            "(repeatable; adds to the config's trace_vhosts)")
     serve.add_argument("--shutdown-timeout", metavar="SECONDS", type=_seconds, default=None,
                        help="on SIGTERM/SIGINT, how long clients get to answer their protocol's close "
                             "before they are dropped (default 5)")
@@ -221,7 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bench_arguments(bench)
-    parser.set_defaults(subparsers={"serve": serve, "bench": bench})
+    analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
+                             description=ANALYZE_DESCRIPTION)
+    add_analyze_arguments(analyze)
+    streams = sub.add_parser("streams", help="stream queues on a running broker: create-partitioned")
+    add_streams_arguments(streams)
+    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
+                                    "streams": streams})
     return parser
 
 
@@ -300,6 +312,11 @@ def _load_config(args: argparse.Namespace) -> Config:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    for vhost in args.trace:
+        if vhost not in config.vhosts:
+            raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
+        if vhost not in config.trace_vhosts:
+            config.trace_vhosts = (*config.trace_vhosts, vhost)
     return config
 
 
@@ -406,6 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sansmq_bench import command
 
         return command(args, sub)
+    if args.command == "analyze":
+        from pipeline.analyze import command as analyze_command
+
+        return analyze_command(args, sub)
+    if args.command == "streams":
+        return streams_command(args, sub)
     try:
         _setup_logging(args)
         return _serve(args)

@@ -644,3 +644,16 @@ def test_content_table_exhaustive(cstate, ftype):
         with pytest.raises(a.RemoteProtocolError) as ei:
             s.next_event()
         assert ei.value.reply_code == spec.UNEXPECTED_FRAME
+
+
+def test_client_start_ok_prefers_plain_and_falls_back_to_amqplain() -> None:
+    import amqpproto as a
+
+    conn = a.Connection(a.CLIENT)
+    ok = conn.start_ok(a.ConnectionStart(mechanisms=b"AMQPLAIN PLAIN"), "u", "p", "prod")
+    assert (ok.mechanism, bytes(ok.response)) == ("PLAIN", b"\x00u\x00p")
+    assert ok.client_properties["product"] == "prod"
+    assert ok.client_properties["capabilities"]["publisher_confirms"] is True
+    ok = conn.start_ok(a.ConnectionStart(mechanisms=b"AMQPLAIN"), "u", "p", "prod")
+    assert ok.mechanism == "AMQPLAIN"
+    assert a.parse_sasl_response("AMQPLAIN", bytes(ok.response)) == ("u", "p")

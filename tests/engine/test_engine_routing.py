@@ -118,7 +118,8 @@ def test_default_exchange_and_unknown_exchange():
     q = m.declare_queue(vh, "q")
     assert m.route(vh, vh.exchanges[""], "q", None) == [q]
     assert m.route(vh, vh.exchanges[""], "nope", None) == []
-    assert set(vh.exchanges) == {"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"}
+    assert set(vh.exchanges) == {"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match",
+                                 "amq.rabbitmq.trace"}
 
 
 def test_delete_queue_removes_bindings():

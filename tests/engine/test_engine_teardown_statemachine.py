@@ -17,12 +17,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from engine import Consumer, MemoryStore
 from engine._timers import TimerQueue
 from engine.model import STANDARD_EXCHANGES, Exchange, Model, Queue
+from engine.model.trace import TRACE_EXCHANGE
 
 EXCHANGES = ("a", "b", "c")
 QUEUES = ("q1", "q2", "q3")
 KEYS = ("k1", "k2")
 CONNS = (1, 2)
-STANDARD = {"", *(name for name, _ in STANDARD_EXCHANGES)}
+STANDARD = {"", *(name for name, _ in STANDARD_EXCHANGES), TRACE_EXCHANGE}
 
 
 class Owner:

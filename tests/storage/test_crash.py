@@ -31,3 +31,4 @@ def test_sigkill_under_load_loses_no_receipted_message(tmp_path: Path, store: st
     assert counts.cycles == cycles
     # the load really ran and the checks had something to check
     assert counts.receipted > 10 * cycles and counts.acked_confirmed > 5 * cycles and counts.recovered > 0
+    assert counts.stream_receipted > 10 * cycles and counts.stream_read >= counts.stream_receipted

@@ -34,6 +34,7 @@ from ..model import (
 )
 from ..model.objects import amqp_type_name
 from ..model.security import Access, UserAccess, UserRecord
+from ..model.streams import parse_consumer_args
 from ..store import StoreError
 
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
@@ -61,6 +62,7 @@ class ChannelOwner(ConsumerOwner, Protocol):
     host: Host
     model: Model
     conn: amqpproto.Connection
+    peer: tuple[Any, ...]
     vhost: VHost | None
     user: UserRecord | None
     #: the user's permissions in ``vhost`` (set by connection.open)
@@ -105,10 +107,17 @@ class AmqpConsumer(Consumer):
         return Consumer.ready(self)
 
 
+    def trace_origin(self) -> tuple[str, str, int]:
+        return self.channel.trace_origin()
+
+
 class _GetHolder(Consumer):
     """Holds basic.get deliveries awaiting ack (never registered on the queue)."""
 
-    __slots__ = ()
+    __slots__ = ("channel",)
+
+    def trace_origin(self) -> tuple[str, str, int]:
+        return self.channel.trace_origin()
 
 
 def _bool_arg(value: Any) -> bool:
@@ -210,6 +219,8 @@ class AmqpChannel:
         try:
             handler(self, m)
         except ModelError as exc:
+            if exc.code == spec.NOT_IMPLEMENTED:  # a hard error, as RabbitMQ's
+                raise AmqpConnectionError(exc.code, exc.text, type(m)) from None
             raise ChannelError(exc.code, exc.text, type(m)) from None
 
     def teardown(self) -> None:
@@ -388,7 +399,9 @@ class AmqpChannel:
                 if m.exclusive:
                     session.exclusive[q] = None
         if not m.nowait:
-            self.send(spec.QueueDeclareOk(q.name, q.count, q.consumer_count()))
+            # a stream's message count is its end offset (sansmq: capability stream_end_offset)
+            count = model.streams.visible_end(q) if q.stream else q.count
+            self.send(spec.QueueDeclareOk(q.name, count, q.consumer_count()))
 
     def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:
         if (q.exclusive_owner is not None) != bool(m.exclusive):  # RabbitMQ: 405, not 406
@@ -498,10 +511,28 @@ class AmqpChannel:
                 raise ChannelError(spec.PRECONDITION_FAILED, "invalid x-priority", type(m)) from None
         # no_local is ignored, as RabbitMQ ignores it: a consumer gets its own connection's messages
         consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
+        if q.stream:
+            start, name = self._stream_consumer(q, m)
+            self.consumers[tag] = consumer
+            if not m.nowait:
+                self.send(spec.BasicConsumeOk(tag))
+            model.consume_stream(q, consumer, start, name, priority)
+            return
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send(spec.BasicConsumeOk(tag))
         model.consume(q, consumer, priority)
+
+    def _stream_consumer(self, q: Queue, m: spec.BasicConsume) -> tuple[Any, str | None]:
+        """A stream consumer needs manual acks and a (per-consumer) prefetch, as RabbitMQ's."""
+        where = f"queue '{q.name}' in vhost '{self.vhost.name}'"
+        if m.no_ack:
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "automatic acknowledgement not supported by stream "
+                                      f"queues {where}", type(m))
+        if not self.prefetch or self.global_prefetch:
+            raise ChannelError(spec.PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'",
+                               type(m))
+        return parse_consumer_args(m.arguments)
 
     def _reply_queue(self, m: spec.BasicConsume) -> Queue:
         """Direct reply-to: a pseudo-queue only this consumer reads, named for the reply-to
@@ -553,9 +584,13 @@ class AmqpChannel:
     def on_get(self, m: spec.BasicGet) -> None:
         self._permit("read", "queue", m.queue, type(m))
         q = self._queue(m.queue, type(m))
+        if q.stream:
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue "
+                                      f"'{q.name}' in vhost '{self.vhost.name}'", type(m))
         holder = self.getters.get(q)
         if holder is None:
             holder = self.getters[q] = _GetHolder(q, self.session, 0, m.no_ack)
+            holder.channel = self
         holder.auto_ack = m.no_ack
         got = self.session.model.get(q, holder)
         if got is None:
@@ -692,6 +727,14 @@ class AmqpChannel:
             self.send(spec.BasicRecoverOk())
 
     # -- basic: publishing --------------------------------------------------------------------------
+    def trace_origin(self) -> tuple[str, str, int]:
+        """(user, connection, channel) in the firehose's trace messages (RabbitMQ's header values)."""
+        session = self.session
+        user = session.user
+        peer = session.peer
+        connection = f"{peer[0]}:{peer[1]}" if len(peer) >= 2 else str(peer)  # the client's address
+        return (user.name if user is not None else "", connection, self.id)
+
     def on_publish(self, m: spec.BasicPublish) -> None:
         if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
             raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
@@ -740,7 +783,8 @@ class AmqpChannel:
         model = session.model
         before = model.store_writes
         try:
-            result = model.publish(self.vhost, x, msg, queue_priority_only=True)
+            result = model.publish(self.vhost, x, msg, True,
+                                   self.trace_origin() if self.vhost.trace is not None else None)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541

@@ -34,6 +34,8 @@ CAPABILITIES = {
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "direct_reply_to": True,
+    # sansmq: queue.declare-ok's message_count on a stream is its end offset
+    "stream_end_offset": True,
 }
 SERVER_PROPERTIES: dict[str, Any] = {
     "product": "sansmq",

@@ -7,6 +7,7 @@ their ``ConsumerOwner`` interface."""
 from __future__ import annotations
 
 from .._message import GONE, READY, UNACKED, Entry
+from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority
@@ -14,18 +15,20 @@ from .paging import Pager
 from .publish import Publisher
 from .retry import Retries
 from .state import ModelState
+from .streams import Streams
 from .topology import Topology
 
 __all__ = ["Delivery"]
 
 
 class Delivery:
-    __slots__ = ("state", "pager", "light", "topology", "publisher", "retries")
+    __slots__ = ("state", "pager", "light", "topology", "publisher", "retries", "streams")
 
     def __init__(self, state: ModelState, pager: Pager, topology: Topology, publisher: Publisher,
-                 retries: Retries) -> None:
+                 retries: Retries, streams: Streams) -> None:
         self.state = state
         self.retries = retries
+        self.streams = streams
         self.pager = pager
         #: attached by the model (made after this layer: it calls back on ack timeouts)
         self.light: LightTopics
@@ -49,6 +52,13 @@ class Delivery:
             q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
         return consumer
+
+    def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,
+                       priority: int = 0) -> Consumer:
+        """Add ``consumer`` to the stream ``q``, reading from ``start`` (or where ``name``'s stored
+        offset says, else new messages only)."""
+        self.streams.attach(q, consumer, start, name)
+        return self.consume(q, consumer, priority)
 
     def get(self, q: Queue, holder: Consumer) -> tuple[int, Entry] | None:
         """Take the next ready message of ``q`` for a one-off fetch (AMQP basic.get). ``holder`` is
@@ -87,6 +97,8 @@ class Delivery:
             holder.unacked[tag] = entry
             if arm_ack_timeout and entry.msg.ack_timeout is not None:
                 entry.timer = state.timers.add(now + entry.msg.ack_timeout, self.on_ack_timeout, (holder, tag))
+        if q.vhost.trace is not None:  # the firehose (off: this one check)
+            q.vhost.trace.delivered(q, entry, holder.trace_origin())
         return tag
 
     def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,
@@ -106,6 +118,10 @@ class Delivery:
                 q.consumers = None
                 q._rr = 0
                 state.prio_queues.pop(q, None)
+        if q.stream:
+            if not keep_unacked:
+                self.streams.detach(consumer)
+            return
         if not keep_unacked:
             self.return_unacked(consumer, requeue)
         if q.consumers is None:
@@ -115,6 +131,9 @@ class Delivery:
                 self.topology.arm_unused(q)
 
     def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
+        if consumer.queue.stream:  # nothing goes back into a stream
+            self.streams.detach(consumer)
+            return
         unacked = consumer.unacked
         consumer.unacked = None
         if not unacked:
@@ -130,6 +149,9 @@ class Delivery:
         if taken is None:
             return False
         state.acked += len(taken)
+        if consumer.queue.stream:
+            self.streams.settled(consumer, True)
+            return True
         for entry in taken:
             state.forget(consumer.queue, entry)
         return True
@@ -141,6 +163,9 @@ class Delivery:
         if taken is None:
             return False
         q = consumer.queue
+        if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
+            self.streams.settled(consumer, False)
+            return True
         retries = self.retries
         if retries.delays and retries.handles(q):
             for entry in taken:  # in delivery order: they come back in it when due together
@@ -217,6 +242,8 @@ class Delivery:
             del dirty[q]
             if isinstance(q, LightConsumer):
                 self.light.dispatch(q)
+            elif q.stream:
+                self.streams.dispatch(q)
             else:
                 self._dispatch_queue(q)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelError", "NotFound", "AccessRefused", "ResourceLocked", "PreconditionFailed"]
+__all__ = ["ModelError", "NotFound", "AccessRefused", "ResourceLocked", "PreconditionFailed", "Unsupported"]
 
 
 class ModelError(Exception):
@@ -29,3 +29,9 @@ class ResourceLocked(ModelError):
 
 class PreconditionFailed(ModelError):
     code = 406
+
+
+class Unsupported(ModelError):
+    """An operation this kind of queue does not support (RabbitMQ: 540 NOT_IMPLEMENTED, a hard error)."""
+
+    code = 540

@@ -92,6 +92,7 @@ class LightConsumer:
     durable = False
     auto_delete = True
     args = None
+    stream = False
 
     def __init__(self, owner: ConsumerOwner, exchange: Exchange, key: str, prefix: bool,
                  prefetch: int, auto_ack: bool, flags: int = 0) -> None:

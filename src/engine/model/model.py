@@ -12,6 +12,8 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     delayed, retry              delayed exchanges (x-delay), retry back-off (x-retry-delays)
     expiry                      when a message expires, what dying makes of it (dead-lettering)
     paging                      the in-memory window of a queue and the store's page behind it
+    streams                     stream queues: their logs, readers and bounded-batch delivery
+    trace                       the firehose (amq.rabbitmq.trace) of traced vhosts
     topology                    declare/delete/bind/unbind, auto-delete, x-expires
     publish                     the one publish path; enqueue; a message dying in a queue
     delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
@@ -41,7 +43,9 @@ from .retry import RETRY_ARG, Retries
 from .routing import route
 from .security import Security
 from .state import ModelState
+from .streams import Streams, is_stream_args
 from .topology import Topology
+from .trace import Tracer
 
 __all__ = ["Model"]
 
@@ -49,8 +53,8 @@ __all__ = ["Model"]
 class Model(ModelState):
     """All broker state and its operations. ``now`` is set by the broker before every operation."""
 
-    __slots__ = ("delayed", "retries", "publisher", "pager", "topology", "delivery", "light", "route", "exchange",
-                 "add_vhost",
+    __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
+                 "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
                  "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
                  "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages",
@@ -60,12 +64,13 @@ class Model(ModelState):
         super().__init__(store, timers)
         # the pager and light topics report back through callbacks, so they are made after the
         # layers they call back, and attached to them
+        self.streams = streams = Streams(self)
         self.delayed = delayed = DelayedExchanges(self)
         self.retries = retries = Retries(self)
-        self.publisher = publisher = Publisher(self)
+        self.publisher = publisher = Publisher(self, streams)
         self.pager = pager = Pager(self, publisher.expire, publisher.on_expiry)
-        self.topology = topology = Topology(self, pager, delayed, retries)
-        self.delivery = delivery = Delivery(self, pager, topology, publisher, retries)
+        self.topology = topology = Topology(self, pager, delayed, retries, streams)
+        self.delivery = delivery = Delivery(self, pager, topology, publisher, retries, streams)
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
         # held messages report back when due: routed from their delayed exchange (priority as
@@ -77,6 +82,8 @@ class Model(ModelState):
         self.policies = Policies(store, self.vhosts, self._queue_args_changed)
         topology.on_declared = self._declared
         self.security = Security(store)
+        self.tracer = tracer = Tracer(self)
+        tracer.enqueue = publisher.enqueue
         # the operations, bound once
         self.route = route
         self.exchange = topology.exchange
@@ -93,6 +100,7 @@ class Model(ModelState):
         self.publish = publisher.publish
         self.enqueue = publisher.enqueue
         self.consume = delivery.consume
+        self.consume_stream = delivery.consume_stream
         self.get = delivery.get
         self.cancel = delivery.cancel
         self.return_unacked = delivery.return_unacked
@@ -122,6 +130,10 @@ class Model(ModelState):
         if before.get("x-expires") != after.get("x-expires"):
             self.topology.arm_unused(q)
 
+    def set_trace(self, vhost: str, on: bool = True) -> None:
+        """Turn the firehose of ``vhost`` on or off (RabbitMQ's ``rabbitmqctl trace_on``)."""
+        self.tracer.enable(self.topology.add_vhost(vhost, persist=False), on)
+
     # -- recovery -------------------------------------------------------------------------------
     def restore(self, rec: Recovered) -> None:
         """Rebuild durable state read back from the store (without writing it again)."""
@@ -144,6 +156,8 @@ class Model(ModelState):
                 queue = vhost.queues[qd.name] = Queue(vhost, qd.name, qd.durable, qd.auto_delete, None, qd.args)
                 if qd.args and RETRY_ARG in qd.args:
                     self.retries.attach(queue, persist=False)
+                if is_stream_args(qd.args):
+                    self.streams.open(queue)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:

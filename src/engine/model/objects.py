@@ -26,6 +26,7 @@ __all__ = [
     "over_limits",
     "pageable",
     "consumer_priority",
+    "STREAM_FLAG",
 ]
 
 
@@ -94,6 +95,10 @@ class Consumer:
             return False
         return not self.prefetch or self.unacked is None or len(self.unacked) < self.prefetch
 
+    def trace_origin(self) -> tuple[str, str, int]:
+        """(user, connection, channel) for the firehose's deliver trace; sessions override."""
+        return ("", "", 0)
+
 
 class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
@@ -136,6 +141,8 @@ _entry_seq = attrgetter("seq")
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
+#: a stream queue (read on the publish path without the property)
+STREAM_FLAG = 4
 
 
 class Queue:
@@ -183,6 +190,15 @@ class Queue:
     @auto_delete.setter
     def auto_delete(self, value: bool) -> None:
         self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
+
+    @property
+    def stream(self) -> bool:
+        """A stream queue (``x-queue-type: stream``): its messages live in a stream log (model.streams)."""
+        return bool(self._f & STREAM_FLAG)
+
+    @stream.setter
+    def stream(self, value: bool) -> None:
+        self._f = self._f | STREAM_FLAG if value else self._f & ~STREAM_FLAG
 
     exclusive_owner = _extra("exclusive_owner", None)
     #: effective arguments (declared ones combined with the policy's); every layer reads these
@@ -382,9 +398,11 @@ def consumer_priority(c: Any) -> int:
 
 
 class VHost:
-    __slots__ = ("name", "exchanges", "queues")
+    __slots__ = ("name", "exchanges", "queues", "trace")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: the firehose tracer while this vhost is traced (``trace``), else None
+        self.trace: Any = None
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}

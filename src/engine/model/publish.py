@@ -16,10 +16,11 @@ from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .objects import Exchange, Queue, VHost, over_limits, pageable
+from .objects import STREAM_FLAG, Exchange, Queue, VHost, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc
 from .state import ModelState
+from .streams import Streams
 
 __all__ = ["Publisher", "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE"]
 
@@ -30,16 +31,18 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light")
+    __slots__ = ("state", "pager", "light", "streams")
 
-    def __init__(self, state: ModelState) -> None:
+    def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
+        self.streams = streams
         # attached by the model: both report back to this layer through callbacks, so they are
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
         self.light: LightTopics
 
-    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False) -> int:
+    def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
+                origin: tuple[str, str, int] | None = None) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -49,7 +52,8 @@ class Publisher:
         confirm or receipt waits for its sync). A StoreError propagates.
 
         ``queue_priority_only``: the message's priority counts only in queues with
-        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq)."""
+        ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
+        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -64,14 +68,13 @@ class Publisher:
         else:
             targets = route(vhost, x, msg.routing_key, headers)
         if not targets:
-            if x.alternate is None:
-                return 0
-            alt = vhost.exchanges.get(x.alternate)
-            if alt is None:
-                return 0
-            targets = route(vhost, alt, msg.routing_key, headers)
-            if not targets:
-                return 0
+            alt = vhost.exchanges.get(x.alternate) if x.alternate is not None else None
+            if alt is not None:
+                targets = route(vhost, alt, msg.routing_key, headers)
+        if vhost.trace is not None:  # the firehose (off: this one check)
+            vhost.trace.published(vhost, x, msg, targets, origin)
+        if not targets:
+            return 0
         plain = msg
         if msg.priority and queue_priority_only:
             # queues without x-max-priority ignore priority (enqueue caps it for those with one),
@@ -102,6 +105,9 @@ class Publisher:
                 self.light.enqueue(q, msg)
             else:  # a delayed exchange holds it until it is due (``delayed``)
                 q.hold(msg)  # type: ignore[union-attr]
+            return True
+        if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
+            self.streams.append(q, msg)
             return True
         state = self.state
         expires = msg.expires_at

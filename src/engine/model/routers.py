@@ -7,6 +7,7 @@ order. Routers know nothing of STOMP or AMQP.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +18,8 @@ __all__ = [
     "TopicRouter",
     "HeadersRouter",
     "ROUTER_TYPES",
+    "PartitionRouter",
+    "PARTITION_ARG",
     "DELAYED_TYPE",
     "router_for",
     "PREFIX_ARG",
@@ -368,6 +371,29 @@ def _headers_match(args: dict[str, Any], headers: dict[str, Any]) -> bool:
     return all(k in headers and (v is None or headers[k] == v) for k, v in pairs)
 
 
+class PartitionRouter(DirectRouter):
+    """A direct exchange that spreads routing keys over partitions (sansmq's partitioned streams,
+    RabbitMQ's super streams): partition ``i`` is bound with key ``str(i)`` (RabbitMQ's layout). A
+    key bound as it is routes as on any direct exchange (a client that picked the partition itself);
+    any other key goes to partition ``crc32(key) % n``, n the number of partitions bound, so one key
+    always lands on one partition and AMQP 0-9-1 publishers need not know the partitions."""
+
+    __slots__ = ()
+
+    def route(self, key: str, headers: dict[str, Any] | None, out: dict[Any, None]) -> None:
+        by_key = self._by_key
+        dests = by_key.get(key)
+        if dests is None:
+            n = len(by_key)
+            dests = by_key.get(str(zlib.crc32(key.encode()) % n)) if n else None
+        if dests:
+            out.update(dict.fromkeys(dests))
+
+
+#: the exchange argument that makes a direct exchange a partition router
+PARTITION_ARG = "x-partitioned"
+
+
 ROUTER_TYPES: dict[str, type[Router]] = {
     "direct": DirectRouter,
     "fanout": FanoutRouter,
@@ -383,4 +409,6 @@ def router_for(type: str, args: dict[str, Any] | None) -> Router:
     """A new router for an exchange of ``type`` (a delayed exchange's is its inner type's)."""
     if type == DELAYED_TYPE:
         type = str((args or {}).get("x-delayed-type"))
+    if type == "direct" and args and args.get(PARTITION_ARG) is True:
+        return PartitionRouter()
     return ROUTER_TYPES[type]()

@@ -9,27 +9,31 @@ from typing import Any
 
 from ..store import BindingDef, ExchangeDef, QueueDef
 from .delayed import DELAYED_TYPE, DelayedExchanges, check_delayed_args
-from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked, Unsupported
 from .holding import HOLDER_PREFIX
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
 from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
 from .state import ModelState
+from .streams import Streams, check_stream_declare, is_stream_args
+from .trace import TRACE_EXCHANGE
 
 __all__ = ["Topology"]
 
 
 class Topology:
-    __slots__ = ("state", "pager", "delayed", "retries", "unused_timers", "on_declared")
+    __slots__ = ("state", "pager", "delayed", "retries", "streams", "unused_timers", "on_declared")
 
-    def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries) -> None:
+    def __init__(self, state: ModelState, pager: Pager, delayed: DelayedExchanges, retries: Retries,
+                 streams: Streams) -> None:
         self.state = state
         self.pager = pager
         self.delayed = delayed
         self.retries = retries
         #: told of every new queue or exchange (the model applies policies to it)
         self.on_declared: Callable[[Queue | Exchange], None] | None = None
+        self.streams = streams
         #: queues with an ``x-expires`` argument and no consumer -> their expiry timer (kept here so
         #: a Queue needs no slot for it)
         self.unused_timers: dict[Queue, tuple[float, int]] = {}
@@ -57,6 +61,8 @@ class Topology:
         vhost.exchanges[""] = Exchange(vhost, "", "direct", True, False, False, None)
         for xname, xtype in STANDARD_EXCHANGES:
             vhost.exchanges[xname] = Exchange(vhost, xname, xtype, True, False, False, None)
+        # the firehose's exchange is in every vhost, as RabbitMQ's; only traced vhosts publish to it
+        vhost.exchanges[TRACE_EXCHANGE] = Exchange(vhost, TRACE_EXCHANGE, "topic", True, False, True, None)
         return vhost
 
     def delete_vhost(self, name: str) -> None:
@@ -138,6 +144,7 @@ class Topology:
         if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
+        check_stream_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
         if args and RETRY_ARG in args:
             parse_retry_delays(args[RETRY_ARG], name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
@@ -148,6 +155,8 @@ class Topology:
             self.on_declared(q)
         if q.args and "x-expires" in q.args:
             self.arm_unused(q)
+        if is_stream_args(args):
+            self.streams.open(q)
         if args and RETRY_ARG in args:
             self.retries.attach(q)
         return q
@@ -184,12 +193,17 @@ class Topology:
         for exchange, _, _ in bound:
             self._auto_delete(exchange)
         for consumer in list(q.consumers or ()):
-            for held in (consumer.unacked or {}).values():
+            for held in (consumer.unacked or {}).values() if not q.stream else ():  # streams hold nothing
                 state.forget(q, held)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
         state.prio_queues.pop(q, None)
+        if q.stream:
+            self.streams.close(q)
+            for consumer in list(self.streams.readers):
+                if consumer.queue is q:
+                    self.streams.detach(consumer)
         dropped = self.pager.drop(q, False)
         while (entry := q.pop()) is not None:
             dropped += 1
@@ -204,6 +218,9 @@ class Topology:
 
     def purge(self, q: Queue) -> int:
         state = self.state
+        if q.stream:
+            raise Unsupported(f"queue.purge not supported by stream queues queue '{q.name}' in vhost "
+                              f"'{q.vhost.name}'")
         n = self.pager.drop(q, True)
         while (entry := q.pop()) is not None:
             n += 1

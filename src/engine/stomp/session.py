@@ -46,6 +46,7 @@ from ..model import Consumer, ModelError, Queue, VHost
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ..model.routers import PREFIX_ARG
 from ..model.security import Access, UserAccess, UserRecord
+from ..model.streams import parse_consumer_args
 from ..store import StoreError
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
@@ -64,7 +65,7 @@ _RESERVED_MESSAGE_HEADERS = frozenset(
 _TIMED_OUT_MEMORY = 1024
 #: queue arguments a SEND/SUBSCRIBE may give when it declares a queue (RabbitMQ's STOMP headers)
 _QUEUE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-length",
-               "x-expires")
+               "x-expires", "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes")
 
 
 class StompError(Exception):
@@ -643,7 +644,7 @@ class StompSession(Session):
         if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
             self.model.touch(q)
             return q  # already declared: the common path of every SEND to /queue/q
-        args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
+        args = _queue_args(headers)
         try:
             return self.model.declare_queue(vhost, name, durable=True, args=args)
         except ModelError as exc:
@@ -724,11 +725,25 @@ class StompSession(Session):
         self._permit("read", "queue", q.name)
         sub = StompSubscription(q, self, prefetch, sub_id, destination, ack_mode, owns)
         try:
-            self.model.consume(q, sub)
+            if q.stream:
+                self._consume_stream(q, sub, headers)
+            else:
+                self.model.consume(q, sub)
         except ModelError as exc:
             raise StompError(_model_error_title(exc), exc.text) from None
         self.subs[sub_id] = sub
         self._receipt(frame, self.model.store_writes != before)
+
+    def _consume_stream(self, q: Queue, sub: StompSubscription, headers: dict[str, str]) -> None:
+        """A stream subscription, as RabbitMQ's STOMP plugin takes it: acks (client or
+        client-individual) and a prefetch are required; ``x-stream-offset`` says where it starts."""
+        if sub.ack_mode == "auto":
+            raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs ack:client or "
+                             "ack:client-individual")
+        if not sub.prefetch:
+            raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs a prefetch-count")
+        start, name = parse_consumer_args(headers, stomp=True)
+        self.model.consume_stream(q, sub, start, name)
 
     def _check_subscription_limit(self) -> None:
         limit = self.host.config.limits.max_subscriptions
@@ -780,7 +795,7 @@ class StompSession(Session):
         if kind == "topic" and is_prefix_topic(key):
             key, bind_args = key[:-1], {PREFIX_ARG: True}
         durable = kind == "topic" and _durable(headers)
-        args = {k: headers[k] for k in _QUEUE_ARGS if k in headers} or None
+        args = _queue_args(headers)
         if durable:
             if "id" not in headers:
                 raise StompError("Missing id", "a durable subscription needs an id header")
@@ -943,6 +958,15 @@ def message_headers(msg: Message, destination: str) -> dict[str, str]:
     return headers
 
 
+def _queue_args(headers: dict[str, str]) -> dict[str, Any] | None:
+    """The queue arguments among a SEND/SUBSCRIBE's headers (integers of a stream from their text)."""
+    args: dict[str, Any] = {k: headers[k] for k in _QUEUE_ARGS if k in headers}
+    size = args.get("x-stream-max-segment-size-bytes")
+    if size is not None and size.isascii() and size.isdigit():
+        args["x-stream-max-segment-size-bytes"] = int(size)
+    return args or None
+
+
 def _durable(headers: dict[str, str]) -> bool:
     return headers.get("durable", "").lower() == "true" or headers.get("persistent", "").lower() == "true"
 
@@ -952,7 +976,8 @@ def _durable_queue_name(sub_id: str) -> str:
 
 
 def _model_error_title(exc: ModelError) -> str:
-    return {404: "not_found", 403: "access_refused", 405: "resource_locked", 406: "precondition_failed"}.get(
+    return {404: "not_found", 403: "access_refused", 405: "resource_locked", 406: "precondition_failed",
+            540: "not_implemented"}.get(
         exc.code, "internal_error"
     )
 

@@ -1,0 +1,107 @@
+"""Benchmark (not a test): rows/s from a stream into Spark, and through the sink with confirms.
+
+    python benchmarks/bench_pipeline.py --url amqp://guest:guest@127.0.0.1:5672/%2F --rows 1000000
+
+Fills a fresh stream with ``--rows`` messages of ``--body`` bytes (our blocking client, confirms in
+windows), then times three Spark jobs on ``--master``:
+
+* batch read   -- ``spark.read.format("sansmq")`` of the whole stream into the ``noop`` sink;
+* stream read  -- ``readStream`` with ``trigger(availableNow=True)`` and ``maxRecordsPerTrigger``
+  into the ``noop`` sink (micro-batches, checkpointed offsets);
+* sink         -- ``spark.range`` rows written with ``df.write.format("sansmq")`` (publisher confirms,
+  ``x-producer``/``x-publishing-id`` per row) into a second stream.
+
+The options printed with each result are the Kafka-source-style options used. Needs a broker that
+serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and the spark extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+from amqpproto import spec
+from pipeline.client import Client
+from pipeline.session import make_session
+
+
+def fill(url: str, stream: str, rows: int, body: bytes) -> float:
+    props = spec.encode_properties(spec.BasicProperties(delivery_mode=2))
+    t0 = time.perf_counter()
+    with Client(url, timeout=120) as c:
+        c.confirm_select()
+        for i in range(1, rows + 1):
+            c.publish("", stream, props, body)
+            if i % 2000 == 0:
+                c.wait_confirms(i - 1000)
+        c.wait_confirms(c.published)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--body", type=int, default=100, help="body size in bytes")
+    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--max-records-per-partition", default="250000")
+    ap.add_argument("--max-records-per-trigger", default="500000")
+    ap.add_argument("--prefetch", default="2000")
+    ap.add_argument("--confirm-window", default="1000")
+    a = ap.parse_args()
+
+    src, dst = f"bench-pipeline-{os.getpid()}", f"bench-pipeline-out-{os.getpid()}"
+    with Client(a.url) as c:
+        for s in (src, dst):
+            c.declare(s, {"x-queue-type": "stream"})
+    secs = fill(a.url, src, a.rows, b"x" * a.body)
+    print(f"fill: {a.rows} rows of {a.body} B in {secs:.1f}s = {a.rows / secs:,.0f} rows/s (client, confirms)")
+
+    spark = make_session(a.master, "bench_pipeline")
+    read_opts = {"url": a.url, "stream": src, "maxRecordsPerPartition": a.max_records_per_partition,
+                 "prefetch": a.prefetch}
+
+    def timed(label: str, opts: dict[str, str], job) -> None:
+        t0 = time.perf_counter()
+        rows = job()
+        secs = time.perf_counter() - t0
+        shown = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "url")
+        print(f"{label:12s} {rows:>10,} rows in {secs:6.1f}s = {rows / secs:>10,.0f} rows/s   ({shown})")
+
+    def batch_read() -> int:
+        reader = spark.read.format("sansmq")
+        for k, v in read_opts.items():
+            reader = reader.option(k, v)
+        reader.load().write.format("noop").mode("overwrite").save()
+        return a.rows
+
+    def stream_read() -> int:
+        reader = spark.readStream.format("sansmq").option("maxRecordsPerTrigger", a.max_records_per_trigger)
+        for k, v in read_opts.items():
+            reader = reader.option(k, v)
+        with tempfile.TemporaryDirectory() as ck:
+            q = (reader.load().writeStream.format("noop").option("checkpointLocation", ck)
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+            return sum(p["numInputRows"] for p in q.recentProgress)
+
+    def sink() -> int:
+        df = spark.range(a.rows, numPartitions=spark.sparkContext.defaultParallelism).selectExpr(
+            f"cast(repeat('y', {a.body}) as binary) as body")
+        (df.write.format("sansmq").option("url", a.url).option("stream", dst)
+         .option("confirmWindow", a.confirm_window).mode("append").save())
+        return a.rows
+
+    timed("batch read", read_opts, batch_read)
+    timed("stream read", {**read_opts, "maxRecordsPerTrigger": a.max_records_per_trigger}, stream_read)
+    timed("sink", {"stream": dst, "confirmWindow": a.confirm_window}, sink)
+    spark.stop()
+    with Client(a.url) as c:
+        for s in (src, dst):
+            c.delete(s)
+
+
+if __name__ == "__main__":
+    main()

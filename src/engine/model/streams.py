@@ -1,0 +1,272 @@
+"""Stream queues in the model: a queue whose messages live in the store's stream log, appended at
+the next offset and never removed by consumers (RabbitMQ's ``x-queue-type: stream``).
+
+A component the layers above call (topology: declare, restore, delete; publish: append; delivery:
+consume, dispatch, settle); it calls nothing above it and reports deliveries to the sessions
+through their ``ConsumerOwner`` interface, as delivery does.
+
+Consumers read at their own pace: each has a ``Reader`` (the next offset it reads, its optional
+tracking name, the offsets it holds unacked). Dispatch reads a bounded batch from the log, only
+below ``log.committed`` (nobody sees a record a crash could lose) and only as many as the
+consumer's prefetch leaves room for, so a consumer far behind never makes the broker hold the
+stream's history in memory. A consumer at the end waits: appends (and syncs, which move
+``committed``) mark the stream dirty, and the broker's deferred dispatch serves it; nothing polls.
+
+Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A consumer with
+``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
+it still holds unacked, else the next it reads, so everything below the stored offset was settled
+(committed-offset semantics, as Kafka's; a nacked delivery counts as settled once a later ack
+passes it, and deliveries still unacked when the consumer goes are read again next time). A later
+consumer with that name resumes there (its ``x-stream-offset`` only says where to start while the
+name has stored nothing). Producer deduplication (the other extension): a message with headers
+``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that producer
+is accepted (confirmed) but not appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._message import Entry, Message
+from ..streams import (
+    STREAM_QUEUE_ARGS,
+    OffsetSpec,
+    StreamArgumentError,
+    StreamLog,
+    parse_stomp_stream_offset,
+    parse_stream_offset,
+    resolve_offset,
+    stream_settings,
+)
+from .errors import PreconditionFailed
+from .objects import Consumer, Queue
+from .state import ModelState
+
+__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "parse_consumer_args",
+           "STREAM_OFFSET_HEADER"]
+
+#: the delivery header carrying a message's offset
+STREAM_OFFSET_HEADER = "x-stream-offset"
+PRODUCER_HEADER = "x-producer"
+PUBLISHING_ID_HEADER = "x-publishing-id"
+#: most records one dispatch reads for one consumer (its prefetch bounds it further)
+READ_BATCH = 256
+#: how often x-max-age retention runs at most (seconds); more often for short ages
+RETENTION_PERIOD = 60.0
+
+
+def is_stream_args(args: Mapping[str, Any] | None) -> bool:
+    if not args:
+        return False
+    kind = args.get("x-queue-type")
+    if isinstance(kind, (bytes, bytearray)):
+        kind = bytes(kind).decode("utf-8", "replace")
+    return kind == "stream"
+
+
+def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, auto_delete: bool,
+                         args: Mapping[str, Any] | None) -> None:
+    """Refuse what RabbitMQ refuses when declaring a queue (406): a stream that is not durable, is
+    exclusive or auto-delete, or has bad retention arguments; a stream-only argument on another
+    queue type."""
+    if not is_stream_args(args):
+        for arg in STREAM_QUEUE_ARGS:
+            if args and arg in args:
+                raise PreconditionFailed(f"invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue "
+                                         "type rabbit_classic_queue")
+        return
+    for prop, bad in (("non-durable", not durable), ("exclusive-owner", exclusive), ("auto-delete", auto_delete)):
+        if bad:
+            raise PreconditionFailed(f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'")
+    try:
+        stream_settings(args)
+    except StreamArgumentError as exc:  # RabbitMQ's text names the queue: "invalid arg 'x' for queue ..."
+        raise PreconditionFailed(str(exc).replace("'" + exc.argument + "'", f"'{exc.argument}' for queue "
+                                                  f"'{name}' in vhost '{vhost}'", 1)) from None
+
+
+class StreamEntry(Entry):
+    """A delivery from a stream: the entry a consumer holds unacked, with the offset it came from."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, msg: Message, offset: int) -> None:
+        super().__init__(msg)
+        self.offset = offset
+
+
+class Reader:
+    """One consumer's position in a stream."""
+
+    __slots__ = ("offset", "name")
+
+    def __init__(self, offset: int, name: str | None) -> None:
+        #: the next offset this consumer reads
+        self.offset = offset
+        #: its tracking name (``x-stream-consumer-name``), or None
+        self.name = name
+
+
+class Streams:
+    __slots__ = ("state", "logs", "readers", "retention_timers")
+
+    def __init__(self, state: ModelState) -> None:
+        self.state = state
+        self.logs: dict[Queue, StreamLog] = {}
+        self.readers: dict[Consumer, Reader] = {}
+        self.retention_timers: dict[Queue, Any] = {}
+
+    # -- lifecycle (called by topology) ----------------------------------------------------------
+    def open(self, q: Queue) -> StreamLog:
+        """``q`` (declared or recovered with ``x-queue-type: stream``) becomes a stream."""
+        q.stream = True
+        log = self.state.store.stream(q.vhost.name, q.name, stream_settings(q.args))
+        self.logs[q] = log
+        if log.settings.max_age_ms is not None:
+            self._arm_retention(q, log)
+        return log
+
+    def close(self, q: Queue) -> None:
+        """``q`` is deleted (its consumers were cancelled already); the store's ``delete_queue``
+        deletes its log."""
+        self.logs.pop(q, None)
+        self.state.timers.cancel(self.retention_timers.pop(q, None))
+
+    def log(self, q: Queue) -> StreamLog:
+        return self.logs[q]
+
+    def visible_end(self, q: Queue) -> int:
+        """The offset after the last record consumers may see (what queue.declare-ok reports)."""
+        log = self.logs[q]
+        return min(log.committed, log.tail)
+
+    def _arm_retention(self, q: Queue, log: StreamLog) -> None:
+        period = min(RETENTION_PERIOD, max(1.0, (log.settings.max_age_ms or 0) / 10_000))
+        self.retention_timers[q] = self.state.timers.add(self.state.now + period, self._on_retention, q)
+
+    def _on_retention(self, q: Queue, now: float) -> None:
+        log = self.logs.get(q)
+        if log is None:
+            return
+        if log.apply_retention(now):
+            self.state.store_write()
+        self._arm_retention(q, log)
+
+    # -- appending (called by publish) -----------------------------------------------------------
+    def append(self, q: Queue, msg: Message) -> None:
+        """Append ``msg`` to the stream ``q`` (deduplicated by ``x-producer``/``x-publishing-id``)."""
+        headers = msg.headers
+        producer = pid = None
+        if PRODUCER_HEADER in headers or PUBLISHING_ID_HEADER in headers:
+            producer, pid = _producer(headers)
+        state = self.state
+        self.logs[q].append(msg, state.now, producer, pid)
+        state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
+        if q.consumers:
+            state.dirty[q] = None
+
+    def committed(self) -> None:
+        """A sync completed: records it covered are now visible to waiting consumers."""
+        dirty = self.state.dirty
+        for q in self.logs:
+            if q.consumers:
+                dirty[q] = None
+
+    # -- consuming (called by delivery) -----------------------------------------------------------
+    def attach(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None) -> None:
+        """Give ``consumer`` its reader: where its ``name`` stored an offset if it did, else at
+        ``start``, else at ``next`` (RabbitMQ's default)."""
+        log = self.logs[q]
+        stored = log.stored_offset(name) if name is not None else None
+        if stored is not None:
+            offset = min(max(stored, log.first), log.tail)
+        else:
+            offset = resolve_offset(start or OffsetSpec("next"), log, self.state.now)
+        self.readers[consumer] = Reader(offset, name)
+
+    def detach(self, consumer: Consumer) -> None:
+        consumer.unacked = None
+        self.readers.pop(consumer, None)
+
+    def dispatch(self, q: Queue) -> None:
+        """Deliver to every ready consumer of ``q`` what its prefetch has room for."""
+        log = self.logs[q]
+        state = self.state
+        end = min(log.committed, log.tail)
+        readers = self.readers
+        trace = q.vhost.trace  # the firehose (``trace``), None when off
+        for c in list(q.consumers or ()):
+            reader = readers.get(c)
+            if reader is None or reader.offset >= end or not c.ready():
+                continue
+            room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
+            owner = c.owner
+            for rec in log.read(reader.offset, max_count=min(room, READ_BATCH), upto=end):
+                if not c.ready():
+                    break
+                headers = dict(rec.message.headers)
+                headers[STREAM_OFFSET_HEADER] = rec.offset
+                m = rec.message
+                entry = StreamEntry(Message(m.id, m.exchange, m.routing_key, headers, m.body, m.priority, None,
+                                            m.persistent), rec.offset)
+                state.next_tag += 1
+                tag = state.next_tag
+                if c.unacked is None:
+                    c.unacked = {}
+                c.unacked[tag] = entry
+                reader.offset = rec.offset + 1
+                if trace is not None:
+                    trace.delivered(q, entry, c.trace_origin())
+                owner.deliver(c, tag, entry)
+            if reader.offset < end and c.ready():
+                state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
+
+    def settled(self, consumer: Consumer, acked: bool) -> None:
+        """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
+        offset (a nack, or the return of unacked deliveries when a channel closes, does not)."""
+        reader = self.readers.get(consumer)
+        if reader is None:
+            return
+        if acked and reader.name is not None:
+            held = consumer.unacked
+            offset = min(e.offset for e in held.values()) if held else reader.offset  # type: ignore[attr-defined]
+            log = self.logs.get(consumer.queue)
+            if log is not None and log.stored_offset(reader.name) != offset:
+                log.store_offset(reader.name, offset, self.state.now)
+                self.state.store_write()
+        self.state.dirty[consumer.queue] = None
+
+
+def _producer(headers: Mapping[str, Any]) -> tuple[str, int]:
+    producer = headers.get(PRODUCER_HEADER)
+    pid = headers.get(PUBLISHING_ID_HEADER)
+    if isinstance(producer, (bytes, bytearray)):
+        producer = bytes(producer).decode("utf-8", "replace")
+    if not isinstance(producer, str) or not producer:
+        raise PreconditionFailed(f"invalid arg '{PRODUCER_HEADER}': a producer name is required with "
+                                 f"'{PUBLISHING_ID_HEADER}'")
+    if isinstance(pid, str) and pid.isascii() and pid.isdigit():  # STOMP headers are text
+        pid = int(pid)
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+        raise PreconditionFailed(f"invalid arg '{PUBLISHING_ID_HEADER}': expected an integer >= 0, got {pid!r}")
+    return producer, pid
+
+
+def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> tuple[OffsetSpec | None, str | None]:
+    """``x-stream-offset`` and ``x-stream-consumer-name`` of a consumer (406 naming a bad one)."""
+    if not args:
+        return None, None
+    start = None
+    raw = args.get(STREAM_OFFSET_HEADER)
+    try:
+        if raw is not None:
+            start = parse_stomp_stream_offset(raw) if stomp and isinstance(raw, str) else parse_stream_offset(raw)
+    except StreamArgumentError as exc:
+        raise PreconditionFailed(str(exc)) from None
+    name = args.get("x-stream-consumer-name")
+    if isinstance(name, (bytes, bytearray)):
+        name = bytes(name).decode("utf-8", "replace")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise PreconditionFailed("invalid arg 'x-stream-consumer-name': expected a non-empty string")
+    return start, name

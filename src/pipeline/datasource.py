@@ -1,0 +1,41 @@
+"""Format "sansmq": the PySpark Python Data Source tying options, readers and writers together."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from .client import Client
+from .options import ReadOptions, WriteOptions
+from .sink import BatchWriter, StreamWriter
+from .source import SCHEMA_DDL, BatchReader, StreamReader
+
+__all__ = ["SansmqDataSource"]
+
+
+class SansmqDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "sansmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(ReadOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(ReadOptions.parse(self.options))
+
+    def _write_options(self, schema: StructType) -> WriteOptions:
+        opts = WriteOptions.parse(self.options, schema.fieldNames())
+        with Client(opts.url, timeout=opts.timeout) as client:  # fail on the driver, before any task
+            if opts.target_stream is not None:
+                client.declare_passive(opts.target_stream)
+        return opts
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(self._write_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # type: ignore[override]
+        return StreamWriter(self._write_options(schema))

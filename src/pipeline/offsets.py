@@ -1,0 +1,112 @@
+"""Stream offsets: learning a stream's end over AMQP 0-9-1, capping ranges, splitting them.
+
+A stream's *end* is the offset the next appended message will get. AMQP 0-9-1 has no method that
+reports it, and RabbitMQ's queue.declare-ok says message_count 0 for streams, so the end is learned
+the way any AMQP client can: a consumer at ``x-stream-offset: last`` (the start of the last chunk)
+receives the stream's newest messages at once; the highest ``x-stream-offset`` seen before the
+deliveries pause for ``probe_ms`` is the last message (or, while producers keep appending, the
+highest seen within ``PROBE_SPAN`` pauses). The pause is not a poll: the consumer is told by the
+broker, and an empty stream costs one wait of ``probe_ms``.
+
+A broker that knows better says so: if its connection.start capabilities hold
+``stream_end_offset: true``, queue.declare-ok's message_count on a stream *is* the end offset, and
+one round trip replaces the probe (a sansmq extension).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+from .client import Client
+
+__all__ = ["stream_end", "wait_for_new", "cap_total", "split_range", "offset_of"]
+
+PROBE_SPAN = 10  # a probe lasts at most this many pauses
+
+
+def offset_of(headers: Mapping[str, object] | None) -> int:
+    value = headers.get("x-stream-offset") if headers else None
+    if not isinstance(value, int):
+        raise ValueError("a delivery from a stream lacks the x-stream-offset header: is it a stream queue?")
+    return value
+
+
+def stream_end(client: Client, stream: str, probe_ms: int) -> int:
+    """The offset the next message appended to ``stream`` will get (0 for a never-written stream)."""
+    ok = client.declare_passive(stream)  # StreamNotFound if it does not exist
+    if client.capabilities.get("stream_end_offset") is True:
+        return int(ok.message_count)
+    client.qos(2000)
+    tag = client.consume(stream, {"x-stream-offset": "last"})
+    last = -1
+    pause = probe_ms / 1000.0
+    # while producers keep appending, deliveries never pause: stop after a few pauses' worth of time;
+    # any offset reached is a true (if not the newest) end
+    deadline = time.monotonic() + PROBE_SPAN * pause
+    while (left := deadline - time.monotonic()) > 0 and (d := client.next_delivery(min(pause, left))) is not None:
+        last = max(last, offset_of(d.properties.headers))
+        client.ack(d.delivery_tag)
+    client.cancel(tag)
+    client.deliveries.clear()  # any that raced the cancel are acked by nobody; the channel keeps no state
+    return last + 1
+
+
+def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:
+    """Block until any stream has a message at or after its ``start`` offset (True), or ``timeout``
+    seconds pass (False). The broker pushes to a consumer parked at the end of each stream, so an
+    idle query sleeps here instead of probing again and again."""
+    client.qos(1)
+    tags = {client.consume(s, {"x-stream-offset": off}): off for s, off in start.items()}
+    found = False
+    deadline = time.monotonic() + timeout
+    while not found and (left := deadline - time.monotonic()) > 0:
+        d = client.next_delivery(left)
+        if d is None:
+            break
+        # a chunk may start before the offset asked for: only a message at or after it counts
+        found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
+        client.ack(d.delivery_tag)
+    for tag in tags:
+        client.cancel(tag)
+    client.deliveries.clear()
+    return found
+
+
+def cap_total(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> dict[str, int]:
+    """Move each stream's end back so that at most ``limit`` records are taken in all, shared in
+    proportion to what each stream has (Kafka's maxOffsetsPerTrigger does the same)."""
+    avail = {s: max(0, end[s] - start.get(s, 0)) for s in end}
+    total = sum(avail.values())
+    if total <= limit:
+        return dict(end)
+    capped: dict[str, int] = {}
+    given = 0
+    for s in sorted(avail):
+        take = min(avail[s], (avail[s] * limit) // total)
+        capped[s] = start.get(s, 0) + take
+        given += take
+    for s in sorted(avail):  # the rounding remainder, in name order: deterministic
+        if given >= limit:
+            break
+        extra = min(limit - given, end[s] - capped[s])
+        capped[s] += extra
+        given += extra
+    return capped
+
+
+def split_range(start: int, end: int, max_per_partition: int, min_partitions: int) -> list[tuple[int, int]]:
+    """[start, end) as contiguous pieces, each at most ``max_per_partition`` long and at least
+    ``min_partitions`` of them when the range is long enough."""
+    n = end - start
+    if n <= 0:
+        return []
+    parts = min(n, max(min_partitions, math.ceil(n / max_per_partition)))
+    step, rest = divmod(n, parts)
+    pieces, lo = [], start
+    for i in range(parts):
+        hi = lo + step + (1 if i < rest else 0)
+        pieces.append((lo, hi))
+        lo = hi
+    return pieces

@@ -1,0 +1,250 @@
+"""Stream queues in the broker, deterministic (SimNetwork, FakeStore, a clock only the test moves):
+offsets and offset specs, visibility only after the sync, confirms after it, dedup, server-side
+tracking, x-max-age retention on the fake clock, bounded reads for a far-behind consumer, crash
+recovery, and the protocol refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enginetest_helpers import connected, new_net, subscribe
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_engine_amqp import amqp, declare, publish
+
+from amqpproto import BasicProperties, spec
+from engine import Broker, Config
+from engine.testing import AmqpSimClient, FakeStore, SimNetwork
+from stompproto import Ack, Error, Message
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def stream(c: AmqpSimClient, name: str = "s", **args: Any) -> Any:
+    return declare(c, name, durable=True, arguments={**STREAM, **args})
+
+
+def consume(c: AmqpSimClient, queue: str = "s", prefetch: int = 100, ch: int = 1, **args: Any) -> Any:
+    c.call(spec.BasicQos(prefetch_count=prefetch, channel=ch))
+    return c.call(spec.BasicConsume(queue=queue, consumer_tag=f"t{len(c.received)}", arguments=args, channel=ch))
+
+
+def offsets(c: AmqpSimClient, skip: int = 0) -> list[int]:
+    return [d.properties.headers["x-stream-offset"] for d in c.of(spec.BasicDeliver)[skip:]]
+
+
+def pub(c: AmqpSimClient, n: int, start: int = 0, **headers: Any) -> None:
+    for i in range(start, start + n):
+        publish(c, "s", b"m%d" % i, props=BasicProperties(headers=headers or None))
+
+
+def test_offsets_are_visible_only_once_synced_and_confirms_wait_for_the_sync() -> None:
+    store = FakeStore()
+    net = new_net(store=store, auto_sync=False)
+    c = amqp(net, channels=2)
+    stream(c)
+    c.call(spec.ConfirmSelect(channel=1))
+    consume(c, ch=2, **{"x-stream-offset": "first"})
+    pub(c, 3)
+    net.run_until_idle()
+    assert c.of(spec.BasicDeliver) == [] and c.of(spec.BasicAck, channel=1) == []
+    net.complete_syncs()
+    assert offsets(c) == [0, 1, 2]
+    assert c.of(spec.BasicAck, channel=1)[-1].delivery_tag == 3
+    ok = declare(c, "s", passive=True)
+    assert ok.message_count == 3  # the end offset (capability stream_end_offset)
+
+
+def test_offset_specs_and_many_readers_at_their_own_pace() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 10)
+    net.run_until_idle()
+    for spec_, want in (("first", list(range(10))), (7, [7, 8, 9]), ("last", None), ("next", [])):
+        r = amqp(net)
+        consume(r, **{"x-stream-offset": spec_})
+        got = offsets(r)
+        if want is None:  # the start of the last chunk: at most the tail end
+            assert got and got[-1] == 9
+        else:
+            assert got == want
+    slow = amqp(net)
+    consume(slow, prefetch=2, **{"x-stream-offset": "first"})
+    assert offsets(slow) == [0, 1]  # prefetch bounds what is in flight
+    for tag in (1, 2, 3):
+        slow.call(spec.BasicAck(delivery_tag=tag, channel=1))
+    assert offsets(slow) == [0, 1, 2, 3, 4]
+    net.advance(3600)
+    hour = amqp(net)
+    pub(c, 1, 10)
+    consume(hour, **{"x-stream-offset": "30m"})  # only what was appended in the last 30 minutes
+    assert offsets(hour) == [10]
+
+
+def test_a_far_behind_consumer_reads_bounded_batches() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 2000)
+    net.run_until_idle()
+    store = net.broker.store
+    log = store.stream("/", "s")
+    reads: list[int] = []
+    real = log.read
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        out = real(*a, **kw)
+        reads.append(len(out))
+        return out
+
+    log.read = counting  # type: ignore[method-assign]
+    r = amqp(net)
+    consume(r, prefetch=50, **{"x-stream-offset": "first"})
+    assert len(r.of(spec.BasicDeliver)) == 50 and max(reads) <= 50
+    r.call(spec.BasicAck(delivery_tag=50, multiple=True, channel=1))
+    assert offsets(r) == list(range(100)) and max(reads) <= 50
+
+
+def test_producer_dedup_and_tracking_survive_a_crash() -> None:
+    store = FakeStore()
+    net = new_net(store=store)
+    c = amqp(net)
+    stream(c)
+    c.call(spec.ConfirmSelect(channel=1))
+    for pid in (1, 2, 2, 1, 3):
+        publish(c, "s", b"p%d" % pid, props=BasicProperties(headers={"x-producer": "p", "x-publishing-id": pid}))
+    net.run_until_idle()
+    assert c.of(spec.BasicAck)[-1].delivery_tag == 5  # every publish confirmed, duplicates included
+    r = amqp(net)
+    consume(r, prefetch=1, **{"x-stream-offset": "first", "x-stream-consumer-name": "me"})
+    r.call(spec.BasicAck(delivery_tag=1, channel=1))
+    assert [d.body for d in r.of(spec.BasicDeliver)] == [b"p1", b"p2"]
+    net.run_until_idle()
+    survivor = store.crash()
+    net2 = SimNetwork(Broker(Config(), survivor, __import__("random").Random(0)))
+    c2 = amqp(net2)
+    publish(c2, "s", b"again", props=BasicProperties(headers={"x-producer": "p", "x-publishing-id": 3}))
+    publish(c2, "s", b"p4", props=BasicProperties(headers={"x-producer": "p", "x-publishing-id": 4}))
+    r2 = amqp(net2)
+    consume(r2, **{"x-stream-consumer-name": "me"})  # resumes after its acked offset 0
+    assert [d.body for d in r2.of(spec.BasicDeliver)] == [b"p2", b"p3", b"p4"]
+
+
+def test_max_age_retention_on_the_fake_clock() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c, **{"x-max-age": "10s", "x-stream-max-segment-size-bytes": 100})
+    pub(c, 20)
+    net.run_until_idle()
+    log = net.broker.store.stream("/", "s")
+    assert log.first == 0 and log.segment_count > 2
+    net.advance(30)  # the retention timer runs: whole old segments go, the active one stays
+    assert log.first > 0 and log.segment_count == 1
+    r = amqp(net)
+    consume(r, **{"x-stream-offset": 0})
+    assert offsets(r) == list(range(log.first, 20))
+
+
+def test_refusals_harm_nothing_else() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net, channels=2)
+    stream(c)
+    bad = c.call(spec.QueueDeclare(queue="np", durable=False, arguments=STREAM, channel=2))
+    assert isinstance(bad, spec.ChannelClose) and bad.reply_code == 406
+    c.open_channel(3)
+    c.call(spec.BasicQos(prefetch_count=5, channel=3))
+    bad = c.call(spec.BasicConsume(queue="s", arguments={"x-stream-offset": "yesterday"}, channel=3))
+    assert isinstance(bad, spec.ChannelClose) and "'x-stream-offset'" in bad.reply_text
+    get = c.call(spec.BasicGet(queue="s", channel=1))
+    assert isinstance(get, spec.ConnectionClose) and get.reply_code == 540
+    other = amqp(net)
+    assert stream(other).message_count == 0
+
+
+def test_stomp_subscribe_with_offset_forms() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 5)
+    net.run_until_idle()
+    s = connected(net)
+    subscribe(s, "/amq/queue/s", "a", ack="client-individual", prefetch_count="10", x_stream_offset="offset=3")
+    net.run_until_idle()
+    msgs = [e for e in s.events() if isinstance(e, Message)]
+    assert [m.headers["x-stream-offset"] for m in msgs] == ["3", "4"]
+    s.send(Ack({"id": msgs[0].headers["ack"]}))
+    net.run_until_idle()
+    s2 = connected(net)
+    subscribe(s2, "/amq/queue/s", "b", ack="auto", prefetch_count="10")
+    net.run_until_idle()
+    assert any(isinstance(e, Error) for e in s2.events())  # a stream needs acks
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["pub", "ack", "sync"]), st.integers(0, 3)), max_size=40))
+def test_a_tracked_consumer_never_skips_an_unacked_offset(ops: list[tuple[str, int]]) -> None:
+    """Whatever the interleaving of appends, syncs and acks, a consumer resuming by name starts at
+    the lowest offset its predecessor did not ack."""
+    store = FakeStore()
+    net = new_net(store=store, auto_sync=False)
+    c = amqp(net)
+    stream(c)
+    r = amqp(net)
+    consume(r, prefetch=3, **{"x-stream-offset": "first", "x-stream-consumer-name": "n"})
+    acked: set[int] = set()
+    n = 0
+    for op, k in ops:
+        if op == "pub":
+            pub(c, k + 1, n)
+            n += k + 1
+        elif op == "sync":
+            net.complete_syncs()
+        else:
+            ds = r.of(spec.BasicDeliver)
+            todo = [d for d in ds if d.properties.headers["x-stream-offset"] not in acked][:k + 1]
+            for d in todo:
+                r.call(spec.BasicAck(delivery_tag=d.delivery_tag, channel=1))
+                acked.add(d.properties.headers["x-stream-offset"])
+    net.complete_syncs()
+    r.close()
+    net.run_until_idle()
+    expect = min(set(range(n + 1)) - acked)
+    r2 = amqp(net)
+    consume(r2, prefetch=1, **{"x-stream-offset": "first", "x-stream-consumer-name": "n"})
+    net.complete_syncs()
+    got = offsets(r2)
+    assert got == ([expect] if expect < n else [])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 8), st.lists(st.text(max_size=12), min_size=1, max_size=30))
+def test_partition_router_sends_one_key_to_one_partition(n: int, keys: list[str]) -> None:
+    from engine.model.routers import PARTITION_ARG, router_for
+
+    router = router_for("direct", {PARTITION_ARG: True})
+    for i in range(n):
+        router.add(f"p{i}", str(i))
+    for key in keys:
+        out: dict[Any, None] = {}
+        router.route(key, None, out)
+        again: dict[Any, None] = {}
+        router.route(key, None, again)
+        assert len(out) == 1 and out == again
+        if key.isascii() and key.isdigit() and int(key) < n and str(int(key)) == key:
+            assert list(out) == [f"p{key}"]  # a partition's own key routes to it
+
+
+def test_deleting_a_stream_cancels_its_consumers_and_frees_nothing_it_did_not_hold() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 5)
+    r = amqp(net)
+    consume(r, **{"x-stream-offset": "first"})
+    assert len(r.of(spec.BasicDeliver)) == 5
+    before = net.broker.model.queued_bytes
+    assert c.call(spec.QueueDelete(queue="s", channel=1)).message_count == 0
+    net.run_until_idle()
+    assert r.of(spec.BasicCancel) and net.broker.model.queued_bytes == before
+    assert stream(c).message_count == 0  # a new, empty stream of that name

@@ -1,0 +1,85 @@
+"""Spark-free parts of the pipeline: the package never imports the broker, options, offset arithmetic."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.client import parse_url
+from pipeline.offsets import cap_total, split_range
+from pipeline.options import OptionError, ReadOptions, WriteOptions
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "pipeline"
+
+
+def test_pipeline_never_imports_the_engine_or_the_servers() -> None:
+    """The connector is a client: it must run on Spark executors that have no broker code."""
+    files = sorted(SRC.rglob("*.py"))
+    assert files
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in {"engine", "servers", "pika"}, f"{path.name} imports {name}"
+
+
+def test_parse_url() -> None:
+    ep = parse_url("amqp://u%40x:p%2Fw@broker:5673/%2F")
+    assert (ep.host, ep.port, ep.user, ep.password, ep.vhost) == ("broker", 5673, "u@x", "p/w", "/")
+    assert parse_url("amqp://h/v").vhost == "v" and parse_url("amqp://h").vhost == "/"
+    with pytest.raises(ValueError, match="amqp://"):
+        parse_url("amqps://h")
+
+
+def test_read_options() -> None:
+    o = ReadOptions.parse({"stream": "a,b", "startingOffsets": '{"a": 5}', "maxRecordsPerTrigger": "10"})
+    assert o.streams == ("a", "b") and o.starting == {"a": 5} and o.ending == "latest"
+    assert o.max_records_per_trigger == 10
+    for bad, msg in [({"stream": "a,a"}, "distinct"),
+                     ({"stream": "a", "startingOffsets": '{"a": -3}'}, "offsets >= 0"),
+                     ({"stream": "a", "startingOffsets": '{"a": true}'}, "offsets >= 0"),
+                     ({"stream": "a", "prefetch": "x"}, "prefetch must be an integer"),
+                     ({"stream": "a", "url": "amqp://h:99999"}, "bad port")]:
+        with pytest.raises(OptionError, match=msg):
+            ReadOptions.parse(bad)
+
+
+def test_write_options() -> None:
+    o = WriteOptions.parse({"stream": "out"}, ["body"])
+    assert (o.exchange, o.routing_key, o.target_stream) == ("", "out", "out")
+    o = WriteOptions.parse({"exchange": "amq.topic"}, ["body", "routing_key"])
+    assert (o.exchange, o.routing_key) == ("amq.topic", None)
+    with pytest.raises(OptionError, match="exactly one"):
+        WriteOptions.parse({"stream": "a", "exchange": "x"}, ["body"])
+    with pytest.raises(OptionError, match="routingKey"):
+        WriteOptions.parse({"exchange": "x"}, ["body"])
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**5), st.integers(1, 10**4), st.integers(1, 64))
+def test_split_range_covers_the_range_in_order(start: int, n: int, max_per: int, min_parts: int) -> None:
+    pieces = split_range(start, start + n, max_per, min_parts)
+    assert sum(hi - lo for lo, hi in pieces) == n
+    assert all(lo < hi <= lo + max_per for lo, hi in pieces)
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+    if n:
+        assert pieces[0][0] == start and len(pieces) >= min(n, min_parts)
+
+
+@given(st.dictionaries(st.sampled_from("abcde"), st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1),
+       st.integers(1, 3000))
+def test_cap_total_takes_at_most_the_limit(ranges: dict[str, tuple[int, int]], limit: int) -> None:
+    start = {s: lo for s, (lo, _) in ranges.items()}
+    end = {s: lo + n for s, (lo, n) in ranges.items()}
+    capped = cap_total(start, end, limit)
+    taken = sum(capped[s] - start[s] for s in ranges)
+    assert all(start[s] <= capped[s] <= end[s] for s in ranges)
+    assert taken == min(limit, sum(end[s] - start[s] for s in ranges))

@@ -1,0 +1,94 @@
+"""`sansmq analyze` on a trace stream of real traffic: Parquet tables that add up, PNG plots, and an
+index.html that headless Chromium opens with every plot loaded (a screenshot is kept)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pipelinekit import Broker, TrafficRecorder
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+from browserkit import CHROMIUM, NODE_DIR, browser_skip_reason  # noqa: E402
+
+MESSAGES = 200
+
+
+def _open_in_chromium(index: Path, screenshot: Path) -> dict:
+    reason = browser_skip_reason()
+    if reason is not None:
+        if os.environ.get("SANSMQ_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    proc = subprocess.run(["node", str(NODE_DIR / "snapshot_page.mjs"), index.as_uri(), str(screenshot),
+                           "--chromium", CHROMIUM], cwd=NODE_DIR, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: Path) -> None:
+    trace = broker.stream("pipe-trace")
+    rec = TrafficRecorder(broker, trace)
+    counts = rec.run(MESSAGES)
+    rec.flush()
+    assert counts["redelivered"] > 0 and counts["dead_letters"] == MESSAGES // 5
+
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "servers", "analyze", "--url", broker.url, "--stream", trace,
+                           "--out", str(out), "--master", "local[2]"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"report: {out / 'index.html'}" in proc.stdout
+
+    tables = {p.name: spark.read.parquet(str(p)).toPandas() for p in (out / "tables").iterdir()}
+    assert set(tables) == {"rates", "sizes", "latency", "redeliveries", "routing_keys"}
+    rates = tables["rates"]
+    published = rates[(rates.kind == "publish") & (rates.name == "amq.topic")]
+    assert published.messages.sum() == MESSAGES
+    assert published.bytes.sum() == sum(16 << (i % 7) for i in range(MESSAGES))
+    # the firehose traces client publishes only; a recorder also wrote the dead letters' republication
+    republished = 0 if broker.firehose else counts["dead_letters"]
+    assert tables["sizes"].messages.sum() == MESSAGES + republished
+    red = tables["redeliveries"].set_index("queue")
+    q = rec.queues
+    assert red.loc[q["orders"], "redeliveries"] == counts["redelivered"]
+    assert red.loc[q["retry"], "dead_letters"] == counts["dead_letters"]
+    lat = tables["latency"].set_index("queue")
+    assert set(lat.index) >= {q["orders"], q["billing"], q["retry"]}
+    assert (lat.p50 <= lat.p99).all() and (lat.p50 >= 0).all()
+    keys = tables["routing_keys"]
+    t = rec.tag  # three order regions, billing, retry, and the dead letters republished to parked
+    expected_keys = {f"orders.{t}.eu", f"orders.{t}.us", f"orders.{t}.asia", f"billing.{t}", f"retry.{t}"}
+    if not broker.firehose:
+        expected_keys.add(q["parked"])
+    assert dict(zip(keys.routing_key, keys.messages, strict=True)) == dict.fromkeys(expected_keys, MESSAGES // 5)
+
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert len(pngs) == 6 and all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    result = _open_in_chromium(out / "index.html", tmp_path / "report.png")
+    assert result["title"] == "sansmq traffic report"
+    assert sorted(result["images"]) == pngs  # every plot decoded by the browser
+    assert result["tables"] == 5
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "servers", "analyze", "--out", str(tmp_path / "r"), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    p = run("--url", "amqp://guest:guest@127.0.0.1:1/%2F")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "sansmq analyze: error: cannot connect to the broker at 127.0.0.1:1: [Errno 111] Connection refused"]
+    p = run("--url", broker.url, "--stream", "pipe-no-such-trace")
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+    assert "stream 'pipe-no-such-trace': 404 NOT_FOUND" in p.stderr
+    p = run("--url", broker.url, "--starting-offsets", "{bad")
+    assert p.returncode == 2 and "sansmq analyze: error:" in p.stderr
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,272 @@
+"""Format "sansmq" on a real SparkSession (local[2]) against a real broker over AMQP 0-9-1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pipelinekit import Broker
+
+N = 100_000
+
+
+def _stream_query(spark, broker: Broker, stream: str, **options: str):
+    reader = spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _run_available_now(df, out: Path, checkpoint: Path) -> list[dict]:
+    q = (df.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    return [p for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def test_available_now_reads_100k_then_resumes_from_the_checkpoint(spark, broker: Broker, tmp_path: Path) -> None:
+    stream = broker.stream("pipe-100k")
+    broker.publish(stream, [b"%06d" % i for i in range(N)])
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = _stream_query(spark, broker, stream, maxRecordsPerTrigger="40000", maxRecordsPerPartition="20000")
+
+    progress = _run_available_now(df, out, ck)
+    assert [p["numInputRows"] for p in progress] == [40_000, 40_000, 20_000]  # admission control
+    assert json.loads(progress[-1]["sources"][0]["endOffset"]) == {stream: N}
+    rows = spark.read.parquet(str(out))
+    agg = rows.selectExpr("count(*) n", "count(distinct offset) d", "min(offset) lo", "max(offset) hi",
+                          "sum(cast(cast(body as string) as int) - offset) drift").first()
+    assert (agg.n, agg.d, agg.lo, agg.hi, agg.drift) == (N, N, 0, N - 1, 0)
+    first = rows.where("offset = 7").first()
+    assert first.stream == stream and first.routing_key == stream and first.content_type == "text/plain"
+    assert first.headers["x-stream-offset"] == "7"
+
+    # more data, same checkpoint: a new query resumes at N and reads only the new messages
+    broker.publish(stream, [b"%06d" % i for i in range(N, N + 1000)])
+    progress = _run_available_now(_stream_query(spark, broker, stream), out, ck)
+    assert sum(p["numInputRows"] for p in progress) == 1000
+    assert json.loads(progress[0]["sources"][0]["startOffset"]) == {stream: N}
+    agg = spark.read.parquet(str(out)).selectExpr("count(*) n", "count(distinct offset) d").first()
+    assert (agg.n, agg.d) == (N + 1000, N + 1000)
+
+
+def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: Path) -> None:
+    src, dst = broker.stream("pipe-src"), broker.stream("pipe-dst")
+    broker.publish(src, [b"before the start"] * 100)
+    broker.publish(src, [f"event {i}".encode() for i in range(3000)], headers={"kind": "demo"})
+    df = _stream_query(spark, broker, src, maxRecordsPerTrigger="1000", startingOffsets=json.dumps({src: 100}))
+    q = (df.selectExpr("upper(cast(body as string)) as body", "headers", "'text/upper' as content_type")
+         .writeStream.format("sansmq").option("url", broker.url).option("stream", dst)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    got = broker.read_all(dst, 3000)
+    assert [b for _, b, _ in got] == [f"EVENT {i}".encode() for i in range(3000)]
+    assert [o for o, _, _ in got] == list(range(3000))
+    h = got[5][2]
+    assert h["kind"] == "demo" and h["x-producer"].startswith(f"spark-{q.id}-")
+    assert h["x-stream-offset"] == 5  # the output stream's own offset, not a copy of the input's
+    assert broker.end(dst) == 3000
+
+
+def test_batch_write_then_batch_read_of_a_range(spark, broker: Broker) -> None:
+    dst = broker.stream("pipe-batch")
+    rows = [(f"row {i}", "k", {"n": str(i)}) for i in range(500)]
+    df = spark.createDataFrame(rows, "body string, routing_key string, headers map<string,string>").repartition(2)
+    df.write.format("sansmq").option("url", broker.url).option("stream", dst).mode("append").save()
+    assert broker.end(dst) == 500
+
+    whole = spark.read.format("sansmq").option("url", broker.url).option("stream", dst).load()
+    assert sorted(r.body.decode() for r in whole.collect()) == sorted(r[0] for r in rows)
+    part = (spark.read.format("sansmq").option("url", broker.url).option("stream", dst)
+            .option("startingOffsets", json.dumps({dst: 100})).option("endingOffsets", json.dumps({dst: 250}))
+            .option("maxRecordsPerPartition", "40").load())
+    assert part.rdd.getNumPartitions() == 4
+    offsets = sorted(r.offset for r in part.select("offset").collect())
+    assert offsets == list(range(100, 250))
+
+
+def test_several_streams_in_one_query(spark, broker: Broker) -> None:
+    a, b = broker.stream("pipe-a"), broker.stream("pipe-b")
+    broker.publish(a, [b"a"] * 30)
+    broker.publish(b, [b"b"] * 70)
+    df = spark.read.format("sansmq").option("url", broker.url).option("stream", f"{a},{b}").load()
+    counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
+    assert counts == {a: 30, b: 70}
+
+
+def _error_text(excinfo: pytest.ExceptionInfo) -> str:
+    return str(excinfo.value)
+
+
+def test_clear_errors(spark, broker: Broker) -> None:
+    read = spark.read.format("sansmq")
+    with pytest.raises(Exception) as e:
+        read.option("url", "amqp://guest:guest@127.0.0.1:1/%2F").option("stream", "x").load().count()
+    assert "cannot connect to the broker at 127.0.0.1:1" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", "pipe-no-such-stream").load().count()
+    assert "404" in _error_text(e) and "pipe-no-such-stream" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", "s").option(
+            "startingOffsets", "yesterday").load().count()
+    assert 'option startingOffsets must be "earliest", "latest" or JSON' in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.readStream.format("sansmq").option("url", broker.url).option("stream", "s").option(
+            "maxRecordsPerTrigger", "0").load().writeStream.format("console").start().awaitTermination(60)
+    assert "option maxRecordsPerTrigger must be >= 1" in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").load().count()
+    assert 'option "stream" is required' in _error_text(e)
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", "http://x").option("stream", "s").load().count()
+    assert "url must start with amqp://" in _error_text(e)
+    dst = broker.stream("pipe-err")
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([("x",)], "payload string").write.format("sansmq").option(
+            "url", broker.url).option("stream", dst).mode("append").save()
+    assert 'needs a "body" column' in _error_text(e)
+
+
+def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) -> None:
+    """latestOffset with nothing new parks a consumer at the end of each stream: it returns at once
+    when a message arrives (pushed by the broker) and only after the whole wait when none does."""
+    import threading
+    import time
+
+    from pipeline.client import Client
+    from pipeline.offsets import stream_end, wait_for_new
+
+    quiet, busy = broker.stream("pipe-idle-a"), broker.stream("pipe-idle-b")
+    broker.publish(busy, [b"old"] * 5)
+    with Client(broker.url) as c:
+        t0 = time.monotonic()
+        assert wait_for_new(c, {quiet: 0, busy: 5}, 1.5) is False  # the 5 old ones do not count
+        assert time.monotonic() - t0 >= 1.4
+        later = threading.Timer(0.5, broker.publish, (busy, [b"new"]))
+        later.start()
+        t0 = time.monotonic()
+        assert wait_for_new(c, {quiet: 0, busy: 5}, 20.0) is True
+        assert time.monotonic() - t0 < 10.0
+        later.join()
+        assert stream_end(c, busy, 300) == 6  # the same connection goes on working after the wait
+
+
+def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker) -> None:
+    """Default trigger (next batch as soon as the last ends): the source waits on the broker between
+    batches and every message published while the query runs arrives, once."""
+    import time
+
+    from e2ekit import wait_until
+
+    stream = broker.stream("pipe-live")
+    name = stream.replace("-", "_")
+    q = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
+         .writeStream.format("memory").queryName(name).start())
+    try:
+        wait_until(lambda: q.lastProgress is not None or q.exception() is not None, 120, "the first batch")
+        for i in range(3):
+            broker.publish(stream, [b"%d-%d" % (i, j) for j in range(50)])
+            time.sleep(0.5)
+        wait_until(lambda: spark.sql(f"select count(*) c from {name}").first().c >= 150 or q.exception(), 120,
+                   "150 rows in the memory sink")
+        assert q.exception() is None, q.exception()
+        rows = spark.sql(f"select offset from {name}").collect()
+        assert sorted(r.offset for r in rows) == list(range(150))
+    finally:
+        q.stop()
+
+
+def test_the_end_probe_returns_while_producers_keep_appending(broker: Broker) -> None:
+    import threading
+    import time
+
+    from pipeline.client import Client
+    from pipeline.offsets import PROBE_SPAN, stream_end
+
+    stream = broker.stream("pipe-busy")
+    broker.publish(stream, [b"before"] * 100)
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            broker.publish(stream, [b"during"] * 20)  # never a pause of 100 ms between deliveries
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        with Client(broker.url) as c:
+            t0 = time.monotonic()
+            end = stream_end(c, stream, 100)
+            took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert took < PROBE_SPAN * 0.1 + 5.0
+    assert 100 <= end <= broker.end(stream)
+
+
+def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -> None:
+    """NAME-0..N-1 bound to a direct exchange NAME (what a partitioned stream is): option stream NAME
+    reads every partition; offsets JSON names the partitions."""
+    from amqpproto import spec
+    from pipeline.client import Client
+
+    base = broker.stream("pipe-super")  # a plain stream to get a unique name; the partitions hang off it
+    name = f"{base}-p"
+    with Client(broker.url) as c:
+        c.declare_exchange(name, "direct")
+        for i in range(3):
+            c.declare(f"{name}-{i}", {"x-queue-type": "stream"})
+            c.bind(f"{name}-{i}", name, str(i))
+        c.confirm_select()
+        for j in range(90):
+            c.publish(name, str(j % 3), spec.BasicProperties(), b"%d" % j)
+        c.wait_confirms(c.published)
+    df = spark.read.format("sansmq").option("url", broker.url).option("stream", name).load()
+    counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
+    assert counts == {f"{name}-{i}": 30 for i in range(3)}
+    part = (spark.read.format("sansmq").option("url", broker.url).option("stream", name)
+            .option("startingOffsets", json.dumps({f"{name}-1": 25})).load())
+    assert part.count() == 30 + 5 + 30
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", name).option(
+            "startingOffsets", json.dumps({name: 1})).load().count()
+    assert "option startingOffsets names streams that are not read" in _error_text(e)
+
+    # the sink publishes to the partitioned stream's exchange, each row by its routing_key column
+    rows = spark.createDataFrame([(f"w{j}", str(j % 3)) for j in range(30)], "body string, routing_key string")
+    rows.write.format("sansmq").option("url", broker.url).option("exchange", name).mode("append").save()
+    assert [broker.end(f"{name}-{i}") for i in range(3)] == [40, 40, 40]
+
+
+def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
+    import re
+
+    from pipeline.client import Client
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "make_session" in b]
+    events = broker.stream("pipe-readme")
+    broker.publish(events, [b"hello"] * 10)
+    upper = f"{events}-upper"
+    with Client(broker.url) as c:
+        c.declare(upper, {"x-queue-type": "stream"})
+    code = (code.replace('"amqp://guest:guest@127.0.0.1:5672/%2F"', repr(broker.url))
+            .replace('"events-upper"', repr(upper)).replace('"events"', repr(events))
+            .replace('"/tmp/ck-upper"', repr(str(tmp_path / "ck"))))
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # getOrCreate: the suite's session
+    assert [b for _, b, _ in broker.read_all(upper, 10)] == [b"HELLO"] * 10
+
+
+def test_bad_credentials_or_vhost_are_a_clear_error(broker: Broker) -> None:
+    from pipeline.client import BrokerUnreachable, Client
+
+    base = broker.url.split("@", 1)[1].rsplit("/", 1)[0]
+    with pytest.raises(BrokerUnreachable, match=r"AMQP handshake with .* failed: .*403"):
+        Client(f"amqp://guest:wrong@{base}/%2F")
+    with pytest.raises(BrokerUnreachable, match=r"vhost 'no-such-vhost' failed: .*530"):
+        Client(f"amqp://guest:guest@{base}/no-such-vhost")
