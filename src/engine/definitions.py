@@ -14,7 +14,7 @@ from typing import Any
 
 from .model import Model
 from .model.errors import ModelError, PreconditionFailed
-from .model.objects import STANDARD_EXCHANGES, Queue
+from .model.objects import Queue
 from .model.policies import Policy
 from .model.security import Permission, UserRecord
 
@@ -23,7 +23,12 @@ __all__ = ["export_definitions", "import_definitions", "DEFINITIONS_VERSION"]
 DEFINITIONS_VERSION = "3.10.0"
 _IGNORED_SECTIONS = ("parameters", "global_parameters", "topic_permissions", "operator_policies",
                      "vhost_limits", "user_limits")
-_STANDARD = {"", *(name for name, _ in STANDARD_EXCHANGES)}
+
+
+def _builtin(exchange: str) -> bool:
+    """The default exchange and the amq.* ones (the firehose's too) are the broker's own: clients
+    cannot declare them, so RabbitMQ's export leaves them out and an import skips them."""
+    return exchange == "" or exchange.startswith("amq.")
 
 
 def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) -> dict[str, Any]:
@@ -36,7 +41,7 @@ def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) 
                 queues.append({"name": q.name, "vhost": vhost.name, "durable": True, "auto_delete": q.auto_delete,
                                "arguments": dict(q.declared_args or {})})
         for x in vhost.exchanges.values():
-            if x.durable and x.name not in _STANDARD:
+            if x.durable and not _builtin(x.name):
                 exchanges.append({"name": x.name, "vhost": vhost.name, "type": x.type, "durable": True,
                                   "auto_delete": x.auto_delete, "internal": x.internal,
                                   "arguments": dict(x.args or {})})
@@ -100,7 +105,7 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         sec.set_permissions(p)
     for x in doc.get("exchanges") or ():
         vhost = model.add_vhost(str(x.get("vhost", "/")))
-        if x["name"] in _STANDARD or x["name"] in vhost.exchanges:
+        if _builtin(str(x["name"])) or x["name"] in vhost.exchanges:
             continue
         _declare(notes, "exchange", x, model.declare_exchange, vhost, str(x["name"]), str(x.get("type", "direct")),
                  bool(x.get("durable", True)), bool(x.get("auto_delete", False)), bool(x.get("internal", False)),
