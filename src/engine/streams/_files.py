@@ -60,7 +60,7 @@ from struct import Struct
 from zlib import crc32
 
 from .._message import Message
-from ..storage.segment._records import _REC, _decode_message, _encode_message, _record
+from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
@@ -531,16 +531,8 @@ class FileStreamLog(StreamLog):
 
     # -- write-out and sync ---------------------------------------------------------------------------------
     def _write(self, seg: _Seg) -> None:
-        """pwrite the buffer at its offset; on error the unwritten rest stays (caller holds _lock)."""
-        buf = seg.buf
-        while buf:
-            n = self._pwrite(seg.fd, buf, seg.written)
-            seg.written += n
-            seg.dirty = True
-            if n == len(buf):
-                buf.clear()
-            else:
-                del buf[:n]
+        """pwrite the buffer at its offset (caller holds _lock)."""
+        write_out(seg, self._pwrite)
 
     def _write_all(self) -> None:
         for seg in self._segs:

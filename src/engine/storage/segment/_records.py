@@ -11,8 +11,9 @@ length-prefixed strings and the arguments as a field table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from struct import Struct
-from typing import Any
+from typing import Any, Protocol
 from zlib import crc32
 
 from amqpproto import read_array, read_table, write_array, write_table
@@ -130,6 +131,29 @@ def meta_to_def(op: int, strs: list[str], flags: int, args: dict[str, Any] | Non
     if op in (OP_ADD_B, OP_DEL_B):
         return BindingDef(strs[0], strs[1], strs[2], bool(flags & _F_DEST_X), strs[3], args)
     raise ValueError(f"journal op {op} defines no entity")
+
+
+class Buffered(Protocol):
+    """A file written through a buffer: where its next byte goes and whether it awaits a sync."""
+
+    fd: int
+    buf: bytearray
+    written: int
+    dirty: bool
+
+
+def write_out(f: Buffered, pwrite: Callable[[int, bytearray, int], int]) -> None:
+    """pwrite ``f.buf`` at ``f.written``; on error the unwritten rest stays buffered (the segment
+    store and the stream logs share it; ``pwrite`` is theirs, so fault-injection tests can wrap it)."""
+    buf = f.buf
+    while buf:  # no memoryview: an exception must not leave an export that blocks the resize
+        n = pwrite(f.fd, buf, f.written)
+        f.written += n
+        f.dirty = True
+        if n == len(buf):
+            buf.clear()
+        else:
+            del buf[:n]
 
 
 def _record(payload: bytes) -> bytes:

@@ -84,6 +84,7 @@ from ._records import (
     meta_queue,
     meta_to_def,
     meta_vhost,
+    write_out,
 )
 
 __all__ = ["SegmentStore"]
@@ -941,16 +942,8 @@ class SegmentStore(Store):
 
     # -- write-out and sync ----------------------------------------------------------------------------------
     def _write_file(self, f: _File) -> None:
-        """pwrite the buffer at its offset; on error the unwritten rest stays buffered (caller holds _lock)."""
-        buf = f.buf
-        while buf:  # no memoryview: an exception must not leave an export that blocks the resize
-            n = self._pwrite(f.fd, buf, f.written)
-            f.written += n
-            f.dirty = True
-            if n == len(buf):
-                buf.clear()
-            else:
-                del buf[:n]
+        """pwrite the buffer at its offset (caller holds _lock)."""
+        write_out(f, self._pwrite)
 
     def _write_all(self) -> None:
         for f in list(self._segs.values()):
