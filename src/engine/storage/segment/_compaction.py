@@ -10,10 +10,12 @@ from ._records import (
     _CNT,
     _ENQ,
     _EXP,
+    _MARK,
     JRN_MAGIC,
     K_CNT,
     K_ENQ,
     K_EXP,
+    K_MARK,
     OP_ADD_B,
     OP_ADD_VHOST,
     OP_PUT_DOC,
@@ -91,6 +93,11 @@ class Compaction:
                     out += _record(_EXP.pack(K_EXP, qi.qid, mid, when))
                 if len(out) >= FLUSH_AT:
                     flush()
+            # every enqueue of a message before this point is above (or was removed): recovery
+            # applies only segment markers of messages from here on
+            assert self._seg is not None
+            out += _record(_MARK.pack(K_MARK, (self._seg_no << 32) | self._seg.size))
+            self._last_msg = (0, 0)  # the next enqueue writes its message anew, after the mark
             flush()
             self._fsync_full(fd)
         except BaseException:
@@ -99,5 +106,6 @@ class Compaction:
         os.replace(tmp, os.path.join(self.path, "journal"))
         self._fsync_dir(self.path)
         if self._j is not None:
-            os.close(self._j.fd)
+            self._close_fd(self._j.fd)
         self._j = _File(os.path.join(self.path, "journal"), fd, done)
+        self._j_must = False

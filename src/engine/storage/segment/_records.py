@@ -30,10 +30,14 @@ _ENQ = Struct("<BIQQ")  # kind, queue id, message id, position
 _REM = Struct("<BIQ")  # kind, queue id, message id
 _CNT = Struct("<BIQI")  # kind, queue id, message id, delivery count
 _EXP = Struct("<BIQd")  # kind, queue id, message id, this queue's expiry of the message (x-message-ttl)
-K_ENQ, K_REM, K_CNT, K_META, K_EXP = 1, 2, 3, 4, 5
+#: kind, the segment position the journal covers from here on (written by compaction): every
+#: enqueue of a message at a lower position is in the journal (or was removed)
+_MARK = Struct("<BQ")
+K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK = 1, 2, 3, 4, 5, 6
 _PERSISTENT = 1
 _HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
 NAN = float("nan")
+assert _ENQ.size < _MSG.size  # is_enqueue_marker tells the two apart by length
 
 # -- journal meta records ----------------------------------------------------------------------
 OP_ADD_VHOST, OP_DEL_VHOST, OP_ADD_X, OP_DEL_X, OP_ADD_Q, OP_DEL_Q, OP_ADD_B, OP_DEL_B = range(1, 9)
@@ -160,15 +164,22 @@ def _record(payload: bytes) -> bytes:
     return _REC.pack(len(payload), crc32(payload)) + payload
 
 
+def is_enqueue_marker(p: bytes | memoryview) -> bool:
+    """Whether a segment record's payload is an enqueue (``_ENQ``) written beside its message rather
+    than a message: a message payload is never this short (``_MSG`` alone is longer)."""
+    return len(p) == _ENQ.size and p[0] == K_ENQ
+
+
 def _records(data: bytes | memoryview, start: int) -> tuple[list[tuple[int, memoryview]], int]:
-    """Valid records from ``start`` as (offset, payload); also the end of the last valid one."""
+    """Valid records from ``start`` as (offset, payload); also the end of the last valid one. A zero
+    length ends the records (the zeroed, preallocated tail of a file: every payload is non-empty)."""
     view = memoryview(data)
     out = []
     off, end = start, len(view)
     while off + 8 <= end:
         n, crc = _REC.unpack_from(view, off)
         stop = off + 8 + n
-        if stop > end:
+        if stop > end or not n:
             break
         payload = view[off + 8 : stop]
         if crc32(payload) != crc:

@@ -20,12 +20,14 @@ from ._records import (
     _CNT,
     _ENQ,
     _EXP,
+    _MARK,
     _REC,
     _REM,
     JRN_MAGIC,
     K_CNT,
     K_ENQ,
     K_EXP,
+    K_MARK,
     K_META,
     K_REM,
     OP_ADD_B,
@@ -38,9 +40,12 @@ from ._records import (
     OP_DEL_VHOST,
     OP_DEL_X,
     OP_PUT_DOC,
+    SEG_MAGIC,
     _decode_message,
+    _records,
     decode_meta,
     decode_plain_queue,
+    is_enqueue_marker,
     meta_to_def,
 )
 
@@ -67,6 +72,9 @@ class Recovery:
         self._idle_vhosts: dict[int, str] = {}
         n_rec = 0  # records replayed
         torn = False
+        #: the highest message position the journal's enqueues cover (see ``_replay_markers``) and
+        #: the journal offset of its first enqueue at exactly that position (-1: none yet)
+        cov, cov_from = 0, -1
         magic = bytes(data[: len(JRN_MAGIC)])
         if magic == JRN_MAGIC:
             view = memoryview(data)
@@ -75,20 +83,17 @@ class Recovery:
             while off + rec_size <= end:
                 n, crc = _REC.unpack_from(view, off)
                 stop = off + rec_size + n
-                if stop > end or crc32(view[off + rec_size : stop]) != crc:
+                if stop > end or not n or crc32(view[off + rec_size : stop]) != crc:
                     break
                 p = view[off + rec_size : stop]
-                off = stop
+                at, off = off, stop
                 n_rec += 1
                 kind = p[0]
                 if kind == K_ENQ:
                     _, qid, mid, pos = _ENQ.unpack(p)
-                    qi = by_qid.get(qid)
-                    if qi is None and qid in self._idle_names:
-                        qname = self._idle_names.pop(qid)
-                        qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid)
-                    if qi is not None:
-                        qi.add(mid, pos)
+                    if pos >= cov and (pos > cov or cov_from < 0):
+                        cov, cov_from = pos, at
+                    self._replay_enqueue(qid, mid, pos, by_qid)
                 elif kind == K_REM:
                     _, qid, mid = _REM.unpack(p)
                     qi = by_qid.get(qid)
@@ -108,6 +113,10 @@ class Recovery:
                         if qi.exp is None:
                             qi.exp = {}
                         qi.exp[mid] = when
+                elif kind == K_MARK:
+                    (_, mark) = _MARK.unpack(p)
+                    if mark > cov:
+                        cov, cov_from = mark, -1
                 elif kind == K_META:
                     plain = decode_plain_queue(p)
                     if plain is not None:  # the common case, without a QueueDef
@@ -121,15 +130,20 @@ class Recovery:
             if off != end:
                 torn = True
                 log.warning("journal: dropped a torn tail of %d bytes", end - off)
+            covered = _enqueued_at(view, cov, cov_from, off)
             p = view = None  # type: ignore[assignment]  # release the mapping's exports
         elif magic.startswith(b"SMQJRN"):
             raise StoreError(f"{jpath} was written by another sansmq store format version "
                              f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
         elif len(data):
             raise StoreError(f"{jpath} is not a sansmq journal")
+        else:
+            covered = set()
         if isinstance(data, mmap.mmap):
             data.close()
         del data
+        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        from_segments = self._replay_markers(sorted(existing), cov, covered, by_qid)
         del self._idle_names, self._idle_vhosts
         for v in self._qs.values():  # the loaded idle queues drop their qids
             for qname, x in v.items():
@@ -142,7 +156,6 @@ class Recovery:
                 for pos in qi.pos:
                     if pos:
                         refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
-        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
         for no in existing:
             if no in refs:
                 self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
@@ -236,13 +249,52 @@ class Recovery:
                 + len(self._docs))
         with self._lock:
             self._new_segment()
-            if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
+            if torn or self.dropped_on_recovery or from_segments or not magic or n_rec > 2 * live + 64:
                 self._compact()  # rewrite the live state (also cuts a torn tail)
             else:  # already compact enough: append to it as it is
                 fd = os.open(jpath, os.O_RDWR)
                 self._j = _File(jpath, fd, os.fstat(fd).st_size)
                 self._j_live_hint = max(1024, live)
         return rec
+
+    def _replay_enqueue(self, qid: int, mid: int, pos: int, by_qid: dict[int, _QIndex]) -> None:
+        qi = by_qid.get(qid)
+        if qi is None and qid in self._idle_names:
+            qname = self._idle_names.pop(qid)
+            qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid)
+        if qi is not None:
+            qi.add(mid, pos)
+
+    def _replay_markers(self, segments: list[int], cov: int, covered: set[tuple[int, int]],
+                        by_qid: dict[int, _QIndex]) -> int:
+        """Apply the enqueue markers written beside their messages (``SegmentStore.enqueue``) that
+        the journal does not hold: those of messages past ``cov``, and at ``cov`` those not in
+        ``covered``. The journal is appended in the markers' order and a journal record is durable
+        only with all before it, so nothing after such an enqueue (a removal, a queue's deletion)
+        can be in the journal either. Returns how many were applied."""
+        applied = 0
+        for no in segments:
+            if no < cov >> 32:
+                continue
+            start = (cov & 0xFFFFFFFF) if no == cov >> 32 else len(SEG_MAGIC)
+            try:
+                with open(self._seg_path(no), "rb") as f:
+                    if f.read(len(SEG_MAGIC)) != SEG_MAGIC:
+                        continue
+                    f.seek(start)
+                    data = f.read()
+            except OSError as exc:
+                raise StoreError(f"segment {no}: cannot read its tail ({exc})") from None
+            for _, p in _records(data, 0)[0]:
+                if not is_enqueue_marker(p):
+                    continue
+                _, qid, mid, pos = _ENQ.unpack(p)
+                if pos > cov or (pos == cov and (qid, mid) not in covered):
+                    self._replay_enqueue(qid, mid, pos, by_qid)
+                    applied += 1
+        if applied:
+            log.info("recovery: %d enqueue(s) taken from the segments' markers", applied)
+        return applied
 
     def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], by_qid: dict[int, _QIndex]) -> None:
         op, strs, flags, qid, args = meta
@@ -302,3 +354,17 @@ class Recovery:
         elif x:  # idle with a qid (while loading, see _apply_meta)
             self._idle_names.pop(x, None)  # type: ignore[call-overload]
             self._idle_vhosts.pop(x, None)  # type: ignore[call-overload]
+
+
+def _enqueued_at(view: memoryview, cov: int, start: int, end: int) -> set[tuple[int, int]]:
+    """(queue id, message id) of the journal's enqueues at position ``cov``, read from journal offset
+    ``start`` (the first of them) to ``end`` (the end of the valid records)."""
+    out: set[tuple[int, int]] = set()
+    if start < 0:
+        return out
+    for _, p in _records(view[start:end], 0)[0]:
+        if p[0] == K_ENQ and len(p) == _ENQ.size:
+            _, qid, mid, pos = _ENQ.unpack(p)
+            if pos == cov:
+                out.add((qid, mid))
+    return out

@@ -86,6 +86,11 @@ from ._recovery import Recovery
 
 __all__ = ["SegmentStore"]
 
+#: a sync that has segment data to fsync leaves the journal's ride-along records (removals, delivery
+#: counts) unsynced at most this many times in a row (they are written to the OS every sync, so only
+#: a power loss or kernel crash can lose them: a redelivery, never a lost message)
+JOURNAL_LAZY_SYNCS = 64
+
 log = logging.getLogger("sansmq.store")
 
 
@@ -123,6 +128,15 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._dir_dirty = False
         self._j: _File | None = None
         self._j_live_hint = 0
+        #: the journal holds a record some sync must make durable (a definition, an expiry); its
+        #: enqueues are durable with their segment (see ``enqueue``), removals and delivery counts ride
+        #: along with a later journal fsync (a lost one only means a redelivery)
+        self._j_must = False
+        self._j_lazy_syncs = 0  # syncs since the journal's last fsync while it had unsynced records
+        #: a sync is fsyncing outside ``_lock``: descriptors closed meanwhile wait in ``_closing``
+        #: (so the fsync never needs a dup'd descriptor)
+        self._fsyncing = False
+        self._closing: list[int] = []
         self.dropped_on_recovery = 0  # referenced records that were missing or torn
         #: recovered bodies are loaded into memory up to this many bytes; the rest stay on disk
         self.memory_bodies = memory_bodies
@@ -243,6 +257,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
 
     def _meta(self, payload: bytes) -> None:
         self._journal(payload)
+        self._j_must = True
 
     def _mark_failed(self, exc: OSError) -> None:
         if self._failed is None:
@@ -334,8 +349,15 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             qi = self._upgrade(v, vhost, queue)  # type: ignore[arg-type]
         with self._lock:
             pos = self._append_message(msg)
-            assert self._j is not None
-            self._append(self._j, _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos)))
+            enq = _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos))
+            assert self._j is not None and self._seg is not None
+            self._append(self._j, enq)
+            if pos >> 32 == self._seg_no:
+                # the enqueue beside its message: the segment's fsync alone makes both durable
+                # (recovery applies the markers the journal does not hold yet, see _recovery)
+                self._append(self._seg, enq)
+            else:  # not expected (a shared record is always in the current segment)
+                self._j_must = True
         qi.add(msg.id, pos)
         seg_no = pos >> 32
         self._refs[seg_no] = self._refs.get(seg_no, 0) + 1
@@ -349,6 +371,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             qi.exp = {}
         qi.exp[msg.id] = expires
         self._journal(_EXP.pack(K_EXP, qi.qid, msg.id, expires))
+        self._j_must = True  # the queue's expiry of the message is only in the journal
 
     def _append_message(self, msg: Message) -> int:
         """Append ``msg``'s record to the current segment (caller holds ``_lock``); the same message
@@ -434,11 +457,18 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """Close and delete a segment nothing refers to (caller holds ``_lock``)."""
         f = self._segs.pop(seg_no, None)
         if f is not None:
-            os.close(f.fd)
+            self._close_fd(f.fd)
             try:
                 os.unlink(f.path)
             except FileNotFoundError:
                 pass
+
+    def _close_fd(self, fd: int) -> None:
+        """Close ``fd`` now, or after the running fsync (caller holds ``_lock``)."""
+        if self._fsyncing:
+            self._closing.append(fd)
+        else:
+            os.close(fd)
 
     # -- write-out and sync ----------------------------------------------------------------------------------
     def _write_file(self, f: _File) -> None:
@@ -476,13 +506,20 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                 if not self.fsync:
                     return
                 files = [f for f in self._segs.values() if f.dirty]
-                if self._j is not None and self._j.dirty:
-                    files.append(self._j)
+                j_must = False
+                j = self._j
+                if j is not None and j.dirty:
+                    if self._j_must or not files or self._j_lazy_syncs >= JOURNAL_LAZY_SYNCS:
+                        files.append(j)
+                        j_must, self._j_must, self._j_lazy_syncs = self._j_must, False, 0
+                    else:
+                        self._j_lazy_syncs += 1
                 fds = []
                 for f in files:
                     f.dirty = False
-                    fds.append(os.dup(f.fd))
+                    fds.append(f.fd)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
+                self._fsyncing = True
             try:
                 for fd in fds:
                     self._fsync(fd)
@@ -494,11 +531,15 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                 with self._lock:
                     for f in files:
                         f.dirty = True
+                    self._j_must = self._j_must or j_must
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
                 raise StoreError(f"message store cannot sync ({self._failed})") from None
             finally:
-                for fd in fds:
+                with self._lock:
+                    self._fsyncing = False
+                    closing, self._closing = self._closing, []
+                for fd in closing:
                     os.close(fd)
 
     def _fsync_dir(self, path: str) -> None:
