@@ -51,7 +51,7 @@ from ..._message import Message
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError
 from ...streams._files import FileStreams
 from ._compaction import Compaction
-from ._files import FLUSH_AT, _File
+from ._files import FLUSH_AT, _File, zero_ahead
 from ._index import _Page, _QIndex
 from ._paging import Paging
 from ._queuedefs import _IDLE, queue_def
@@ -505,6 +505,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                         self._drop_segment(no)
                 if not self.fsync:
                     return
+                if self._seg is not None:
+                    try:
+                        zero_ahead(self._seg, self.segment_size, self._pwrite)
+                    except OSError as exc:  # only an optimisation: the data was written above
+                        log.debug("writing zeros ahead failed: %s", exc)
                 files = [f for f in self._segs.values() if f.dirty]
                 j_must = False
                 j = self._j
