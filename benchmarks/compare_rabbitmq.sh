@@ -11,6 +11,11 @@
 #   OUT=benchmarks/results/run-<UTC stamp>   where compare.sh logs + JSONL and our index go
 #   BENCH=../shared/bench (beside the checkout)  MQLOAD=/tmp/mqload  SANSMQ=.venv/bin/sansmq
 #   SANSMQ_ARGS="--store memory"    extra `sansmq serve` args (default: the CLI's defaults)
+#   The durable rows on both stores (S2: confirmed msg/s, S5: receipted SEND/s; the summary's p99
+#   column is S5's receipt round trip, its cpu-s per 100k the broker's CPU per message):
+#     KINDS=threads OUT=benchmarks/results/durable-segment benchmarks/compare_rabbitmq.sh s2 s5
+#     KINDS=threads OUT=benchmarks/results/durable-pg SANSMQ_ARGS="--store postgresql://USER@HOST:PORT/DB" \
+#       benchmarks/compare_rabbitmq.sh s2 s5       (an empty database: it keeps its tables between runs)
 # sansmq is started by benchmarks/sansmq_fresh.sh: empty data dir under /tmp/sansmq-bench per start.
 #
 # Ports: sansmq on 127.0.0.1:61700 (STOMP) and :15700 (WebSocket), RabbitMQ's private bench

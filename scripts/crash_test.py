@@ -121,7 +121,8 @@ def start_server(data: str, kind: str, store: str | None = None
                  ) -> tuple[subprocess.Popen[bytes], tuple[str, int], list[bytes]]:
     from servers.cli import PROTOCOLS  # only the STOMP listener (on a free port), whatever else exists
 
-    others = [f"--no-{proto}" for proto, _, _ in PROTOCOLS if proto != "stomp"]
+    # (the HTTP and Prometheus listeners too: their fixed default ports may be taken by another broker)
+    others = [f"--no-{proto}" for proto, _, _ in PROTOCOLS if proto != "stomp"] + ["--no-http", "--no-prometheus"]
     cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
            *others, *(["--store", store] if store else ["--data", data]), "--log-level", "info"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -4,10 +4,14 @@ On disk, in one data directory::
 
     LOCK                  flock'd while a broker owns the directory
     journal               entity metadata + per-queue enqueue/remove/delivery-count/expiry records
-    segments/00000001     append-only message records (one per persistent message, shared by queues)
+    segments/00000001     append-only message records (one per persistent message, shared by queues),
+                          each followed by its enqueue record(s), then zeros written ahead
 
 Every record is ``<u32 length><u32 crc32(payload)><payload>``; replay stops at the first record whose
-length or CRC is wrong (a torn tail) and the rest of that file is ignored. The journal is rewritten
+length or CRC is wrong (a torn tail) or whose length is 0 (a zeroed tail) and the rest of that file
+is ignored. A receipt waits for one fdatasync: the segment's. Its enqueue record is in the segment
+beside the message (and in the journal, fsynced later); recovery applies the segment's enqueue
+records the journal does not cover yet (``_recovery``). The journal is rewritten
 from the live state on start and whenever it grows well past it (write tmp, fsync, rename, fsync
 dir). A segment file is deleted once no queue refers to any message in it.
 
@@ -17,7 +21,8 @@ sparse dict holds delivery counts of redelivered messages. An idle queue holds n
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
 ``sync`` (a worker thread) writes the buffers with ``pwrite`` at known offsets under ``_lock``, then
-fsyncs dup'd descriptors outside it, so the loop keeps appending during the fsync. A failed write
+fsyncs the files outside it, so the loop keeps appending during the fsync (a descriptor closed
+meanwhile is closed after the fsync). A failed write
 keeps the unwritten bytes buffered and is retried at the same offsets; until a retry succeeds new
 messages are refused with ``StoreError`` (publishers get an error, removals/acks still go through).
 Pages (the broker's ready messages beyond a queue's in-memory window, see ``Store.page_out``): one
