@@ -118,7 +118,11 @@ def test_lazy_journal_syncs_are_bounded(tmp_path: Path, monkeypatch: Any) -> Non
         s.sync(i)
     assert s.fsynced.count("segment") == 8
     assert s.fsynced.count("journal") == 2  # every 4th sync carries the journal along
+    s.fsynced.clear()
+    s.enqueue("/", "q", msg(9))
+    s.remove("/", "q", 1)
     s.close()
+    assert sorted(s.fsynced) == ["journal", "segment"]  # closing leaves nothing unsynced
 
 
 def test_a_shared_record_is_enqueued_once_per_queue(tmp_path: Path) -> None:

@@ -563,6 +563,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """Write out and fsync everything (when syncing), release the directory."""
         if self._lock_fd < 0:
             return
+        self._j_must = True  # the ride-along records too
         try:
             self.sync(0)
         except (StoreError, OSError) as exc:
