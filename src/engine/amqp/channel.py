@@ -240,6 +240,7 @@ class AmqpChannel:
         self.tx = None
         self.session.host.cancel_timer(self.timeout_key)
         self.timeout_key = None
+        model.events.channel("closed", self)
 
     def _queue(self, name: str, method: type) -> Queue:
         q = self.vhost.queues.get(name)

@@ -385,6 +385,7 @@ class AmqpSession(Session):
         self.access = UserAccess(self.model.security, user.name, name)
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
+        self.model.events.connection_created(self, "AMQP 0-9-1")
 
     def _on_update_secret(self, m: spec.ConnectionUpdateSecret) -> None:
         """connection.update-secret: the new secret is checked against the user's credentials
@@ -430,8 +431,9 @@ class AmqpSession(Session):
         pass
 
     def _channel_open(self, m: spec.ChannelOpen) -> None:
-        self.channels[m.channel] = AmqpChannel(self, m.channel)
+        self.channels[m.channel] = chan = AmqpChannel(self, m.channel)
         self.send(spec.ChannelOpenOk(channel=m.channel))
+        self.model.events.channel("created", chan)
 
 
 _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {

@@ -18,10 +18,11 @@ from typing import Any
 
 from .._message import Entry, Message
 from .objects import Exchange, Queue, VHost
+from .origin import session_origin
 from .routing import route
 from .state import ModelState
 
-__all__ = ["TRACE_EXCHANGE", "Tracer", "Origin", "NO_ORIGIN", "amqp_properties"]
+__all__ = ["TRACE_EXCHANGE", "Tracer", "Origin", "NO_ORIGIN", "amqp_properties", "session_origin"]
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 #: the node name trace messages carry (RabbitMQ's ``rabbit@host``)

@@ -47,6 +47,7 @@ from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ..model.routers import PREFIX_ARG
 from ..model.security import Access, UserAccess, UserRecord
 from ..model.streams import parse_consumer_args
+from ..model.trace import session_origin
 from ..store import StoreError
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
 
@@ -409,6 +410,7 @@ class StompSession(Session):
         self.vhost = self.model.add_vhost(vhost_name, persist=False)
         self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
+        self.model.events.connection_created(self, "STOMP")
         out = {"version": self.version}
         if self.version != "1.0":
             # As RabbitMQ: grant the periods the client asks for, but never faster than our floor.
@@ -600,7 +602,7 @@ class StompSession(Session):
         msg = Message(model.next_message_id(), exchange, key, msg_headers, frame.body, priority,
                       expires_at, persistent, ack_timeout)
         try:
-            model.publish(vhost, exchange, msg)
+            model.publish(vhost, exchange, msg, False, session_origin(self) if vhost.trace is not None else None)
         except ModelError as exc:
             raise StompError(_model_error_title(exc), exc.text) from None
         return None
