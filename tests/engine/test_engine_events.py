@@ -53,7 +53,7 @@ def test_another_clients_connection_channel_queue_and_consumer_are_events() -> N
     net.run_until_idle()
     events = drain(watcher)
     assert [key for key, _, _ in events] == [
-        "connection.created", "channel.created", "queue.created", "consumer.created", "consumer.deleted",
+        "user.authentication.success", "connection.created", "channel.created", "queue.created", "consumer.created", "consumer.deleted",
         "queue.deleted", "channel.closed", "connection.closed"]
     by_key = {key: h for key, h, _ in events}
     conn = by_key["connection.created"]
@@ -116,9 +116,10 @@ def test_stomp_connections_and_subscriptions_are_events_too() -> None:
     subscribe(s, "/queue/sq", "sub-1")
     net.run_until_idle()
     keys = [(key, h) for key, h, _ in drain(watcher)]
-    assert [k for k, _ in keys] == ["connection.created", "queue.created", "consumer.created"]
-    assert keys[0][1]["protocol"] == "STOMP" and keys[0][1]["user"] == "guest"
-    assert keys[2][1]["consumer_tag"] == "T_sub-1" and keys[2][1]["queue"] == "sq"
+    assert [k for k, _ in keys] == ["user.authentication.success", "connection.created", "queue.created",
+                                    "consumer.created"]
+    assert keys[1][1]["protocol"] == "STOMP" and keys[1][1]["user"] == "guest"
+    assert keys[3][1]["consumer_tag"] == "T_sub-1" and keys[3][1]["queue"] == "sq"
 
 
 def test_administration_and_alarms_are_events_of_rmq_internal() -> None:
@@ -168,3 +169,24 @@ def test_event_vhost_config_key_is_checked() -> None:
     assert from_mapping({"event_vhost": ""}).event_vhost is None
     with pytest.raises(ConfigError, match="event_vhost"):
         from_mapping({"event_vhost": "missing"})
+
+
+def test_authentication_success_and_failure_are_user_events() -> None:
+    net = events_net()
+    watcher = amqp(net)
+    event_queue(watcher, "user.#")
+    amqp(net)
+    bad = net.connect(protocol="amqp")
+    assert isinstance(bad, AmqpSimClient)
+    bad.amqp_open(password="wrong")
+    s = net.connect()
+    s.stomp_connect({"login": "guest", "passcode": "guest"})
+    net.run_until_idle()
+    events = drain(watcher)
+    assert [key for key, _, _ in events] == ["user.authentication.success", "user.authentication.failure",
+                                             "user.authentication.success"]
+    ok, failed, stomp_ok = (h for _, h, _ in events)
+    assert ok["name"] == "guest" and ok["auth_mechanism"] == "PLAIN" and ok["protocol"] == "AMQP 0-9-1"
+    assert ok["connection_type"] == "network" and "vhost" not in ok  # as RabbitMQ's
+    assert failed["name"] == "guest" and "wrong password" in failed["error"]
+    assert stomp_ok["protocol"] == "STOMP" and stomp_ok["connection_name"] == "{}:{}".format(*s.peer[:2])

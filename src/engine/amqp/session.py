@@ -355,16 +355,19 @@ class AmqpSession(Session):
         if user is None or not user.check(password):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
+            self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if login in security.loopback_users and not is_loopback(self.peer):
             self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
+        self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism)
         self.send(self.conn.tune())
 
     def _refuse(self, login: str | None, why: str) -> NoReturn:
         """An authentication failure the client may be told about as it is (logged the same)."""
         oplog.auth_failed(self, login, self.mechanism, why)
+        self.model.events.authentication(self, "AMQP 0-9-1", login, self.mechanism, why)
         raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:

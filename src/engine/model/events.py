@@ -98,7 +98,8 @@ class Events:
         if self.exchange is not None:
             self.emit("exchange.created", self._acted({
                 "name": x.name, "vhost": x.vhost.name, "type": x.type, "durable": x.durable,
-                "auto_delete": x.auto_delete, "internal": x.internal, "arguments": dict(x.args or {})}))
+                "auto_delete": x.auto_delete, "internal": x.internal, "arguments": dict(x.args or {}),
+                "policy": x.policy or ""}))
 
     def exchange_deleted(self, x: Exchange) -> None:
         if self.exchange is not None:
@@ -140,12 +141,29 @@ class Events:
             "name": connection_name(session), "protocol": protocol, "node": NODE,
             "user": user_name(session), "vhost": vhost.name if vhost is not None else "",
             "peer_host": str(peer[0]) if peer else "", "peer_port": int(peer[1]) if len(peer) >= 2 else 0,
-            "connected_at": int(self.state.now * 1000)}
+            "connected_at": int(self.state.now * 1000), "type": "network"}
+        mechanism = getattr(session, "mechanism", None)
+        if mechanism:
+            props["auth_mechanism"] = mechanism
         client = getattr(session, "client_properties", None)
         if client:
             props["client_properties"] = client
         props[_ACTOR] = props["user"]
         self.emit("connection.created", props)
+
+    def authentication(self, session: Any, protocol: str, name: str | None, mechanism: str,
+                       error: str | None = None) -> None:
+        """``user.authentication.success`` / ``.failure`` (with ``error``): no vhost, as RabbitMQ's."""
+        if self.exchange is None:
+            return
+        peer = getattr(session, "peer", ())
+        props: dict[str, Any] = {
+            "name": name or "", "connection_name": connection_name(session), "connection_type": "network",
+            "protocol": protocol, "auth_mechanism": mechanism,
+            "peer_host": str(peer[0]) if peer else "", "peer_port": int(peer[1]) if len(peer) >= 2 else 0}
+        if error is not None:
+            props["error"] = error
+        self.emit("user.authentication." + ("success" if error is None else "failure"), props)
 
     def connection_closed(self, session: Any) -> None:
         """Only for a connection that was announced (logged in); no acting user, as RabbitMQ."""

@@ -405,8 +405,10 @@ class StompSession(Session):
         user, why, told = self._authenticate(login, headers.get("passcode", ""), vhost_name)
         if user is None:
             oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
+            self.model.events.authentication(self, "STOMP", login, "PLAIN", why)
             raise StompError(f"Access refused: {told}", told)
         self.user = user
+        self.model.events.authentication(self, "STOMP", user.name, "PLAIN")
         self.vhost = self.model.add_vhost(vhost_name, persist=False)
         self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
