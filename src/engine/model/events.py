@@ -20,7 +20,7 @@ from typing import Any
 
 from .._message import Message
 from .objects import Exchange, Queue, VHost
-from .origin import connection_name, user_name
+from .origin import connection_name, peer_fields, user_name
 from .routing import route
 from .state import ModelState
 
@@ -135,13 +135,11 @@ class Events:
     def connection_created(self, session: Any, protocol: str) -> None:
         if self.exchange is None:
             return
-        peer = getattr(session, "peer", ())
         vhost = getattr(session, "vhost", None)
         props: dict[str, Any] = {
             "name": connection_name(session), "protocol": protocol, "node": NODE,
             "user": user_name(session), "vhost": vhost.name if vhost is not None else "",
-            "peer_host": str(peer[0]) if peer else "", "peer_port": int(peer[1]) if len(peer) >= 2 else 0,
-            "connected_at": int(self.state.now * 1000), "type": "network"}
+            "connected_at": int(self.state.now * 1000), "type": "network", **peer_fields(session)}
         mechanism = getattr(session, "mechanism", None)
         if mechanism:
             props["auth_mechanism"] = mechanism
@@ -156,11 +154,9 @@ class Events:
         """``user.authentication.success`` / ``.failure`` (with ``error``): no vhost, as RabbitMQ's."""
         if self.exchange is None:
             return
-        peer = getattr(session, "peer", ())
         props: dict[str, Any] = {
             "name": name or "", "connection_name": connection_name(session), "connection_type": "network",
-            "protocol": protocol, "auth_mechanism": mechanism,
-            "peer_host": str(peer[0]) if peer else "", "peer_port": int(peer[1]) if len(peer) >= 2 else 0}
+            "protocol": protocol, "auth_mechanism": mechanism, **peer_fields(session)}
         if error is not None:
             props["error"] = error
         self.emit("user.authentication." + ("success" if error is None else "failure"), props)

@@ -6,16 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["connection_name", "user_name", "session_origin", "STOMP_CHANNEL"]
+__all__ = ["connection_name", "user_name", "peer_fields", "session_origin", "STOMP_CHANNEL"]
 
 #: the channel number a STOMP connection's work is traced with (RabbitMQ's STOMP adapter runs each
 #: connection on one AMQP channel, number 1)
 STOMP_CHANNEL = 1
 
 
+def _peer(session: Any) -> tuple[Any, ...]:
+    return tuple(getattr(session, "peer", None) or ())
+
+
 def connection_name(session: Any) -> str:
-    peer = getattr(session, "peer", None) or ()
+    peer = _peer(session)
     return f"{peer[0]}:{peer[1]}" if len(peer) >= 2 else str(peer) if peer else ""
+
+
+def peer_fields(session: Any) -> dict[str, Any]:
+    """``peer_host`` and ``peer_port`` as RabbitMQ's connection and login events have them."""
+    peer = _peer(session)
+    return {"peer_host": str(peer[0]) if peer else "", "peer_port": int(peer[1]) if len(peer) >= 2 else 0}
 
 
 def user_name(session: Any) -> str:
