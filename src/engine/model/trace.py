@@ -18,11 +18,10 @@ from typing import Any
 
 from .._message import Entry, Message
 from .objects import Exchange, Queue, VHost
-from .origin import session_origin
 from .routing import route
 from .state import ModelState
 
-__all__ = ["TRACE_EXCHANGE", "Tracer", "Origin", "NO_ORIGIN", "amqp_properties", "session_origin"]
+__all__ = ["TRACE_EXCHANGE", "Tracer", "Origin", "NO_ORIGIN", "amqp_properties"]
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 #: the node name trace messages carry (RabbitMQ's ``rabbit@host``)
