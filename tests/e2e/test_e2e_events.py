@@ -126,3 +126,14 @@ def test_a_stomp_subscription_is_a_consumer_event(target: Any) -> None:
     own = watcher.wait_for("binding.created", destination_name=watcher.queue)
     assert own["source_name"] == EVENTS and own["destination_kind"] == "queue"
     watcher.close()
+
+
+def test_events_of_an_unknown_vhost_is_a_usage_error_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "servers", "serve", "--events", "nope", "--check-config"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "sansmq serve: error: --events: vhost 'nope' is not one of vhosts ['/']"]
