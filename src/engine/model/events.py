@@ -23,13 +23,13 @@ from .objects import Exchange, Queue, VHost
 from .origin import connection_name, peer_fields, user_name
 from .routing import route
 from .state import ModelState
+from .trace import NODE
 
 __all__ = ["EVENT_EXCHANGE", "INTERNAL_USER", "Events"]
 
 EVENT_EXCHANGE = "amq.rabbitmq.event"
 #: who performed what the broker did by itself (RabbitMQ's ?INTERNAL_USER)
 INTERNAL_USER = "rmq-internal"
-NODE = "sansmq@localhost"
 _ACTOR = "user_who_performed_action"
 
 
