@@ -248,3 +248,28 @@ def test_deleting_a_stream_cancels_its_consumers_and_frees_nothing_it_did_not_ho
     net.run_until_idle()
     assert r.of(spec.BasicCancel) and net.broker.model.queued_bytes == before
     assert stream(c).message_count == 0  # a new, empty stream of that name
+
+
+def test_a_sync_wakes_only_the_streams_appended_to_and_keeps_those_still_uncommitted() -> None:
+    net = new_net(store=FakeStore(), auto_sync=False)
+    c = amqp(net, channels=2)
+    for i in range(30):
+        stream(c, f"s{i}")
+    consume(c, "s5", ch=2, **{"x-stream-offset": "first"})
+    streams = net.broker.model.streams
+    publish(c, "s5", b"a")
+    publish(c, "s6", b"b")
+    net.run_until_idle()
+    assert list(streams.uncommitted) == [streams_q(net, "s5"), streams_q(net, "s6")]
+    net.complete_syncs()
+    assert offsets(c) == [0] and not streams.uncommitted
+    publish(c, "s5", b"c")  # appended while an earlier sync was under way: that sync's report keeps it
+    net.run_until_idle()
+    streams.committed()
+    assert list(streams.uncommitted) == [streams_q(net, "s5")] and offsets(c) == [0]
+    net.complete_syncs()  # the sync covering it wakes its consumer
+    assert offsets(c) == [0, 1] and not streams.uncommitted
+
+
+def streams_q(net: SimNetwork, name: str) -> Any:
+    return next(q for q in net.broker.model.streams.logs if q.name == name)

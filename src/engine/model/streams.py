@@ -109,13 +109,15 @@ class Reader:
 
 
 class Streams:
-    __slots__ = ("state", "logs", "readers", "retention_timers")
+    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
         self.logs: dict[Queue, StreamLog] = {}
         self.readers: dict[Consumer, Reader] = {}
         self.retention_timers: dict[Queue, Any] = {}
+        #: streams appended to whose appends a completed sync may not have covered yet
+        self.uncommitted: dict[Queue, None] = {}
 
     # -- lifecycle (called by topology) ----------------------------------------------------------
     def open(self, q: Queue) -> StreamLog:
@@ -131,6 +133,7 @@ class Streams:
         """``q`` is deleted (its consumers were cancelled already); the store's ``delete_queue``
         deletes its log."""
         self.logs.pop(q, None)
+        self.uncommitted.pop(q, None)
         self.state.timers.cancel(self.retention_timers.pop(q, None))
 
     def log(self, q: Queue) -> StreamLog:
@@ -163,15 +166,25 @@ class Streams:
         state = self.state
         self.logs[q].append(msg, state.now, producer, pid)
         state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
+        self.uncommitted[q] = None
         if q.consumers:
             state.dirty[q] = None
 
     def committed(self) -> None:
-        """A sync completed: records it covered are now visible to waiting consumers."""
+        """A sync completed: records it covered are now visible to waiting consumers. Only the
+        streams appended to since are looked at; one keeps its place while records appended
+        during the sync are still uncommitted (the next sync's report covers them)."""
         dirty = self.state.dirty
-        for q in self.logs:
+        logs = self.logs
+        done = []
+        for q in self.uncommitted:
             if q.consumers:
                 dirty[q] = None
+            log = logs.get(q)
+            if log is None or log.committed >= log.tail:
+                done.append(q)
+        for q in done:
+            del self.uncommitted[q]
 
     # -- consuming (called by delivery) -----------------------------------------------------------
     def attach(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None) -> None:
