@@ -10,7 +10,7 @@ from __future__ import annotations
 from itertools import count as _count
 from typing import Any
 
-__all__ = ["Message", "Entry", "READY", "UNACKED", "GONE"]
+__all__ = ["Message", "SharedMessage", "Entry", "READY", "UNACKED", "GONE"]
 
 READY, UNACKED, GONE = 0, 1, 2
 
@@ -55,6 +55,19 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(id={self.id}, exchange={self.exchange!r}, key={self.routing_key!r}, body={self.body[:32]!r})"
+
+
+class SharedMessage(Message):
+    """A message delivered many times from one copy (a stream record read by many consumers):
+    the protocol layers keep its wire encoding here, so N deliveries encode it once."""
+
+    __slots__ = ("amqp_props",)
+
+    def __init__(self, id: int, exchange: str, routing_key: str, headers: dict[str, Any], body: bytes,
+                 priority: int = 0, persistent: bool = False) -> None:
+        super().__init__(id, exchange, routing_key, headers, body, priority, None, persistent)
+        #: its encoded AMQP content properties, once a delivery needed them
+        self.amqp_props: bytes | None = None
 
 
 #: entry sequence numbers: increasing in creation order, which is a queue's enqueue order (an

@@ -273,3 +273,60 @@ def test_a_sync_wakes_only_the_streams_appended_to_and_keeps_those_still_uncommi
 
 def streams_q(net: SimNetwork, name: str) -> Any:
     return next(q for q in net.broker.model.streams.logs if q.name == name)
+
+
+def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 5, h="v")
+    net.run_until_idle()
+    readers = [amqp(net) for _ in range(3)]
+    for r in readers:
+        consume(r, **{"x-stream-offset": "first"})
+    got = [r.of(spec.BasicDeliver) for r in readers]
+    assert [offsets(r) for r in readers] == [[0, 1, 2, 3, 4]] * 3
+    assert all(d.properties.headers == {"h": "v", "x-stream-offset": i} for ds in got for i, d in enumerate(ds))
+    q = streams_q(net, "s")
+    consumers = list(q.consumers)
+    held = [list(cons.unacked.values()) for cons in consumers]
+    assert all(a.msg is b.msg for a, b in zip(held[0], held[1], strict=True))  # one copy for all readers
+    assert all(e.msg.amqp_props is not None for e in held[0])  # encoded once, kept with it
+    for r in readers:
+        r.close()
+    net.run_until_idle()
+    assert q not in net.broker.model.streams.caches  # no reader left: nothing kept
+
+
+def test_the_record_cache_is_bounded_and_never_serves_records_retention_removed() -> None:
+    from engine.model.streams import CACHE_BYTES, CACHE_RECORDS, RecordCache
+    from engine.streams import StreamSettings
+    from engine.streams.memory import MemoryStreamLog
+
+    for count, size in ((3 * CACHE_RECORDS, 1), (100, 100_000)):  # bounded by records, then by bytes
+        log = MemoryStreamLog()
+        for i in range(count):
+            log.append(_model_msg(i, size), 0.0)
+        cache = RecordCache()
+        seen = []
+        while len(seen) < count:
+            seen += [o for o, _ in cache.window(log, len(seen), 256, log.tail)]
+            assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
+            assert cache.nbytes == sum(len(m.body) for m in cache.records.values())
+        assert seen == list(range(count))
+        assert cache.records and max(cache.records) == count - 1  # the newest read stay
+    log = MemoryStreamLog(StreamSettings(max_bytes=40_000, segment_bytes=10_000))
+    for i in range(10):
+        log.append(_model_msg(i, 3000), 0.0)
+    cache = RecordCache()
+    assert [o for o, _ in cache.window(log, 0, 100, log.tail)] == list(range(10))
+    for i in range(10, 40):  # retention drops the segments of the cached records
+        log.append(_model_msg(i, 3000), 0.0)
+    assert log.first > 9
+    assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
+
+
+def _model_msg(i: int, size: int) -> Any:
+    from engine._message import Message as ModelMessage
+
+    return ModelMessage(i, "", "s", {}, b"m" * size, persistent=True)

@@ -36,6 +36,7 @@ from ..model.objects import amqp_type_name
 from ..model.security import Access, UserAccess, UserRecord
 from ..model.streams import parse_consumer_args
 from ..store import StoreError
+from .props import delivery_props
 
 __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError", "REPLY_TO", "ChannelOwner"]
 
@@ -579,7 +580,7 @@ class AmqpChannel:
                 self.unacked[dtag] = (consumer, tag, 0.0)
         msg = entry.msg
         session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
-                                                msg.routing_key, props_bytes(msg), msg.body, session.host.now))
+                                                msg.routing_key, delivery_props(msg), msg.body, session.host.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         self._permit("read", "queue", m.queue, type(m))

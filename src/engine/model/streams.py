@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._message import Entry, Message
+from .._message import Entry, Message, SharedMessage
 from ..streams import (
     STREAM_QUEUE_ARGS,
     OffsetSpec,
@@ -52,6 +52,10 @@ PRODUCER_HEADER = "x-producer"
 PUBLISHING_ID_HEADER = "x-publishing-id"
 #: most records one dispatch reads for one consumer (its prefetch bounds it further)
 READ_BATCH = 256
+#: records a stream keeps decoded for its consumers (and body bytes in them): readers close to each
+#: other share one decoded record and its wire encoding instead of each decoding and encoding it
+CACHE_RECORDS = 2048
+CACHE_BYTES = 4 << 20
 #: how often x-max-age retention runs at most (seconds); more often for short ages
 RETENTION_PERIOD = 60.0
 
@@ -108,8 +112,65 @@ class Reader:
         self.name = name
 
 
+class RecordCache:
+    """The records of one stream read last, as delivery messages (with their ``x-stream-offset``
+    header), bounded by ``CACHE_RECORDS`` and ``CACHE_BYTES``; the oldest read go first."""
+
+    __slots__ = ("records", "nbytes")
+
+    def __init__(self) -> None:
+        self.records: dict[int, SharedMessage] = {}
+        self.nbytes = 0
+
+    def window(self, log: StreamLog, offset: int, count: int, end: int) -> list[tuple[int, SharedMessage]]:
+        """Up to ``count`` (offset, message) from ``offset`` (raised to the log's first) below
+        ``end``: cached ones as they are, the rest read from the log in batches and kept."""
+        records = self.records
+        out: list[tuple[int, SharedMessage]] = []
+        offset = max(offset, log.first)
+        while len(out) < count and offset < end:
+            m = records.get(offset)
+            if m is not None:
+                out.append((offset, m))
+                offset += 1
+                continue
+            batch = log.read(offset, max_count=count - len(out), upto=end)
+            if not batch:
+                break
+            for rec in batch:
+                msg = rec.message
+                headers = dict(msg.headers)
+                headers[STREAM_OFFSET_HEADER] = rec.offset
+                m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
+                                  msg.persistent)
+                old = records.pop(rec.offset, None)
+                if old is not None:
+                    self.nbytes -= len(old.body)
+                records[rec.offset] = m
+                self.nbytes += len(m.body)
+                out.append((rec.offset, m))
+            offset = batch[-1].offset + 1
+        excess = len(records) - CACHE_RECORDS
+        if excess > 0 or self.nbytes > CACHE_BYTES:
+            self._evict(excess)
+        return out
+
+    def _evict(self, excess: int) -> None:
+        records = self.records
+        gone = []
+        freed = 0
+        for offset, m in records.items():  # the oldest read first (insertion order)
+            if len(gone) >= excess and self.nbytes - freed <= CACHE_BYTES // 2:
+                break
+            gone.append(offset)
+            freed += len(m.body)
+        for offset in gone:
+            del records[offset]
+        self.nbytes -= freed
+
+
 class Streams:
-    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted")
+    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted", "caches")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
@@ -118,6 +179,8 @@ class Streams:
         self.retention_timers: dict[Queue, Any] = {}
         #: streams appended to whose appends a completed sync may not have covered yet
         self.uncommitted: dict[Queue, None] = {}
+        #: the records read last, per stream with consumers
+        self.caches: dict[Queue, RecordCache] = {}
 
     # -- lifecycle (called by topology) ----------------------------------------------------------
     def open(self, q: Queue) -> StreamLog:
@@ -134,6 +197,7 @@ class Streams:
         deletes its log."""
         self.logs.pop(q, None)
         self.uncommitted.pop(q, None)
+        self.caches.pop(q, None)
         self.state.timers.cancel(self.retention_timers.pop(q, None))
 
     def log(self, q: Queue) -> StreamLog:
@@ -201,6 +265,9 @@ class Streams:
     def detach(self, consumer: Consumer) -> None:
         consumer.unacked = None
         self.readers.pop(consumer, None)
+        q = consumer.queue
+        if all(c is consumer for c in q.consumers or ()):  # the last one: nobody reads its cache
+            self.caches.pop(q, None)
 
     def dispatch(self, q: Queue) -> None:
         """Deliver to every ready consumer of ``q`` what its prefetch has room for."""
@@ -209,26 +276,25 @@ class Streams:
         end = min(log.committed, log.tail)
         readers = self.readers
         trace = q.vhost.trace  # the firehose (``trace``), None when off
+        cache = self.caches.get(q)
+        if cache is None:
+            cache = self.caches[q] = RecordCache()
         for c in list(q.consumers or ()):
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
-            for rec in log.read(reader.offset, max_count=min(room, READ_BATCH), upto=end):
+            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end):
                 if not c.ready():
                     break
-                headers = dict(rec.message.headers)
-                headers[STREAM_OFFSET_HEADER] = rec.offset
-                m = rec.message
-                entry = StreamEntry(Message(m.id, m.exchange, m.routing_key, headers, m.body, m.priority, None,
-                                            m.persistent), rec.offset)
+                entry = StreamEntry(msg, offset)
                 state.next_tag += 1
                 tag = state.next_tag
                 if c.unacked is None:
                     c.unacked = {}
                 c.unacked[tag] = entry
-                reader.offset = rec.offset + 1
+                reader.offset = offset + 1
                 if trace is not None:
                     trace.delivered(q, entry, c.trace_origin())
                 owner.deliver(c, tag, entry)
@@ -243,7 +309,8 @@ class Streams:
             return
         if acked and reader.name is not None:
             held = consumer.unacked
-            offset = min(e.offset for e in held.values()) if held else reader.offset  # type: ignore[attr-defined]
+            # held is in delivery order, which is offset order: its first is the lowest
+            offset = next(iter(held.values())).offset if held else reader.offset  # type: ignore[attr-defined]
             log = self.logs.get(consumer.queue)
             if log is not None and log.stored_offset(reader.name) != offset:
                 log.store_offset(reader.name, offset, self.state.now)
