@@ -322,6 +322,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--phases", default="append,read1,read10",
+                    help="which to run (reads need the append of the same round)")
     ap.add_argument("--sansmq", action="append", metavar="LABEL=CHECKOUT",
                     help="a sansmq checkout to start and measure (repeatable; default: this one as 'sansmq')")
     ap.add_argument("--rss-messages", type=int, default=0, help="RSS with a stream this long (0: skip)")
@@ -339,8 +341,9 @@ def main() -> int:
         host, _, port = args.rabbitmq.rpartition(":")
         brokers.append(Broker("rabbitmq", (host, int(port)), args.rabbitmq_pid))
     n = args.messages
-    rates: dict[str, dict[str, list[float]]] = {b.label: {k: [] for k, _ in PHASES} for b in brokers}
-    cpus: dict[str, dict[str, list[float]]] = {b.label: {k: [] for k, _ in PHASES} for b in brokers}
+    phases = tuple(p for p in PHASES if p[0] in args.phases.split(","))
+    rates: dict[str, dict[str, list[float]]] = {b.label: {k: [] for k, _ in phases} for b in brokers}
+    cpus: dict[str, dict[str, list[float]]] = {b.label: {k: [] for k, _ in phases} for b in brokers}
     loads = []
     try:
         for r in range(args.rounds if args.messages else 0):
@@ -351,22 +354,24 @@ def main() -> int:
                 for key, fn, count in (("append", lambda: append(b.addr, name, n), n),
                                        ("read1", lambda: read(b.addr, name, n, 1), n),
                                        ("read10", lambda: read(b.addr, name, n, 10), 10 * n)):
+                    if key not in args.phases.split(","):
+                        continue
                     rate, cpu = b.measured(fn, count)
                     rates[b.label][key].append(rate)
                     cpus[b.label][key].append(cpu)
                 print(f"round {r} {b.label}: " + ", ".join(
-                    f"{k} {rates[b.label][k][-1]:,.0f}/s ({cpus[b.label][k][-1]:.0f} us CPU/msg)" for k, _ in PHASES),
+                    f"{k} {rates[b.label][k][-1]:,.0f}/s ({cpus[b.label][k][-1]:.1f} us CPU/msg)" for k, _ in phases),
                     flush=True)
         if loads:
             base = brokers[-1].label if args.rabbitmq else brokers[0].label
             print(f"\nload average {min(loads):.1f}-{max(loads):.1f} (2 cores); medians of {args.rounds} alternated "
                   f"rounds, {n:,} messages of {len(BODY)} bytes; ratio = per-round ratio to {base}, median")
             print(f"{'':9}" + "".join(f"{b.label:>30}" for b in brokers))
-            for key, label in PHASES:
+            for key, label in phases:
                 cells = []
                 for b in brokers:
                     ratio = statistics.median(a / c for a, c in zip(rates[b.label][key], rates[base][key], strict=True))
-                    cells.append(f"{statistics.median(rates[b.label][key]):,.0f}/s {statistics.median(cpus[b.label][key]):.0f}us"
+                    cells.append(f"{statistics.median(rates[b.label][key]):,.0f}/s {statistics.median(cpus[b.label][key]):.1f}us"
                                  + (f" {ratio:.2f}x" if b.label != base else ""))
                 print(f"{label:9}" + "".join(f"{c:>30}" for c in cells))
         if args.rss_messages:

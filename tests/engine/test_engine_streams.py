@@ -279,11 +279,11 @@ def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy()
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
-    pub(c, 5, h="v")
-    net.run_until_idle()
     readers = [amqp(net) for _ in range(3)]
     for r in readers:
         consume(r, **{"x-stream-offset": "first"})
+    pub(c, 5, h="v")
+    net.run_until_idle()
     got = [r.of(spec.BasicDeliver) for r in readers]
     assert [offsets(r) for r in readers] == [[0, 1, 2, 3, 4]] * 3
     assert all(d.properties.headers == {"h": "v", "x-stream-offset": i} for ds in got for i, d in enumerate(ds))
@@ -330,3 +330,26 @@ def _model_msg(i: int, size: int) -> Any:
     from engine._message import Message as ModelMessage
 
     return ModelMessage(i, "", "s", {}, b"m" * size, persistent=True)
+
+
+def test_stomp_declares_retention_from_header_text_and_every_bad_form_names_its_header() -> None:
+    net = new_net(store=FakeStore())
+    s = connected(net)
+    subscribe(s, "/queue/r", "a", ack="client", prefetch_count="10", x_queue_type="stream", durable="true",
+              auto_delete="false", x_max_length_bytes="1000", x_max_age="7D", x_stream_max_segment_size_bytes="500")
+    net.run_until_idle()
+    assert s.events() == []
+    log = net.broker.model.streams.log(streams_q(net, "r"))
+    assert (log.settings.max_bytes, log.settings.max_age_ms, log.settings.segment_bytes) == (1000, 7 * 86_400_000, 500)
+    for header, value in (("x_max_length_bytes", "abc"), ("x_max_age", "7 days"), ("x_stream_max_segment_size_bytes", "0"),
+                          ("x_stream_offset", "timestamp=abc"), ("x_stream_offset", "offset=-1"),
+                          ("x_stream_offset", "-3"), ("x_stream_offset", "bogus")):
+        bad = connected(net)
+        subscribe(bad, f"/queue/bad-{header}", "a", ack="client", prefetch_count="10", x_queue_type="stream",
+                  durable="true", auto_delete="false", **{header: value})
+        net.run_until_idle()
+        errors = [e for e in bad.events() if isinstance(e, Error)]
+        assert len(errors) == 1 and f"'{header.replace('_', '-')}'" in bytes(errors[0].body).decode(), (header, value)
+    subscribe(s, "/amq/queue/r", "b", ack="client", prefetch_count="10", x_stream_offset="1h")
+    net.run_until_idle()
+    assert not [e for e in s.events() if isinstance(e, Error)]  # the other connection was not harmed

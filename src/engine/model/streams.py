@@ -122,9 +122,11 @@ class RecordCache:
         self.records: dict[int, SharedMessage] = {}
         self.nbytes = 0
 
-    def window(self, log: StreamLog, offset: int, count: int, end: int) -> list[tuple[int, SharedMessage]]:
+    def window(self, log: StreamLog, offset: int, count: int, end: int,
+               keep: bool = True) -> list[tuple[int, SharedMessage]]:
         """Up to ``count`` (offset, message) from ``offset`` (raised to the log's first) below
-        ``end``: cached ones as they are, the rest read from the log in batches and kept."""
+        ``end``: cached ones as they are, the rest read from the log in batches and kept if
+        ``keep`` (a stream with one consumer has nobody to share them with)."""
         records = self.records
         out: list[tuple[int, SharedMessage]] = []
         offset = max(offset, log.first)
@@ -143,12 +145,14 @@ class RecordCache:
                 headers[STREAM_OFFSET_HEADER] = rec.offset
                 m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
                                   msg.persistent)
+                out.append((rec.offset, m))
+                if not keep:
+                    continue
                 old = records.pop(rec.offset, None)
                 if old is not None:
                     self.nbytes -= len(old.body)
                 records[rec.offset] = m
                 self.nbytes += len(m.body)
-                out.append((rec.offset, m))
             offset = batch[-1].offset + 1
         excess = len(records) - CACHE_RECORDS
         if excess > 0 or self.nbytes > CACHE_BYTES:
@@ -279,13 +283,15 @@ class Streams:
         cache = self.caches.get(q)
         if cache is None:
             cache = self.caches[q] = RecordCache()
-        for c in list(q.consumers or ()):
+        consumers = list(q.consumers or ())
+        shared = len(consumers) > 1
+        for c in consumers:
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
-            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end):
+            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
                 if not c.ready():
                     break
                 entry = StreamEntry(msg, offset)
