@@ -65,7 +65,16 @@ class SharedMessage(Message):
 
     def __init__(self, id: int, exchange: str, routing_key: str, headers: dict[str, Any], body: bytes,
                  priority: int = 0, persistent: bool = False) -> None:
-        super().__init__(id, exchange, routing_key, headers, body, priority, None, persistent)
+        # Message.__init__ inlined: one of these is made per record read, on the delivery hot path
+        self.id = id
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.headers = headers
+        self.body = body
+        self.priority = priority
+        self.expires_at = None
+        self.persistent = persistent
+        self.ack_timeout = None
         #: its encoded AMQP content properties, once a delivery needed them
         self.amqp_props: bytes | None = None
 

@@ -22,8 +22,9 @@ def delivery_props(msg: Message) -> bytes:
     ``persistent`` marker (``headers_to_props`` then only looks at ``msg.persistent``)."""
     if type(msg) is SharedMessage:
         props = msg.amqp_props
-        if props is None:
-            props = msg.amqp_props = _encode(msg)
+        if props is not None:
+            return props
+        props = msg.amqp_props = _encode(msg)
         return props
     return _encode(msg)
 

@@ -130,6 +130,7 @@ class RecordCache:
         records = self.records
         out: list[tuple[int, SharedMessage]] = []
         offset = max(offset, log.first)
+        private = log.private_reads
         while len(out) < count and offset < end:
             m = records.get(offset)
             if m is not None:
@@ -141,7 +142,9 @@ class RecordCache:
                 break
             for rec in batch:
                 msg = rec.message
-                headers = dict(msg.headers)
+                headers = msg.headers
+                if not (private and headers):  # an empty one may be a shared constant: copy it too
+                    headers = dict(headers)
                 headers[STREAM_OFFSET_HEADER] = rec.offset
                 m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
                                   msg.persistent)

@@ -189,6 +189,8 @@ def _seg_name(first: int) -> str:
 class FileStreamLog(StreamLog):
     """The log of one stream in directory ``path`` (created if missing)."""
 
+    private_reads = True  # every read decodes anew
+
     def __init__(self, path: str, settings: StreamSettings | None = None, *, fsync: bool = True,
                  on_change: Callable[[FileStreamLog], None] | None = None) -> None:
         super().__init__(settings)
