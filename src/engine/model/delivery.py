@@ -144,6 +144,8 @@ class Delivery:
 
     def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
         """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
+        if not multiple and consumer.queue.stream:
+            return self.streams.ack_one(consumer, tag)
         state = self.state
         taken = self._take(consumer, tag, multiple)
         if taken is None:

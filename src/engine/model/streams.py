@@ -310,6 +310,18 @@ class Streams:
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
 
+    def ack_one(self, consumer: Consumer, tag: int) -> bool:
+        """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream
+        delivery: a channel's multiple ack arrives here tag by tag). False if unknown."""
+        unacked = consumer.unacked
+        if unacked is None or unacked.pop(tag, None) is None:
+            return False
+        if not unacked:
+            consumer.unacked = None
+        self.state.acked += 1
+        self.settled(consumer, True)
+        return True
+
     def settled(self, consumer: Consumer, acked: bool) -> None:
         """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
         offset (a nack, or the return of unacked deliveries when a channel closes, does not)."""
