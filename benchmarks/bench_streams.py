@@ -31,8 +31,10 @@ Usage (RabbitMQ optional):
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -214,6 +216,12 @@ class Broker:
             self.proc.wait()
             self.proc = None
 
+    def close(self) -> None:
+        """Stop it and delete the data directory it was started on."""
+        self.stop()
+        if self.src is not None and self.data:
+            shutil.rmtree(self.data, ignore_errors=True)
+
     def measured(self, fn: Callable[[], float], n: int) -> tuple[float, float]:
         """``fn()``'s rate, and the broker's CPU microseconds per message meanwhile (nan without a pid)."""
         before = cpu_seconds(self.pid) if self.pid else 0.0
@@ -351,12 +359,13 @@ def main() -> int:
                 name = f"bench-stream-{os.getpid()}-{r}"
                 declare(b.addr, name)
                 loads.append(os.getloadavg()[0])
-                for key, fn, count in (("append", lambda: append(b.addr, name, n), n),
-                                       ("read1", lambda: read(b.addr, name, n, 1), n),
-                                       ("read10", lambda: read(b.addr, name, n, 10), 10 * n)):
+                runs: tuple[tuple[str, Callable[..., float], tuple[Any, ...], int], ...] = (
+                    ("append", append, (b.addr, name, n), n), ("read1", read, (b.addr, name, n, 1), n),
+                    ("read10", read, (b.addr, name, n, 10), 10 * n))
+                for key, fn, fn_args, count in runs:
                     if key not in args.phases.split(","):
                         continue
-                    rate, cpu = b.measured(fn, count)
+                    rate, cpu = b.measured(functools.partial(fn, *fn_args), count)
                     rates[b.label][key].append(rate)
                     cpus[b.label][key].append(cpu)
                 print(f"round {r} {b.label}: " + ", ".join(
@@ -380,7 +389,7 @@ def main() -> int:
                         args.fill if b.src is not None else "amqp", args.fill_publishers)
     finally:
         for b in brokers:
-            b.stop()
+            b.close()
     return 0
 
 

@@ -164,7 +164,7 @@ class RecordCache:
 
     def _evict(self, excess: int) -> None:
         records = self.records
-        gone = []
+        gone: list[int] = []
         freed = 0
         for offset, m in records.items():  # the oldest read first (insertion order)
             if len(gone) >= excess and self.nbytes - freed <= CACHE_BYTES // 2:
