@@ -1,7 +1,7 @@
 """Stream queues, sansmq side by side with RabbitMQ's streams over AMQP 0-9-1 (not a test).
 
-Measures, per broker, in alternated rounds (A B A B ...: the machine's load drifts, so compare the
-ratio of each pair, and report the load average):
+Measures, per broker, in alternated rounds (A B, B A, A B ...: the machine's load drifts, so
+compare the ratio of each pair, and report the load average):
 
 * append rate with publisher confirms (a window of 1000 unconfirmed publishes, 100-byte bodies);
 * read rate from ``first`` by one consumer and by 10 consumers (10 channels, prefetch 1000, acks
@@ -355,7 +355,7 @@ def main() -> int:
     loads = []
     try:
         for r in range(args.rounds if args.messages else 0):
-            for b in brokers:
+            for b in brokers if r % 2 == 0 else brokers[::-1]:  # who goes first alternates too
                 name = f"bench-stream-{os.getpid()}-{r}"
                 declare(b.addr, name)
                 loads.append(os.getloadavg()[0])

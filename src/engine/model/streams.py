@@ -11,6 +11,12 @@ below ``log.committed`` (nobody sees a record a crash could lose) and only as ma
 consumer's prefetch leaves room for, so a consumer far behind never makes the broker hold the
 stream's history in memory. A consumer at the end waits: appends (and syncs, which move
 ``committed``) mark the stream dirty, and the broker's deferred dispatch serves it; nothing polls.
+A sync's report looks only at the streams appended to since the one before.
+
+Consumers of one stream mostly read the same records close together (all from ``first``, or all
+at the tail): a stream with several consumers keeps the records read last (``RecordCache``, at
+most ``CACHE_RECORDS`` records and ``CACHE_BYTES`` of bodies) as ``SharedMessage`` objects, so a
+record is read and decoded once and its wire encoding made once, whatever the number of readers.
 
 Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A consumer with
 ``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
