@@ -14,6 +14,7 @@ from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
 from engine import Broker, Config
+from engine.stomp.wire import tail_cache
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 from stompproto import Ack, Error, Message
 
@@ -353,3 +354,23 @@ def test_stomp_declares_retention_from_header_text_and_every_bad_form_names_its_
     subscribe(s, "/amq/queue/r", "b", ack="client", prefetch_count="10", x_stream_offset="1h")
     net.run_until_idle()
     assert not [e for e in s.events() if isinstance(e, Error)]  # the other connection was not harmed
+
+
+def test_stomp_readers_of_a_stream_share_each_record_s_encoded_frame_tail() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    readers = [connected(net) for _ in range(3)]
+    for i, s in enumerate(readers):
+        subscribe(s, "/amq/queue/s", f"r{i}", ack="client", prefetch_count="10", x_stream_offset="first")
+    net.run_until_idle()
+    pub(c, 4, h="v")
+    net.run_until_idle()
+    for s in readers:
+        msgs = [e for e in s.events() if isinstance(e, Message)]
+        assert [(m.headers["x-stream-offset"], m.headers["h"], m.headers["destination"], bytes(m.body))
+                for m in msgs] == [(str(i), "v", "/queue/s", b"m%d" % i) for i in range(4)]
+    held = [e.msg for cons in streams_q(net, "s").consumers for e in cons.unacked.values()]
+    assert len(held) == 12 and len({id(m) for m in held}) == 4  # 3 readers x 4 records: 4 messages
+    tails = tail_cache(net.broker).by_escape
+    assert sum(1 for t in tails.values() for m in t if m in held) == 4  # each encoded once

@@ -3,7 +3,7 @@ made of the subscription's pre-encoded lines, the tag and the message's shared e
 
 from __future__ import annotations
 
-from .._message import Entry, Message
+from .._message import Entry, Message, SharedMessage
 from ..model import Consumer
 from .base import DESTS_MAX, StompBase
 from .destinations import destination_for
@@ -27,7 +27,9 @@ class DeliveryMethods(StompBase):
                 wire = consumer.wire = self._wire(consumer)  # type: ignore[attr-defined]
             if wire.destination is not None:
                 tail = self._tail(msg, wire.destination)
-            elif not msg.exchange:  # the default exchange routes to one queue: nothing to share
+            elif not msg.exchange and type(msg) is not SharedMessage:
+                # the default exchange routes to one queue: nothing to share (but a stream record is
+                # one SharedMessage for all the stream's readers: shared below)
                 tail = self._tail(msg, "/queue/" + msg.routing_key)
             else:
                 tail = wire.tails.get(msg)
