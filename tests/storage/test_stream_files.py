@@ -320,3 +320,23 @@ def test_a_sync_visits_only_the_streams_changed_since_the_last_one(tmp_path, mon
     assert reopened.open("/", "s3", None).tail == 2
     assert reopened.open("/", "s7", None).stored_offset("c") == 0
     reopened.close()
+
+
+def test_a_sealed_segment_opened_without_its_saved_index_gets_it_at_the_next_sync(tmp_path) -> None:
+    from engine.streams._files import FileStreams
+
+    streams = FileStreams(str(tmp_path))
+    log = streams.open("/", "s", StreamSettings(segment_bytes=600))
+    for i in range(60):
+        log.append(smsg(i), T0)
+    streams.sync()
+    streams.close()
+    idx = sorted(os.path.join(log.path, n) for n in os.listdir(log.path) if n.endswith(".idx"))
+    assert len(idx) >= 3
+    os.unlink(idx[1])
+    streams = FileStreams(str(tmp_path))
+    reopened = streams.open("/", "s", None)
+    streams.sync()  # nothing appended, but the index the open had to rebuild by a scan is saved
+    assert os.path.exists(idx[1])
+    check_contents(reopened)
+    streams.close()

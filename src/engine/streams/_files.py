@@ -655,7 +655,9 @@ class FileStreams:
             if self.fsync:
                 _fsync_dir(self.root, os.fsync)
         slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync, on_change=self._note)
-        if slog._dir_dirty:  # recovery deleted or truncated files: the next sync makes that durable
+        # recovery deleted or truncated files, or scanned a sealed segment without a saved index:
+        # the next sync makes that durable, or saves it
+        if slog._dir_dirty or any(not s.sidecar for s in slog._segs[:-1]):
             with slog._lock:
                 slog._changes()
         return slog
