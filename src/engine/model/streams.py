@@ -169,11 +169,15 @@ class RecordCache:
         return out
 
     def _evict(self, excess: int) -> None:
+        """Drop the ``excess`` records read first, and more if their bodies are over
+        ``CACHE_BYTES``: down to half of it (so that a stream of large records does not evict at
+        every read)."""
         records = self.records
         gone: list[int] = []
         freed = 0
+        keep_bytes = CACHE_BYTES // 2 if self.nbytes > CACHE_BYTES else self.nbytes
         for offset, m in records.items():  # the oldest read first (insertion order)
-            if len(gone) >= excess and self.nbytes - freed <= CACHE_BYTES // 2:
+            if len(gone) >= excess and self.nbytes - freed <= keep_bytes:
                 break
             gone.append(offset)
             freed += len(m.body)
