@@ -297,6 +297,8 @@ def rss_run(b: Broker, n: int, reads: int, fill: str, publishers: int) -> None:
         print(f"RSS {b.label}: no pid given, skipped")
         return
     if fill == "offline" and b.src is not None:
+        b.restart()  # both figures are of a freshly started broker: compare like with like
+        assert b.pid is not None
         empty = rss_mb(b.pid)
         b.stop()
         took = fill_offline(b.src, b.data or "", name, n)
@@ -304,7 +306,6 @@ def rss_run(b: Broker, n: int, reads: int, fill: str, publishers: int) -> None:
         t0 = time.perf_counter()
         b.restart()
         how += f" (start took {time.perf_counter() - t0:.1f} s)"
-        b.restart()  # the 'empty' figure was of a freshly started broker too: compare like with like
         assert b.pid is not None
         full = rss_mb(b.pid)
     else:
