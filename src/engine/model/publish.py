@@ -115,7 +115,7 @@ class Publisher:
         if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
-                    self.dead_letter(q, Entry(msg, count), "maxlen")
+                    self.dead_letter(q, Entry(msg, state.next_seq(), count), "maxlen")
                 return False
         if args:
             cap = args.get("x-max-priority")
@@ -135,13 +135,13 @@ class Publisher:
             state.store_write()
         if expires is not None and expires <= state.now:
             state.queued_bytes += len(msg.body)  # forget takes it off again
-            self.expire(q, Entry(msg, count, expires))
+            self.expire(q, Entry(msg, state.next_seq(), count, expires))
             return True
         if q.paged or (not resident and (q.count - q.paged >= state.page_window or (
                 q.count > q.paged and q.bytes + len(msg.body) > state.page_window_bytes)) and pageable(q)):
             self.pager.page_out(q, msg, count, expires, stored)
         else:
-            entry = Entry(msg, count, expires)
+            entry = Entry(msg, state.next_seq(), count, expires)
             q.push(entry)
             state.queued_bytes += len(msg.body)  # in memory: counts towards the memory alarm
             if expires is not None:

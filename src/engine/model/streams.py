@@ -91,8 +91,8 @@ class StreamEntry(Entry):
 
     __slots__ = ("offset",)
 
-    def __init__(self, msg: Message, offset: int) -> None:
-        super().__init__(msg)
+    def __init__(self, msg: Message, seq: int, offset: int) -> None:
+        super().__init__(msg, seq)
         self.offset = offset
 
 
@@ -209,7 +209,7 @@ class Streams:
                 headers[STREAM_OFFSET_HEADER] = rec.offset
                 m = rec.message
                 entry = StreamEntry(Message(m.id, m.exchange, m.routing_key, headers, m.body, m.priority, None,
-                                            m.persistent), rec.offset)
+                                            m.persistent), state.next_seq(), rec.offset)
                 state.next_tag += 1
                 tag = state.next_tag
                 if c.unacked is None:
