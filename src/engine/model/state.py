@@ -47,7 +47,8 @@ class ModelState:
         #: in a crash only means a redelivery), which ride along with the next sync
         self.eager_writes = 0
         #: body bytes of every message held in a queue (ready or unacked; light subscriptions
-        #: excluded), once per queue: what the broker's memory watermark compares against
+        #: excluded), once per queue, and of every message a delayed exchange or a retry back-off
+        #: holds until due (``holding``): what the broker's memory watermark compares against
         self.queued_bytes = 0
         #: publish operations so far (the broker notes which connections publish)
         self.publishes = 0
