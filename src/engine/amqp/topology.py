@@ -56,10 +56,10 @@ class TopologyMethods(ChannelBase):
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for exchange "
                                    f"'{x.name}' in vhost '{self.vhost.name}': received '{term(theirs)}' but "
                                    f"current is '{term(ours)}'", type(m))
-        ours, theirs = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
-        if ours != theirs:
+        ours_ae, theirs_ae = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
+        if ours_ae != theirs_ae:
             raise ChannelError(spec.PRECONDITION_FAILED, inequivalent("alternate-exchange", "exchange", x.name,
-                                                                       self.vhost.name, theirs, ours), type(m))
+                                                                       self.vhost.name, theirs_ae, ours_ae), type(m))
 
     def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
         name = m.exchange
@@ -121,8 +121,9 @@ class TopologyMethods(ChannelBase):
                                        "'amq.*'", type(m))
             args = dict(m.arguments) if m.arguments else None
             permit_queue_declare(session.access, name, args, type(m))
-            q = vhost.queues.get(name)
-            if q is not None:
+            existing = vhost.queues.get(name)
+            if existing is not None:
+                q = existing
                 self._check_exclusive(q, type(m))
                 self._check_equivalent_queue(q, m, args)
                 model.touch(q)
