@@ -19,7 +19,7 @@ from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
-from .config import Config
+from .config import Config, Limits
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound, Queue
 from .model.policies import Policy
@@ -41,8 +41,9 @@ LAZY_SYNC_DELAY = 1.0
 #: credit flow, as RabbitMQ's: a publisher is not read while a queue it just published to holds
 #: this many ready messages with consumers attached (the broker is falling behind delivering them;
 #: reading on would only grow the queue and its latency), and is read again once that queue is down
-#: to half. Queues without consumers are the memory alarm's and the page's business.
-FLOW_CREDIT = 400
+#: to half. Queues without consumers are the memory alarm's and the page's business. The default of
+#: ``Limits.flow_credit``, which sets it.
+FLOW_CREDIT = Limits().flow_credit
 
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
@@ -96,8 +97,8 @@ class Broker:
         self._store_writes_seen = 0
         self._eager_writes_seen = 0
         self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
-        #: ready messages above which a queue with consumers pauses its publishers (FLOW_CREDIT)
-        self.flow_credit = FLOW_CREDIT
+        #: ready messages above which a queue with consumers pauses its publishers (0: never)
+        self.flow_credit = config.limits.flow_credit
         #: queues over their credit -> the publishers paused on them
         self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
@@ -486,9 +487,9 @@ class Broker:
     def _flow_check(self, session: Session, touched: list[Any]) -> None:
         """After ``session`` published: pause its reading if a queue it wrote to is over its credit
         (after dispatch, so only messages the consumers could not take yet count)."""
-        if session.closed or session.flow_blocked:
-            return
         credit = self.flow_credit
+        if session.closed or session.flow_blocked or not credit:
+            return
         for q in touched:
             if type(q) is Queue and q.count >= credit and q.consumers:
                 session.flow_blocked = True

@@ -64,6 +64,14 @@ class Limits:
     queue_window: int = 2048
     #: and at most this many body bytes of them (at least one message): large bodies are paged too
     queue_window_bytes: int = 64 * 1024 * 1024
+    #: credit flow (RabbitMQ's credit_flow_default_credit): a publisher is not read while a queue
+    #: it published to holds this many ready messages its consumers have not taken yet, and is read
+    #: again once that queue is down to half (or has no consumer left); 0 = off
+    flow_credit: int = 400
+    #: SO_RCVBUF (bytes) of accepted connections, as RabbitMQ's tcp_listen_options.recbuf: a small
+    #: kernel receive window keeps what a paused publisher has in flight (its send buffer and ours)
+    #: small, so credit flow bounds latency and not only the queue; 0 = the kernel's autotuning
+    tcp_recv_buffer: int = 0
 
 
 @dataclass(slots=True)

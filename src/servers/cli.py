@@ -111,6 +111,12 @@ def _repeat_limit(text: str) -> tuple[int, float]:
     return value
 
 
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return int(text)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -195,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
+    serve.add_argument("--flow-credit", metavar="N", type=_count,
+                       help="ready messages a queue with consumers may hold before its publishers are not "
+                            "read (until it drains to half); 0 disables; overrides limits.flow_credit (default 400)")
+    serve.add_argument("--tcp-recv-buffer", metavar="BYTES", type=parse_bytes,
+                       help="SO_RCVBUF of accepted connections: bounds what a paused publisher has in flight; "
+                            "0 = the kernel's autotuning; overrides limits.tcp_recv_buffer")
     serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
                        help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
                             "(repeatable; adds to the config's trace_vhosts)")
@@ -312,6 +324,10 @@ def _load_config(args: argparse.Namespace) -> Config:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    if args.flow_credit is not None:
+        config.limits.flow_credit = args.flow_credit
+    if args.tcp_recv_buffer is not None:
+        config.limits.tcp_recv_buffer = args.tcp_recv_buffer
     for vhost in args.trace:
         if vhost not in config.vhosts:
             raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
