@@ -68,10 +68,11 @@ class Limits:
     #: it published to holds this many ready messages its consumers have not taken yet, and is read
     #: again once that queue is down to half (or has no consumer left); 0 = off
     flow_credit: int = 400
-    #: SO_RCVBUF (bytes) of accepted connections, as RabbitMQ's tcp_listen_options.recbuf: a small
-    #: kernel receive window keeps what a paused publisher has in flight (its send buffer and ours)
-    #: small, so credit flow bounds latency and not only the queue; 0 = the kernel's autotuning
-    tcp_recv_buffer: int = 0
+    #: SO_RCVBUF (bytes) of accepted connections, as RabbitMQ's tcp_listen_options.recbuf: bounds
+    #: what a publisher paused by credit flow leaves in our socket buffer (Linux autotunes it to
+    #: several MB on loopback). Caps one connection's inbound rate at about this many bytes per
+    #: round trip (256 KiB per 10 ms = 25 MB/s); 0 = the kernel's autotuning
+    tcp_recv_buffer: int = 256 * 1024
 
 
 @dataclass(slots=True)

@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "read (until it drains to half); 0 disables; overrides limits.flow_credit (default 400)")
     serve.add_argument("--tcp-recv-buffer", metavar="BYTES", type=parse_bytes,
                        help="SO_RCVBUF of accepted connections: bounds what a paused publisher has in flight; "
-                            "0 = the kernel's autotuning; overrides limits.tcp_recv_buffer")
+                            "0 = the kernel's autotuning; overrides limits.tcp_recv_buffer (default 256KiB)")
     serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
                        help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
                             "(repeatable; adds to the config's trace_vhosts)")
