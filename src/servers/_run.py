@@ -108,10 +108,10 @@ def make_server(
         from .tls import TlsBroker
 
         broker = TlsBroker(broker, contexts)
-    server = cls(broker, bound)
+    driver = cls(broker, bound)
     if limits is not None:
-        server.recv_buffer = limits.tcp_recv_buffer
-    return server
+        driver.recv_buffer = limits.tcp_recv_buffer
+    return driver
 
 
 def run(

@@ -1,11 +1,11 @@
 """Credit flow: a publisher is not read while a queue it publishes to is over its credit (ready
 messages the consumers have not taken yet), and is read again once the queue drains to half."""
 
-from amqpproto import spec
 from enginetest_helpers import ack, amqp, bodies, connected, messages, new_net, send, subscribe, unsubscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amqpproto import spec
 from engine._broker import FLOW_CREDIT
 from engine.config import Config, Limits
 
@@ -255,7 +255,7 @@ def _alarm_net(credit=20):
 def test_memory_alarm_blocks_a_publisher_to_a_queue_without_consumers():
     net = _alarm_net()
     p = connected(net)
-    for n in range(30):  # 30 KB into a queue no one reads: credit does not apply
+    for _n in range(30):  # 30 KB into a queue no one reads: credit does not apply
         send(p, "/queue/flow", b"x" * 1024)
         net.run_until_idle()
     assert net.broker.mem_alarm and p.paused and net.broker._flow == {}
@@ -274,7 +274,7 @@ def test_memory_alarm_blocks_a_publisher_whose_consumer_holds_everything_unacked
     c, p = connected(net), connected(net)
     subscribe(c, "/queue/flow", "s", ack="client-individual")
     net.run_until_idle()
-    for n in range(40):
+    for _n in range(40):
         send(p, "/queue/flow", b"x" * 1024)
         net.run_until_idle()
     q = _queue(net, "flow")
