@@ -15,8 +15,9 @@ from typing import Any
 import waitress
 
 from .._driver import format_address, log
-from .api import COMMAND_TIMEOUT, MAX_BODY, ManagementApi
+from .api import ManagementApi
 from .prometheus import prometheus_app
+from .request import COMMAND_TIMEOUT, MAX_BODY
 
 __all__ = ["OpsListeners", "DEFAULT_HTTP", "DEFAULT_PROMETHEUS", "OPS_EPHEMERAL"]
 
