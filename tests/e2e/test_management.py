@@ -184,6 +184,42 @@ def test_queue_lifecycle_and_counts(target: Target) -> None:
     conn.close()
 
 
+def test_queue_message_stats_and_rates(target: Target) -> None:
+    q = "/api/queues/%2F/mgmt-rates"
+    target.req("DELETE", q)
+    assert target.req("PUT", q, {"durable": False})[0] == 201
+    status, fresh = target.req("GET", q)
+    assert status == 200 and "message_stats" not in fresh  # no traffic yet, as RabbitMQ
+    assert fresh["messages_details"] == {"rate": 0.0}
+    conn = target.amqp_conn()
+    ch = conn.channel()
+    for i in range(50):
+        ch.basic_publish("", "mgmt-rates", f"m{i}".encode())
+    tags = [ch.basic_get("mgmt-rates")[0].delivery_tag for _ in range(6)]
+    ch.basic_ack(tags[4], multiple=True)  # five acks
+    ch.basic_nack(tags[5], requeue=True)
+    method, _, _ = ch.basic_get("mgmt-rates")
+    assert method.redelivered
+    ch.basic_ack(method.delivery_tag)
+    want = {"publish": 50, "deliver_get": 7, "redeliver": 1, "ack": 6}
+
+    def stats() -> dict[str, Any] | None:
+        ms = target.req("GET", q)[1].get("message_stats") or {}
+        return ms if all(ms.get(k) == v for k, v in want.items()) else None
+
+    ms = wait_for(stats, target.stats_wait)
+    assert ms, target.req("GET", q)[1]
+    for key in want:
+        assert isinstance(ms[f"{key}_details"]["rate"], (int, float))
+    # the burst shows as a publish rate for a few seconds (both sample over ~5 s)
+    assert wait_for(lambda: target.req("GET", q)[1]["message_stats"]["publish_details"]["rate"] > 0,
+                    target.stats_wait)
+    listed = [x for x in target.req("GET", "/api/queues/%2F")[1] if x["name"] == "mgmt-rates"]
+    assert listed[0]["message_stats"]["publish"] == 50
+    conn.close()
+    assert target.req("DELETE", q)[0] == 204
+
+
 def test_exchanges_and_bindings(target: Target) -> None:
     x, q = "/api/exchanges/%2F/mgmt-x", "/api/queues/%2F/mgmt-bq"
     assert target.req("PUT", x, {"type": "topic", "durable": False})[0] in (201, 204)

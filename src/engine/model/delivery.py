@@ -10,7 +10,7 @@ from .._message import GONE, READY, UNACKED, Entry
 from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
-from .objects import Consumer, Queue, consumer_priority
+from .objects import Consumer, Queue, consumer_priority, extras
 from .paging import Pager
 from .publish import Publisher
 from .retry import Retries
@@ -86,8 +86,11 @@ class Delivery:
         state.next_tag += 1
         tag = state.next_tag
         state.delivered += 1
+        counters = q._x or extras(q)
+        counters.delivered += 1
         if entry.count:
             state.redelivered += 1
+            counters.redelivered += 1
         if holder.auto_ack:
             state.forget(q, entry)
         else:
@@ -148,12 +151,16 @@ class Delivery:
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
-        state.acked += len(taken)
-        if consumer.queue.stream:
+        n = len(taken)
+        state.acked += n
+        q = consumer.queue
+        if type(q) is Queue:  # not a light subscription (its own queue)
+            (q._x or extras(q)).acked += n
+        if q.stream:
             self.streams.settled(consumer, True)
             return True
         for entry in taken:
-            state.forget(consumer.queue, entry)
+            state.forget(q, entry)
         return True
 
     def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
@@ -251,7 +258,8 @@ class Delivery:
         state = self.state
         now = state.now
         # x-single-active-consumer: only the first registered consumer gets messages
-        single = q.args is not None and q.args.get("x-single-active-consumer") is True
+        x = q._x  # the arguments without the property (once per dispatch)
+        single = x is not None and x.args is not None and x.args.get("x-single-active-consumer") is True
         prioritised = q in state.prio_queues
         while q.count and q.consumers:
             consumers = q.consumers

@@ -16,7 +16,7 @@ from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .objects import STREAM_FLAG, Exchange, Queue, VHost, over_limits, pageable
+from .objects import STREAM_FLAG, Exchange, Queue, VHost, extras, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc
 from .state import ModelState
@@ -106,12 +106,15 @@ class Publisher:
             else:  # a delayed exchange holds it until it is due (``delayed``)
                 q.hold(msg)  # type: ignore[union-attr]
             return True
+        x = q._x or extras(q)  # read directly: the counters, and the arguments without the property
+        if persist:  # not recovery: a message published into the queue
+            x.published += 1
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
             self.streams.append(q, msg)
             return True
         state = self.state
         expires = msg.expires_at
-        args = q.args
+        args = x.args
         if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":

@@ -8,7 +8,7 @@ from engine.model import Consumer
 
 from .base import ApiBase
 from .request import Request, bad_request, not_found, put_status
-from .shapes import payload_text, props_dict, rate, vhost_names
+from .shapes import payload_text, props_dict, queue_rates, vhost_names
 
 
 class GetHolder(Consumer):
@@ -26,11 +26,11 @@ class QueueRoutes(ApiBase):
     """Queues: list, declare, delete, purge, and get messages."""
 
     def _queue_info(self, snap: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in q.items() if k not in ("message_bytes_ready", "effective_arguments")}
+        out = {k: v for k, v in q.items()
+               if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates")}
         out.update({"node": self.node, "state": "running", "type": "classic",
-                    "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"],
-                    "messages_details": rate(0.0), "messages_ready_details": rate(0.0),
-                    "messages_unacknowledged_details": rate(0.0)})
+                    "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"]})
+        out.update(queue_rates(q["counters"], q["rates"]))
         return out
 
     def queues(self, req: Request, vhost: str | None = None) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 from amqpproto import BasicProperties
 from engine._message import Message
 from engine._props import headers_to_props
-from engine.stats import COUNTERS
+from engine.stats import COUNTERS, QUEUE_COUNTERS, QUEUE_DEPTHS
 
 from .auth import Principal
 from .request import HttpError, bad_request
@@ -32,6 +32,19 @@ def message_stats(snap: dict[str, Any]) -> dict[str, Any]:
     for name, _ in COUNTERS:
         out[name] = snap["totals"][name]
         out[f"{name}_details"] = rate(snap["rates"][name])
+    return out
+
+
+def queue_rates(counters: dict[str, int], rates: dict[str, float]) -> dict[str, Any]:
+    """A queue's ``message_stats`` (as RabbitMQ: only once it has seen traffic) and the rates of its
+    depths, from the snapshot's counters and sampled rates (engine.stats)."""
+    out: dict[str, Any] = {f"{depth}_details": rate(rates.get(depth, 0.0)) for depth in QUEUE_DEPTHS}
+    if any(counters.values()):
+        stats: dict[str, Any] = {}
+        for name, _ in QUEUE_COUNTERS:
+            stats[name] = counters[name]
+            stats[f"{name}_details"] = rate(rates.get(name, 0.0))
+        out["message_stats"] = stats
     return out
 
 
