@@ -91,6 +91,9 @@ class Config:
     #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
     http: str | None = None
     prometheus: str | None = None
+    #: the same two over TLS (``[tls]``'s certificate), HOST:PORT; off when None
+    https: str | None = None
+    prometheus_https: str | None = None
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
