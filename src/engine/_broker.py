@@ -116,23 +116,18 @@ class Broker:
         self._bootstrap_users()
 
     def _bootstrap_users(self) -> None:
-        """The config file's users join the user database at every start, unless the store holds a
-        user of that name (made or changed through the management API or a definitions import: as
-        RabbitMQ's default user seeds only a blank database, the database wins). They are kept in
-        memory only, with full permissions on their vhosts (all configured ones when none is named)."""
+        """The config file's users seed the user database the first time the store sees them,
+        with full permissions on their vhosts (all configured ones when none is named); from then
+        on the stored state wins, as RabbitMQ's default user seeds only a blank database: a user
+        deleted or changed through the management API or a definitions import stays so."""
         config = self.config
         sec = self.model.security
         every = tuple(dict.fromkeys((*config.vhosts, config.default_vhost)))
         for user in config.users.values():
-            if user.name in sec.users:
-                continue
-            # config users are re-read at every start, so their salt need not be random (the
-            # rng stays untouched: generated names do not depend on the user list)
+            # the salt is derived from the name so that the rng stays untouched (generated names
+            # do not depend on the user list)
             salt = hashlib.sha256(b"sansmq-config-user\0" + user.name.encode()).digest()[:4]
-            sec.put_user(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), persist=False)
-            for vhost in user.vhosts or every:
-                if sec.permission(user.name, vhost) is None:
-                    sec.set_permissions(Permission(user.name, vhost), persist=False)
+            sec.seed(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), user.vhosts or every)
         sec.loopback_users = {u.name for u in config.users.values() if u.loopback_only}
         if "guest" not in config.users:
             sec.loopback_users.add("guest")  # RabbitMQ's loopback_users default

@@ -240,3 +240,15 @@ def test_policy_resolution_matches_brute_force(ops):
         best = max(fits, key=lambda p: (p.priority, [-ord(c) for c in p.name]), default=None)
         assert q.policy == (best.name if best else None)
         assert q.args == (combine(q.declared_args, best.definition) if best else q.declared_args)
+
+
+def test_a_config_user_deleted_through_the_api_stays_deleted():
+    store = MemoryStore()
+    config = Config(users={"guest": User("guest", "guest", True), "app": User("app", "pw")})
+    b = Broker(config, store, random.Random(1))
+    b.delete_user("app")
+    again = Broker(config, store, random.Random(1))
+    assert "app" not in again.model.security.users and again.model.security.permission("app", "/") is None
+    later = Config(users={**config.users, "new": User("new", "pw2")})
+    third = Broker(later, store, random.Random(1))  # a user added to the config file later is seeded
+    assert third.model.security.authenticate("new", "pw2") is not None and "app" not in third.model.security.users

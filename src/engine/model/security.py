@@ -39,6 +39,8 @@ HASHING_ALGORITHMS = {
 DEFAULT_HASHING = "rabbit_password_hashing_sha256"
 Access = Literal["configure", "write", "read"]
 USER_DOC, PERMISSION_DOC = "user", "permission"
+#: a config-file user once seeded into the store (later boots leave it to the stored state)
+SEEDED_DOC = "seeded_user"
 
 
 def hash_password(password: str, salt: bytes, algorithm: str = DEFAULT_HASHING) -> str:
@@ -134,6 +136,8 @@ class Security:
         self.loopback_users: set[str] = {"guest"}
         #: bumped on every permission change (sessions' cached answers are dropped then)
         self.version = 0
+        #: config-file users seeded into the store at an earlier boot (``seed``)
+        self.seeded: set[str] = set()
 
     # -- users ---------------------------------------------------------------------------------
     def put_user(self, user: UserRecord, persist: bool = True) -> UserRecord:
@@ -189,11 +193,30 @@ class Security:
 
     # -- recovery --------------------------------------------------------------------------------
     def restore(self, docs: dict[tuple[str, str], str]) -> None:
-        for (kind, _), doc in docs.items():
+        for (kind, key), doc in docs.items():
             if kind == USER_DOC:
                 self.put_user(UserRecord.from_json(json.loads(doc)), persist=False)
             elif kind == PERMISSION_DOC:
                 self.set_permissions(Permission.from_json(json.loads(doc)), persist=False)
+            elif kind == SEEDED_DOC:
+                self.seeded.add(key)
+
+    def seed(self, user: UserRecord, vhosts: tuple[str, ...]) -> bool:
+        """A config-file user with full permissions on ``vhosts``, written to the store the first
+        time only: as RabbitMQ's default user and boot-time definitions seed a blank database,
+        afterwards the stored state wins (a user deleted or changed through the API stays so).
+        False when it was seeded before (or the store already had it)."""
+        if user.name in self.seeded:
+            return False
+        self.seeded.add(user.name)
+        self.store.put_doc(SEEDED_DOC, user.name, "1")
+        if user.name in self.users:
+            return False
+        self.put_user(user)
+        for vhost in vhosts:
+            if self.permission(user.name, vhost) is None:
+                self.set_permissions(Permission(user.name, vhost))
+        return True
 
 
 #: answers one connection keeps (the resources a connection uses again and again are few)
