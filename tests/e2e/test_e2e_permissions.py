@@ -102,6 +102,34 @@ def test_amqp_configure_permission(srv):
         refused(lambda: ch.queue_delete("guest-q"), "access to queue 'guest-q' in vhost '/' refused for user 'app'")
 
 
+def test_amqp_alternate_and_dead_letter_exchanges_need_write(srv):
+    """As rabbit_channel: declaring a new exchange with an alternate exchange, or a new queue with
+    a dead-letter exchange, needs read on the new object and write on the exchange it names; a
+    name that is not a string is 406."""
+    with channel(srv) as ch:
+        ch.exchange_declare("app-ae-ok", "fanout", auto_delete=True, arguments={"alternate-exchange": "app-x"})
+        refused(lambda: ch.exchange_declare("app-ae-bad", "fanout", arguments={"alternate-exchange": "amq.fanout"}),
+                "access to exchange 'amq.fanout' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:
+        ch.queue_declare("app-dlx-ok", auto_delete=True, arguments={"x-dead-letter-exchange": "app-x"})
+        refused(lambda: ch.queue_declare("app-dlx-bad", arguments={"x-dead-letter-exchange": "forbidden-dlx"}),
+                "access to exchange 'forbidden-dlx' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:  # the default exchange is the resource amq.default
+        refused(lambda: ch.queue_declare("app-dlx-default", arguments={"x-dead-letter-exchange": ""}),
+                "access to exchange 'amq.default' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.exchange_declare("app-ae-int", "fanout", arguments={"alternate-exchange": 5})
+        assert (info.value.reply_code, info.value.reply_text) == (
+            406, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in exchange "
+                 "'app-ae-int' in vhost '/'")
+    with channel(srv, "guest", "guest") as ch:  # an existing queue is not checked again: guest made it
+        ch.queue_declare("app-dlx-existing", auto_delete=False, arguments={"x-dead-letter-exchange": "forbidden-dlx"})
+    with channel(srv) as ch:
+        ch.queue_declare("app-dlx-existing", auto_delete=False, arguments={"x-dead-letter-exchange": "forbidden-dlx"})
+        ch.queue_delete("app-dlx-existing")
+
+
 def test_amqp_publish_needs_write_on_the_exchange(srv):
     with channel(srv) as ch:
         ch.basic_publish("app-x", "k", b"ok")  # allowed: no error comes back

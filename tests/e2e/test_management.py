@@ -377,6 +377,31 @@ def test_users_tags_and_permissions(target: Target) -> None:
     assert wait_for(lambda: target.req("GET", "/api/whoami", user="mgmt-mon:pw")[0] == 401, 5)
 
 
+def test_alternate_and_dead_letter_exchanges_need_write(target: Target) -> None:
+    """The API declares as the user over a channel does: a new exchange's alternate exchange and a
+    new queue's dead-letter exchange need write (401 with the channel's ACCESS_REFUSED text)."""
+    user = "mgmt-ae"
+    target.req("DELETE", f"/api/users/{user}")
+    assert target.req("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    assert target.req("PUT", f"/api/permissions/%2F/{user}",
+                      {"configure": "^mgmt-ae-", "write": "^mgmt-ae-", "read": ".*"})[0] == 201
+    me = f"{user}:pw"
+    assert target.req("PUT", "/api/exchanges/%2F/mgmt-ae-ok", {"type": "fanout", "durable": False,
+                      "arguments": {"alternate-exchange": "mgmt-ae-other"}}, user=me)[0] == 201
+    status, body = target.req("PUT", "/api/exchanges/%2F/mgmt-ae-bad", {"type": "fanout", "durable": False,
+                              "arguments": {"alternate-exchange": "amq.fanout"}}, user=me)
+    assert status == 401 and body["error"] == "not_authorised"
+    assert "access to exchange 'amq.fanout' in vhost '/' refused for user 'mgmt-ae'" in body["reason"]
+    status, body = target.req("PUT", "/api/queues/%2F/mgmt-ae-q", {"durable": False,
+                              "arguments": {"x-dead-letter-exchange": "forbidden-dlx"}}, user=me)
+    assert status == 401 and "access to exchange 'forbidden-dlx' in vhost '/'" in body["reason"]
+    assert target.req("GET", "/api/queues/%2F/mgmt-ae-q")[0] == 404
+    assert target.req("PUT", "/api/queues/%2F/mgmt-ae-q", {"durable": False,
+                      "arguments": {"x-dead-letter-exchange": "mgmt-ae-ok"}}, user=me)[0] == 201
+    for path in ("/api/queues/%2F/mgmt-ae-q", "/api/exchanges/%2F/mgmt-ae-ok", f"/api/users/{user}"):
+        assert target.req("DELETE", path)[0] == 204
+
+
 def test_policies(target: Target) -> None:
     pol = "/api/policies/%2F/mgmt-pol"
     assert target.req("PUT", pol, {"pattern": "^mgmt-pol-", "definition": {"max-length": 1},

@@ -33,7 +33,7 @@ from ..model import (
     VHost,
 )
 from ..model.objects import amqp_type_name
-from ..model.security import Access, UserAccess, UserRecord
+from ..model.security import Access, UserAccess, UserRecord, check_target_exchange
 from ..model.streams import parse_consumer_args
 from ..store import StoreError
 
@@ -306,6 +306,7 @@ class AmqpChannel:
                 raise ChannelError(spec.ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
                                    "prefix 'amq.*'", type(m))
             else:
+                check_target_exchange(self.session.access, "exchange", name, args)
                 model.declare_exchange(self.vhost, name, m.type, m.durable, m.auto_delete, m.internal, args)
         if not m.nowait:
             self.send(spec.ExchangeDeclareOk())
@@ -385,15 +386,13 @@ class AmqpChannel:
                                        "'amq.*'", type(m))
             self._permit("configure", "queue", name, type(m))
             args = dict(m.arguments) if m.arguments else None
-            if args and "x-dead-letter-exchange" in args:  # RabbitMQ: dead-lettering reads and writes
-                self._permit("read", "queue", name, type(m))
-                self._permit("write", "exchange", str(args["x-dead-letter-exchange"]), type(m))
             q = vhost.queues.get(name)
             if q is not None:
                 self._check_exclusive(q, type(m))
                 self._check_equivalent_queue(q, m, args)
                 model.touch(q)
             else:
+                check_target_exchange(session.access, "queue", name, args)
                 owner = session if m.exclusive else None
                 q = model.declare_queue(vhost, name, m.durable, m.auto_delete, owner, args)
                 if m.exclusive:

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.model.errors import NotFound, PreconditionFailed
+from engine.model.errors import AccessRefused, NotFound, PreconditionFailed
+from engine.model.security import UserAccess, check_target_exchange
 from engine.stats import snapshot
 
 from .request import Request, bad_request, not_found, unauthorised
@@ -73,8 +74,16 @@ class ApiBase:
         """A command whose refusal by the model (a bad policy, an unknown vhost...) is a 400."""
         try:
             return self.command(fn)
+        except AccessRefused as exc:  # as RabbitMQ's API answers a channel's 403
+            raise unauthorised(f"ACCESS_REFUSED - {exc.text}") from None
         except (PreconditionFailed, NotFound, ValueError, KeyError, TypeError) as exc:
             raise bad_request(str(exc)) from None
+
+    @staticmethod
+    def check_target_exchange(broker: Any, req: Request, vhost: str, kind: str, name: str, args: Any) -> None:
+        """A new exchange's alternate exchange, a new queue's dead-letter exchange: checked as over
+        AMQP (RabbitMQ's API declares through a channel as the user)."""
+        check_target_exchange(UserAccess(broker.model.security, req.principal.name, vhost), kind, name, args)
 
     def _admin(self, req: Request) -> None:
         if not req.principal.is_admin:

@@ -46,6 +46,8 @@ class ExchangeRoutes(ApiBase):
         def declare(b: Any) -> bool:
             v = b.model.vhosts[vhost]
             existed = name in v.exchanges
+            if not existed:
+                self.check_target_exchange(b, req, vhost, "exchange", name, body.get("arguments"))
             b.model.declare_exchange(v, name, xtype, bool(body.get("durable", True)),
                                      bool(body.get("auto_delete", False)), bool(body.get("internal", False)),
                                      body.get("arguments") or None)

@@ -63,6 +63,8 @@ class QueueRoutes(ApiBase):
         def declare(b: Any) -> bool:
             v = b.model.vhosts[vhost]
             existed = name in v.queues
+            if not existed:
+                self.check_target_exchange(b, req, vhost, "queue", name, args)
             b.model.declare_queue(v, name, durable, auto_delete, None, args)
             return existed
 
