@@ -23,7 +23,7 @@ from .config import Config
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound, Queue
 from .model.policies import Policy
-from .model.security import Permission, UserRecord, hash_password
+from .model.security import Permission, TopicPermission, UserRecord, hash_password
 from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
@@ -304,6 +304,14 @@ class Broker:
 
     def clear_permissions(self, user: str, vhost: str) -> None:
         self.model.security.clear_permissions(user, vhost)
+
+    def set_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> TopicPermission:
+        if vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{vhost}'")
+        return self.model.security.set_topic_permission(TopicPermission(user, vhost, exchange, write, read))
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        self.model.security.clear_topic_permission(user, vhost, exchange)
 
     def add_vhost(self, name: str) -> None:
         self.model.add_vhost(name)

@@ -184,6 +184,7 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
         "users": dict(model.security.users),
         "loopback_users": frozenset(model.security.loopback_users),
         "permissions": list(model.security.permissions.values()),
+        "topic_permissions": list(model.security.topic_permissions.values()),
         "policies": [p.to_json() for p in model.policies.in_vhost()],
     }
     vhosts = model.vhosts.values()

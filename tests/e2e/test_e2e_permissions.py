@@ -3,7 +3,8 @@ channel, 530 NOT_ALLOWED on connection.open), stomp.py and STOMP over WebSocket 
 
 The broker is built with a definitions file imported (as ``--definitions`` does): user ``app`` may
 configure, write and read only resources named ``app-*`` in vhost ``/`` and has no access to vhost
-``other``; ``reader`` may only read."""
+``other``, and on the topic exchange ``app-topics`` only routing keys ``app.*`` (topic permissions);
+``reader`` may only read."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ DEFINITIONS = {
     "users": [
         {"name": "app", "password_hash": hash_password("app-pw", b"\x00\x01\x02\x03"),
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
+        {"name": "tp", "password_hash": hash_password("tp-pw", b"\x05\x05\x05\x05"),
+         "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
         {"name": "reader", "password_hash": hash_password("reader-pw", b"\x09\x08\x07\x06"),
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["monitoring"]},
     ],
@@ -35,11 +38,18 @@ DEFINITIONS = {
     "permissions": [
         {"user": "app", "vhost": "/", "configure": "^app-", "write": "^app-", "read": "^app-"},
         {"user": "reader", "vhost": "/", "configure": "", "write": "", "read": ".*"},
+        {"user": "tp", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
     ],
     "queues": [{"name": "guest-q", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}},
                {"name": "app-fixed", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}],
     "exchanges": [{"name": "app-x", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
+                   "internal": False, "arguments": {}},
+                  {"name": "app-topics", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
                    "internal": False, "arguments": {}}],
+    # topic authorisation on app-topics only: publish with "app." or "<client_id>." keys, bind "app." ones
+    "topic_permissions": [{"user": "app", "vhost": "/", "exchange": "app-topics",
+                           "write": "^{username}\\.|^{client_id}\\.", "read": "^{username}\\."},
+                          {"user": "tp", "vhost": "/", "exchange": "amq.topic", "write": "", "read": "^tp\\."}],
 }
 
 
@@ -251,3 +261,82 @@ def test_amqp_over_websocket_is_checked_too(srv):
         close = c.expect(spec.ChannelClose)
         assert close.reply_code == 403
         assert close.reply_text == "ACCESS_REFUSED - access to queue 'not-app' in vhost '/' refused for user 'app'"
+
+
+TOPIC_REFUSED = "access to topic '{}' in exchange 'app-topics' in vhost '/' refused for user 'app'"
+
+
+def test_amqp_topic_permissions_on_publish_and_bind(srv):
+    with channel(srv) as ch:
+        ch.basic_publish("app-topics", "app.ok", b"allowed")
+        ch.queue_bind("app-fixed", "app-topics", "app.#")
+        ch.queue_unbind("app-fixed", "app-topics", "app.#")
+        refused(lambda: (ch.basic_publish("app-topics", "other.no", b"refused"),
+                         ch.queue_declare("app-fixed", passive=True)), TOPIC_REFUSED.format("other.no"))
+    with channel(srv) as ch:
+        refused(lambda: ch.queue_bind("app-fixed", "app-topics", "other.#"), TOPIC_REFUSED.format("other.#"))
+    with channel(srv) as ch:  # app-x has no topic permission: any key
+        ch.basic_publish("app-x", "other.no", b"allowed")
+        ch.queue_declare("app-fixed", passive=True)
+    with channel(srv, "guest", "guest") as ch:  # nor has guest on app-topics
+        ch.basic_publish("app-topics", "other.no", b"allowed")
+        ch.queue_declare("app-fixed", passive=True)
+
+
+def test_amqp_topic_permission_variables_include_the_client_id(srv):
+    host, port = srv.address("amqp")
+    props = {"client_id": "dev7"}
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, "/", pika.PlainCredentials("app", "app-pw"), client_properties=props, connection_attempts=1))
+    try:
+        ch = conn.channel()
+        ch.basic_publish("app-topics", "dev7.reading", b"allowed through {client_id}")
+        ch.queue_declare("app-fixed", passive=True)
+    finally:
+        conn.close()
+    with channel(srv) as ch:  # without a client_id the variable matches nothing
+        refused(lambda: (ch.basic_publish("app-topics", "dev7.reading", b"refused"),
+                         ch.queue_declare("app-fixed", passive=True)), TOPIC_REFUSED.format("dev7.reading"))
+
+
+def test_stomp_topic_permissions_on_send_and_subscribe(srv):
+    conn, col = stomp_conn(srv, "app", "app-pw")
+    try:
+        conn.send("/exchange/app-topics/app.ok", "allowed", receipt="r1")
+        col.wait_receipt("r1")
+        conn.send("/exchange/app-topics/other.no", "refused")
+        col.wait(lambda: col.errors, what="ERROR")
+        assert col.errors[0].headers["message"] == "access_refused"
+        assert TOPIC_REFUSED.format("other.no") in col.errors[0].body
+    finally:
+        close_quietly(conn)
+    for durable in (False, True):  # a queue-less subscription and one with a queue bound
+        conn, col = stomp_conn(srv, "tp", "tp-pw")  # tp may configure any queue: the topic check decides
+        try:
+            headers = {"durable": "true", "auto-delete": "true"} if durable else {}
+            conn.subscribe("/topic/tp.news", id="ok", headers=headers, receipt="s1")
+            col.wait_receipt("s1")
+            conn.subscribe("/topic/other.*", id="t1", headers=headers)
+            col.wait(lambda c=col: c.errors, what="ERROR")
+            assert ("access to topic 'other.*' in exchange 'amq.topic' in vhost '/' refused for user 'tp'"
+                    in col.errors[0].body)
+        finally:
+            close_quietly(conn)
+
+
+def test_topic_permissions_over_websocket(srv):
+    host, port = srv.address("ws")
+    with ws_connect(f"ws://{host}:{port}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
+        c = WsStomp(ws)
+        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw",
+                           "heart-beat": "0,0"})
+        c.expect("CONNECTED")
+        c.send("SEND", {"destination": "/exchange/app-topics/other.no"}, b"refused")
+        headers, body = c.expect("ERROR")
+        assert headers["message"] == "access_refused" and TOPIC_REFUSED.format("other.no").encode() in body
+    with ws_connect(f"ws://{host}:{port}/ws/amqp", subprotocols=["amqp"], open_timeout=10) as ws:
+        c = WsAmqp(ws)
+        c.open("app", "app-pw")
+        c.send(spec.QueueBind(queue="app-fixed", exchange="app-topics", routing_key="other.#", channel=1))
+        close = c.expect(spec.ChannelClose)
+        assert (close.reply_code, close.reply_text) == (403, "ACCESS_REFUSED - " + TOPIC_REFUSED.format("other.#"))

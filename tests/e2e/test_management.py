@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -400,6 +401,44 @@ def test_alternate_and_dead_letter_exchanges_need_write(target: Target) -> None:
                       "arguments": {"x-dead-letter-exchange": "mgmt-ae-ok"}}, user=me)[0] == 201
     for path in ("/api/queues/%2F/mgmt-ae-q", "/api/exchanges/%2F/mgmt-ae-ok", f"/api/users/{user}"):
         assert target.req("DELETE", path)[0] == 204
+
+
+def test_topic_permissions(target: Target) -> None:
+    user, base = "mgmt-topic", "/api/topic-permissions/%2F/mgmt-topic"
+    target.req("DELETE", f"/api/users/{user}")
+    assert target.req("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    assert target.req("PUT", f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})[0] == 201
+    assert target.req("PUT", base, {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."})[0] == 201
+    assert target.req("PUT", base, {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."})[0] == 204
+    want = {"user": user, "vhost": "/", "exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."}
+    assert target.req("GET", base) == (200, [want])
+    assert want in target.req("GET", "/api/topic-permissions")[1]
+    assert target.req("GET", f"/api/users/{user}/topic-permissions") == (200, [want])
+    assert want in target.req("GET", "/api/definitions")[1]["topic_permissions"]
+    # enforced over AMQP: RabbitMQ's 403 text
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", target.amqp,
+                                                             credentials=pika.PlainCredentials(user, "pw")))
+    ch = conn.channel()
+    ch.basic_publish("amq.topic", f"{user}.ok", b"allowed")
+    ch.basic_publish("amq.topic", "other.no", b"refused")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare("", exclusive=True)
+    assert info.value.reply_code == 403
+    # RabbitMQ 3.11+ words it "write access to topic ..."
+    assert "access to topic 'other.no' in exchange 'amq.topic' in vhost '/' refused for user 'mgmt-topic'" in \
+        info.value.reply_text
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(q, "amq.topic", "other.#")
+    assert info.value.reply_code == 403 and "access to topic 'other.#'" in info.value.reply_text
+    conn.close()
+    assert target.req("PUT", base, {"write": "x"})[0] == 400  # the exchange is required
+    assert target.req("PUT", "/api/topic-permissions/%2F/no-such-user", {"exchange": "amq.topic"})[0] == 400
+    assert target.req("GET", base, user=f"{user}:pw")[0] == 401  # administrators only
+    assert target.req("DELETE", base)[0] == 204
+    assert target.req("GET", f"/api/users/{user}/topic-permissions") == (200, [])
+    assert target.req("DELETE", f"/api/users/{user}")[0] == 204
 
 
 def test_policies(target: Target) -> None:

@@ -33,7 +33,7 @@ from ..model import (
     VHost,
 )
 from ..model.objects import amqp_type_name
-from ..model.security import Access, UserAccess, UserRecord, check_target_exchange
+from ..model.security import Access, UserAccess, UserRecord, check_target_exchange, check_topic_access
 from ..model.streams import parse_consumer_args
 from ..store import StoreError
 
@@ -350,6 +350,7 @@ class AmqpChannel:
         self._permit("read", "exchange", m.source, type(m))
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
+        check_topic_access(self.session.access, source, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         self.session.model.bind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
@@ -363,6 +364,7 @@ class AmqpChannel:
         exchanges = self.vhost.exchanges
         dest = exchanges.get(m.destination)
         source = exchanges.get(m.source)
+        check_topic_access(self.session.access, source, m.routing_key, "read")
         if dest is not None and source is not None:  # RabbitMQ: unbinding what is gone is a no-op
             args = dict(m.arguments) if m.arguments else None
             self.session.model.unbind(self.vhost, dest, source, m.routing_key, args)
@@ -426,6 +428,7 @@ class AmqpChannel:
         self._permit("read", "exchange", m.exchange, type(m))
         q = self._queue(m.queue, type(m))
         x = self._exchange(m.exchange, type(m))
+        check_topic_access(self.session.access, x, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         self.session.model.bind(self.vhost, q, x, m.routing_key, args)
         if not m.nowait:
@@ -437,6 +440,7 @@ class AmqpChannel:
         self._permit("read", "exchange", m.exchange, type(m))
         q = self.vhost.queues.get(m.queue)
         x = self.vhost.exchanges.get(m.exchange)
+        check_topic_access(self.session.access, x, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         # RabbitMQ: unbinding a missing queue, exchange or binding is a no-op (unbind-ok); the
         # exclusive check applies only to a binding that exists
@@ -743,6 +747,8 @@ class AmqpChannel:
         if x.internal:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
                                f"vhost '{self.vhost.name}'", type(m))
+        if x.type == "topic":  # the test here: a publish to any other exchange pays nothing more
+            check_topic_access(self.session.access, x, m.routing_key, "write")
         session = self.session
         now = session.host.now
         props = m.properties

@@ -17,7 +17,7 @@ from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
-from ..model.security import UserAccess, UserRecord
+from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
 
@@ -382,7 +382,7 @@ class AmqpSession(Session):
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.model.vhosts[name]
-        self.access = UserAccess(self.model.security, user.name, name)
+        self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
 

@@ -45,7 +45,7 @@ from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from ..model.routers import PREFIX_ARG
-from ..model.security import Access, UserAccess, UserRecord
+from ..model.security import Access, UserAccess, UserRecord, check_topic_access
 from ..model.streams import parse_consumer_args
 from ..store import StoreError
 from .destinations import BadDestination, Destination, destination_for, is_prefix_topic, parse_destination
@@ -579,6 +579,7 @@ class StompSession(Session):
         exchange, key = self._publish_target(dest, headers)
         if not self.access.allows("write", exchange or "amq.default"):
             self._permit("write", "exchange", exchange)
+        check_topic_access(self.access, vhost.exchanges.get(exchange), key, "write")
         priority = 0
         expires_at = None
         ack_timeout = None
@@ -767,6 +768,7 @@ class StompSession(Session):
         for access in ("configure", "write", "read"):
             self._permit(access, "queue", "stomp-subscription-" + sub_id)  # type: ignore[arg-type]
         self._permit("read", "exchange", exchange.name)
+        check_topic_access(self.access, exchange, dest.key, "read")
         key, prefix = dest.key, False
         if kind == "topic" and is_prefix_topic(key):
             key, prefix = key[:-1], True
@@ -807,6 +809,7 @@ class StompSession(Session):
         self._permit("configure", "queue", name)
         self._permit("write", "queue", name)
         self._permit("read", "exchange", exchange.name)
+        check_topic_access(self.access, exchange, dest.key, "read")
         if durable:
             q = model.declare_queue(vhost, name, durable=True, auto_delete=auto_delete, args=args)
             owns = False

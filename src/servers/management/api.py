@@ -21,6 +21,7 @@ from .overview import OverviewRoutes
 from .policies import PolicyRoutes
 from .request import STATUS_LINES, HttpError, Request, not_found, unauthorised
 from .static import serve_static
+from .topic_permissions import TopicPermissionRoutes
 
 __all__ = ["ManagementApi"]
 
@@ -28,7 +29,8 @@ __all__ = ["ManagementApi"]
 _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
 
-class ManagementApi(OverviewRoutes, AccessRoutes, PolicyRoutes, BindingRoutes, ConnectionRoutes, DefinitionRoutes):
+class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyRoutes, BindingRoutes,
+                    ConnectionRoutes, DefinitionRoutes):
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
@@ -49,6 +51,10 @@ class ManagementApi(OverviewRoutes, AccessRoutes, PolicyRoutes, BindingRoutes, C
             (("permissions",), {"GET": self.permissions}),
             (("permissions", "*", "*"), {"GET": self.permission, "PUT": self.put_permission,
                                          "DELETE": self.delete_permission}),
+            (("topic-permissions",), {"GET": self.topic_permissions}),
+            (("topic-permissions", "*", "*"), {"GET": self.topic_permission, "PUT": self.put_topic_permission,
+                                               "DELETE": self.delete_topic_permission}),
+            (("users", "*", "topic-permissions"), {"GET": self.user_topic_permissions}),
             (("policies",), {"GET": self.policies}),
             (("policies", "*"), {"GET": self.policies}),
             (("policies", "*", "*"), {"GET": self.policy, "PUT": self.put_policy, "DELETE": self.delete_policy}),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.model.errors import AccessRefused, NotFound, PreconditionFailed
-from engine.model.security import UserAccess, check_target_exchange
+from engine.model.security import UserAccess
 from engine.stats import snapshot
 
 from .request import Request, bad_request, not_found, unauthorised
@@ -80,10 +80,10 @@ class ApiBase:
             raise bad_request(str(exc)) from None
 
     @staticmethod
-    def check_target_exchange(broker: Any, req: Request, vhost: str, kind: str, name: str, args: Any) -> None:
-        """A new exchange's alternate exchange, a new queue's dead-letter exchange: checked as over
-        AMQP (RabbitMQ's API declares through a channel as the user)."""
-        check_target_exchange(UserAccess(broker.model.security, req.principal.name, vhost), kind, name, args)
+    def user_access(broker: Any, req: Request, vhost: str) -> UserAccess:
+        """The request's user as an AMQP channel in ``vhost`` would be: RabbitMQ's API declares,
+        binds and publishes through one, so the same checks apply (run on the broker's thread)."""
+        return UserAccess(broker.model.security, req.principal.name, vhost)
 
     def _admin(self, req: Request) -> None:
         if not req.principal.is_admin:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from engine.model.security import check_topic_access
+
 from .exchanges import ExchangeRoutes
 from .queues import QueueRoutes
 from .request import Request, not_found, unauthorised
@@ -64,9 +66,10 @@ class BindingRoutes(QueueRoutes, ExchangeRoutes):
         def bind(b: Any) -> None:
             v = b.model.vhosts[vhost]
             target = v.queues[dest] if kind == "q" else v.exchanges[dest]
+            check_topic_access(self.user_access(b, req, vhost), v.exchanges[source], key, "read")
             b.model.bind(v, target, v.exchanges[source], key, args)
 
-        self.command(bind)
+        self._command_400(bind)
         location = "/api/bindings/{}/e/{}/{}/{}/{}".format(
             *(urllib.parse.quote(s, safe="") for s in (vhost, source, kind, dest)), props_key(key, args or {}))
         return 201, None, [("Location", location)]
@@ -86,9 +89,10 @@ class BindingRoutes(QueueRoutes, ExchangeRoutes):
             v = b.model.vhosts[vhost]
             target = v.queues.get(dest) if kind == "q" else v.exchanges.get(dest)
             if target is not None and source in v.exchanges:
+                check_topic_access(self.user_access(b, req, vhost), v.exchanges[source], found["routing_key"], "read")
                 b.model.unbind(v, target, v.exchanges[source], found["routing_key"], found["arguments"] or None)
 
-        self.command(unbind)
+        self._command_400(unbind)
         return None
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from engine._message import Message
 from engine._props import props_to_headers
+from engine.model.security import check_target_exchange, check_topic_access
 
 from .base import ApiBase
 from .request import Request, bad_request, not_found, put_status, unauthorised
@@ -47,7 +48,7 @@ class ExchangeRoutes(ApiBase):
             v = b.model.vhosts[vhost]
             existed = name in v.exchanges
             if not existed:
-                self.check_target_exchange(b, req, vhost, "exchange", name, body.get("arguments"))
+                check_target_exchange(self.user_access(b, req, vhost), "exchange", name, body.get("arguments"))
             b.model.declare_exchange(v, name, xtype, bool(body.get("durable", True)),
                                      bool(body.get("auto_delete", False)), bool(body.get("internal", False)),
                                      body.get("arguments") or None)
@@ -87,6 +88,8 @@ class ExchangeRoutes(ApiBase):
                     expires = b.now + int(props.expiration) / 1000.0
                 except ValueError:
                     raise bad_request("expiration must be a number of milliseconds") from None
+            check_topic_access(self.user_access(b, req, vhost), model.vhosts[vhost].exchanges.get(name), routing_key,
+                               "write")
             msg = Message(model.next_message_id(), name, routing_key, headers, data, props.priority or 0,
                           expires, props.delivery_mode == 2)
             return bool(model.publish(model.vhosts[vhost], name, msg, queue_priority_only=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.model import Consumer
+from engine.model.security import check_target_exchange
 
 from .base import ApiBase
 from .request import Request, bad_request, not_found, put_status
@@ -64,7 +65,7 @@ class QueueRoutes(ApiBase):
             v = b.model.vhosts[vhost]
             existed = name in v.queues
             if not existed:
-                self.check_target_exchange(b, req, vhost, "queue", name, args)
+                check_target_exchange(self.user_access(b, req, vhost), "queue", name, args)
             b.model.declare_queue(v, name, durable, auto_delete, None, args)
             return existed
 
