@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from amqpproto.spec import BasicProperties, encode_properties
 from engine._message import Message
 from engine._props import props_to_headers
-from engine.amqp.channel import _props, props_bytes
+from engine.amqp.properties import message_props as _props
+from engine.amqp.properties import props_bytes
 
 _text = st.text(max_size=20)
 _props_st = st.builds(

@@ -145,7 +145,7 @@ def test_the_import_graph_reads_relative_and_package_imports():
     graph = import_graph()
     assert "engine.model.state" in graph["engine.model.delivery"]
     assert "engine.model" in graph["engine.amqp.channel"]  # ``from ..model import ...``
-    assert "engine.stomp.destinations" in graph["engine.stomp.session"]
+    assert "engine.stomp.destinations" in graph["engine.stomp.subscribe"]
     assert "engine.stomp" not in graph["engine.stomp.session"]  # its own package is already running
     assert {"engine.stomp", "engine.amqp"} <= graph["engine.ws.session"]
 

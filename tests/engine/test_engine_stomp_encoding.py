@@ -119,7 +119,7 @@ def test_one_message_to_subscribers_of_every_version_is_escaped_for_each():
 
 
 def test_the_tail_cache_stays_bounded():
-    from engine.stomp import session as ss
+    from engine.stomp import wire as ss
 
     net = new_net()
     sub = connected(net, version="1.2")
@@ -139,7 +139,7 @@ def test_the_tail_cache_stays_bounded():
 
 
 def test_brokers_do_not_share_a_tail_cache():
-    from engine.stomp import session as ss
+    from engine.stomp import wire as ss
 
     a = Broker(Config(), MemoryStore(), random.Random(0))
     b = Broker(Config(), MemoryStore(), random.Random(0))

@@ -11,9 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from storagetest_helpers import FaultyStore, apply_op, msg
 
+import engine.storage.segment._compaction as compaction_mod
 import engine.storage.segment.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
+from engine.storage.segment._records import JRN_MAGIC
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
 
 
@@ -108,7 +110,7 @@ def test_fully_acked_current_segment_is_dropped_at_rotation(tmp_path: Path) -> N
 
 
 def test_journal_is_compacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seg_mod, "COMPACT_MIN", 16 << 10)
+    monkeypatch.setattr(compaction_mod, "COMPACT_MIN", 16 << 10)
     s = SegmentStore(tmp_path)
     s.add_queue(QueueDef("/", "q"))
     for i in range(1, 5001):
@@ -156,7 +158,7 @@ def test_replay_matches_model_and_any_truncation_recovers_a_prefix(tmp_path_fact
     assert got == model
     s.close()
     # (re-opening compacted the journal; cut the pre-compaction bytes instead)
-    journal.write_bytes(data[: len(seg_mod.JRN_MAGIC) + cut])
+    journal.write_bytes(data[: len(JRN_MAGIC) + cut])
     s = SegmentStore(path)
     got = {sm.message.id: sm.delivery_count for sm in s.recover().messages.get(("/", "q"), [])}
     s.close()

@@ -19,7 +19,8 @@ from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
 from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
-from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError, _Confirm
+from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
+from .publish import Confirm
 
 __all__ = ["AmqpSession", "SERVER_PROPERTIES"]
 
@@ -290,7 +291,7 @@ class AmqpSession(Session):
         held = self.held
         if not held or held[0][0] > token:
             return
-        if any(not isinstance(thunk, _Confirm) for tok, thunk in held if tok <= token):
+        if any(not isinstance(thunk, Confirm) for tok, thunk in held if tok <= token):
             self.close_with(spec.INTERNAL_ERROR, "the message store could not persist a message")
             self.close()
             return

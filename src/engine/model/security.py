@@ -337,18 +337,26 @@ def client_id_of(client_properties: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def check_topic_access(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> None:
-    """RabbitMQ's topic authorisation, for a publish (``write``) or a queue bind/unbind (``read``)
-    with ``routing_key`` on ``exchange`` (an Exchange): only topic exchanges, and only where the
-    user has a topic permission for that exchange (none: allowed). AccessRefused with RabbitMQ's
-    text otherwise."""
+def topic_refusal(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> str | None:
+    """RabbitMQ's topic authorisation, for a publish (``write``) or a bind/unbind (``read``) with
+    ``routing_key`` on ``exchange`` (an Exchange, or None when there is none): only topic exchanges,
+    and only where the user has a topic permission for that exchange (none: allowed). None when
+    allowed, else RabbitMQ's refusal text."""
     perms = access.security.topic_permissions
     if not perms or exchange is None or exchange.type != "topic":
-        return
+        return None
     perm = perms.get((access.vhost, access.user, exchange.name))
-    if perm is not None and not perm.allows(want, routing_key, access.variables):
-        raise AccessRefused(f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
-                            f"'{access.vhost}' refused for user '{access.user}'")
+    if perm is None or perm.allows(want, routing_key, access.variables):
+        return None
+    return (f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost '{access.vhost}' refused "
+            f"for user '{access.user}'")
+
+
+def check_topic_access(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> None:
+    """``topic_refusal`` as an AccessRefused (AMQP: 403 on the channel; the API: 401)."""
+    text = topic_refusal(access, exchange, routing_key, want)
+    if text is not None:
+        raise AccessRefused(text)
 
 
 #: the declare argument naming the exchange a new object will publish to: its alternate exchange,

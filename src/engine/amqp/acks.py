@@ -1,0 +1,147 @@
+"""The channel's acknowledgements: basic.ack/nack/reject (``multiple`` included) and basic.recover
+map delivery tags back to the model's consumers and tags; tx.select/commit/rollback hold
+publishes and settles until commit (a rollback puts the settled deliveries back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqpproto import spec
+
+from ..model import Consumer
+from .base import ChannelBase
+from .errors import AmqpConnectionError, ChannelError
+
+__all__ = ["AckMethods"]
+
+
+class _TxSettle:
+    """An ack/nack/reject held by an open transaction: run on commit; ``taken`` (channel tag ->
+    delivery) is what a rollback puts back into the channel's unacked deliveries."""
+
+    __slots__ = ("chan", "items", "requeue", "taken")
+
+    def __init__(self, chan: AckMethods, items: list[tuple[Consumer, int, float]], requeue: bool | None,
+                 taken: dict[int, tuple[Consumer, int, float]]) -> None:
+        self.chan = chan
+        self.items = items
+        self.requeue = requeue
+        self.taken = taken
+
+    def __call__(self) -> None:
+        self.chan._settle(self.items, self.requeue)
+
+
+class AckMethods(ChannelBase):
+    __slots__ = ()
+
+    # -- basic: acknowledgements --------------------------------------------------------------------
+    def _take(self, tag: int, multiple: bool, method: type) -> list[tuple[Consumer, int, float]]:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
+            if tag not in unacked and (not unacked or tag < next(iter(unacked))):
+                raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+            if tag >= self.next_tag:  # everything delivered so far (the usual cumulative ack)
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
+            taken = []
+            keys = []
+            for t, item in unacked.items():  # tag order: stop at the first later tag
+                if t > tag:
+                    break
+                keys.append(t)
+                taken.append(item)
+            for t in keys:
+                del unacked[t]
+            return taken
+        item = unacked.pop(tag, None)
+        if item is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+        return [item]
+
+    def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
+        model = self.session.model
+        # nacks go back in reverse so requeued messages keep their order at the head
+        for consumer, mtag, _ in (items if requeue is None else reversed(items)):
+            if requeue is None:
+                model.ack(consumer, mtag)
+            else:
+                model.nack(consumer, mtag, False, requeue)
+        if self.global_prefetch:
+            for c in self.consumers.values():
+                model.mark_dirty(c.queue)
+
+    def on_ack(self, m: spec.BasicAck) -> None:
+        self._settle_tags(m.delivery_tag, m.multiple, None, type(m))
+
+    def on_nack(self, m: spec.BasicNack) -> None:
+        self._settle_tags(m.delivery_tag, m.multiple, m.requeue, type(m))
+
+    def on_reject(self, m: spec.BasicReject) -> None:
+        self._settle_tags(m.delivery_tag, False, m.requeue, type(m))
+
+    def _settle_tags(self, tag: int, multiple: bool, requeue: bool | None, method: type) -> None:
+        if self.tx is None:
+            self._settle(self._take(tag, multiple, method), requeue)
+            return
+        # in a transaction the settle waits for tx.commit; the deliveries leave ``unacked`` now (a
+        # second ack of them is an unknown tag, as RabbitMQ's) but come back on rollback
+        before = self.unacked.copy()
+        items = self._take(tag, multiple, method)
+        taken = {t: before[t] for t in before.keys() - self.unacked.keys()}
+        self.tx.append(_TxSettle(self, items, requeue, taken))
+
+    def _restore_tx_settles(self) -> None:
+        """Rollback (or close) of a transaction: its acks, nacks and rejects are discarded and their
+        deliveries are unacked on the channel again, in tag order (RabbitMQ's tx.rollback); a
+        channel close then requeues them."""
+        restored: dict[int, tuple[Consumer, int, float]] = {}
+        for fn in self.tx or ():
+            if isinstance(fn, _TxSettle):
+                restored.update(fn.taken)
+        if restored:
+            restored.update(self.unacked)
+            self.unacked = dict(sorted(restored.items()))
+
+    def on_recover(self, m: Any) -> None:
+        if not m.requeue:  # RabbitMQ: a hard error
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "requeue=false", type(m))
+        items = list(self.unacked.values())
+        self.unacked.clear()
+        self._settle(items, True)  # RabbitMQ requeues whatever ``requeue`` says
+        if type(m) is spec.BasicRecover:
+            self.send(spec.BasicRecoverOk())
+
+    # -- transactions -------------------------------------------------------------------------------
+    def on_tx_select(self, m: spec.TxSelect) -> None:
+        if self.confirm:
+            raise ChannelError(spec.PRECONDITION_FAILED, "cannot switch from confirm to tx mode", type(m))
+        if self.tx is None:
+            self.tx = []
+        self.send(spec.TxSelectOk())
+
+    def on_tx_commit(self, m: spec.TxCommit) -> None:
+        if self.tx is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
+        work, self.tx = self.tx, []
+        model = self.session.model
+        before = model.store_writes
+        for fn in work:
+            fn()
+        self.session.after_sync(model.store_writes != before, lambda: self._commit_ok())
+
+    def _commit_ok(self) -> None:
+        if self.session.channels.get(self.id) is self:
+            self.send(spec.TxCommitOk())
+
+    def on_tx_rollback(self, m: spec.TxRollback) -> None:
+        if self.tx is None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "channel is not transactional", type(m))
+        self._restore_tx_settles()
+        self.tx = []
+        self.send(spec.TxRollbackOk())

@@ -1,0 +1,139 @@
+"""The channel's publishing side: basic.publish (properties checked as RabbitMQ checks them),
+routing through the model, basic.return for unroutable mandatory messages, and publisher confirms
+(held until the store's sync, coalesced into one basic.ack when a sync releases many)."""
+
+from __future__ import annotations
+
+from amqpproto import spec
+
+from .._message import Message
+from .._props import props_to_headers
+from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange
+from ..model.security import check_topic_access
+from ..store import StoreError
+from .base import REPLY_TO, ChannelBase
+from .errors import AmqpConnectionError, ChannelError
+from .permissions import permit_publish
+from .properties import message_props
+from .replies import expiration_ms
+
+__all__ = ["PublishMethods", "Confirm"]
+
+
+class Confirm:
+    """A publisher confirm held until the store's sync: an ack then (coalesced when one sync
+    releases many), a nack when the message was refused or the sync failed."""
+
+    __slots__ = ("chan", "seq", "refused")
+
+    def __init__(self, chan: PublishMethods, seq: int, refused: bool) -> None:
+        self.chan = chan
+        self.seq = seq
+        self.refused = refused
+
+    def __call__(self) -> None:
+        chan = self.chan
+        session = chan.session
+        if session.channels.get(chan.id) is not chan:
+            return
+        if self.refused:
+            chan.nack(self.seq)
+            return
+        session.model.confirmed += 1
+        if session.batching is not None:  # released by a sync: coalesce
+            chan.ack_upto = self.seq
+            chan.ack_batch += 1
+            session.batching[chan] = None
+        else:
+            chan.send(spec.BasicAck(self.seq, False))
+
+    def fail(self) -> None:
+        chan = self.chan
+        if chan.session.channels.get(chan.id) is chan:
+            chan.nack(self.seq)
+
+
+class PublishMethods(ChannelBase):
+    __slots__ = ()
+
+    # -- basic: publishing --------------------------------------------------------------------------
+    def on_publish(self, m: spec.BasicPublish) -> None:
+        if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
+        permit_publish(self.session.access, m.exchange, type(m))
+        x = self._exchange(m.exchange, type(m))
+        if x.internal:
+            raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
+                               f"vhost '{self.vhost.name}'", type(m))
+        if x.type == "topic":  # the test here: a publish to any other exchange pays nothing more
+            check_topic_access(self.session.access, x, m.routing_key, "write")
+        session = self.session
+        now = session.host.now
+        props = m.properties
+        headers = props_to_headers(props)
+        priority = 0
+        expires_at = None
+        persistent = False
+        if props is not None:
+            if props.priority is not None:
+                priority = props.priority  # an octet; only queues with x-max-priority use it
+            if props.expiration is not None:
+                ms = expiration_ms(props.expiration, type(m))
+                expires_at = now + ms / 1000.0
+            persistent = props.delivery_mode == 2
+            if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
+                raise ChannelError(spec.PRECONDITION_FAILED, f"user_id property set to '{props.user_id}' but "
+                                   f"authenticated user was '{session.user.name}'", type(m))
+            reply_to = props.reply_to
+            if reply_to == REPLY_TO:
+                name = getattr(session, "reply_to", None)
+                if name is None:
+                    raise ChannelError(spec.PRECONDITION_FAILED, "fast reply consumer does not exist", type(m))
+                headers["reply-to"] = name
+        msg = Message(session.model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
+                      expires_at, persistent)
+        mandatory = m.mandatory
+        if self.confirm:
+            self.pub_seq += 1
+        seq = self.pub_seq if self.confirm else 0
+        if self.tx is None:  # the common case, without a closure per message
+            self._route(x, msg, mandatory, seq)
+        else:
+            self.tx.append(lambda: self._route(x, msg, mandatory, seq))
+
+    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
+        session = self.session
+        model = session.model
+        before = model.store_writes
+        try:
+            result = model.publish(self.vhost, x, msg, True,
+                                   self.trace_origin() if self.vhost.trace is not None else None)
+        except StoreError:
+            if not seq:
+                raise  # nobody to nack: the session closes the connection with 541
+            # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
+            result = PUBLISH_ROUTED | PUBLISH_REFUSED | (PUBLISH_WROTE if model.store_writes != before else 0)
+        if mandatory and not result:
+            self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, message_props(msg),
+                                       msg.body))
+        if seq:
+            session.after_sync(bool(result & PUBLISH_WROTE), Confirm(self, seq, bool(result & PUBLISH_REFUSED)))
+
+    def nack(self, seq: int) -> None:
+        self.flush_confirms()  # acks released before it keep their place in the sequence
+        self.send(spec.BasicNack(seq, False, False))
+
+    def flush_confirms(self) -> None:
+        """Send the coalesced acks: every sequence number up to ``ack_upto`` not yet confirmed
+        (confirms are released in publish order, so none of them is missing)."""
+        if self.ack_batch:
+            n, self.ack_batch = self.ack_batch, 0
+            if self.session.channels.get(self.id) is self:
+                self.send(spec.BasicAck(self.ack_upto, n > 1))
+
+    def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
+        if self.tx is not None:
+            raise ChannelError(spec.PRECONDITION_FAILED, "cannot switch from tx to confirm mode", type(m))
+        self.confirm = True
+        if not m.nowait:
+            self.send(spec.ConfirmSelectOk())

@@ -1,0 +1,22 @@
+"""A STOMP subscription to a stream queue, as RabbitMQ's STOMP plugin takes it: acks (client or
+client-individual) and a prefetch are required; ``x-stream-offset`` says where it starts."""
+
+from __future__ import annotations
+
+from ..model import Model, Queue
+from ..model.streams import parse_consumer_args
+from .errors import StompError
+from .subscriptions import StompSubscription
+
+__all__ = ["consume_stream"]
+
+
+def consume_stream(model: Model, q: Queue, sub: StompSubscription, headers: dict[str, str]) -> None:
+    """Start ``sub`` on stream ``q`` where its headers say; an ERROR without acks or a prefetch."""
+    if sub.ack_mode == "auto":
+        raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs ack:client or "
+                         "ack:client-individual")
+    if not sub.prefetch:
+        raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs a prefetch-count")
+    start, name = parse_consumer_args(headers, stomp=True)
+    model.consume_stream(q, sub, start, name)

@@ -1,0 +1,103 @@
+"""Journal compaction of a SegmentStore: the journal rewritten as the live state (tmp, fsync, rename)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ._files import FLUSH_AT, _File
+from ._records import (
+    _CNT,
+    _ENQ,
+    _EXP,
+    JRN_MAGIC,
+    K_CNT,
+    K_ENQ,
+    K_EXP,
+    OP_ADD_B,
+    OP_ADD_VHOST,
+    OP_PUT_DOC,
+    _record,
+    encode_meta,
+    meta_binding,
+    meta_exchange,
+    meta_queue,
+    meta_vhost,
+)
+
+log = logging.getLogger("sansmq.store")
+
+
+#: the journal is compacted when it is larger than this and than COMPACT_RATIO x the live state
+COMPACT_MIN = 4 << 20
+COMPACT_RATIO = 4
+
+
+class Compaction:
+    """``_maybe_compact`` / ``_compact`` (a mixin of ``SegmentStore``)."""
+
+    def _maybe_compact(self) -> None:
+        live = sum(qi.live for qi in self._indexes()) + len(self._bindings) + self._queue_count()
+        assert self._j is not None
+        limit = max(COMPACT_MIN, COMPACT_RATIO * 32 * live)
+        if self._j.size > limit and self._failed is None:
+            with self._lock:
+                try:
+                    self._compact()
+                except OSError as exc:
+                    log.error("journal compaction failed: %s", exc)
+        self._j_live_hint = max(1024, live)
+
+    def _compact(self) -> None:
+        """Rewrite the journal as the live state (caller holds ``_lock``). Segment data it refers to
+        is written out first; its fsync is left to the next sync, as for any append."""
+        for f in self._segs.values():
+            self._write_file(f)
+        tmp = os.path.join(self.path, "journal.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        out = bytearray(JRN_MAGIC)
+        done = 0
+
+        def flush() -> None:  # written in chunks: a big journal is never one buffer in memory
+            nonlocal done
+            while out:
+                n = self._pwrite(fd, out, done)
+                done += n
+                del out[:n]
+
+        try:
+            for v in self._vhosts:
+                out += _record(meta_vhost(OP_ADD_VHOST, v))
+            for (kind, key), doc in self._docs.items():
+                out += _record(encode_meta(OP_PUT_DOC, kind, key, doc))
+            for x in self._exchanges.values():
+                out += _record(meta_exchange(x))
+            for vname, qname, x in self._all_queues():
+                out += _record(meta_queue(0 if type(x) is int else x.qid, self._qdef(vname, qname, x)))  # type: ignore[union-attr,arg-type]
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for b in self._bindings.values():
+                out += _record(meta_binding(OP_ADD_B, b))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            for qi in self._indexes():
+                for mid, pos in qi.entries():
+                    out += _record(_ENQ.pack(K_ENQ, qi.qid, mid, pos))
+                    if len(out) >= FLUSH_AT:
+                        flush()
+                for mid, count in (qi.counts or {}).items():
+                    out += _record(_CNT.pack(K_CNT, qi.qid, mid, count))
+                for mid, when in (qi.exp or {}).items():
+                    out += _record(_EXP.pack(K_EXP, qi.qid, mid, when))
+                if len(out) >= FLUSH_AT:
+                    flush()
+            flush()
+            self._fsync_full(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.replace(tmp, os.path.join(self.path, "journal"))
+        self._fsync_dir(self.path)
+        if self._j is not None:
+            os.close(self._j.fd)
+        self._j = _File(os.path.join(self.path, "journal"), fd, done)

@@ -1,0 +1,304 @@
+"""Loading a SegmentStore's data directory: the journal replayed into the per-queue indexes, the
+head of each queue materialised, unreferenced segments dropped (the recovery half of ``store.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+from typing import Any
+from zlib import crc32
+
+from ..._message import Message
+from ...store import Recovered, StoredMessage, StoreError
+from ._files import _File
+from ._index import _Page, _QIndex
+from ._queuedefs import _IDLE, _QueueDefs
+from ._records import (
+    _CNT,
+    _ENQ,
+    _EXP,
+    _REC,
+    _REM,
+    JRN_MAGIC,
+    K_CNT,
+    K_ENQ,
+    K_EXP,
+    K_META,
+    K_REM,
+    OP_ADD_B,
+    OP_ADD_Q,
+    OP_ADD_VHOST,
+    OP_ADD_X,
+    OP_DEL_B,
+    OP_DEL_DOC,
+    OP_DEL_Q,
+    OP_DEL_VHOST,
+    OP_DEL_X,
+    OP_PUT_DOC,
+    _decode_message,
+    decode_meta,
+    decode_plain_queue,
+    meta_to_def,
+)
+
+log = logging.getLogger("sansmq.store")
+
+
+
+class Recovery:
+    """``SegmentStore._load`` and the journal replay it uses (a mixin of ``SegmentStore``)."""
+
+    def _load(self) -> Recovered:
+        """Replay the journal straight into the per-queue index arrays, then materialise the first
+        ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
+        record among them is found and dropped when it is paged in)."""
+        jpath = os.path.join(self.path, "journal")
+        data: bytes | mmap.mmap = b""
+        if os.path.exists(jpath) and os.path.getsize(jpath):
+            with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        by_qid: dict[int, _QIndex] = {}
+        #: loaded idle queues whose journal qid may still get messages: qid -> vhost, name (two
+        #: dicts, no tuple per queue)
+        self._idle_names: dict[int, str] = {}
+        self._idle_vhosts: dict[int, str] = {}
+        n_rec = 0  # records replayed
+        torn = False
+        magic = bytes(data[: len(JRN_MAGIC)])
+        if magic == JRN_MAGIC:
+            view = memoryview(data)
+            off, end = len(JRN_MAGIC), len(data)
+            rec_size = _REC.size
+            while off + rec_size <= end:
+                n, crc = _REC.unpack_from(view, off)
+                stop = off + rec_size + n
+                if stop > end or crc32(view[off + rec_size : stop]) != crc:
+                    break
+                p = view[off + rec_size : stop]
+                off = stop
+                n_rec += 1
+                kind = p[0]
+                if kind == K_ENQ:
+                    _, qid, mid, pos = _ENQ.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is None and qid in self._idle_names:
+                        qname = self._idle_names.pop(qid)
+                        qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid)
+                    if qi is not None:
+                        qi.add(mid, pos)
+                elif kind == K_REM:
+                    _, qid, mid = _REM.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and (i := qi.find(mid)) >= 0:
+                        qi.take(i)
+                elif kind == K_CNT:
+                    _, qid, mid, count = _CNT.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.counts is None:
+                            qi.counts = {}
+                        qi.counts[mid] = count
+                elif kind == K_EXP:
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
+                elif kind == K_META:
+                    plain = decode_plain_queue(p)
+                    if plain is not None:  # the common case, without a QueueDef
+                        self._load_plain_queue(*plain, by_qid)
+                        continue
+                    try:
+                        meta = decode_meta(bytes(p))
+                    except (ValueError, IndexError, struct.error) as exc:
+                        raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
+                    self._apply_meta(meta, by_qid)
+            if off != end:
+                torn = True
+                log.warning("journal: dropped a torn tail of %d bytes", end - off)
+            p = view = None  # type: ignore[assignment]  # release the mapping's exports
+        elif magic.startswith(b"SMQJRN"):
+            raise StoreError(f"{jpath} was written by another sansmq store format version "
+                             f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
+        elif len(data):
+            raise StoreError(f"{jpath} is not a sansmq journal")
+        if isinstance(data, mmap.mmap):
+            data.close()
+        del data
+        del self._idle_names, self._idle_vhosts
+        for v in self._qs.values():  # the loaded idle queues drop their qids
+            for qname, x in v.items():
+                if type(x) is int:
+                    v[qname] = _IDLE
+        # segment references, and the files they keep
+        refs = self._refs
+        for qi in by_qid.values():
+            if qi.pos is not None:
+                for pos in qi.pos:
+                    if pos:
+                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        for no in existing:
+            if no in refs:
+                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
+                self._segs[no].written = os.fstat(self._segs[no].fd).st_size
+        # materialise each queue's head; a message shared by queues is decoded once
+        decoded: dict[int, Message | None] = {}
+        budget = self.memory_bodies
+        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()),
+                        docs=dict(self._docs))
+        max_id = 0
+        for vname, qname, qi in self._all_queues():
+            if type(qi) is int:
+                continue
+            if not qi.live:
+                if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
+                    self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
+                continue
+            key = (vname, qname)
+            assert qi.ids is not None and qi.pos is not None
+            max_id = max(max_id, qi.ids[-1])
+            stored: list[StoredMessage] = []
+            bad: list[int] = []
+            i, n = 0, len(qi.ids)
+            while i < n and len(stored) < self.recover_window:
+                mid, pos = qi.ids[i], qi.pos[i]
+                i += 1
+                if not pos:
+                    continue
+                if pos in decoded:
+                    msg = decoded[pos]
+                else:
+                    p = self._read_record(pos)
+                    msg = None
+                    if p is not None:
+                        lazy = None
+                        if budget < 0:
+                            lazy = (self, pos + _REC.size)
+                        else:
+                            budget -= len(p)
+                        try:
+                            msg = _decode_message(p, lazy)
+                        except (ValueError, IndexError, struct.error):
+                            msg = None
+                    decoded[pos] = msg
+                if msg is None or msg.id != mid:
+                    bad.append(mid)
+                    continue
+                stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
+            if stored:
+                rec.messages[key] = stored
+            if i < n:
+                page = _Page()
+                paged = 0
+                tail = n - i
+                if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
+                    page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
+                    paged = tail
+                else:
+                    for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
+                        if q:
+                            page.add_stored(m)
+                            paged += 1
+                if paged:
+                    self._pages[key] = page
+                    rec.paged[key] = paged
+            for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
+                self.dropped_on_recovery += 1
+                pos = qi.take(qi.find(mid))
+                left = refs[pos >> 32] - 1
+                if left:
+                    refs[pos >> 32] = left
+                else:
+                    del refs[pos >> 32]
+        rec.max_message_id = max_id
+        # the queues' definitions are made as they are read: a million idle queues need not be a
+        # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
+        rec.queues = _QueueDefs({vname: dict(v) for vname, v in self._qs.items()})  # type: ignore[assignment]
+        if self.dropped_on_recovery:
+            log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
+        # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
+        for no in existing:
+            if no not in refs:
+                self._drop_segment(no)
+                try:
+                    os.unlink(self._seg_path(no))
+                except FileNotFoundError:
+                    pass
+        self._seg_no = max(existing, default=0)
+        live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
+                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings)
+                + len(self._docs))
+        with self._lock:
+            self._new_segment()
+            if torn or self.dropped_on_recovery or not magic or n_rec > 2 * live + 64:
+                self._compact()  # rewrite the live state (also cuts a torn tail)
+            else:  # already compact enough: append to it as it is
+                fd = os.open(jpath, os.O_RDWR)
+                self._j = _File(jpath, fd, os.fstat(fd).st_size)
+                self._j_live_hint = max(1024, live)
+        return rec
+
+    def _apply_meta(self, meta: tuple[int, list[str], int, int, Any], by_qid: dict[int, _QIndex]) -> None:
+        op, strs, flags, qid, args = meta
+        if op == OP_ADD_VHOST:
+            self._vhosts[strs[0]] = None
+        elif op == OP_PUT_DOC:
+            self._docs.pop((strs[0], strs[1]), None)
+            self._docs[(strs[0], strs[1])] = strs[2]
+        elif op == OP_DEL_DOC:
+            self._docs.pop((strs[0], strs[1]), None)
+        elif op == OP_DEL_VHOST:
+            self._vhosts.pop(strs[0], None)
+        elif op == OP_ADD_X:
+            self._exchanges[(strs[0], strs[1])] = meta_to_def(op, strs, flags, args)
+        elif op == OP_DEL_X:
+            self._forget_exchange(strs[0], strs[1])
+        elif op == OP_ADD_Q:
+            qdef = meta_to_def(op, strs, flags, args)
+            self._forget_loaded(qdef.vhost, qdef.name, by_qid, True)
+            x = self._put_queue(qid, qdef)
+            if type(x) is int and qid:  # idle, but records may refer to its qid: keep it until loaded
+                self._qs[qdef.vhost][qdef.name] = qid
+                self._idle_names[qid] = qdef.name
+                self._idle_vhosts[qid] = qdef.vhost
+            elif type(x) is _QIndex:
+                by_qid[qid] = x
+            self._next_qid = max(self._next_qid, qid + 1)
+        elif op == OP_DEL_Q:
+            self._forget_loaded(strs[0], strs[1], by_qid)
+            self._forget_queue_bindings(strs[0], strs[1])
+        elif op == OP_ADD_B:
+            b = meta_to_def(op, strs, flags, args)
+            self._bindings[b.ident()] = b
+        elif op == OP_DEL_B:
+            self._bindings.pop(meta_to_def(op, strs, flags, args).ident(), None)
+
+    def _load_plain_queue(self, vhost: str, name: str, qid: int, by_qid: dict[int, _QIndex]) -> None:
+        """OP_ADD_Q of a plain queue while loading (as _apply_meta, faster)."""
+        v = self._qs.get(vhost)
+        if v is None:
+            v = self._qs[vhost] = {}
+        elif name in v:
+            self._forget_loaded(vhost, name, by_qid, True)
+        v[name] = qid  # 0 (_IDLE) when written without one
+        if qid:
+            self._idle_names[qid] = name
+            self._idle_vhosts[qid] = vhost
+            if qid >= self._next_qid:
+                self._next_qid = qid + 1
+
+    def _forget_loaded(self, vhost: str, name: str, by_qid: dict[int, _QIndex], keep_place: bool = False) -> None:
+        """Drop a loaded queue (``keep_place``: an ADD_Q replaces it, in its place in creation order)."""
+        v = self._qs.get(vhost)
+        x = (v.get(name) if keep_place else v.pop(name, None)) if v is not None else None
+        if type(x) is _QIndex:
+            by_qid.pop(x.qid, None)
+        elif x:  # idle with a qid (while loading, see _apply_meta)
+            self._idle_names.pop(x, None)  # type: ignore[call-overload]
+            self._idle_vhosts.pop(x, None)  # type: ignore[call-overload]
