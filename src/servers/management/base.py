@@ -74,8 +74,8 @@ class ApiBase:
         """A command whose refusal by the model (a bad policy, an unknown vhost...) is a 400."""
         try:
             return self.command(fn)
-        except AccessRefused as exc:  # as RabbitMQ's API answers a channel's 403
-            raise unauthorised(f"ACCESS_REFUSED - {exc.text}") from None
+        except AccessRefused:  # a channel's 403: RabbitMQ's API answers its usual refusal
+            raise unauthorised("Access refused.") from None
         except (PreconditionFailed, NotFound, ValueError, KeyError, TypeError) as exc:
             raise bad_request(str(exc)) from None
 
