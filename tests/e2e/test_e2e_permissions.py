@@ -239,13 +239,18 @@ def test_stomp_vhost_without_permission_is_refused(srv):
     assert "access to vhost 'other' refused for user 'app'" in col.errors[0].headers["message"]
 
 
+def web_stomp_as_app(ws) -> WsStomp:
+    """A STOMP-over-WebSocket session logged in as ``app``."""
+    c = WsStomp(ws)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw", "heart-beat": "0,0"})
+    c.expect("CONNECTED")
+    return c
+
+
 def test_web_stomp_send_to_a_forbidden_queue_is_an_error_frame(srv):
     host, port = srv.address("ws")
     with ws_connect(f"ws://{host}:{port}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
-        c = WsStomp(ws)
-        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw",
-                           "heart-beat": "0,0"})
-        c.expect("CONNECTED")
+        c = web_stomp_as_app(ws)
         c.send("SUBSCRIBE", {"destination": "/queue/guest-q", "id": "s"})
         headers, body = c.expect("ERROR")
         assert headers["message"] == "access_refused"
@@ -327,10 +332,7 @@ def test_stomp_topic_permissions_on_send_and_subscribe(srv):
 def test_topic_permissions_over_websocket(srv):
     host, port = srv.address("ws")
     with ws_connect(f"ws://{host}:{port}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
-        c = WsStomp(ws)
-        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw",
-                           "heart-beat": "0,0"})
-        c.expect("CONNECTED")
+        c = web_stomp_as_app(ws)
         c.send("SEND", {"destination": "/exchange/app-topics/other.no"}, b"refused")
         headers, body = c.expect("ERROR")
         assert headers["message"] == "access_refused" and TOPIC_REFUSED.format("other.no").encode() in body

@@ -7,6 +7,7 @@ commands to change it, each run on the broker's own thread.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import waitress
+from waitress import wasyncore
 
 from .._driver import format_address, log
 from .api import ManagementApi
@@ -96,9 +98,13 @@ class OpsListeners:
 
     def stop(self) -> None:
         for server in self._servers.values():
-            server.close()
-            server.task_dispatcher.shutdown()
+            # closed from the server's own loop thread: closing its sockets from here raced the
+            # select() it was in (EBADF in that thread); the loop ends once nothing is left open
+            server.trigger.pull_trigger(functools.partial(wasyncore.close_all, server._map, True))
         for thread in self._threads:
             thread.join(5)
+        for server in self._servers.values():
+            wasyncore.close_all(server._map, True)  # a loop that never ran (or did not stop in time)
+            server.task_dispatcher.shutdown()
         self._servers.clear()
         self._threads.clear()
