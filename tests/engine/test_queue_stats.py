@@ -73,3 +73,32 @@ def test_rates_are_sampled_per_second_and_fall_back_to_zero() -> None:
     model.delete_queue(q)
     sampler.sample(9.0, model)
     assert sampler.queues == {}  # a deleted queue's samples are dropped
+
+
+class _Recorder:
+    blocked = False
+
+    def __init__(self) -> None:
+        self.tags: list[int] = []
+
+    def deliver(self, consumer: Consumer, tag: int, entry: object) -> None:
+        self.tags.append(tag)
+
+
+def test_consumer_deliveries_are_counted_per_queue() -> None:
+    b = _broker()
+    model = b.model
+    q = model.declare_queue(model.vhosts["/"], "consumed", False, False, None, None)
+    other = model.declare_queue(model.vhosts["/"], "other", False, False, None, None)
+    owner = _Recorder()
+    consumer = _Holder(q, owner, 3, False)  # type: ignore[arg-type]
+    model.consume(q, consumer)
+    _publish(b, "consumed", 5)
+    _publish(b, "other", 2)
+    model.dispatch()
+    assert len(owner.tags) == 3  # the prefetch
+    model.ack(consumer, owner.tags[-1], multiple=True)
+    model.dispatch()
+    assert len(owner.tags) == 5
+    assert _queue_row(b, "consumed")["counters"] == {"publish": 5, "deliver_get": 5, "redeliver": 0, "ack": 3}
+    assert _queue_row(b, "other")["counters"]["deliver_get"] == 0 and other.count == 2

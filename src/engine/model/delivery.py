@@ -69,6 +69,7 @@ class Delivery:
         while (entry := self.pager.pop(q)) is not None:
             tag = self._hand_out(q, entry, holder, now, arm_ack_timeout=False)
             if tag is not None:
+                (q._x or extras(q)).delivered += 1
                 return tag, entry
         return None
 
@@ -85,12 +86,10 @@ class Delivery:
             return None
         state.next_tag += 1
         tag = state.next_tag
-        state.delivered += 1
-        counters = q._x or extras(q)
-        counters.delivered += 1
+        state.delivered += 1  # the queue's own count: its callers, in bulk (``_dispatch_queue``)
         if entry.count:
             state.redelivered += 1
-            counters.redelivered += 1
+            (q._x or extras(q)).redelivered += 1
         if holder.auto_ack:
             state.forget(q, entry)
         else:
@@ -261,29 +260,34 @@ class Delivery:
         x = q._x  # the arguments without the property (once per dispatch)
         single = x is not None and x.args is not None and x.args.get("x-single-active-consumer") is True
         prioritised = q in state.prio_queues
-        while q.count and q.consumers:
-            consumers = q.consumers
-            n = 1 if single else len(consumers)
-            chosen = None
-            if prioritised and not single:
-                chosen = self._pick_prioritised(q, consumers)
-            else:
-                start = 0 if single else q._rr
-                for i in range(n):
-                    idx = (start + i) % n
-                    c = consumers[idx]
-                    if c.ready():
-                        chosen = c
-                        q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
-                        break
-            if chosen is None:
-                return
-            entry = self.pager.pop(q)
-            if entry is None:
-                return
-            tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
-            if tag is not None:
-                chosen.owner.deliver(chosen, tag, entry)
+        tags_before = state.next_tag  # every delivery takes the next tag: their count, added once
+        try:
+            while q.count and q.consumers:
+                consumers = q.consumers
+                n = 1 if single else len(consumers)
+                chosen = None
+                if prioritised and not single:
+                    chosen = self._pick_prioritised(q, consumers)
+                else:
+                    start = 0 if single else q._rr
+                    for i in range(n):
+                        idx = (start + i) % n
+                        c = consumers[idx]
+                        if c.ready():
+                            chosen = c
+                            q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
+                            break
+                if chosen is None:
+                    return
+                entry = self.pager.pop(q)
+                if entry is None:
+                    return
+                tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
+                if tag is not None:
+                    chosen.owner.deliver(chosen, tag, entry)
+        finally:
+            if state.next_tag != tags_before:
+                (q._x or extras(q)).delivered += state.next_tag - tags_before
 
     @staticmethod
     def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:

@@ -268,8 +268,8 @@ class Security:
 
     def seed(self, user: UserRecord, vhosts: tuple[str, ...]) -> bool:
         """A config-file user with full permissions on ``vhosts``, written to the store the first
-        time only: as RabbitMQ's default user and boot-time definitions seed a blank database,
-        afterwards the stored state wins (a user deleted or changed through the API stays so).
+        time only: as RabbitMQ's default user seeds a blank database, afterwards the stored state
+        wins (a user deleted or changed through the API stays so).
         False when it was seeded before (or the store already had it)."""
         if user.name in self.seeded:
             return False
