@@ -99,4 +99,6 @@ class Config:
     tls: Tls = field(default_factory=Tls)
     #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
     trace_vhosts: tuple[str, ...] = ()
+    #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off
+    event_vhost: str | None = None
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

@@ -203,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
                        help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
                             "(repeatable; adds to the config's trace_vhosts)")
+    serve.add_argument("--events", metavar="VHOST", default=None,
+                       help="publish the broker's events (connections, channels, queues, consumers, "
+                            "bindings, users, alarms) to the amq.rabbitmq.event exchange of VHOST "
+                            "(overrides the config's event_vhost)")
     serve.add_argument("--shutdown-timeout", metavar="SECONDS", type=_seconds, default=None,
                        help="on SIGTERM/SIGINT, how long clients get to answer their protocol's close "
                             "before they are dropped (default 5)")
@@ -336,6 +340,10 @@ def _load_config(args: argparse.Namespace) -> Config:
             raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
         if vhost not in config.trace_vhosts:
             config.trace_vhosts = (*config.trace_vhosts, vhost)
+    if args.events is not None:
+        if args.events not in config.vhosts:
+            raise CliError(f"--events: vhost '{args.events}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
+        config.event_vhost = args.events
     return config
 
 

@@ -51,6 +51,7 @@ class Delivery:
             state.prio_queues[q] = None
             q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
+        state.events.consumer("created", consumer)
         return consumer
 
     def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,
@@ -115,6 +116,7 @@ class Delivery:
             return
         q = consumer.queue
         if q.consumers and consumer in q.consumers:
+            state.events.consumer("deleted", consumer)
             q.consumers.remove(consumer)
             if not q.consumers:
                 q.consumers = None

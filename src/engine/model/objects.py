@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from .._message import READY, Entry
 from .errors import PreconditionFailed
+from .origin import session_origin
 from .routers import Router, router_for
 
 __all__ = [
@@ -96,8 +97,9 @@ class Consumer:
         return not self.prefetch or self.unacked is None or len(self.unacked) < self.prefetch
 
     def trace_origin(self) -> tuple[str, str, int]:
-        """(user, connection, channel) for the firehose's deliver trace; sessions override."""
-        return ("", "", 0)
+        """(user, connection, channel) for the firehose's deliver trace: the owning session's user
+        and address (a STOMP subscription's; AMQP consumers override it with their channel)."""
+        return session_origin(self.owner)
 
 
 class _QueueExtras:

@@ -42,7 +42,7 @@ class Publisher:
         self.light: LightTopics
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
-                origin: tuple[str, str, int] | None = None) -> int:
+                origin: tuple[str, str, int] | None = None, traced: bool = True) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -53,7 +53,8 @@ class Publisher:
 
         ``queue_priority_only``: the message's priority counts only in queues with
         ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
-        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``)."""
+        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``);
+        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -71,7 +72,7 @@ class Publisher:
             alt = vhost.exchanges.get(x.alternate) if x.alternate is not None else None
             if alt is not None:
                 targets = route(vhost, alt, msg.routing_key, headers)
-        if vhost.trace is not None:  # the firehose (off: this one check)
+        if vhost.trace is not None and traced:  # the firehose (off: this one check)
             vhost.trace.published(vhost, x, msg, targets, origin)
         if not targets:
             return 0

@@ -8,6 +8,7 @@ from stompproto import Frame
 
 from .._message import Message
 from ..model import ModelError
+from ..model.origin import session_origin
 from .base import StompBase, num
 from .destinations import Destination
 from .errors import StompError, model_error_title
@@ -62,7 +63,7 @@ class SendMethods(StompBase):
         msg = Message(model.next_message_id(), exchange, key, msg_headers, frame.body, priority,
                       expires_at, persistent, ack_timeout)
         try:
-            model.publish(vhost, exchange, msg)
+            model.publish(vhost, exchange, msg, False, session_origin(self) if vhost.trace is not None else None)
         except ModelError as exc:
             raise StompError(model_error_title(exc), exc.text) from None
         return None
