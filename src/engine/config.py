@@ -100,9 +100,14 @@ class Config:
     #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
     http: str | None = None
     prometheus: str | None = None
+    #: the same two over TLS (``[tls]``'s certificate), HOST:PORT; off when None
+    https: str | None = None
+    prometheus_https: str | None = None
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
     #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
     trace_vhosts: tuple[str, ...] = ()
+    #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off
+    event_vhost: str | None = None
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping
