@@ -63,6 +63,7 @@ class AmqpChannel(TopologyMethods, ConsumeMethods, AckMethods, PublishMethods):
         self.tx = None
         self.session.host.cancel_timer(self.timeout_key)
         self.timeout_key = None
+        model.events.channel("closed", self)
 
     # -- channel ------------------------------------------------------------------------------------
     def on_close(self, m: spec.ChannelClose) -> None:

@@ -17,7 +17,7 @@ from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
-from ..model.security import UserAccess, UserRecord
+from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
 from .base import ChannelBase
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
@@ -361,16 +361,19 @@ class AmqpSession(Session):
         if user is None or not user.check(password):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
+            self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if login in security.loopback_users and not is_loopback(self.peer):
             self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
+        self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism)
         self.send(self.conn.tune())
 
     def _refuse(self, login: str | None, why: str) -> NoReturn:
         """An authentication failure the client may be told about as it is (logged the same)."""
         oplog.auth_failed(self, login, self.mechanism, why)
+        self.model.events.authentication(self, "AMQP 0-9-1", login, self.mechanism, why)
         raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
@@ -388,9 +391,10 @@ class AmqpSession(Session):
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.model.vhosts[name]
-        self.access = UserAccess(self.model.security, user.name, name)
+        self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
+        self.model.events.connection_created(self, "AMQP 0-9-1")
 
     def _on_update_secret(self, m: spec.ConnectionUpdateSecret) -> None:
         """connection.update-secret: the new secret is checked against the user's credentials
@@ -436,8 +440,9 @@ class AmqpSession(Session):
         pass
 
     def _channel_open(self, m: spec.ChannelOpen) -> None:
-        self.channels[m.channel] = AmqpChannel(self, m.channel)
+        self.channels[m.channel] = chan = AmqpChannel(self, m.channel)
         self.send(spec.ChannelOpenOk(channel=m.channel))
+        self.model.events.channel("created", chan)
 
 
 _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {

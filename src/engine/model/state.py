@@ -21,13 +21,15 @@ class ModelState:
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
                  "confirmed", "light_limit", "light_dropped", "next_seq",
-                 "light_dropped_total", "page_window", "page_window_bytes")
+                 "light_dropped_total", "page_window", "page_window_bytes", "events")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
         self.timers = timers
         #: set by the broker before every operation
         self.now = 0.0
+        #: the event exchange (``events.Events``), set by the model
+        self.events: Any = None
         self.vhosts: dict[str, VHost] = {}
         #: queues (and light subscriptions) touched since the last dispatch, in order
         self.dirty: dict[Any, None] = {}

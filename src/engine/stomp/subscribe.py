@@ -11,7 +11,7 @@ from ..model.routers import PREFIX_ARG
 from .base import QUEUE_ARGS, StompBase, num, queue_args
 from .destinations import Destination, is_prefix_topic
 from .errors import StompError, model_error_title
-from .permissions import permit, permit_light_subscription, permit_subscription_queue
+from .permissions import permit, permit_light_subscription, permit_subscription_queue, permit_topic
 from .stream_subscribe import consume_stream
 from .subscriptions import ACK_MODES, StompLightSubscription, StompSubscription
 
@@ -73,6 +73,7 @@ class SubscribeMethods(StompBase):
         if exchange is None or not self.model.supports_light(exchange):
             return None  # the queue path reports a missing exchange
         permit_light_subscription(self.access, sub_id, exchange.name)
+        permit_topic(self.access, exchange, dest.key, "read")
         key, prefix = dest.key, False
         if kind == "topic" and is_prefix_topic(key):
             key, prefix = key[:-1], True
@@ -110,6 +111,7 @@ class SubscribeMethods(StompBase):
         else:
             name = self.host.new_name("stomp-sub-")
         permit_subscription_queue(self.access, name, exchange.name)
+        permit_topic(self.access, exchange, dest.key, "read")
         if durable:
             q = model.declare_queue(vhost, name, durable=True, auto_delete=auto_delete, args=args)
             owns = False
