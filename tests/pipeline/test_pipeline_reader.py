@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fakebroker import FakeStreamBroker
+from stream_standin import FakeStreamBroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
