@@ -19,11 +19,11 @@ from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
-from .config import Config
+from .config import Config, Limits
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound, Queue
 from .model.policies import Policy
-from .model.security import Permission, UserRecord, hash_password
+from .model.security import Permission, TopicPermission, UserRecord, hash_password
 from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
@@ -41,8 +41,9 @@ LAZY_SYNC_DELAY = 1.0
 #: credit flow, as RabbitMQ's: a publisher is not read while a queue it just published to holds
 #: this many ready messages with consumers attached (the broker is falling behind delivering them;
 #: reading on would only grow the queue and its latency), and is read again once that queue is down
-#: to half. Queues without consumers are the memory alarm's and the page's business.
-FLOW_CREDIT = 400
+#: to half. Queues without consumers are the memory alarm's and the page's business. The default of
+#: ``Limits.flow_credit``, which sets it.
+FLOW_CREDIT = Limits().flow_credit
 
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
@@ -96,8 +97,8 @@ class Broker:
         self._store_writes_seen = 0
         self._eager_writes_seen = 0
         self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
-        #: ready messages above which a queue with consumers pauses its publishers (FLOW_CREDIT)
-        self.flow_credit = FLOW_CREDIT
+        #: ready messages above which a queue with consumers pauses its publishers (0: never)
+        self.flow_credit = config.limits.flow_credit
         #: queues over their credit -> the publishers paused on them
         self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
@@ -113,26 +114,23 @@ class Broker:
         self.model.add_vhost(config.default_vhost, persist=False)
         for name in config.trace_vhosts:
             self.model.set_trace(name)
+        if config.event_vhost is not None:
+            self.model.set_events(config.event_vhost)
         self._bootstrap_users()
 
     def _bootstrap_users(self) -> None:
-        """The config file's users join the user database at every start, unless the store holds a
-        user of that name (made or changed through the management API or a definitions import: as
-        RabbitMQ's default user seeds only a blank database, the database wins). They are kept in
-        memory only, with full permissions on their vhosts (all configured ones when none is named)."""
+        """The config file's users seed the user database the first time the store sees them,
+        with full permissions on their vhosts (all configured ones when none is named); from then
+        on the stored state wins, as RabbitMQ's default user seeds only a blank database: a user
+        deleted or changed through the management API or a definitions import stays so."""
         config = self.config
         sec = self.model.security
         every = tuple(dict.fromkeys((*config.vhosts, config.default_vhost)))
         for user in config.users.values():
-            if user.name in sec.users:
-                continue
-            # config users are re-read at every start, so their salt need not be random (the
-            # rng stays untouched: generated names do not depend on the user list)
+            # the salt is derived from the name so that the rng stays untouched (generated names
+            # do not depend on the user list)
             salt = hashlib.sha256(b"sansmq-config-user\0" + user.name.encode()).digest()[:4]
-            sec.put_user(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), persist=False)
-            for vhost in user.vhosts or every:
-                if sec.permission(user.name, vhost) is None:
-                    sec.set_permissions(Permission(user.name, vhost), persist=False)
+            sec.seed(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), user.vhosts or every)
         sec.loopback_users = {u.name for u in config.users.values() if u.loopback_only}
         if "guest" not in config.users:
             sec.loopback_users.add("guest")  # RabbitMQ's loopback_users default
@@ -156,7 +154,13 @@ class Broker:
         touched: list[Any] | None = None
         if session is not None:
             publishes = self.model.publishes
-            self._guarded(session, session.data_received, data)
+            events = self.model.events
+            if events.exchange is not None:  # the event exchange names who acted
+                events.actor = session
+                self._guarded(session, session.data_received, data)
+                events.actor = None
+            else:
+                self._guarded(session, session.data_received, data)
             if self.model.publishes != publishes:
                 session.published = True
                 touched = list(self.model.dirty)  # the queues this call published to (among others)
@@ -291,28 +295,46 @@ class Broker:
     # -- administration (the management API and the CLI call these on the loop thread) ------------
     def add_user(self, name: str, password: str | None, tags: tuple[str, ...] = ()) -> UserRecord:
         """Create or replace a user (a None password: no password login), salted from the rng."""
-        return self.model.security.add_user(name, password, self.rng.getrandbits(32).to_bytes(4, "big"), tags)
+        user = self.model.security.add_user(name, password, self.rng.getrandbits(32).to_bytes(4, "big"), tags)
+        self.model.events.admin("user.created", name=name)
+        return user
 
     def put_user(self, user: UserRecord) -> UserRecord:
         """Create or replace a user from an existing hash (``password_hash`` in the API)."""
-        return self.model.security.put_user(user)
+        stored = self.model.security.put_user(user)
+        self.model.events.admin("user.created", name=user.name)
+        return stored
 
     def delete_user(self, name: str, now: float | None = None) -> None:
         """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
         self.model.security.delete_user(name)
+        self.model.events.admin("user.deleted", name=name)
         self._force_close(lambda s: _identity(s)[0] == name, f"user '{name}' was deleted", now)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> Permission:
         if vhost not in self.model.vhosts:
             raise NotFound(f"no vhost '{vhost}'")
-        return self.model.security.set_permissions(Permission(user, vhost, configure, write, read))
+        permission = self.model.security.set_permissions(Permission(user, vhost, configure, write, read))
+        self.model.events.admin("permission.created", user=user, vhost=vhost, configure=configure, write=write,
+                                read=read)
+        return permission
 
     def clear_permissions(self, user: str, vhost: str) -> None:
         self.model.security.clear_permissions(user, vhost)
+        self.model.events.admin("permission.deleted", user=user, vhost=vhost)
+
+    def set_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> TopicPermission:
+        if vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{vhost}'")
+        return self.model.security.set_topic_permission(TopicPermission(user, vhost, exchange, write, read))
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        self.model.security.clear_topic_permission(user, vhost, exchange)
 
     def add_vhost(self, name: str) -> None:
         self.model.add_vhost(name)
         self.model.policies.apply_vhost(name)
+        self.model.events.admin("vhost.created", name=name)
 
     def delete_vhost(self, name: str, now: float | None = None) -> None:
         """Delete a vhost with everything in it; its connections are closed first (320)."""
@@ -322,6 +344,7 @@ class Broker:
         self.model.delete_vhost(name)
         self.model.security.forget_vhost(name)
         self.model.policies.forget_vhost(name)
+        self.model.events.admin("vhost.deleted", name=name)
         self._settle()
 
     def set_policy(self, policy: Policy) -> Policy:
@@ -478,6 +501,7 @@ class Broker:
         if over == self.mem_alarm:
             return
         self.mem_alarm = over
+        self.model.events.alarm(over, "memory")
         oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
         for session in list(self.sessions.values()):
             if session.published:
@@ -486,9 +510,9 @@ class Broker:
     def _flow_check(self, session: Session, touched: list[Any]) -> None:
         """After ``session`` published: pause its reading if a queue it wrote to is over its credit
         (after dispatch, so only messages the consumers could not take yet count)."""
-        if session.closed or session.flow_blocked:
-            return
         credit = self.flow_credit
+        if session.closed or session.flow_blocked or not credit:
+            return
         for q in touched:
             if type(q) is Queue and q.count >= credit and q.consumers:
                 session.flow_blocked = True

@@ -7,7 +7,6 @@ expiry and the one timer of its current phase (expiry while ready, ack timeout w
 
 from __future__ import annotations
 
-from itertools import count as _count
 from typing import Any
 
 __all__ = ["Message", "SharedMessage", "Entry", "READY", "UNACKED", "GONE"]
@@ -79,19 +78,16 @@ class SharedMessage(Message):
         self.amqp_props: bytes | None = None
 
 
-#: entry sequence numbers: increasing in creation order, which is a queue's enqueue order (an
-#: entry is made when its message enters the queue's memory, paged ones when read back in order)
-_next_seq = _count(1).__next__
-
-
 class Entry:
     __slots__ = ("msg", "count", "state", "expires", "timer", "seq")
 
-    def __init__(self, msg: Message, count: int = 0, expires: float | None = None) -> None:
+    def __init__(self, msg: Message, seq: int, count: int = 0, expires: float | None = None) -> None:
         self.msg = msg
         #: its place in the queue: a requeued entry goes back where this puts it (RabbitMQ keeps
-        #: a returned message's original position)
-        self.seq = _next_seq()
+        #: a returned message's original position). From the model's counter (``next_seq``):
+        #: increasing in creation order, which is a queue's enqueue order (an entry is made when
+        #: its message enters the queue's memory, paged ones when read back in order)
+        self.seq = seq
         #: deliveries that were returned (nack, timeout, disconnect): redelivered when > 0
         self.count = count
         self.state = READY

@@ -84,10 +84,13 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "vhosts": _str_list,
     "default_vhost": _str,
     "trace_vhosts": _str_list,
+    "event_vhost": _str,  # the vhost of the event exchange amq.rabbitmq.event ('' = off)
     "users": dict,  # checked per user below
     "limits": dict,  # checked per limit below
     "http": _str,  # management API listener, HOST:PORT ('' = off); --http overrides
     "prometheus": _str,  # Prometheus listener, HOST:PORT ('' = off); --prometheus overrides
+    "https": _str,  # management API over TLS, HOST:PORT (off unless set); --https overrides
+    "prometheus_https": _str,  # Prometheus over TLS, HOST:PORT (off unless set); --prometheus-https overrides
     "definitions": _str,
     "tls": dict,  # checked per key below
 }
@@ -143,9 +146,14 @@ def from_mapping(data: dict[str, Any]) -> Config:
         unknown = [name for name in cfg.trace_vhosts if name not in cfg.vhosts]
         if unknown:
             raise ConfigError(f"traced vhost '{unknown[0]}' is not one of vhosts {list(cfg.vhosts)}", "trace_vhosts")
+    if "event_vhost" in data:
+        cfg.event_vhost = _check(_str, data["event_vhost"], "event_vhost") or None
+        if cfg.event_vhost is not None and cfg.event_vhost not in cfg.vhosts:
+            raise ConfigError(f"event vhost '{cfg.event_vhost}' is not one of vhosts {list(cfg.vhosts)}",
+                              "event_vhost")
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
-    for key in ("http", "prometheus"):
+    for key in ("http", "prometheus", "https", "prometheus_https"):
         if key in data:
             setattr(cfg, key, _check(_str, data[key], key))
     if "definitions" in data:

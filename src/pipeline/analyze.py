@@ -41,13 +41,15 @@ def analyze(spark: Any, url: str, stream: str, out: Path, starting: str = "earli
     df = (spark.read.format("sansmq").option("url", url).option("stream", stream)
           .option("startingOffsets", starting).option("endingOffsets", ending).load())
     events = trace_events(df).cache()
-    try:
-        frames = {}
-        for name, table in tables(events).items():
-            table.write.mode("overwrite").parquet(str(out / "tables" / name))
-            frames[name] = table.toPandas()
+    try:  # the tables are small aggregates: one Spark job each, written from the driver
+        frames = {name: table.toPandas() for name, table in tables(events).items()}
     finally:
         events.unpersist()
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    for name, frame in frames.items():
+        # microsecond timestamps: Spark reads no nanosecond Parquet timestamps
+        frame.to_parquet(out / "tables" / f"{name}.parquet", index=False, coerce_timestamps="us",
+                         allow_truncated_timestamps=True)
     ep = parse_url(url)
     return render(frames, out, f"{ep.host}:{ep.port} vhost {ep.vhost} stream {stream}")
 

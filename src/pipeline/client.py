@@ -9,8 +9,10 @@ broker's reply code and text, so a Spark task fails with a message a user can ac
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -22,6 +24,8 @@ __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelErr
            "parse_url", "Endpoint"]
 
 CH = 1
+_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
+_CONTENT_HEAD = struct.Struct(">HHQ")  # class, weight, body size (the property list follows)
 _NEED_DATA = amqpproto.NEED_DATA
 _RECV = 1 << 18
 
@@ -272,6 +276,31 @@ class Client:
                                      body, CH))
         self.published += 1
         return self.published
+
+    def publish_bodies(self, exchange: str, routing_key: str, properties: bytes, bodies: Iterable[bytes],
+                       window: int = 5000) -> None:
+        """Publish every body with the same encoded properties and wait for all confirms (confirm
+        mode on): the method frame is encoded once, each message's header and body frames are
+        packed directly, and a window of messages goes out in one write (filling a stream fast)."""
+        head = self.conn.send(spec.BasicPublish(0, exchange, routing_key, False, False,
+                                                properties, b"", CH))  # type: ignore[arg-type]
+        method = head[:_FRAME_HEAD.unpack_from(head, 0)[2] + 8]  # the first frame: basic.publish
+        max_body = self.conn.frame_max - 8
+        pending: list[bytes] = []
+        for body in bodies:
+            n = len(body)
+            pending += (method, _FRAME_HEAD.pack(2, CH, 12 + len(properties)), _CONTENT_HEAD.pack(60, 0, n),
+                        properties, b"\xce")
+            for at in range(0, n, max_body):
+                chunk = body[at:at + max_body]
+                pending += (_FRAME_HEAD.pack(3, CH, len(chunk)), chunk, b"\xce")
+            self.published += 1
+            if self.published % window == 0:
+                self._out.append(b"".join(pending))
+                pending.clear()
+                self.wait_confirms(self.published - window // 2)  # half a window stays in flight
+        self._out.append(b"".join(pending))
+        self.wait_confirms(self.published)
 
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
         if nack:

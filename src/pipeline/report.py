@@ -105,7 +105,7 @@ def render(frames: dict[str, Any], out: Path, source: str) -> Path:
         df = frames[name]
         shown = df.head(50).to_html(index=False, border=0, classes="data")
         tables.append(f'<section><h2>Table {name}</h2><p>{html.escape(caption)}; Parquet: '
-                      f'<code>tables/{name}</code> ({len(df)} rows)</p>{shown}</section>')
+                      f'<code>tables/{name}.parquet</code> ({len(df)} rows)</p>{shown}</section>')
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sansmq traffic report</title>
 <style>

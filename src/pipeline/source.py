@@ -3,34 +3,30 @@
 Offsets are ``{"stream": next_offset}``, as Spark's Kafka source keeps ``{"topic": {"p": n}}``.
 A micro-batch [start, end) per stream is cut into pieces (``split_range``), one Spark partition
 each; a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
-acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches.
+acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches, decoded
+from the socket's bytes straight into columns (``bulk``, ``columns``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .client import Client, Delivery, StreamNotFound
-from .offsets import cap_total, offset_of, split_range, stream_end, wait_for_new
+from .bulk import read_stream_range
+from .client import Client, StreamNotFound
+from .columns import ARROW_SCHEMA, flat_headers
+from .offsets import cap_total, split_range, stream_end, wait_for_new
 from .options import ReadOptions, check_offsets_spec
 
-__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range"]
+__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
 
 SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key string, "
               "headers map<string,string>, content_type string, body binary")
-ARROW_SCHEMA = pa.schema([
-    ("stream", pa.string()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("routing_key", pa.string()), ("headers", pa.map_(pa.string(), pa.string())),
-    ("content_type", pa.string()), ("body", pa.binary()),
-])
 
 
 @dataclass
@@ -46,94 +42,13 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end = stream, start, end
 
 
-def header_text(value: Any) -> str:
-    """A header value as the string the map column holds (bytes as UTF-8, arrays as JSON)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list | tuple):
-        return json.dumps([header_text(v) if not isinstance(v, int | float | bool) else v for v in value])
-    return str(value)
-
-
-def flat_headers(headers: Mapping[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
-    """Nested tables flattened with dotted keys (RabbitMQ's firehose nests ``properties``)."""
-    out: list[tuple[str, str]] = []
-    for key, value in (headers or {}).items():
-        if isinstance(value, dict):
-            out.extend(flat_headers(value, f"{prefix}{key}."))
-        elif value is not None:
-            out.append((prefix + key, header_text(value)))
-    return out
-
-
-class _Columns:
-    """Column lists for one Arrow record batch."""
-
-    def __init__(self) -> None:
-        self.offset: list[int] = []
-        self.timestamp: list[datetime | None] = []
-        self.routing_key: list[str] = []
-        self.headers: list[list[tuple[str, str]]] = []
-        self.content_type: list[str | None] = []
-        self.body: list[bytes] = []
-
-    def add(self, offset: int, d: Delivery) -> None:
-        p = d.properties
-        self.offset.append(offset)
-        ts = p.timestamp
-        self.timestamp.append(ts if isinstance(ts, datetime) or ts is None else datetime.fromtimestamp(ts))
-        self.routing_key.append(d.routing_key)
-        self.headers.append(flat_headers(p.headers))
-        self.content_type.append(p.content_type)
-        self.body.append(d.body)
-
-    def __len__(self) -> int:
-        return len(self.offset)
-
-    def batch(self, stream: str) -> pa.RecordBatch:
-        n = len(self.offset)
-        return pa.RecordBatch.from_arrays([
-            pa.array([stream] * n, pa.string()), pa.array(self.offset, pa.int64()),
-            pa.array(self.timestamp, pa.timestamp("us", tz="UTC")), pa.array(self.routing_key, pa.string()),
-            pa.array(self.headers, pa.map_(pa.string(), pa.string())), pa.array(self.content_type, pa.string()),
-            pa.array(self.body, pa.binary()),
-        ], schema=ARROW_SCHEMA)
-
-
 def read_range(opts: ReadOptions, part: StreamRange) -> Iterator[pa.RecordBatch]:
     """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
     if part.end <= part.start:
         return
     with Client(opts.url, timeout=opts.timeout) as client:
         client.qos(opts.prefetch)
-        client.consume(part.stream, {"x-stream-offset": part.start})
-        ack_every = max(1, opts.prefetch // 2)
-        cols, unacked, last = _Columns(), 0, part.start - 1
-        while last < part.end - 1:
-            d = client.next_delivery()
-            if d is None:
-                raise TimeoutError(f"stream {part.stream!r}: no message after offset {last} within "
-                                   f"{opts.timeout:g}s while reading up to {part.end} (stream truncated?)")
-            off = offset_of(d.properties.headers)
-            unacked += 1
-            if unacked >= ack_every:
-                client.ack(d.delivery_tag)  # multiple: grants credit, removes nothing
-                unacked = 0
-            if off < part.start:  # a chunk may begin before the offset asked for
-                continue
-            last = off
-            if off >= part.end:
-                break
-            cols.add(off, d)
-            if len(cols) >= opts.batch_rows:
-                yield cols.batch(part.stream)
-                cols = _Columns()
-        if len(cols):
-            yield cols.batch(part.stream)
+        yield from read_stream_range(client, part.stream, part.start, part.end, opts.batch_rows, opts.timeout)
 
 
 def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], missing: str) -> dict[str, int]:

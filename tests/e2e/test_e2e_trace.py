@@ -90,3 +90,33 @@ def test_trace_of_an_unknown_vhost_is_a_usage_error_in_one_line() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["sansmq serve: error: --trace: vhost 'nope' is not one of vhosts ['/']"]
+
+
+def test_stomp_traffic_is_traced_with_its_user_and_connection(server: ServerProcess) -> None:
+    import stomp
+    from e2ekit import Collector, close_quietly
+
+    conn = connect(server)
+    ch = conn.channel()
+    ch.queue_declare("fh-stomp-trace", exclusive=True)
+    ch.queue_bind("fh-stomp-trace", TRACE, "publish.amq.default")
+    ch.queue_bind("fh-stomp-trace", TRACE, "deliver.fh-stomp")
+    client = stomp.Connection12([("127.0.0.1", server.port("stomp"))], heartbeats=(0, 0))
+    got = Collector()
+    client.set_listener("c", got)
+    client.connect("guest", "guest", wait=True)
+    try:
+        client.subscribe("/queue/fh-stomp", id="s1", ack="auto")
+        client.send("/queue/fh-stomp", "over stomp")
+        got.wait_messages(1)
+        local_port = client.transport.socket.getsockname()[1]
+    finally:
+        close_quietly(client)
+    traces: list[tuple[str, dict[str, Any], bytes]] = []
+    wait_until(lambda: traces.extend(t for t in get_all(ch, "fh-stomp-trace") if t[2] == b"over stomp")
+               or len(traces) >= 2, what="two trace messages")
+    assert [key for key, _, _ in traces] == ["publish.amq.default", "deliver.fh-stomp"]
+    for _, h, body in traces:
+        assert body == b"over stomp" and h["user"] == "guest" and h["channel"] == 1
+        assert h["connection"] == f"127.0.0.1:{local_port}"
+    conn.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from enginetest_helpers import connected, new_net, send
+from enginetest_helpers import connected, new_net, send, subscribe
 from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
@@ -131,3 +131,36 @@ def test_deliveries_from_a_stream_are_traced_but_not_those_of_a_trace_stream() -
     traces = drain(c)
     assert [key for key, _, _ in traces] == ["publish.amq.default", "deliver.s"]
     assert traces[1][1]["redelivered"] == 0
+
+
+def test_stomp_publishes_and_deliveries_carry_user_and_connection() -> None:
+    net = traced_net("/")
+    c = amqp(net)
+    trace_queue(c)
+    s = connected(net)
+    subscribe(s, "/queue/sq", "sub")
+    send(s, "/queue/sq", b"round trip")
+    net.run_until_idle()
+    traces = drain(c)
+    assert [key for key, _, _ in traces] == ["publish.amq.default", "deliver.sq"]
+    for _, h, _ in traces:
+        assert h["user"] == "guest" and h["channel"] == 1
+        assert h["connection"] == "{}:{}".format(*s.peer[:2])  # the STOMP client's address
+
+
+def test_a_delayed_exchange_release_is_traced_once() -> None:
+    net = traced_net("/")
+    c = amqp(net)
+    trace_queue(c)
+    c.call(spec.ExchangeDeclare(exchange="later", type="x-delayed-message",
+                                arguments={"x-delayed-type": "direct"}, channel=1))
+    declare(c, "due")
+    c.call(spec.QueueBind(queue="due", exchange="later", routing_key="k", channel=1))
+    publish(c, "k", b"wait", exchange="later", props=BasicProperties(headers={"x-delay": 1000}))
+    net.run_until_idle()
+    net.advance(2)
+    got = c.call(spec.BasicGet(queue="due", no_ack=True, channel=1))
+    assert isinstance(got, spec.BasicGetOk) and got.body == b"wait"
+    traces = drain(c)
+    assert [key for key, _, _ in traces] == ["publish.later", "deliver.due"]
+    assert traces[0][1]["user"] == "guest" and traces[0][1]["routed_queues"] == []  # held, as the plugin's

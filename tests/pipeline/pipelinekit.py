@@ -29,14 +29,10 @@ class Broker:
         return name
 
     def publish(self, stream: str, bodies: list[bytes], headers: dict[str, object] | None = None) -> None:
-        with Client(self.url) as c:
+        with Client(self.url, timeout=120) as c:
             c.confirm_select()
-            props = spec.encode_properties(spec.BasicProperties(headers=headers, content_type="text/plain"))
-            for i, body in enumerate(bodies, 1):
-                c.publish("", stream, props, body)
-                if i % 1000 == 0:
-                    c.wait_confirms(i - 500)
-            c.wait_confirms(c.published)
+            c.publish_bodies("", stream, spec.encode_properties(
+                spec.BasicProperties(headers=headers, content_type="text/plain")), bodies)
 
     def read_all(self, stream: str, expect: int, timeout: float = 30.0) -> list[tuple[int, bytes, dict]]:
         """(offset, body, headers) of the stream's first ``expect`` messages; fails if fewer arrive."""

@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pipelinekit import Broker, TrafficRecorder
+
+from servers.cli import main as servers_main
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
@@ -32,7 +35,21 @@ def _open_in_chromium(index: Path, screenshot: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: Path) -> None:
+class _Borrowed:
+    """The suite's session lent to a command: everything but stop()."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     trace = broker.stream("pipe-trace")
     rec = TrafficRecorder(broker, trace)
     counts = rec.run(MESSAGES)
@@ -40,13 +57,16 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert counts["redelivered"] > 0 and counts["dead_letters"] == MESSAGES // 5
 
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "servers", "analyze", "--url", broker.url, "--stream", trace,
-                           "--out", str(out), "--master", "local[2]"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert f"report: {out / 'index.html'}" in proc.stdout
+    # the command as `sansmq analyze` runs it, in this process on the suite's one Spark session (a
+    # second JVM would cost more than the job); the session outlives the command's stop()
+    import pipeline.session
 
-    tables = {p.name: spark.read.parquet(str(p)).toPandas() for p in (out / "tables").iterdir()}
+    monkeypatch.setattr(pipeline.session, "make_session", lambda *a, **kw: _Borrowed(spark))
+    assert servers_main(["analyze", "--url", broker.url, "--stream", trace, "--out", str(out),
+                         "--master", "local[2]"]) == 0
+    assert f"report: {out / 'index.html'}" in capsys.readouterr().out
+
+    tables = {p.stem: spark.read.parquet(str(p)).toPandas() for p in (out / "tables").iterdir()}
     assert set(tables) == {"rates", "sizes", "latency", "redeliveries", "routing_keys"}
     rates = tables["rates"]
     published = rates[(rates.kind == "publish") & (rates.name == "amq.topic")]

@@ -63,15 +63,16 @@ class AmqpChannel(TopologyMethods, ConsumeMethods, AckMethods, PublishMethods):
         self.tx = None
         self.session.host.cancel_timer(self.timeout_key)
         self.timeout_key = None
+        model.events.channel("closed", self)
 
     # -- channel ------------------------------------------------------------------------------------
     def on_close(self, m: spec.ChannelClose) -> None:
-        self.session.channels.pop(self.id, None)
+        self.session.channel_closed(self.id)
         self.teardown()
         self.send(spec.ChannelCloseOk())
 
     def on_close_ok(self, m: spec.ChannelCloseOk) -> None:
-        self.session.channels.pop(self.id, None)
+        self.session.channel_closed(self.id)
 
     def on_flow(self, m: spec.ChannelFlow) -> None:
         self.flow_paused = not m.active

@@ -17,8 +17,9 @@ from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
-from ..model.security import UserAccess, UserRecord
+from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
+from .base import ChannelBase
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from .publish import Confirm
 
@@ -100,7 +101,7 @@ class AmqpSession(Session):
         #: after our connection.close, when we stop waiting for the peer's close-ok
         self.close_deadline: float | None = None
         #: while a store sync releases held confirms: channels with acks to coalesce
-        self.batching: dict[AmqpChannel, None] | None = None
+        self.batching: dict[ChannelBase, None] | None = None
 
     def __repr__(self) -> str:
         return f"AmqpSession(conn_id={self.conn_id})"
@@ -182,6 +183,9 @@ class AmqpSession(Session):
             self._start_closing()
         if exc.fatal or hint is None:
             self.close()
+
+    def channel_closed(self, channel_id: int) -> None:
+        self.channels.pop(channel_id, None)
 
     def _channel_error(self, channel: int, exc: ChannelError) -> None:
         chan = self.channels.pop(channel, None)
@@ -276,7 +280,8 @@ class AmqpSession(Session):
 
     def release_held(self, synced: int) -> None:
         """Confirms one sync releases go out as one basic.ack multiple=true per channel."""
-        self.batching = batching = {}
+        batching: dict[ChannelBase, None] = {}
+        self.batching = batching
         try:
             super().release_held(synced)
         finally:
@@ -324,7 +329,7 @@ class AmqpSession(Session):
         if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
             self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
 
-    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None:
+    def channel_timed_out(self, chan: ChannelBase, timeout_ms: int) -> None:
         """An unacked delivery outlived the consumer timeout: close its channel with 406 (its
         deliveries are requeued), as RabbitMQ's consumer_timeout does."""
         if self.channels.get(chan.id) is not chan or self.closing:
@@ -356,16 +361,19 @@ class AmqpSession(Session):
         if user is None or not user.check(password):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
+            self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism, why)
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if login in security.loopback_users and not is_loopback(self.peer):
             self._refuse(login, f"user '{login}' can only connect via localhost")
         self.user = user
+        self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism)
         self.send(self.conn.tune())
 
     def _refuse(self, login: str | None, why: str) -> NoReturn:
         """An authentication failure the client may be told about as it is (logged the same)."""
         oplog.auth_failed(self, login, self.mechanism, why)
+        self.model.events.authentication(self, "AMQP 0-9-1", login, self.mechanism, why)
         raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
@@ -383,9 +391,10 @@ class AmqpSession(Session):
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.model.vhosts[name]
-        self.access = UserAccess(self.model.security, user.name, name)
+        self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
+        self.model.events.connection_created(self, "AMQP 0-9-1")
 
     def _on_update_secret(self, m: spec.ConnectionUpdateSecret) -> None:
         """connection.update-secret: the new secret is checked against the user's credentials
@@ -431,8 +440,9 @@ class AmqpSession(Session):
         pass
 
     def _channel_open(self, m: spec.ChannelOpen) -> None:
-        self.channels[m.channel] = AmqpChannel(self, m.channel)
+        self.channels[m.channel] = chan = AmqpChannel(self, m.channel)
         self.send(spec.ChannelOpenOk(channel=m.channel))
+        self.model.events.channel("created", chan)
 
 
 _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {

@@ -14,6 +14,7 @@ frame. ``Model`` is the model's state (``ModelState``) wired to its layers, bott
     paging                      the in-memory window of a queue and the store's page behind it
     streams                     stream queues: their logs, readers and bounded-batch delivery
     trace                       the firehose (amq.rabbitmq.trace) of traced vhosts
+    events                      the event exchange (amq.rabbitmq.event): the broker's life as messages
     topology                    declare/delete/bind/unbind, auto-delete, x-expires
     publish                     the one publish path; enqueue; a message dying in a queue
     delivery                    consume, get, dispatch, ack/nack/return, ack timeouts
@@ -33,6 +34,7 @@ from .._timers import TimerQueue
 from ..store import Recovered, Store
 from .delayed import DELAYED_TYPE, DelayedExchanges
 from .delivery import Delivery
+from .events import Events
 from .holding import HOLDER_ARG, Holder
 from .light import LightTopics
 from .objects import Exchange, Queue
@@ -75,7 +77,7 @@ class Model(ModelState):
         publisher.pager = pager
         # held messages report back when due: routed from their delayed exchange (priority as
         # AMQP publishes have it), or back into their retry queue (or dead there)
-        delayed.publish = lambda x, msg: publisher.publish(x.vhost, x, msg, True)
+        delayed.publish = lambda x, msg: publisher.publish(x.vhost, x, msg, True, traced=False)
         retries.requeue = publisher.enqueue
         retries.dead = publisher.remove
         publisher.light = delivery.light = light
@@ -84,6 +86,8 @@ class Model(ModelState):
         self.security = Security(store)
         self.tracer = tracer = Tracer(self)
         tracer.enqueue = publisher.enqueue
+        self.events = Events(self)
+        self.events.enqueue = publisher.enqueue
         # the operations, bound once
         self.route = route
         self.exchange = topology.exchange
@@ -133,6 +137,10 @@ class Model(ModelState):
     def set_trace(self, vhost: str, on: bool = True) -> None:
         """Turn the firehose of ``vhost`` on or off (RabbitMQ's ``rabbitmqctl trace_on``)."""
         self.tracer.enable(self.topology.add_vhost(vhost, persist=False), on)
+
+    def set_events(self, vhost: str) -> None:
+        """Turn the event exchange on in ``vhost`` (RabbitMQ's rabbitmq_event_exchange.vhost)."""
+        self.events.enable(self.topology.add_vhost(vhost, persist=False))
 
     # -- recovery -------------------------------------------------------------------------------
     def restore(self, rec: Recovered) -> None:

@@ -16,7 +16,7 @@ from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .objects import STREAM_FLAG, Exchange, Queue, VHost, over_limits, pageable
+from .objects import STREAM_FLAG, Exchange, Queue, VHost, extras, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc
 from .state import ModelState
@@ -42,7 +42,7 @@ class Publisher:
         self.light: LightTopics
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
-                origin: tuple[str, str, int] | None = None) -> int:
+                origin: tuple[str, str, int] | None = None, traced: bool = True) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -53,7 +53,8 @@ class Publisher:
 
         ``queue_priority_only``: the message's priority counts only in queues with
         ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
-        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``)."""
+        ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``);
+        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -71,7 +72,7 @@ class Publisher:
             alt = vhost.exchanges.get(x.alternate) if x.alternate is not None else None
             if alt is not None:
                 targets = route(vhost, alt, msg.routing_key, headers)
-        if vhost.trace is not None:  # the firehose (off: this one check)
+        if vhost.trace is not None and traced:  # the firehose (off: this one check)
             vhost.trace.published(vhost, x, msg, targets, origin)
         if not targets:
             return 0
@@ -106,16 +107,19 @@ class Publisher:
             else:  # a delayed exchange holds it until it is due (``delayed``)
                 q.hold(msg)  # type: ignore[union-attr]
             return True
+        x = q._x or extras(q)  # read directly: the counters, and the arguments without the property
+        if persist:  # not recovery: a message published into the queue
+            x.published += 1
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
             self.streams.append(q, msg)
             return True
         state = self.state
         expires = msg.expires_at
-        args = q.args
+        args = x.args
         if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
-                    self.dead_letter(q, Entry(msg, count), "maxlen")
+                    self.dead_letter(q, Entry(msg, state.next_seq(), count), "maxlen")
                 return False
         if args:
             cap = args.get("x-max-priority")
@@ -135,13 +139,13 @@ class Publisher:
             state.store_write()
         if expires is not None and expires <= state.now:
             state.queued_bytes += len(msg.body)  # forget takes it off again
-            self.expire(q, Entry(msg, count, expires))
+            self.expire(q, Entry(msg, state.next_seq(), count, expires))
             return True
         if q.paged or (not resident and (q.count - q.paged >= state.page_window or (
                 q.count > q.paged and q.bytes + len(msg.body) > state.page_window_bytes)) and pageable(q)):
             self.pager.page_out(q, msg, count, expires, stored)
         else:
-            entry = Entry(msg, count, expires)
+            entry = Entry(msg, state.next_seq(), count, expires)
             q.push(entry)
             state.queued_bytes += len(msg.body)  # in memory: counts towards the memory alarm
             if expires is not None:

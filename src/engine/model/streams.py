@@ -101,8 +101,8 @@ class StreamEntry(Entry):
 
     __slots__ = ("offset",)
 
-    def __init__(self, msg: Message, offset: int) -> None:
-        super().__init__(msg)
+    def __init__(self, msg: Message, seq: int, offset: int) -> None:
+        super().__init__(msg, seq)
         self.offset = offset
 
 
@@ -307,7 +307,7 @@ class Streams:
             for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
                 if not c.ready():
                     break
-                entry = StreamEntry(msg, offset)
+                entry = StreamEntry(msg, state.next_seq(), offset)
                 state.next_tag += 1
                 tag = state.next_tag
                 if c.unacked is None:

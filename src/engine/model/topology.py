@@ -105,6 +105,7 @@ class Topology:
             self.delayed.attach(x)
         if self.on_declared is not None:
             self.on_declared(x)
+        state.events.exchange_created(x)
         return x
 
     def delete_exchange(self, vhost: VHost, name: str) -> None:
@@ -127,6 +128,7 @@ class Topology:
             state.store.delete_exchange(vhost.name, name)
             state.store_write()
         self.delayed.detach(x)
+        state.events.exchange_deleted(x)
 
     # -- queues ----------------------------------------------------------------------------------
     def declare_queue(self, vhost: VHost, name: str, durable: bool = False, auto_delete: bool = False,
@@ -159,6 +161,7 @@ class Topology:
             self.streams.open(q)
         if args and RETRY_ARG in args:
             self.retries.attach(q)
+        state.events.queue_created(q)
         return q
 
     def touch(self, q: Queue) -> None:
@@ -214,6 +217,7 @@ class Topology:
         if self.retries.handles(q):
             self.retries.detach(q)
         state.dirty.pop(q, None)
+        state.events.queue_deleted(q)
         return dropped
 
     def purge(self, q: Queue) -> int:
@@ -244,6 +248,7 @@ class Topology:
             if dest.bindings is None:
                 dest.bindings = []
             dest.bindings.append((source, key, args))
+        state.events.binding("created", source, dest, key, args)
 
     def unbind(self, vhost: VHost, dest: Queue | Exchange, source: Exchange, key: str,
                args: dict[str, Any] | None = None) -> None:
@@ -261,6 +266,7 @@ class Topology:
             state.store.delete_binding(BindingDef(vhost.name, source.name, dest.name, isinstance(dest, Exchange),
                                                   key, args))
             state.store_write()
+        state.events.binding("deleted", source, dest, key, args)
         self._auto_delete(source)
 
     def _auto_delete(self, x: Exchange) -> None:

@@ -8,10 +8,11 @@ from stompproto import Frame
 
 from .._message import Message
 from ..model import ModelError
+from ..model.origin import session_origin
 from .base import StompBase, num
 from .destinations import Destination
 from .errors import StompError, model_error_title
-from .permissions import permit_publish
+from .permissions import permit_publish, permit_topic
 
 __all__ = ["SendMethods"]
 
@@ -40,6 +41,7 @@ class SendMethods(StompBase):
             msg_headers["reply-to"] = f"/reply-queue/{q.name}"
         exchange, key = self._publish_target(dest, headers)
         permit_publish(self.access, exchange)
+        permit_topic(self.access, vhost.exchanges.get(exchange), key, "write")
         priority = 0
         expires_at = None
         ack_timeout = None
@@ -61,7 +63,7 @@ class SendMethods(StompBase):
         msg = Message(model.next_message_id(), exchange, key, msg_headers, frame.body, priority,
                       expires_at, persistent, ack_timeout)
         try:
-            model.publish(vhost, exchange, msg)
+            model.publish(vhost, exchange, msg, False, session_origin(self) if vhost.trace is not None else None)
         except ModelError as exc:
             raise StompError(model_error_title(exc), exc.text) from None
         return None

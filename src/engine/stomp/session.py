@@ -131,7 +131,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         self.subs = {}
         for sub in subs.values():
             model.cancel(sub, requeue=True)
-            if sub.owns_queue:
+            if isinstance(sub, StompSubscription) and sub.owns_queue:
                 model.delete_queue(sub.queue)
         for q in (self.temp or {}).values():
             model.delete_queue(q)
@@ -169,11 +169,14 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         user, why, told = self._authenticate(login, headers.get("passcode", ""), vhost_name)
         if user is None:
             oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
+            self.model.events.authentication(self, "STOMP", login, "PLAIN", why)
             raise StompError(f"Access refused: {told}", told)
         self.user = user
+        self.model.events.authentication(self, "STOMP", user.name, "PLAIN")
         self.vhost = self.model.add_vhost(vhost_name, persist=False)
         self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
+        self.model.events.connection_created(self, "STOMP")
         out = {"version": self.version}
         if self.version != "1.0":
             # As RabbitMQ: grant the periods the client asks for, but never faster than our floor.

@@ -1,0 +1,128 @@
+"""A stand-in broker serving one stream of fixed messages over AMQP 0-9-1, for measuring and testing
+the reader without a broker's own work in the way.
+
+It speaks amqpproto's server role up to basic.consume, then sends the deliveries from the offset
+asked for, encoded by the codec's ``send_deliver`` (byte for byte what sansmq's servers send) and
+cached per start offset, so a second read of the same range costs the server one ``sendall``.
+From then on it skips what the reader sends (acks) up to connection.close, and answers close-ok.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import struct
+import threading
+from typing import Any
+
+import amqpproto
+from amqpproto import spec
+
+_FRAME = struct.Struct(">BHI")
+_CLOSE_OK = struct.pack(">BHIHH", 1, 0, 4, 10, 51) + b"\xce"
+
+
+class FakeStreamBroker:
+    """``messages``: (routing key, properties, body) per offset; ``properties.headers`` gets the
+    ``x-stream-offset`` of each, as a stream's deliveries carry it."""
+
+    def __init__(self, messages: list[tuple[str, spec.BasicProperties, bytes]], frame_max: int = 131072) -> None:
+        self.messages = messages
+        self.frame_max = frame_max
+        self._cache: dict[int, bytes] = {}
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.connections = 0
+
+    def serve_forever(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with sock:
+                try:
+                    self._serve(sock)
+                except (OSError, amqpproto.ProtocolError):
+                    pass
+
+    def start(self) -> FakeStreamBroker:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _serve(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = amqpproto.Connection(amqpproto.SERVER, frame_max=self.frame_max, heartbeat=0)
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                return
+            conn.receive_data(data)
+            while (ev := conn.next_event()) is not amqpproto.NEED_DATA:
+                reply = self._answer(conn, ev)
+                if reply is None:
+                    continue
+                sock.sendall(reply)
+                if type(ev) is spec.BasicConsume:
+                    sock.sendall(self._deliveries(conn, ev))
+                    self._skip_to_close(sock)
+                    return
+                if type(ev) is spec.ConnectionClose:
+                    return
+
+    def _answer(self, conn: Any, ev: Any) -> bytes | None:
+        t = type(ev)
+        if t is amqpproto.ProtocolHeader:
+            return conn.send(spec.ConnectionStart(0, 9, {"product": "fake"}, b"PLAIN", b"en_US"))
+        if t is spec.ConnectionStartOk:
+            return conn.send(spec.ConnectionTune(2047, self.frame_max, 0))
+        if t is spec.ConnectionOpen:
+            return conn.send(spec.ConnectionOpenOk())
+        if t is spec.ChannelOpen:
+            return conn.send(spec.ChannelOpenOk(channel=ev.channel))
+        if t is spec.BasicQos:
+            return conn.send(spec.BasicQosOk(channel=ev.channel))
+        if t is spec.BasicConsume:
+            return conn.send(spec.BasicConsumeOk(consumer_tag="ctag", channel=ev.channel))
+        if t is spec.ConnectionClose:
+            return conn.send(spec.ConnectionCloseOk())
+        return None
+
+    def _deliveries(self, conn: Any, consume: spec.BasicConsume) -> bytes:
+        start = int((consume.arguments or {}).get("x-stream-offset", 0))
+        cached = self._cache.get(start)
+        if cached is None:
+            out = []
+            for tag, offset in enumerate(range(start, len(self.messages)), 1):
+                key, props, body = self.messages[offset]
+                headers = dict(props.headers or {})
+                headers["x-stream-offset"] = offset
+                encoded = spec.encode_properties(dataclasses.replace(props, headers=headers))
+                out.append(conn.send_deliver(consume.channel, "ctag", tag, False, "", key, encoded, body))
+            cached = self._cache[start] = b"".join(out)
+        return cached
+
+    @staticmethod
+    def _skip_to_close(sock: socket.socket) -> None:
+        buf = b""
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                return
+            buf += data
+            pos = 0
+            while len(buf) - pos >= 7:
+                ftype, channel, size = _FRAME.unpack_from(buf, pos)
+                if len(buf) - pos < size + 8:
+                    break
+                if ftype == 1 and channel == 0 and buf[pos + 7:pos + 11] == b"\x00\x0a\x00\x32":
+                    sock.sendall(_CLOSE_OK)
+                    return
+                pos += size + 8
+            buf = buf[pos:]
+
