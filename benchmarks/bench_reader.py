@@ -1,6 +1,6 @@
 """Benchmark (not a test): the Spark reader's hot path in-process, rows/s of ``read_range`` (the
 work of one Spark task: consume a stream range, build Arrow record batches) without Spark and
-without a broker's own work: a stand-in broker (tests/pipeline/fakebroker.py) in a child process
+without a broker's own work: a stand-in broker (tests/pipeline/stream_standin.py) in a child process
 sends pre-encoded deliveries, byte for byte what sansmq sends.
 
     python benchmarks/bench_reader.py --rows 200000 --body 100 --repeat 5
@@ -20,7 +20,7 @@ from pathlib import Path
 from amqpproto import spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "pipeline"))
-from fakebroker import FakeStreamBroker  # noqa: E402
+from stream_standin import FakeStreamBroker  # noqa: E402
 
 
 def _serve(rows: int, body: int, ready: multiprocessing.Queue) -> None:

@@ -19,11 +19,11 @@ from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._session import Session
 from ._timers import TimerKey, TimerQueue
 from .amqp import AmqpSession
-from .config import Config
+from .config import Config, Limits
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound, Queue
 from .model.policies import Policy
-from .model.security import Permission, UserRecord, hash_password
+from .model.security import Permission, TopicPermission, UserRecord, hash_password
 from .stats import Sampler
 from .stomp import StompSession
 from .store import Store
@@ -41,8 +41,9 @@ LAZY_SYNC_DELAY = 1.0
 #: credit flow, as RabbitMQ's: a publisher is not read while a queue it just published to holds
 #: this many ready messages with consumers attached (the broker is falling behind delivering them;
 #: reading on would only grow the queue and its latency), and is read again once that queue is down
-#: to half. Queues without consumers are the memory alarm's and the page's business.
-FLOW_CREDIT = 400
+#: to half. Queues without consumers are the memory alarm's and the page's business. The default of
+#: ``Limits.flow_credit``, which sets it.
+FLOW_CREDIT = Limits().flow_credit
 
 SessionFactory = Callable[["Broker", int, tuple[Any, ...]], Session]
 #: protocol name given to ``connection_made`` -> session factory(broker, conn_id, peer)
@@ -96,8 +97,8 @@ class Broker:
         self._store_writes_seen = 0
         self._eager_writes_seen = 0
         self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
-        #: ready messages above which a queue with consumers pauses its publishers (FLOW_CREDIT)
-        self.flow_credit = FLOW_CREDIT
+        #: ready messages above which a queue with consumers pauses its publishers (0: never)
+        self.flow_credit = config.limits.flow_credit
         #: queues over their credit -> the publishers paused on them
         self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
@@ -118,23 +119,18 @@ class Broker:
         self._bootstrap_users()
 
     def _bootstrap_users(self) -> None:
-        """The config file's users join the user database at every start, unless the store holds a
-        user of that name (made or changed through the management API or a definitions import: as
-        RabbitMQ's default user seeds only a blank database, the database wins). They are kept in
-        memory only, with full permissions on their vhosts (all configured ones when none is named)."""
+        """The config file's users seed the user database the first time the store sees them,
+        with full permissions on their vhosts (all configured ones when none is named); from then
+        on the stored state wins, as RabbitMQ's default user seeds only a blank database: a user
+        deleted or changed through the management API or a definitions import stays so."""
         config = self.config
         sec = self.model.security
         every = tuple(dict.fromkeys((*config.vhosts, config.default_vhost)))
         for user in config.users.values():
-            if user.name in sec.users:
-                continue
-            # config users are re-read at every start, so their salt need not be random (the
-            # rng stays untouched: generated names do not depend on the user list)
+            # the salt is derived from the name so that the rng stays untouched (generated names
+            # do not depend on the user list)
             salt = hashlib.sha256(b"sansmq-config-user\0" + user.name.encode()).digest()[:4]
-            sec.put_user(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), persist=False)
-            for vhost in user.vhosts or every:
-                if sec.permission(user.name, vhost) is None:
-                    sec.set_permissions(Permission(user.name, vhost), persist=False)
+            sec.seed(UserRecord(user.name, hash_password(user.password, salt), tags=user.tags), user.vhosts or every)
         sec.loopback_users = {u.name for u in config.users.values() if u.loopback_only}
         if "guest" not in config.users:
             sec.loopback_users.add("guest")  # RabbitMQ's loopback_users default
@@ -327,6 +323,14 @@ class Broker:
         self.model.security.clear_permissions(user, vhost)
         self.model.events.admin("permission.deleted", user=user, vhost=vhost)
 
+    def set_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> TopicPermission:
+        if vhost not in self.model.vhosts:
+            raise NotFound(f"no vhost '{vhost}'")
+        return self.model.security.set_topic_permission(TopicPermission(user, vhost, exchange, write, read))
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        self.model.security.clear_topic_permission(user, vhost, exchange)
+
     def add_vhost(self, name: str) -> None:
         self.model.add_vhost(name)
         self.model.policies.apply_vhost(name)
@@ -506,9 +510,9 @@ class Broker:
     def _flow_check(self, session: Session, touched: list[Any]) -> None:
         """After ``session`` published: pause its reading if a queue it wrote to is over its credit
         (after dispatch, so only messages the consumers could not take yet count)."""
-        if session.closed or session.flow_blocked:
-            return
         credit = self.flow_credit
+        if session.closed or session.flow_blocked or not credit:
+            return
         for q in touched:
             if type(q) is Queue and q.count >= credit and q.consumers:
                 session.flow_blocked = True

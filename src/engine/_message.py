@@ -7,10 +7,9 @@ expiry and the one timer of its current phase (expiry while ready, ack timeout w
 
 from __future__ import annotations
 
-from itertools import count as _count
 from typing import Any
 
-__all__ = ["Message", "Entry", "READY", "UNACKED", "GONE"]
+__all__ = ["Message", "SharedMessage", "Entry", "READY", "UNACKED", "GONE"]
 
 READY, UNACKED, GONE = 0, 1, 2
 
@@ -57,19 +56,38 @@ class Message:
         return f"Message(id={self.id}, exchange={self.exchange!r}, key={self.routing_key!r}, body={self.body[:32]!r})"
 
 
-#: entry sequence numbers: increasing in creation order, which is a queue's enqueue order (an
-#: entry is made when its message enters the queue's memory, paged ones when read back in order)
-_next_seq = _count(1).__next__
+class SharedMessage(Message):
+    """A message delivered many times from one copy (a stream record read by many consumers):
+    the protocol layers keep its wire encoding here, so N deliveries encode it once."""
+
+    __slots__ = ("amqp_props",)
+
+    def __init__(self, id: int, exchange: str, routing_key: str, headers: dict[str, Any], body: bytes,
+                 priority: int = 0, persistent: bool = False) -> None:
+        # Message.__init__ inlined: one of these is made per record read, on the delivery hot path
+        self.id = id
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.headers = headers
+        self.body = body
+        self.priority = priority
+        self.expires_at = None
+        self.persistent = persistent
+        self.ack_timeout = None
+        #: its encoded AMQP content properties, once a delivery needed them
+        self.amqp_props: bytes | None = None
 
 
 class Entry:
     __slots__ = ("msg", "count", "state", "expires", "timer", "seq")
 
-    def __init__(self, msg: Message, count: int = 0, expires: float | None = None) -> None:
+    def __init__(self, msg: Message, seq: int, count: int = 0, expires: float | None = None) -> None:
         self.msg = msg
         #: its place in the queue: a requeued entry goes back where this puts it (RabbitMQ keeps
-        #: a returned message's original position)
-        self.seq = _next_seq()
+        #: a returned message's original position). From the model's counter (``next_seq``):
+        #: increasing in creation order, which is a queue's enqueue order (an entry is made when
+        #: its message enters the queue's memory, paged ones when read back in order)
+        self.seq = seq
         #: deliveries that were returned (nack, timeout, disconnect): redelivered when > 0
         self.count = count
         self.state = READY

@@ -64,6 +64,15 @@ class Limits:
     queue_window: int = 2048
     #: and at most this many body bytes of them (at least one message): large bodies are paged too
     queue_window_bytes: int = 64 * 1024 * 1024
+    #: credit flow (RabbitMQ's credit_flow_default_credit): a publisher is not read while a queue
+    #: it published to holds this many ready messages its consumers have not taken yet, and is read
+    #: again once that queue is down to half (or has no consumer left); 0 = off
+    flow_credit: int = 400
+    #: SO_RCVBUF (bytes) of accepted connections, as RabbitMQ's tcp_listen_options.recbuf: bounds
+    #: what a publisher paused by credit flow leaves in our socket buffer (Linux autotunes it to
+    #: several MB on loopback). Caps one connection's inbound rate at about this many bytes per
+    #: round trip (256 KiB per 10 ms = 25 MB/s); 0 = the kernel's autotuning
+    tcp_recv_buffer: int = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -91,6 +100,9 @@ class Config:
     #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
     http: str | None = None
     prometheus: str | None = None
+    #: the same two over TLS (``[tls]``'s certificate), HOST:PORT; off when None
+    https: str | None = None
+    prometheus_https: str | None = None
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)

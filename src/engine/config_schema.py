@@ -89,6 +89,8 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "limits": dict,  # checked per limit below
     "http": _str,  # management API listener, HOST:PORT ('' = off); --http overrides
     "prometheus": _str,  # Prometheus listener, HOST:PORT ('' = off); --prometheus overrides
+    "https": _str,  # management API over TLS, HOST:PORT (off unless set); --https overrides
+    "prometheus_https": _str,  # Prometheus over TLS, HOST:PORT (off unless set); --prometheus-https overrides
     "definitions": _str,
     "tls": dict,  # checked per key below
 }
@@ -151,7 +153,7 @@ def from_mapping(data: dict[str, Any]) -> Config:
                               "event_vhost")
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
-    for key in ("http", "prometheus"):
+    for key in ("http", "prometheus", "https", "prometheus_https"):
         if key in data:
             setattr(cfg, key, _check(_str, data[key], key))
     if "definitions" in data:

@@ -4,7 +4,7 @@ management API's ``/api/definitions``, the ``load_definitions`` setting).
 Import merges: objects named in the file are created or replaced (users, permissions, policies) or
 declared (vhosts, queues, exchanges, bindings: an existing one is kept as it is, as RabbitMQ's import
 does); nothing absent from the file is deleted. Sections sansmq has no use for (parameters,
-global_parameters, topic_permissions, operator policies, limits) are skipped and named in the
+global_parameters, operator policies, limits) are skipped and named in the
 returned notes. Only durable topology is exported (RabbitMQ exports no transient object).
 """
 
@@ -16,12 +16,12 @@ from .model import Model
 from .model.errors import ModelError, PreconditionFailed
 from .model.objects import Queue
 from .model.policies import Policy
-from .model.security import Permission, UserRecord
+from .model.security import Permission, TopicPermission, UserRecord
 
 __all__ = ["export_definitions", "import_definitions", "DEFINITIONS_VERSION"]
 
 DEFINITIONS_VERSION = "3.10.0"
-_IGNORED_SECTIONS = ("parameters", "global_parameters", "topic_permissions", "operator_policies",
+_IGNORED_SECTIONS = ("parameters", "global_parameters", "operator_policies",
                      "vhost_limits", "user_limits")
 
 
@@ -64,7 +64,8 @@ def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) 
         "vhosts": [{"name": name, "limits": [], "metadata": {"description": "", "tags": []}}
                    for name in sorted(model.vhosts)],
         "permissions": [sec.permissions[k].to_json() for k in sorted(sec.permissions, key=lambda k: (k[1], k[0]))],
-        "topic_permissions": [],
+        "topic_permissions": [sec.topic_permissions[k].to_json()
+                              for k in sorted(sec.topic_permissions, key=lambda k: (k[1], k[0], k[2]))],
         "parameters": [],
         "global_parameters": [],
         "policies": [model.policies.policies[k].to_json() for k in sorted(model.policies.policies)],
@@ -84,6 +85,7 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
     try:
         users = [UserRecord.from_json(u) for u in doc.get("users") or ()]
         perms = [Permission.from_json(p) for p in doc.get("permissions") or ()]
+        topic_perms = [TopicPermission.from_json(p) for p in doc.get("topic_permissions") or ()]
         policies = [Policy.from_json(p) for p in doc.get("policies") or ()]
         vhosts = [str(v["name"]) for v in doc.get("vhosts") or ()]
         limited = [str(v["name"]) for v in doc.get("vhosts") or () if v.get("limits")]
@@ -103,6 +105,10 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         if p.vhost not in model.vhosts:
             model.add_vhost(p.vhost)
         sec.set_permissions(p)
+    for tp in topic_perms:
+        if tp.vhost not in model.vhosts:
+            model.add_vhost(tp.vhost)
+        sec.set_topic_permission(tp)
     for x in doc.get("exchanges") or ():
         vhost = model.add_vhost(str(x.get("vhost", "/")))
         if _builtin(str(x["name"])) or x["name"] in vhost.exchanges:

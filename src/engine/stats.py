@@ -15,7 +15,7 @@ from typing import Any
 
 from .model import Exchange, Queue
 
-__all__ = ["COUNTERS", "SECTIONS", "Sampler", "snapshot"]
+__all__ = ["COUNTERS", "QUEUE_COUNTERS", "QUEUE_DEPTHS", "SECTIONS", "Sampler", "snapshot"]
 
 #: counter name (RabbitMQ's message_stats key) -> ModelState attribute
 COUNTERS = (("publish", "publishes"), ("deliver_get", "delivered"), ("redeliver", "redelivered"),
@@ -26,21 +26,59 @@ RING = 600
 RATE_SPAN = 5
 
 
+#: per-queue counter (RabbitMQ's queue message_stats key) -> the queue's counter (model.objects)
+QUEUE_COUNTERS = (("publish", "published"), ("deliver_get", "delivered"), ("redeliver", "redelivered"),
+                  ("ack", "acked"))
+#: per-queue depths whose rates RabbitMQ shows beside them (``messages_details``...)
+QUEUE_DEPTHS = ("messages", "messages_ready", "messages_unacknowledged")
+#: one queue's sample: time, then its QUEUE_COUNTERS, then its QUEUE_DEPTHS
+QueueSample = tuple[float, int, int, int, int, int, int, int]
+
+
 @dataclass(slots=True)
 class Sampler:
-    """A ring of (time, counters, ready, unacked) samples taken on a broker timer."""
+    """A ring of (time, counters, ready, unacked) samples taken on a broker timer, and for each
+    queue that has seen traffic the last ``RATE_SPAN`` + 1 samples of its own counters and depths
+    (the per-queue rates: kept only that long, so their memory follows the busy queues, not time)."""
 
     interval: float = 1.0
     ring: deque[tuple[float, tuple[int, ...], int, int]] = field(default_factory=lambda: deque(maxlen=RING))
+    queues: dict[Queue, deque[QueueSample]] = field(default_factory=dict)
 
     def sample(self, now: float, model: Any) -> None:
         ready = unacked = 0
+        old, queues = self.queues, {}
+        before = self.ring[-1][0] if self.ring else None
         for vhost in model.vhosts.values():  # one pass over the queues per interval, not per request
             for q in vhost.queues.values():
                 ready += q.count
-                if q.consumers:
-                    unacked += q.unacked_count()
+                q_unacked = q.unacked_count() if q.consumers else 0
+                unacked += q_unacked
+                x = q._x
+                if x is not None and (x.published or x.delivered or x.acked):
+                    samples = old.get(q)
+                    if samples is None:
+                        samples = deque(maxlen=RATE_SPAN + 1)
+                        if before is not None:  # its traffic began since the last sample: from zero
+                            samples.append((before, 0, 0, 0, 0, q.count + q_unacked, q.count, q_unacked))
+                    samples.append((now, x.published, x.delivered, x.redelivered, x.acked,
+                                    q.count + q_unacked, q.count, q_unacked))
+                    queues[q] = samples
+        self.queues = queues  # deleted queues drop out here
         self.ring.append((now, tuple(getattr(model, attr) for _, attr in COUNTERS), ready, unacked))
+
+    def queue_rates(self, q: Queue) -> dict[str, float]:
+        """``q``'s rates per second over the last samples: its QUEUE_COUNTERS, then its QUEUE_DEPTHS
+        (empty for a queue that has seen no traffic)."""
+        samples = self.queues.get(q)
+        if not samples:
+            return {}
+        first, last = samples[0], samples[-1]
+        span = last[0] - first[0]
+        names = [name for name, _ in QUEUE_COUNTERS] + list(QUEUE_DEPTHS)
+        if span <= 0:
+            return dict.fromkeys(names, 0.0)
+        return {name: round((last[i] - first[i]) / span, 1) for i, name in enumerate(names, 1)}
 
     def rates(self) -> dict[str, float]:
         ring = self.ring
@@ -67,10 +105,13 @@ class Sampler:
         return out
 
 
-def _queue(q: Queue) -> dict[str, Any]:
+def _queue(q: Queue, sampler: Sampler | None) -> dict[str, Any]:
     unacked = q.unacked_count()
     owner = q.exclusive_owner
-    return {"vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
+    x = q._x
+    return {"counters": {name: getattr(x, attr) if x is not None else 0 for name, attr in QUEUE_COUNTERS},
+            "rates": sampler.queue_rates(q) if sampler is not None else {},
+            "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
             "effective_arguments": dict(q.args or {}), "messages_ready": q.count,
             "messages_unacknowledged": unacked, "messages": q.count + unacked, "consumers": q.consumer_count(),
@@ -143,11 +184,12 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
         "users": dict(model.security.users),
         "loopback_users": frozenset(model.security.loopback_users),
         "permissions": list(model.security.permissions.values()),
+        "topic_permissions": list(model.security.topic_permissions.values()),
         "policies": [p.to_json() for p in model.policies.in_vhost()],
     }
     vhosts = model.vhosts.values()
     if "queues" in sections:
-        out["queues"] = [_queue(q) for v in vhosts for q in v.queues.values()]
+        out["queues"] = [_queue(q, sampler) for v in vhosts for q in v.queues.values()]
     if "exchanges" in sections:
         out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
     if "bindings" in sections:

@@ -37,7 +37,7 @@ class AmqpClient(BenchConnection):
     """A producer or a consumer on its own connection."""
 
     def __init__(self, stats: Stats, name: str, opts: Options, payload: Payload) -> None:
-        super().__init__(stats, name)
+        super().__init__(stats, name, opts.send_buffer)
         self.opts = opts
         self.payload = payload
         self.conn = amqpproto.Connection(amqpproto.CLIENT, heartbeat=0)

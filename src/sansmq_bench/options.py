@@ -67,6 +67,9 @@ class Options:
     multi_ack: int = 1  # ack every Nth delivery cumulatively (AMQP multiple, STOMP ack:client)
     persistent: bool = False
     drain: float = 5.0  # seconds to wait for the last deliveries/confirms once publishing stops
+    #: SO_SNDBUF of every connection (bytes); 0 = the kernel's autotuning (several MB on loopback,
+    #: where an unbounded producer's messages then wait before the broker sees them)
+    send_buffer: int = 0
     json: str | None = None
     quiet: bool = False
 
@@ -127,6 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add("-f", "--persistent", action="store_true", help="persistent messages (durable queues)")
     add("--drain", type=float, default=5.0,
         help="seconds to wait for outstanding deliveries/confirms after publishing (default 5)")
+    add("--send-buffer", type=int, default=0, metavar="BYTES",
+        help="SO_SNDBUF of every connection; with an unbounded producer, the latency then shows the broker's "
+             "share rather than the messages waiting in our own socket (default 0: the kernel's autotuning)")
     add("--json", metavar="FILE", help="write the JSON summary to FILE instead of stdout")
     add("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -170,7 +176,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
         size=args.size, queue=args.queue, queues=args.queues, topic=args.topic, rate=args.rate,
         duration=duration, count=args.count, confirm=args.confirm, receipt_every=receipt_every,
         prefetch=args.prefetch, ack=args.ack, multi_ack=args.multi_ack,
-        persistent=args.persistent, drain=args.drain, json=args.json, quiet=args.quiet,
+        persistent=args.persistent, drain=args.drain, send_buffer=args.send_buffer, json=args.json,
+        quiet=args.quiet,
     )
     check(opts)
     return opts
@@ -186,8 +193,8 @@ def check(o: Options) -> None:
         raise ValueError("--queues must be at least 1")
     if o.topic is not None and o.queues != 1:
         raise ValueError("--topic and --queues exclude each other")
-    if o.rate < 0 or o.count < 0 or o.duration < 0 or o.drain < 0:
-        raise ValueError("--rate, --count, --duration and --drain must not be negative")
+    if o.rate < 0 or o.count < 0 or o.duration < 0 or o.drain < 0 or o.send_buffer < 0:
+        raise ValueError("--rate, --count, --duration, --drain and --send-buffer must not be negative")
     if o.producers and not o.count and not o.duration:
         raise ValueError("give --duration or --count")
     if not o.producers and not o.duration:

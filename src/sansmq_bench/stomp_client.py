@@ -29,7 +29,7 @@ class StompClient(BenchConnection):
     """A producer or a consumer on its own STOMP connection."""
 
     def __init__(self, stats: Stats, name: str, opts: Options, payload: Payload) -> None:
-        super().__init__(stats, name)
+        super().__init__(stats, name, opts.send_buffer)
         self.opts = opts
         self.payload = payload
         self.conn = stompproto.Connection(stompproto.CLIENT)

@@ -8,6 +8,7 @@ loop iteration, so a producer's burst of messages or a consumer's acks cost one 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from .stats import Stats
@@ -22,8 +23,9 @@ class BrokerError(Exception):
 class BenchConnection(asyncio.Protocol):
     """Base of the protocol clients: subclasses implement ``feed(data)`` and ``eof()``."""
 
-    def __init__(self, stats: Stats, name: str) -> None:
+    def __init__(self, stats: Stats, name: str, send_buffer: int = 0) -> None:
         self.stats = stats
+        self.send_buffer = send_buffer
         self.name = name
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -41,6 +43,8 @@ class BenchConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        if self.send_buffer:
+            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -183,7 +183,7 @@ class AsyncioServer(Driver):
         self._stop_event = asyncio.Event()
         bound: list[tuple[socket.socket, Listener]] = []
         try:
-            bound = bind_listeners(self.listeners)
+            bound = bind_listeners(self.listeners, self.recv_buffer)
             for lsock, lst in bound:
                 loop.add_reader(lsock, self._accept, lsock, lst.protocol)
             self.pump()  # arm the broker's timer, if it already has one

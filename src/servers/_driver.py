@@ -74,6 +74,8 @@ class Driver:
     close_timeout = CLOSE_TIMEOUT
     #: seconds a graceful stop waits for the connections to close (see ``_close_clients``)
     shutdown_timeout = SHUTDOWN_TIMEOUT
+    #: SO_RCVBUF of accepted connections (Limits.tcp_recv_buffer, set by make_server); 0: autotuned
+    recv_buffer = 0
     #: the adapter's open connections by id
     conns: dict[int, Any]
 

@@ -102,12 +102,16 @@ def make_server(
     else:
         raise ValueError(f"unknown server kind {server!r}; expected one of {SERVER_KINDS}")
     bound = _listeners(listeners)
+    limits = getattr(getattr(broker, "config", None), "limits", None)  # None: a test double
     contexts = {lst.protocol: lst.tls for lst in bound if lst.tls is not None}
     if contexts:  # TLS listeners: the broker is seen through the TLS layer (one for every server kind)
         from .tls import TlsBroker
 
         broker = TlsBroker(broker, contexts)
-    return cls(broker, bound)
+    driver = cls(broker, bound)
+    if limits is not None:
+        driver.recv_buffer = limits.tcp_recv_buffer
+    return driver
 
 
 def run(

@@ -29,11 +29,14 @@ class ListenError(OSError):
         return str(self.strerror)
 
 
-def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, Listener]]:
+def bind_listeners(listeners: Sequence[Listener], recv_buffer: int = 0) -> list[tuple[socket.socket, Listener]]:
     """Listening, non-blocking sockets (one per listener) with the addresses actually bound.
 
     Done here for all adapters so that port 0, IPv6 literals and the backlog behave the same.
-    On failure the sockets opened so far are closed and the OSError propagates.
+    ``recv_buffer`` > 0 sets SO_RCVBUF on the listeners, so every accepted connection inherits it
+    from its first segment on (its window scale is chosen at the handshake; setting it after accept
+    would leave the large window already advertised). On failure the sockets opened so far are
+    closed and the OSError propagates.
     """
     out: list[tuple[socket.socket, Listener]] = []
     try:
@@ -43,6 +46,8 @@ def bind_listeners(listeners: Sequence[Listener]) -> list[tuple[socket.socket, L
                     lst.host, lst.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
                 )[0]
                 sock = socket.create_server(addr, family=family, backlog=BACKLOG)
+                if recv_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
             except OSError as exc:  # the operator's message: which listener, which address, why
                 why = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ListenError(exc.errno, f"cannot listen for {lst.protocol} on "

@@ -203,7 +203,7 @@ class ThreadsServer(Driver):
     # -- lifecycle -------------------------------------------------------------------------------
     def serve_forever(self, ready: ReadyCallback | None = None) -> None:
         try:
-            bound = bind_listeners(self.listeners)
+            bound = bind_listeners(self.listeners, self.recv_buffer)
             for lsock, lst in bound:
                 self._listen[lsock.fileno()] = (lsock, lst.protocol)
                 self._ep.register(lsock.fileno(), IN)

@@ -236,7 +236,7 @@ class TrioServer(Driver):
 
     async def _main(self, ready: ReadyCallback | None) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        bound = bind_listeners(self.listeners)  # outside the nursery: its error stays an OSError
+        bound = bind_listeners(self.listeners, self.recv_buffer)  # outside the nursery: its error stays an OSError
         try:
             with trio.CancelScope() as self._main_scope:
                 async with trio.open_nursery() as nursery:

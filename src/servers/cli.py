@@ -24,7 +24,7 @@ from engine.store import Store, StoreError
 from ._driver import Listener
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
-from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, OpsListeners
+from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
@@ -111,6 +111,12 @@ def _repeat_limit(text: str) -> tuple[int, float]:
     return value
 
 
+def _count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return int(text)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -159,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"{proto} listener (TLS; default {DEFAULT_HOST}:{port} when --tls-cert is given, "
                                 "else off; '' disables it)")
         serve.add_argument(f"--no-{proto}", dest=proto, action="store_const", const="", help=f"no {proto} listener")
+    for name, port, what in (("https", HTTPS_PORT, "management HTTP API and admin page"),
+                             ("prometheus-https", PROMETHEUS_HTTPS_PORT, "Prometheus metrics")):
+        serve.add_argument(f"--{name}", metavar="HOST:PORT", default=None,
+                           help=f"{what} over TLS (needs --tls-cert; port {port} unless given; off unless "
+                                f"given here or as '{name.replace('-', '_')}' in the config file)")
     tls = serve.add_argument_group("TLS (also [tls] in the config file)")
     tls.add_argument("--tls-cert", metavar="FILE.pem", help="server certificate chain (PEM; may hold the key)")
     tls.add_argument("--tls-key", metavar="FILE.pem", help="private key of --tls-cert (PEM)")
@@ -195,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
+    serve.add_argument("--flow-credit", metavar="N", type=_count,
+                       help="ready messages a queue with consumers may hold before its publishers are not "
+                            "read (until it drains to half); 0 disables; overrides limits.flow_credit (default 400)")
+    serve.add_argument("--tcp-recv-buffer", metavar="BYTES", type=parse_bytes,
+                       help="SO_RCVBUF of accepted connections: bounds what a paused publisher has in flight; "
+                            "0 = the kernel's autotuning; overrides limits.tcp_recv_buffer (default 256KiB)")
     serve.add_argument("--trace", metavar="VHOST", action="append", default=[],
                        help="publish the vhost's traffic to its firehose, the amq.rabbitmq.trace exchange "
                             "(repeatable; adds to the config's trace_vhosts)")
@@ -293,20 +310,34 @@ def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
 
 
 def _ops_addresses(args: argparse.Namespace, config: Config) -> tuple[tuple[str, int] | None, ...]:
-    """(http, prometheus) listener addresses: the flag, else the config file, else the default."""
+    """(http, prometheus, https, prometheus_https) listener addresses: the flag, else the config
+    file, else the default (the HTTPS ones are off by default, as RabbitMQ's management.ssl.*)."""
     out: list[tuple[str, int] | None] = []
-    for name, default in (("http", DEFAULT_HTTP), ("prometheus", DEFAULT_PROMETHEUS)):
+    for name, default in (("http", DEFAULT_HTTP), ("prometheus", DEFAULT_PROMETHEUS),
+                          ("https", (DEFAULT_HOST, HTTPS_PORT)),
+                          ("prometheus_https", (DEFAULT_HOST, PROMETHEUS_HTTPS_PORT))):
         value = getattr(args, name)
         if value is None:
             value = getattr(config, name)
         if value is None:
-            out.append(default)
+            out.append(None if "https" in name else default)
             continue
         try:
             out.append(parse_address(value, default[1]) if value else None)
         except ValueError as exc:
-            raise CliError(f"--{name}: {exc}", EXIT_USAGE) from None
+            raise CliError(f"--{name.replace('_', '-')}: {exc}", EXIT_USAGE) from None
     return tuple(out)
+
+
+def _ops_plan(args: argparse.Namespace, config: Config) -> tuple[Any, ...]:
+    """OpsListeners' arguments after the server: the four addresses and the TLS context the HTTPS
+    ones need (a CliError when they have none)."""
+    http, prometheus, https, prometheus_https = _ops_addresses(args, config)
+    ctx = _tls_context(args, config) if https or prometheus_https else None
+    if (https or prometheus_https) and ctx is None:
+        flag = "--https" if https else "--prometheus-https"
+        raise CliError(f"{flag} needs a certificate (--tls-cert or [tls] cert in the config file)", EXIT_USAGE)
+    return http, prometheus, https, prometheus_https, ctx
 
 
 def _load_config(args: argparse.Namespace) -> Config:
@@ -316,6 +347,10 @@ def _load_config(args: argparse.Namespace) -> Config:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    if args.flow_credit is not None:
+        config.limits.flow_credit = args.flow_credit
+    if args.tcp_recv_buffer is not None:
+        config.limits.tcp_recv_buffer = args.tcp_recv_buffer
     for vhost in args.trace:
         if vhost not in config.vhosts:
             raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
@@ -353,6 +388,7 @@ def _check_config(args: argparse.Namespace, config: Config, listeners: list[List
 def _serve(args: argparse.Namespace) -> int:
     config = _load_config(args)
     listeners = _listeners(args, config)
+    ops_plan = _ops_plan(args, config)
     try:
         check_server_available(args.server)
     except ServerUnavailable as exc:
@@ -370,7 +406,7 @@ def _serve(args: argparse.Namespace) -> int:
         server = make_server(args.server, broker, listeners)
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
-        ops = OpsListeners(server, *_ops_addresses(args, config))
+        ops = OpsListeners(server, *ops_plan)
         try:
             run(args.server, listeners, broker=broker, driver=server, ready=lambda bound: ops.start())
         except OSError as exc:  # typically: address in use / cannot bind (ListenError says which)

@@ -17,6 +17,8 @@ import pika
 import pytest
 from e2ekit import BASE_CONFIG, ServerProcess, close_quietly, connect, fresh_data_dir, pika_open, uid, wait_until
 
+from servers.management import OPS_EPHEMERAL
+
 
 def params(server: ServerProcess) -> pika.ConnectionParameters:
     return pika.ConnectionParameters("127.0.0.1", server.port("amqp"),
@@ -166,7 +168,7 @@ def test_delayed_message_and_pending_retry_survive_a_server_restart(kind: str, t
     config = tmp_path / "sansmq.toml"
     config.write_text(BASE_CONFIG)
     data = fresh_data_dir()
-    cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0",
            "--amqp", "127.0.0.1:0", "--data", data, "--config", str(config)]
     srv = ServerProcess(cmd, kind)
     try:

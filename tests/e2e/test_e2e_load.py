@@ -23,6 +23,7 @@ from e2ekit import (
 )
 
 import servers
+from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -174,7 +175,7 @@ def _cpu_seconds(pid: int) -> float:
 def test_out_of_file_descriptors_is_survived_without_spinning(kind: str) -> None:
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48)); "
             "from servers.cli import main; sys.exit(main())")
-    srv = ServerProcess([sys.executable, "-c", code, "serve", "--server", kind,
+    srv = ServerProcess([sys.executable, "-c", code, "serve", *OPS_EPHEMERAL, "--server", kind,
                          "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
                          "--amqp", "127.0.0.1:0", "--data", fresh_data_dir()], kind)
     socks = []

@@ -3,7 +3,8 @@ channel, 530 NOT_ALLOWED on connection.open), stomp.py and STOMP over WebSocket 
 
 The broker is built with a definitions file imported (as ``--definitions`` does): user ``app`` may
 configure, write and read only resources named ``app-*`` in vhost ``/`` and has no access to vhost
-``other``; ``reader`` may only read."""
+``other``, and on the topic exchange ``app-topics`` only routing keys ``app.*`` (topic permissions);
+``reader`` may only read."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ DEFINITIONS = {
     "users": [
         {"name": "app", "password_hash": hash_password("app-pw", b"\x00\x01\x02\x03"),
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
+        {"name": "tp", "password_hash": hash_password("tp-pw", b"\x05\x05\x05\x05"),
+         "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
         {"name": "reader", "password_hash": hash_password("reader-pw", b"\x09\x08\x07\x06"),
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["monitoring"]},
     ],
@@ -35,11 +38,18 @@ DEFINITIONS = {
     "permissions": [
         {"user": "app", "vhost": "/", "configure": "^app-", "write": "^app-", "read": "^app-"},
         {"user": "reader", "vhost": "/", "configure": "", "write": "", "read": ".*"},
+        {"user": "tp", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
     ],
     "queues": [{"name": "guest-q", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}},
                {"name": "app-fixed", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}],
     "exchanges": [{"name": "app-x", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
+                   "internal": False, "arguments": {}},
+                  {"name": "app-topics", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
                    "internal": False, "arguments": {}}],
+    # topic authorisation on app-topics only: publish with "app." or "<client_id>." keys, bind "app." ones
+    "topic_permissions": [{"user": "app", "vhost": "/", "exchange": "app-topics",
+                           "write": "^{username}\\.|^{client_id}\\.", "read": "^{username}\\."},
+                          {"user": "tp", "vhost": "/", "exchange": "amq.topic", "write": "", "read": "^tp\\."}],
 }
 
 
@@ -100,6 +110,34 @@ def test_amqp_configure_permission(srv):
                 "access to exchange 'x-forbidden' in vhost '/' refused for user 'app'")
     with channel(srv) as ch:
         refused(lambda: ch.queue_delete("guest-q"), "access to queue 'guest-q' in vhost '/' refused for user 'app'")
+
+
+def test_amqp_alternate_and_dead_letter_exchanges_need_write(srv):
+    """As rabbit_channel: declaring a new exchange with an alternate exchange, or a new queue with
+    a dead-letter exchange, needs read on the new object and write on the exchange it names; a
+    name that is not a string is 406."""
+    with channel(srv) as ch:
+        ch.exchange_declare("app-ae-ok", "fanout", auto_delete=True, arguments={"alternate-exchange": "app-x"})
+        refused(lambda: ch.exchange_declare("app-ae-bad", "fanout", arguments={"alternate-exchange": "amq.fanout"}),
+                "access to exchange 'amq.fanout' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:
+        ch.queue_declare("app-dlx-ok", auto_delete=True, arguments={"x-dead-letter-exchange": "app-x"})
+        refused(lambda: ch.queue_declare("app-dlx-bad", arguments={"x-dead-letter-exchange": "forbidden-dlx"}),
+                "access to exchange 'forbidden-dlx' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:  # the default exchange is the resource amq.default
+        refused(lambda: ch.queue_declare("app-dlx-default", arguments={"x-dead-letter-exchange": ""}),
+                "access to exchange 'amq.default' in vhost '/' refused for user 'app'")
+    with channel(srv) as ch:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.exchange_declare("app-ae-int", "fanout", arguments={"alternate-exchange": 5})
+        assert (info.value.reply_code, info.value.reply_text) == (
+            406, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in exchange "
+                 "'app-ae-int' in vhost '/'")
+    with channel(srv, "guest", "guest") as ch:  # an existing queue is not checked again: guest made it
+        ch.queue_declare("app-dlx-existing", auto_delete=False, arguments={"x-dead-letter-exchange": "forbidden-dlx"})
+    with channel(srv) as ch:
+        ch.queue_declare("app-dlx-existing", auto_delete=False, arguments={"x-dead-letter-exchange": "forbidden-dlx"})
+        ch.queue_delete("app-dlx-existing")
 
 
 def test_amqp_publish_needs_write_on_the_exchange(srv):
@@ -201,13 +239,18 @@ def test_stomp_vhost_without_permission_is_refused(srv):
     assert "access to vhost 'other' refused for user 'app'" in col.errors[0].headers["message"]
 
 
+def web_stomp_as_app(ws) -> WsStomp:
+    """A STOMP-over-WebSocket session logged in as ``app``."""
+    c = WsStomp(ws)
+    c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw", "heart-beat": "0,0"})
+    c.expect("CONNECTED")
+    return c
+
+
 def test_web_stomp_send_to_a_forbidden_queue_is_an_error_frame(srv):
     host, port = srv.address("ws")
     with ws_connect(f"ws://{host}:{port}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
-        c = WsStomp(ws)
-        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": "app", "passcode": "app-pw",
-                           "heart-beat": "0,0"})
-        c.expect("CONNECTED")
+        c = web_stomp_as_app(ws)
         c.send("SUBSCRIBE", {"destination": "/queue/guest-q", "id": "s"})
         headers, body = c.expect("ERROR")
         assert headers["message"] == "access_refused"
@@ -223,3 +266,79 @@ def test_amqp_over_websocket_is_checked_too(srv):
         close = c.expect(spec.ChannelClose)
         assert close.reply_code == 403
         assert close.reply_text == "ACCESS_REFUSED - access to queue 'not-app' in vhost '/' refused for user 'app'"
+
+
+TOPIC_REFUSED = "access to topic '{}' in exchange 'app-topics' in vhost '/' refused for user 'app'"
+
+
+def test_amqp_topic_permissions_on_publish_and_bind(srv):
+    with channel(srv) as ch:
+        ch.basic_publish("app-topics", "app.ok", b"allowed")
+        ch.queue_bind("app-fixed", "app-topics", "app.#")
+        ch.queue_unbind("app-fixed", "app-topics", "app.#")
+        refused(lambda: (ch.basic_publish("app-topics", "other.no", b"refused"),
+                         ch.queue_declare("app-fixed", passive=True)), TOPIC_REFUSED.format("other.no"))
+    with channel(srv) as ch:
+        refused(lambda: ch.queue_bind("app-fixed", "app-topics", "other.#"), TOPIC_REFUSED.format("other.#"))
+    with channel(srv) as ch:  # app-x has no topic permission: any key
+        ch.basic_publish("app-x", "other.no", b"allowed")
+        ch.queue_declare("app-fixed", passive=True)
+    with channel(srv, "guest", "guest") as ch:  # nor has guest on app-topics
+        ch.basic_publish("app-topics", "other.no", b"allowed")
+        ch.queue_declare("app-fixed", passive=True)
+
+
+def test_amqp_topic_permission_variables_include_the_client_id(srv):
+    host, port = srv.address("amqp")
+    props = {"client_id": "dev7"}
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, "/", pika.PlainCredentials("app", "app-pw"), client_properties=props, connection_attempts=1))
+    try:
+        ch = conn.channel()
+        ch.basic_publish("app-topics", "dev7.reading", b"allowed through {client_id}")
+        ch.queue_declare("app-fixed", passive=True)
+    finally:
+        conn.close()
+    with channel(srv) as ch:  # without a client_id the variable matches nothing
+        refused(lambda: (ch.basic_publish("app-topics", "dev7.reading", b"refused"),
+                         ch.queue_declare("app-fixed", passive=True)), TOPIC_REFUSED.format("dev7.reading"))
+
+
+def test_stomp_topic_permissions_on_send_and_subscribe(srv):
+    conn, col = stomp_conn(srv, "app", "app-pw")
+    try:
+        conn.send("/exchange/app-topics/app.ok", "allowed", receipt="r1")
+        col.wait_receipt("r1")
+        conn.send("/exchange/app-topics/other.no", "refused")
+        col.wait(lambda: col.errors, what="ERROR")
+        assert col.errors[0].headers["message"] == "access_refused"
+        assert TOPIC_REFUSED.format("other.no") in col.errors[0].body
+    finally:
+        close_quietly(conn)
+    for durable in (False, True):  # a queue-less subscription and one with a queue bound
+        conn, col = stomp_conn(srv, "tp", "tp-pw")  # tp may configure any queue: the topic check decides
+        try:
+            headers = {"durable": "true", "auto-delete": "true"} if durable else {}
+            conn.subscribe("/topic/tp.news", id="ok", headers=headers, receipt="s1")
+            col.wait_receipt("s1")
+            conn.subscribe("/topic/other.*", id="t1", headers=headers)
+            col.wait(lambda c=col: c.errors, what="ERROR")
+            assert ("access to topic 'other.*' in exchange 'amq.topic' in vhost '/' refused for user 'tp'"
+                    in col.errors[0].body)
+        finally:
+            close_quietly(conn)
+
+
+def test_topic_permissions_over_websocket(srv):
+    host, port = srv.address("ws")
+    with ws_connect(f"ws://{host}:{port}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
+        c = web_stomp_as_app(ws)
+        c.send("SEND", {"destination": "/exchange/app-topics/other.no"}, b"refused")
+        headers, body = c.expect("ERROR")
+        assert headers["message"] == "access_refused" and TOPIC_REFUSED.format("other.no").encode() in body
+    with ws_connect(f"ws://{host}:{port}/ws/amqp", subprotocols=["amqp"], open_timeout=10) as ws:
+        c = WsAmqp(ws)
+        c.open("app", "app-pw")
+        c.send(spec.QueueBind(queue="app-fixed", exchange="app-topics", routing_key="other.#", channel=1))
+        close = c.expect(spec.ChannelClose)
+        assert (close.reply_code, close.reply_text) == (403, "ACCESS_REFUSED - " + TOPIC_REFUSED.format("other.#"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -184,6 +185,47 @@ def test_queue_lifecycle_and_counts(target: Target) -> None:
     conn.close()
 
 
+def test_queue_message_stats_and_rates(target: Target) -> None:
+    q = "/api/queues/%2F/mgmt-rates"
+    target.req("DELETE", q)
+    assert target.req("PUT", q, {"durable": False})[0] == 201
+    status, fresh = target.req("GET", q)
+    assert status == 200 and "message_stats" not in fresh  # no traffic yet, as RabbitMQ
+    conn = target.amqp_conn()
+    ch = conn.channel()
+    for i in range(50):
+        ch.basic_publish("", "mgmt-rates", f"m{i}".encode())
+    tags = [ch.basic_get("mgmt-rates")[0].delivery_tag for _ in range(6)]
+    ch.basic_ack(tags[4], multiple=True)  # five acks
+    ch.basic_nack(tags[5], requeue=True)
+    method, _, _ = ch.basic_get("mgmt-rates")
+    assert method.redelivered
+    ch.basic_ack(method.delivery_tag)
+    want = {"publish": 50, "deliver_get": 7, "redeliver": 1, "ack": 6}
+
+    def stats() -> dict[str, Any] | None:
+        ms = target.req("GET", q)[1].get("message_stats") or {}
+        return ms if all(ms.get(k) == v for k, v in want.items()) else None
+
+    ms = wait_for(stats, target.stats_wait)
+    assert ms, target.req("GET", q)[1]
+    for key in want:
+        assert isinstance(ms[f"{key}_details"]["rate"], (int, float))
+    info = target.req("GET", q)[1]
+    for depth in ("messages", "messages_ready", "messages_unacknowledged"):
+        assert isinstance(info[f"{depth}_details"]["rate"], (int, float))
+
+    def publishing_shows_a_rate() -> bool:  # steady traffic while polling: both sample over ~5 s
+        ch.basic_publish("", "mgmt-rates", b"more")
+        return target.req("GET", q)[1]["message_stats"]["publish_details"]["rate"] > 0
+
+    assert wait_for(publishing_shows_a_rate, target.stats_wait)
+    listed = [x for x in target.req("GET", "/api/queues/%2F")[1] if x["name"] == "mgmt-rates"]
+    assert listed[0]["message_stats"]["publish"] > 50
+    conn.close()
+    assert target.req("DELETE", q)[0] == 204
+
+
 def test_exchanges_and_bindings(target: Target) -> None:
     x, q = "/api/exchanges/%2F/mgmt-x", "/api/queues/%2F/mgmt-bq"
     assert target.req("PUT", x, {"type": "topic", "durable": False})[0] in (201, 204)
@@ -339,6 +381,70 @@ def test_users_tags_and_permissions(target: Target) -> None:
         assert target.req("DELETE", f"/api/users/{name}")[0] == 204
     assert target.req("GET", "/api/users/mgmt-mon")[0] == 404
     assert wait_for(lambda: target.req("GET", "/api/whoami", user="mgmt-mon:pw")[0] == 401, 5)
+
+
+def test_alternate_and_dead_letter_exchanges_need_write(target: Target) -> None:
+    """The API declares as the user over a channel does: a new exchange's alternate exchange and a
+    new queue's dead-letter exchange need write (RabbitMQ answers 401 "Access refused.")."""
+    user = "mgmt-ae"
+    target.req("DELETE", f"/api/users/{user}")
+    assert target.req("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    assert target.req("PUT", f"/api/permissions/%2F/{user}",
+                      {"configure": "^mgmt-ae-", "write": "^mgmt-ae-", "read": ".*"})[0] == 201
+    me = f"{user}:pw"
+    for path in ("/api/queues/%2F/mgmt-ae-q", "/api/exchanges/%2F/mgmt-ae-ok"):
+        target.req("DELETE", path)  # a failed earlier run's
+    assert target.req("PUT", "/api/exchanges/%2F/mgmt-ae-ok", {"type": "fanout", "durable": False,
+                      "arguments": {"alternate-exchange": "mgmt-ae-other"}}, user=me)[0] == 201
+    refused = (401, {"error": "not_authorised", "reason": "Access refused."})
+    assert target.req("PUT", "/api/exchanges/%2F/mgmt-ae-bad", {"type": "fanout", "durable": False,
+                      "arguments": {"alternate-exchange": "amq.fanout"}}, user=me) == refused
+    assert target.req("GET", "/api/exchanges/%2F/mgmt-ae-bad")[0] == 404
+    assert target.req("PUT", "/api/queues/%2F/mgmt-ae-q", {"durable": False,
+                      "arguments": {"x-dead-letter-exchange": "forbidden-dlx"}}, user=me) == refused
+    assert target.req("GET", "/api/queues/%2F/mgmt-ae-q")[0] == 404
+    assert target.req("PUT", "/api/queues/%2F/mgmt-ae-q", {"durable": False,
+                      "arguments": {"x-dead-letter-exchange": "mgmt-ae-ok"}}, user=me)[0] == 201
+    for path in ("/api/queues/%2F/mgmt-ae-q", "/api/exchanges/%2F/mgmt-ae-ok", f"/api/users/{user}"):
+        assert target.req("DELETE", path)[0] == 204
+
+
+def test_topic_permissions(target: Target) -> None:
+    user, base = "mgmt-topic", "/api/topic-permissions/%2F/mgmt-topic"
+    target.req("DELETE", f"/api/users/{user}")
+    assert target.req("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    assert target.req("PUT", f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})[0] == 201
+    assert target.req("PUT", base, {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."})[0] == 201
+    assert target.req("PUT", base, {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."})[0] == 204
+    want = {"user": user, "vhost": "/", "exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."}
+    assert target.req("GET", base) == (200, [want])
+    assert want in target.req("GET", "/api/topic-permissions")[1]
+    assert target.req("GET", f"/api/users/{user}/topic-permissions") == (200, [want])
+    assert want in target.req("GET", "/api/definitions")[1]["topic_permissions"]
+    # enforced over AMQP: RabbitMQ's 403 text
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", target.amqp,
+                                                             credentials=pika.PlainCredentials(user, "pw")))
+    ch = conn.channel()
+    ch.basic_publish("amq.topic", f"{user}.ok", b"allowed")
+    ch.basic_publish("amq.topic", "other.no", b"refused")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare("", exclusive=True)
+    assert info.value.reply_code == 403
+    # RabbitMQ 3.11+ words it "write access to topic ..."
+    assert "access to topic 'other.no' in exchange 'amq.topic' in vhost '/' refused for user 'mgmt-topic'" in \
+        info.value.reply_text
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(q, "amq.topic", "other.#")
+    assert info.value.reply_code == 403 and "access to topic 'other.#'" in info.value.reply_text
+    conn.close()
+    assert target.req("PUT", base, {"write": "x"})[0] == 400  # the exchange is required
+    assert target.req("PUT", "/api/topic-permissions/%2F/no-such-user", {"exchange": "amq.topic"})[0] == 400
+    assert target.req("GET", base, user=f"{user}:pw")[0] == 401  # administrators only
+    assert target.req("DELETE", base)[0] == 204
+    assert target.req("GET", f"/api/users/{user}/topic-permissions") == (200, [])
+    assert target.req("DELETE", f"/api/users/{user}")[0] == 204
 
 
 def test_policies(target: Target) -> None:

@@ -2,6 +2,8 @@
 NACK, prefetch, ack timeouts, TTL, priorities), a bounded buffer with drop-head for slow consumers,
 messages gone with the connection, control counts, and the router index behind it."""
 
+import itertools
+
 import pytest
 from enginetest_helpers import ack, bodies, connected, errors, messages, nack, new_net, send, subscribe, unsubscribe
 from hypothesis import example, given
@@ -346,9 +348,10 @@ def test_light_buffer_keeps_priority_order_for_new_and_returned_entries():
     from engine.model.light import LightBuffer
 
     buf = LightBuffer()
+    seqs = itertools.count(1)  # as the model numbers its entries: in creation order
 
     def entry(name, prio):
-        return Entry(Message(0, "", "", {}, name, prio))
+        return Entry(Message(0, "", "", {}, name, prio), next(seqs))
 
     returned = [entry(b"r5", 5), entry(b"r0", 0), entry(b"r9", 9)]  # delivered before the others came
     for name, prio in ((b"a0", 0), (b"b5", 5), (b"c0", 0), (b"d9", 9), (b"e5", 5)):

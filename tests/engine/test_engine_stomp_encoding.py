@@ -85,7 +85,7 @@ def test_delivered_bytes_equal_the_general_serialisation(version, subs, headers,
             expected = LocalProtocolError
         errors = len(broker.internal_errors)
         broker.drain()
-        session.deliver(sub, tag, Entry(msg, count))
+        session.deliver(sub, tag, Entry(msg, tag, count))
         written = [a.data for a in broker.drain() if isinstance(a, Write)]
         if expected is LocalProtocolError:  # the general path refuses it too: the session is failed
             assert isinstance(net.broker.internal_errors[errors], LocalProtocolError)

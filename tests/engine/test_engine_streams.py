@@ -14,6 +14,7 @@ from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
 from engine import Broker, Config
+from engine.stomp.wire import tail_cache
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 from stompproto import Ack, Error, Message
 
@@ -248,3 +249,128 @@ def test_deleting_a_stream_cancels_its_consumers_and_frees_nothing_it_did_not_ho
     net.run_until_idle()
     assert r.of(spec.BasicCancel) and net.broker.model.queued_bytes == before
     assert stream(c).message_count == 0  # a new, empty stream of that name
+
+
+def test_a_sync_wakes_only_the_streams_appended_to_and_keeps_those_still_uncommitted() -> None:
+    net = new_net(store=FakeStore(), auto_sync=False)
+    c = amqp(net, channels=2)
+    for i in range(30):
+        stream(c, f"s{i}")
+    consume(c, "s5", ch=2, **{"x-stream-offset": "first"})
+    streams = net.broker.model.streams
+    publish(c, "s5", b"a")
+    publish(c, "s6", b"b")
+    net.run_until_idle()
+    assert list(streams.uncommitted) == [streams_q(net, "s5"), streams_q(net, "s6")]
+    net.complete_syncs()
+    assert offsets(c) == [0] and not streams.uncommitted
+    publish(c, "s5", b"c")  # appended while an earlier sync was under way: that sync's report keeps it
+    net.run_until_idle()
+    streams.committed()
+    assert list(streams.uncommitted) == [streams_q(net, "s5")] and offsets(c) == [0]
+    net.complete_syncs()  # the sync covering it wakes its consumer
+    assert offsets(c) == [0, 1] and not streams.uncommitted
+
+
+def streams_q(net: SimNetwork, name: str) -> Any:
+    return next(q for q in net.broker.model.streams.logs if q.name == name)
+
+
+def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    readers = [amqp(net) for _ in range(3)]
+    for r in readers:
+        consume(r, **{"x-stream-offset": "first"})
+    pub(c, 5, h="v")
+    net.run_until_idle()
+    got = [r.of(spec.BasicDeliver) for r in readers]
+    assert [offsets(r) for r in readers] == [[0, 1, 2, 3, 4]] * 3
+    assert all(d.properties.headers == {"h": "v", "x-stream-offset": i} for ds in got for i, d in enumerate(ds))
+    q = streams_q(net, "s")
+    consumers = list(q.consumers)
+    held = [list(cons.unacked.values()) for cons in consumers]
+    assert all(a.msg is b.msg for a, b in zip(held[0], held[1], strict=True))  # one copy for all readers
+    assert all(e.msg.amqp_props is not None for e in held[0])  # encoded once, kept with it
+    for r in readers:
+        r.close()
+    net.run_until_idle()
+    assert q not in net.broker.model.streams.caches  # no reader left: nothing kept
+
+
+def test_the_record_cache_is_bounded_and_never_serves_records_retention_removed() -> None:
+    from engine.model.streams import CACHE_BYTES, CACHE_RECORDS, RecordCache
+    from engine.streams import StreamSettings
+    from engine.streams.memory import MemoryStreamLog
+
+    for count, size in ((3 * CACHE_RECORDS, 1), (100, 100_000)):  # bounded by records, then by bytes
+        log = MemoryStreamLog()
+        for i in range(count):
+            log.append(_model_msg(i, size), 0.0)
+        cache = RecordCache()
+        seen = []
+        while len(seen) < count:
+            seen += [o for o, _ in cache.window(log, len(seen), 256, log.tail)]
+            assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
+            assert cache.nbytes == sum(len(m.body) for m in cache.records.values())
+        assert seen == list(range(count))
+        assert cache.records and max(cache.records) == count - 1  # the newest read stay
+    log = MemoryStreamLog(StreamSettings(max_bytes=40_000, segment_bytes=10_000))
+    for i in range(10):
+        log.append(_model_msg(i, 3000), 0.0)
+    cache = RecordCache()
+    assert [o for o, _ in cache.window(log, 0, 100, log.tail)] == list(range(10))
+    for i in range(10, 40):  # retention drops the segments of the cached records
+        log.append(_model_msg(i, 3000), 0.0)
+    assert log.first > 9
+    assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
+
+
+def _model_msg(i: int, size: int) -> Any:
+    from engine._message import Message as ModelMessage
+
+    return ModelMessage(i, "", "s", {}, b"m" * size, persistent=True)
+
+
+def test_stomp_declares_retention_from_header_text_and_every_bad_form_names_its_header() -> None:
+    net = new_net(store=FakeStore())
+    s = connected(net)
+    subscribe(s, "/queue/r", "a", ack="client", prefetch_count="10", x_queue_type="stream", durable="true",
+              auto_delete="false", x_max_length_bytes="1000", x_max_age="7D", x_stream_max_segment_size_bytes="500")
+    net.run_until_idle()
+    assert s.events() == []
+    log = net.broker.model.streams.log(streams_q(net, "r"))
+    assert (log.settings.max_bytes, log.settings.max_age_ms, log.settings.segment_bytes) == (1000, 7 * 86_400_000, 500)
+    for header, value in (("x_max_length_bytes", "abc"), ("x_max_age", "7 days"), ("x_stream_max_segment_size_bytes", "0"),
+                          ("x_stream_offset", "timestamp=abc"), ("x_stream_offset", "offset=-1"),
+                          ("x_stream_offset", "-3"), ("x_stream_offset", "bogus")):
+        bad = connected(net)
+        subscribe(bad, f"/queue/bad-{header}", "a", ack="client", prefetch_count="10", x_queue_type="stream",
+                  durable="true", auto_delete="false", **{header: value})
+        net.run_until_idle()
+        errors = [e for e in bad.events() if isinstance(e, Error)]
+        assert len(errors) == 1 and f"'{header.replace('_', '-')}'" in bytes(errors[0].body).decode(), (header, value)
+    subscribe(s, "/amq/queue/r", "b", ack="client", prefetch_count="10", x_stream_offset="1h")
+    net.run_until_idle()
+    assert not [e for e in s.events() if isinstance(e, Error)]  # the other connection was not harmed
+
+
+def test_stomp_readers_of_a_stream_share_each_record_s_encoded_frame_tail() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    readers = [connected(net) for _ in range(3)]
+    for i, s in enumerate(readers):
+        subscribe(s, "/amq/queue/s", f"r{i}", ack="client", prefetch_count="10", x_stream_offset="first")
+    net.run_until_idle()
+    pub(c, 4, h="v")
+    net.run_until_idle()
+    for s in readers:
+        msgs = [e for e in s.events() if isinstance(e, Message)]
+        assert [(m.headers["x-stream-offset"], m.headers["h"], m.headers["destination"], bytes(m.body))
+                for m in msgs] == [(str(i), "v", "/queue/s", b"m%d" % i) for i in range(4)]
+    held = [e.msg for cons in streams_q(net, "s").consumers for e in cons.unacked.values()]
+    assert len(held) == 12 and len({id(m) for m in held}) == 4  # 3 readers x 4 records: 4 messages
+    tails = tail_cache(net.broker).by_escape
+    assert sum(1 for t in tails.values() for m in t if m in held) == 4  # each encoded once

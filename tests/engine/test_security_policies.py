@@ -240,3 +240,48 @@ def test_policy_resolution_matches_brute_force(ops):
         best = max(fits, key=lambda p: (p.priority, [-ord(c) for c in p.name]), default=None)
         assert q.policy == (best.name if best else None)
         assert q.args == (combine(q.declared_args, best.definition) if best else q.declared_args)
+
+
+def test_a_config_user_deleted_through_the_api_stays_deleted():
+    store = MemoryStore()
+    config = Config(users={"guest": User("guest", "guest", True), "app": User("app", "pw")})
+    b = Broker(config, store, random.Random(1))
+    b.delete_user("app")
+    again = Broker(config, store, random.Random(1))
+    assert "app" not in again.model.security.users and again.model.security.permission("app", "/") is None
+    later = Config(users={**config.users, "new": User("new", "pw2")})
+    third = Broker(later, store, random.Random(1))  # a user added to the config file later is seeded
+    assert third.model.security.authenticate("new", "pw2") is not None and "app" not in third.model.security.users
+
+
+def test_topic_permissions_match_routing_keys_with_variables():
+    from engine.model.security import TopicPermission
+
+    tp = TopicPermission("u", "/", "amq.topic", "^{username}\\.|^{client_id}\\.", "")
+    assert tp.allows("write", "u.a", {"username": "u", "vhost": "/"})
+    assert not tp.allows("write", "x.a", {"username": "u", "vhost": "/"})
+    assert tp.allows("write", "dev.a", {"username": "u", "vhost": "/", "client_id": "dev"})
+    # an empty pattern is RabbitMQ's ^$: only the empty routing key
+    assert tp.allows("read", "", {}) and not tp.allows("read", "a", {})
+    with pytest.raises(PreconditionFailed):
+        TopicPermission("u", "/", "amq.topic", "(", ".*")
+
+
+def test_topic_permissions_persist_export_import_and_go_with_their_user_and_vhost():
+    store = MemoryStore()
+    b = Broker(Config(vhosts=("/", "v2")), store, random.Random(1))
+    b.add_user("u", "p")
+    b.set_topic_permission("u", "/", "amq.topic", "^a", "^b")
+    b.set_topic_permission("u", "v2", "t2", "^c", "")
+    again = Broker(Config(vhosts=("/", "v2")), store, random.Random(1))  # restored from the store
+    assert set(again.model.security.topic_permissions) == {("/", "u", "amq.topic"), ("v2", "u", "t2")}
+    exported = again.export_definitions()["topic_permissions"]
+    assert {"user": "u", "vhost": "/", "exchange": "amq.topic", "write": "^a", "read": "^b"} in exported
+    fresh = broker(vhosts=("/", "v2"))
+    fresh.import_definitions({"users": again.export_definitions()["users"], "topic_permissions": exported})
+    assert fresh.model.security.topic_permissions[("/", "u", "amq.topic")].write == "^a"
+    again.delete_vhost("v2")
+    assert set(again.model.security.topic_permissions) == {("/", "u", "amq.topic")}
+    again.delete_user("u")
+    assert again.model.security.topic_permissions == {}
+    assert Broker(Config(vhosts=("/", "v2")), store, random.Random(1)).model.security.topic_permissions == {}

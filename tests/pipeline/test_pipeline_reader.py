@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fakebroker import FakeStreamBroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_standin import FakeStreamBroker
 
 from amqpproto import spec
 

@@ -144,6 +144,7 @@ def test_options_url_parsing_and_scheme_inference() -> None:
     ["-t", "x", "--queues", "2"],
     ["-z", "0"],
     ["-r", "-1"],
+    ["--send-buffer", "-1"],
 ])
 def test_options_rejected(argv: list[str]) -> None:
     with pytest.raises(ValueError):
@@ -314,6 +315,34 @@ def test_unbounded_rate_runs_and_settles(broker: Broker, tmp_path: Path) -> None
                          "-A", "20", "--drain", "20", timeout=90)
     assert code == 0, (s.get("errors"), err)
     assert s["sent"] > 2000 and s["received"] == s["sent"]
+    check_latency(s)
+
+
+def test_send_buffer_is_set_on_every_connection() -> None:
+    from sansmq_bench.transport import BenchConnection
+
+    async def main() -> int:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        conn = BenchConnection(Stats(), "p", send_buffer=32 * 1024)
+        transport, _ = await loop.create_connection(lambda: conn, "127.0.0.1", port)
+        size = transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        transport.close()
+        server.close()
+        return size
+
+    # Linux doubles the value asked for (bookkeeping overhead); other kernels keep it
+    assert 32 * 1024 <= asyncio.run(main()) <= 64 * 1024
+    assert parse_options(["--send-buffer", "65536"]).send_buffer == 65536
+    assert parse_options([]).send_buffer == 0
+
+
+def test_unbounded_rate_with_a_small_send_buffer(broker: Broker, tmp_path: Path) -> None:
+    code, s, err = bench(tmp_path, "-U", broker.url("amqp"), "-u", "bench-sndbuf", "-z", "1",
+                         "--send-buffer", "65536", "--drain", "20", timeout=90)
+    assert code == 0, (s.get("errors"), err)
+    assert s["sent"] > 1000 and s["received"] == s["sent"] and s["options"]["send_buffer"] == 65536
     check_latency(s)
 
 

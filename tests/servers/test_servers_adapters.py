@@ -246,3 +246,22 @@ def test_eof_while_paused_is_delivered_once_after_resume(fake) -> None:
     assert broker.eofs == [a_id]
     assert b.ask(b"resume %d" % a_id) == b"resumed"  # a late resume for a closed connection
     assert b.ask(b"echo fine") == b"fine"
+
+
+def test_listeners_pass_their_receive_buffer_to_accepted_connections() -> None:
+    import socket
+
+    from servers._driver import Listener
+    from servers._sockets import bind_listeners
+
+    (lsock, lst), = bind_listeners([Listener("stomp", "127.0.0.1", 0)], recv_buffer=32 * 1024)
+    try:
+        client = socket.create_connection((lst.host, lst.port))
+        lsock.settimeout(10)
+        sock, _ = lsock.accept()
+        # Linux doubles the value asked for (bookkeeping overhead); other kernels keep it
+        assert 32 * 1024 <= sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) <= 64 * 1024
+        sock.close()
+        client.close()
+    finally:
+        lsock.close()

@@ -45,3 +45,20 @@ def test_parser_defaults_and_disable() -> None:
     assert (args.server, args.log_level) == ("trio", "debug")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--server", "gevent"])
+
+
+def test_flow_options_override_the_config_limits(tmp_path) -> None:
+    from servers.cli import _load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text("[limits]\nflow_credit = 100\ntcp_recv_buffer = 131072\n")
+    args = build_parser().parse_args(["serve", "--config", str(path)])
+    limits = _load_config(args).limits
+    assert (limits.flow_credit, limits.tcp_recv_buffer) == (100, 131072)
+    args = build_parser().parse_args(["serve", "--config", str(path), "--flow-credit", "0",
+                                      "--tcp-recv-buffer", "64KiB"])
+    limits = _load_config(args).limits
+    assert (limits.flow_credit, limits.tcp_recv_buffer) == (0, 65536)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--flow-credit", "-1"])
+

@@ -277,3 +277,66 @@ def test_a_million_message_stream_index_costs_little_memory(tmp_path) -> None:
     assert held < 1_500_000  # ~24 bytes per 64 messages, plus the segment objects
     assert [r.offset for r in reopened.read(654_321, max_count=3)] == [654_321, 654_322, 654_323]
     reopened.close()
+
+
+class CountingLog(FileStreamLog):
+    syncs = 0
+    fail = False
+
+    def sync(self) -> None:
+        type(self).syncs += 1
+        if self.fail:
+            raise StoreError("injected")
+        super().sync()
+
+
+def test_a_sync_visits_only_the_streams_changed_since_the_last_one(tmp_path, monkeypatch) -> None:
+    from engine.streams import _files
+
+    monkeypatch.setattr(_files, "FileStreamLog", CountingLog)
+    streams = _files.FileStreams(str(tmp_path))
+    logs = [streams.open("/", f"s{i}", None) for i in range(50)]
+    logs[3].append(smsg(0), T0)
+    logs[7].store_offset("c", 0, T0)
+    CountingLog.syncs = 0
+    streams.sync()
+    assert CountingLog.syncs == 2 and logs[3].committed == 1
+    streams.sync()
+    assert CountingLog.syncs == 2  # nothing changed: nothing visited
+    logs[3].append(smsg(1), T0)
+    logs[3].fail = True
+    with pytest.raises(StoreError):
+        streams.sync()
+    logs[3].fail = False
+    streams.sync()  # a failed log is retried by the next sync
+    assert logs[3].committed == 2
+    logs[9].append(smsg(0), T0)
+    streams.delete("/", "s9")  # a deleted log's pending change is dropped, not synced
+    CountingLog.syncs = 0
+    streams.sync()
+    assert CountingLog.syncs == 0
+    streams.close()
+    reopened = _files.FileStreams(str(tmp_path))
+    assert reopened.open("/", "s3", None).tail == 2
+    assert reopened.open("/", "s7", None).stored_offset("c") == 0
+    reopened.close()
+
+
+def test_a_sealed_segment_opened_without_its_saved_index_gets_it_at_the_next_sync(tmp_path) -> None:
+    from engine.streams._files import FileStreams
+
+    streams = FileStreams(str(tmp_path))
+    log = streams.open("/", "s", StreamSettings(segment_bytes=600))
+    for i in range(60):
+        log.append(smsg(i), T0)
+    streams.sync()
+    streams.close()
+    idx = sorted(os.path.join(log.path, n) for n in os.listdir(log.path) if n.endswith(".idx"))
+    assert len(idx) >= 3
+    os.unlink(idx[1])
+    streams = FileStreams(str(tmp_path))
+    reopened = streams.open("/", "s", None)
+    streams.sync()  # nothing appended, but the index the open had to rebuild by a scan is saved
+    assert os.path.exists(idx[1])
+    check_contents(reopened)
+    streams.close()

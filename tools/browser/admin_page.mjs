@@ -64,6 +64,7 @@ try {
   await step('queues', async () => {
     await page.goto(base + '/#/queues');
     await page.waitForSelector('table#queues');
+    await text('table#queues thead', 'publish/s');  // the per-queue rates
     await page.fill('#add-queue input[name=name]', 'ui-queue');
     await page.click('#add-queue button');
     await page.waitForSelector('table#queues a[href="#/queue/%2F/ui-queue"]');
@@ -72,6 +73,7 @@ try {
   await step('queue-publish-get', async () => {
     await page.click('table#queues a[href="#/queue/%2F/ui-queue"]');
     await page.waitForSelector('#publish');
+    await text('#rates', 'publish');
     await page.fill('#publish input[name=payload]', 'hello from chromium');
     await page.click('#publish button');
     await text('#status', 'published');

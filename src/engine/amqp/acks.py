@@ -59,10 +59,10 @@ class AckMethods(ChannelBase):
             for t in keys:
                 del unacked[t]
             return taken
-        item = unacked.pop(tag, None)
-        if item is None:
+        one: tuple[Consumer, int, float] | None = unacked.pop(tag, None)
+        if one is None:
             raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
-        return [item]
+        return [one]
 
     def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
         model = self.session.model

@@ -8,12 +8,13 @@ a subclass of :class:`ChannelBase`; ``channel.AmqpChannel`` puts them together.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import amqpproto
 from amqpproto import spec
 
+from .._message import Entry
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.security import UserAccess, UserRecord
@@ -36,13 +37,19 @@ class ChannelOwner(ConsumerOwner, Protocol):
     user: UserRecord | None
     #: the user's permissions in ``vhost`` (set by connection.open)
     access: UserAccess
-    channels: dict[int, ChannelBase]
     #: exclusive queues of the connection (deleted with it)
     exclusive: dict[Queue, None]
     reply_to: str | None
     cancel_notify: bool
     #: while a store sync releases held confirms: channels with acks to coalesce
     batching: dict[ChannelBase, None] | None
+
+    @property
+    def channels(self) -> Mapping[int, ChannelBase]:
+        """The connection's open channels by number (a channel checks it is still one of them)."""
+
+    def channel_closed(self, channel_id: int) -> None:
+        """The channel is gone from the connection (channel.close or close-ok)."""
 
     def send(self, event: Any) -> None: ...
 
@@ -83,6 +90,7 @@ class GetHolder(Consumer):
     """Holds basic.get deliveries awaiting ack (never registered on the queue)."""
 
     __slots__ = ("channel",)
+    channel: ChannelBase
 
     def trace_origin(self) -> tuple[str, str, int]:
         return self.channel.trace_origin()
@@ -164,3 +172,13 @@ class ChannelBase:
         if q.args is not None and "x-consumer-timeout" in q.args:
             return int(q.args["x-consumer-timeout"])
         return self.session.host.config.limits.consumer_timeout
+
+    # -- what the handler classes provide (consume.ConsumeMethods, publish.PublishMethods) ----
+    def deliver(self, consumer: AmqpConsumer, tag: int, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def consumer_cancelled(self, consumer: AmqpConsumer) -> None:
+        raise NotImplementedError
+
+    def flush_confirms(self) -> None:
+        raise NotImplementedError

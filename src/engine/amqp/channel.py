@@ -67,12 +67,12 @@ class AmqpChannel(TopologyMethods, ConsumeMethods, AckMethods, PublishMethods):
 
     # -- channel ------------------------------------------------------------------------------------
     def on_close(self, m: spec.ChannelClose) -> None:
-        self.session.channels.pop(self.id, None)
+        self.session.channel_closed(self.id)
         self.teardown()
         self.send(spec.ChannelCloseOk())
 
     def on_close_ok(self, m: spec.ChannelCloseOk) -> None:
-        self.session.channels.pop(self.id, None)
+        self.session.channel_closed(self.id)
 
     def on_flow(self, m: spec.ChannelFlow) -> None:
         self.flow_paused = not m.active

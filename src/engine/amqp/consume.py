@@ -61,11 +61,11 @@ class ConsumeMethods(ChannelBase):
         # no_local is ignored, as RabbitMQ ignores it: a consumer gets its own connection's messages
         consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
         if q.stream:
-            start, name = stream_start(self, q, m)
+            start, tracking = stream_start(self, q, m)
             self.consumers[tag] = consumer
             if not m.nowait:
                 self.send(spec.BasicConsumeOk(tag))
-            model.consume_stream(q, consumer, start, name, priority)
+            model.consume_stream(q, consumer, start, tracking, priority)
             return
         self.consumers[tag] = consumer
         if not m.nowait:

@@ -28,12 +28,8 @@ def permit_bind(access: UserAccess, kind: str, destination: str, source: str, me
 
 
 def permit_queue_declare(access: UserAccess, name: str, args: dict[str, Any] | None, method: type) -> None:
-    """Declaring configures the queue; with a dead-letter exchange it also reads the queue and
-    writes that exchange (RabbitMQ: dead-lettering reads and writes on the declarer's behalf)."""
+    """Declaring configures the queue (a new one's dead-letter exchange: ``check_target_exchange``)."""
     permit(access, "configure", "queue", name, method)
-    if args and "x-dead-letter-exchange" in args:
-        permit(access, "read", "queue", name, method)
-        permit(access, "write", "exchange", str(args["x-dead-letter-exchange"]), method)
 
 
 def permit_publish(access: UserAccess, exchange: str, method: type) -> None:

@@ -9,6 +9,7 @@ from amqpproto import spec
 from .._message import Message
 from .._props import props_to_headers
 from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange
+from ..model.security import check_topic_access
 from ..store import StoreError
 from .base import REPLY_TO, ChannelBase
 from .errors import AmqpConnectionError, ChannelError
@@ -64,6 +65,8 @@ class PublishMethods(ChannelBase):
         if x.internal:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
                                f"vhost '{self.vhost.name}'", type(m))
+        if x.type == "topic":  # the test here: a publish to any other exchange pays nothing more
+            check_topic_access(self.session.access, x, m.routing_key, "write")
         session = self.session
         now = session.host.now
         props = m.properties

@@ -17,8 +17,9 @@ from .. import oplog
 from .._message import Entry
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
-from ..model.security import UserAccess, UserRecord
+from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
+from .base import ChannelBase
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from .publish import Confirm
 
@@ -100,7 +101,7 @@ class AmqpSession(Session):
         #: after our connection.close, when we stop waiting for the peer's close-ok
         self.close_deadline: float | None = None
         #: while a store sync releases held confirms: channels with acks to coalesce
-        self.batching: dict[AmqpChannel, None] | None = None
+        self.batching: dict[ChannelBase, None] | None = None
 
     def __repr__(self) -> str:
         return f"AmqpSession(conn_id={self.conn_id})"
@@ -182,6 +183,9 @@ class AmqpSession(Session):
             self._start_closing()
         if exc.fatal or hint is None:
             self.close()
+
+    def channel_closed(self, channel_id: int) -> None:
+        self.channels.pop(channel_id, None)
 
     def _channel_error(self, channel: int, exc: ChannelError) -> None:
         chan = self.channels.pop(channel, None)
@@ -276,7 +280,8 @@ class AmqpSession(Session):
 
     def release_held(self, synced: int) -> None:
         """Confirms one sync releases go out as one basic.ack multiple=true per channel."""
-        self.batching = batching = {}
+        batching: dict[ChannelBase, None] = {}
+        self.batching = batching
         try:
             super().release_held(synced)
         finally:
@@ -324,7 +329,7 @@ class AmqpSession(Session):
         if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
             self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
 
-    def channel_timed_out(self, chan: AmqpChannel, timeout_ms: int) -> None:
+    def channel_timed_out(self, chan: ChannelBase, timeout_ms: int) -> None:
         """An unacked delivery outlived the consumer timeout: close its channel with 406 (its
         deliveries are requeued), as RabbitMQ's consumer_timeout does."""
         if self.channels.get(chan.id) is not chan or self.closing:
@@ -386,7 +391,7 @@ class AmqpSession(Session):
             oplog.auth_failed(self, user.name, self.mechanism, why)
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         self.vhost = self.model.vhosts[name]
-        self.access = UserAccess(self.model.security, user.name, name)
+        self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
         oplog.authenticated(self)
         self.model.events.connection_created(self, "AMQP 0-9-1")

@@ -8,6 +8,7 @@ from typing import Any
 from amqpproto import spec
 
 from ..model import Exchange, Queue
+from ..model.security import check_target_exchange, check_topic_access
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit, permit_bind, permit_queue_declare
@@ -44,6 +45,7 @@ class TopologyMethods(ChannelBase):
                 raise ChannelError(spec.ACCESS_REFUSED, f"exchange name '{name}' contains reserved "
                                    "prefix 'amq.*'", type(m))
             else:
+                check_target_exchange(self.session.access, "exchange", name, args)
                 model.declare_exchange(self.vhost, name, m.type, m.durable, m.auto_delete, m.internal, args)
         if not m.nowait:
             self.send(spec.ExchangeDeclareOk())
@@ -56,10 +58,10 @@ class TopologyMethods(ChannelBase):
                 raise ChannelError(spec.PRECONDITION_FAILED, f"inequivalent arg '{field}' for exchange "
                                    f"'{x.name}' in vhost '{self.vhost.name}': received '{term(theirs)}' but "
                                    f"current is '{term(ours)}'", type(m))
-        ours, theirs = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
-        if ours != theirs:
+        ours_ae, theirs_ae = (x.args or {}).get("alternate-exchange"), (args or {}).get("alternate-exchange")
+        if ours_ae != theirs_ae:
             raise ChannelError(spec.PRECONDITION_FAILED, inequivalent("alternate-exchange", "exchange", x.name,
-                                                                       self.vhost.name, theirs, ours), type(m))
+                                                                       self.vhost.name, theirs_ae, ours_ae), type(m))
 
     def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
         name = m.exchange
@@ -86,6 +88,7 @@ class TopologyMethods(ChannelBase):
         permit_bind(self.session.access, "exchange", m.destination, m.source, type(m))
         dest = self._exchange(m.destination, type(m))
         source = self._exchange(m.source, type(m))
+        check_topic_access(self.session.access, source, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         self.session.model.bind(self.vhost, dest, source, m.routing_key, args)
         if not m.nowait:
@@ -98,6 +101,7 @@ class TopologyMethods(ChannelBase):
         exchanges = self.vhost.exchanges
         dest = exchanges.get(m.destination)
         source = exchanges.get(m.source)
+        check_topic_access(self.session.access, source, m.routing_key, "read")
         if dest is not None and source is not None:  # RabbitMQ: unbinding what is gone is a no-op
             args = dict(m.arguments) if m.arguments else None
             self.session.model.unbind(self.vhost, dest, source, m.routing_key, args)
@@ -121,12 +125,14 @@ class TopologyMethods(ChannelBase):
                                        "'amq.*'", type(m))
             args = dict(m.arguments) if m.arguments else None
             permit_queue_declare(session.access, name, args, type(m))
-            q = vhost.queues.get(name)
-            if q is not None:
+            existing = vhost.queues.get(name)
+            if existing is not None:
+                q = existing
                 self._check_exclusive(q, type(m))
                 self._check_equivalent_queue(q, m, args)
                 model.touch(q)
             else:
+                check_target_exchange(session.access, "queue", name, args)
                 owner = session if m.exclusive else None
                 q = model.declare_queue(vhost, name, m.durable, m.auto_delete, owner, args)
                 if m.exclusive:
@@ -159,6 +165,7 @@ class TopologyMethods(ChannelBase):
         permit_bind(self.session.access, "queue", m.queue, m.exchange, type(m))
         q = self._queue(m.queue, type(m))
         x = self._exchange(m.exchange, type(m))
+        check_topic_access(self.session.access, x, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         self.session.model.bind(self.vhost, q, x, m.routing_key, args)
         if not m.nowait:
@@ -169,6 +176,7 @@ class TopologyMethods(ChannelBase):
         permit_bind(self.session.access, "queue", m.queue, m.exchange, type(m))
         q = self.vhost.queues.get(m.queue)
         x = self.vhost.exchanges.get(m.exchange)
+        check_topic_access(self.session.access, x, m.routing_key, "read")
         args = dict(m.arguments) if m.arguments else None
         # RabbitMQ: unbinding a missing queue, exchange or binding is a no-op (unbind-ok); the
         # exclusive check applies only to a binding that exists

@@ -10,7 +10,7 @@ from .._message import GONE, READY, UNACKED, Entry
 from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
-from .objects import Consumer, Queue, consumer_priority
+from .objects import Consumer, Queue, consumer_priority, extras
 from .paging import Pager
 from .publish import Publisher
 from .retry import Retries
@@ -70,6 +70,7 @@ class Delivery:
         while (entry := self.pager.pop(q)) is not None:
             tag = self._hand_out(q, entry, holder, now, arm_ack_timeout=False)
             if tag is not None:
+                (q._x or extras(q)).delivered += 1
                 return tag, entry
         return None
 
@@ -86,9 +87,10 @@ class Delivery:
             return None
         state.next_tag += 1
         tag = state.next_tag
-        state.delivered += 1
+        state.delivered += 1  # the queue's own count: its callers, in bulk (``_dispatch_queue``)
         if entry.count:
             state.redelivered += 1
+            (q._x or extras(q)).redelivered += 1
         if holder.auto_ack:
             state.forget(q, entry)
         else:
@@ -146,16 +148,22 @@ class Delivery:
 
     def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
         """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
+        if not multiple and consumer.queue.stream:
+            return self.streams.ack_one(consumer, tag)
         state = self.state
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
-        state.acked += len(taken)
-        if consumer.queue.stream:
+        n = len(taken)
+        state.acked += n
+        q = consumer.queue
+        if type(q) is Queue:  # not a light subscription (its own queue)
+            (q._x or extras(q)).acked += n
+        if q.stream:
             self.streams.settled(consumer, True)
             return True
         for entry in taken:
-            state.forget(consumer.queue, entry)
+            state.forget(q, entry)
         return True
 
     def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
@@ -253,31 +261,37 @@ class Delivery:
         state = self.state
         now = state.now
         # x-single-active-consumer: only the first registered consumer gets messages
-        single = q.args is not None and q.args.get("x-single-active-consumer") is True
+        x = q._x  # the arguments without the property (once per dispatch)
+        single = x is not None and x.args is not None and x.args.get("x-single-active-consumer") is True
         prioritised = q in state.prio_queues
-        while q.count and q.consumers:
-            consumers = q.consumers
-            n = 1 if single else len(consumers)
-            chosen = None
-            if prioritised and not single:
-                chosen = self._pick_prioritised(q, consumers)
-            else:
-                start = 0 if single else q._rr
-                for i in range(n):
-                    idx = (start + i) % n
-                    c = consumers[idx]
-                    if c.ready():
-                        chosen = c
-                        q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
-                        break
-            if chosen is None:
-                return
-            entry = self.pager.pop(q)
-            if entry is None:
-                return
-            tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
-            if tag is not None:
-                chosen.owner.deliver(chosen, tag, entry)
+        tags_before = state.next_tag  # every delivery takes the next tag: their count, added once
+        try:
+            while q.count and q.consumers:
+                consumers = q.consumers
+                n = 1 if single else len(consumers)
+                chosen = None
+                if prioritised and not single:
+                    chosen = self._pick_prioritised(q, consumers)
+                else:
+                    start = 0 if single else q._rr
+                    for i in range(n):
+                        idx = (start + i) % n
+                        c = consumers[idx]
+                        if c.ready():
+                            chosen = c
+                            q._rr = idx + 1  # not reduced mod n: a consumer added later is next in line
+                            break
+                if chosen is None:
+                    return
+                entry = self.pager.pop(q)
+                if entry is None:
+                    return
+                tag = self._hand_out(q, entry, chosen, now, arm_ack_timeout=True)
+                if tag is not None:
+                    chosen.owner.deliver(chosen, tag, entry)
+        finally:
+            if state.next_tag != tags_before:
+                (q._x or extras(q)).delivered += state.next_tag - tags_before
 
     @staticmethod
     def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:

@@ -8,6 +8,10 @@ definition marked with ``HOLDER_ARG``, named under ``HOLDER_PREFIX``, which no c
 take), each stored copy carrying its due time in milliseconds in the ``DUE_HEADER`` header, so
 every store keeps the due time without knowing about delays. Recovery hands the stored copies back
 to ``restore``, which arms their timers again (a copy already due is released at once).
+
+Held messages stay in memory until due (their timers carry them), so their body bytes count in
+the model's ``queued_bytes``, which the memory alarm compares against the watermark: a flood of
+delayed or retried messages blocks publishers as one of ready messages does.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def holder_queue_name(kind: str, owner: str) -> str:
 
 
 class Holder:
-    __slots__ = ("state", "vhost", "name", "durable", "release", "held")
+    __slots__ = ("state", "vhost", "name", "durable", "release", "held", "bytes")
 
     def __init__(self, state: ModelState, vhost: str, kind: str, owner: str, durable: bool, release: Release,
                  persist: bool = True) -> None:
@@ -51,6 +55,8 @@ class Holder:
         self.release = release
         #: held message id -> its timer
         self.held: dict[int, TimerKey] = {}
+        #: body bytes of the held messages (counted in the model's ``queued_bytes`` too)
+        self.bytes = 0
         if durable and persist:
             state.store.add_queue(QueueDef(vhost, self.name, True, False, {HOLDER_ARG: kind}))
             state.store_write()
@@ -73,17 +79,24 @@ class Holder:
                 state.store.update_delivery(self.vhost, self.name, held.id, count)
             state.store_write()
         self.held[held.id] = state.timers.add(due, self._due, (held, count))
+        self._count(len(held.body))
 
     def restore(self, stored: Message, count: int) -> None:
         """A stored copy read back on start: due again at its stored due time."""
         due = stored.headers.get(DUE_HEADER)
         due_s = int(due) / 1000.0 if isinstance(due, (int, str)) else self.state.now
         self.held[stored.id] = self.state.timers.add(due_s, self._due, (stored, count))
+        self._count(len(stored.body))
+
+    def _count(self, size: int) -> None:
+        self.bytes += size
+        self.state.queued_bytes += size
 
     def _due(self, arg: tuple[Message, int], now: float) -> None:
         held, count = arg
         if self.held.pop(held.id, None) is None:
             return
+        self._count(-len(held.body))  # released: the queues it reaches count it again
         state = self.state
         headers = held.headers
         if DUE_HEADER in headers:
@@ -104,6 +117,7 @@ class Holder:
         for key in self.held.values():
             state.timers.cancel(key)
         self.held.clear()
+        self._count(-self.bytes)
         if self.durable:
             state.store.delete_queue(self.vhost, self.name)
             state.store_write()

@@ -215,7 +215,7 @@ class LightTopics:
             if not buf.ready:
                 return  # everything held is an unacked delivery: drop the newcomer
             self.discard(buf.ready.popleft())  # drop-head
-        entry = Entry(msg, 0, expires)
+        entry = Entry(msg, state.next_seq(), 0, expires)
         buf.push(entry)
         if expires is not None:
             entry.timer = state.timers.add(expires, self._on_expiry, (sub, entry))

@@ -105,7 +105,8 @@ class Consumer:
 class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
 
-    __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes", "declared", "policy")
+    __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes", "declared", "policy",
+                 "published", "delivered", "redelivered", "acked")
 
     def __init__(self) -> None:
         self.exclusive_owner: Any = None
@@ -118,6 +119,20 @@ class _QueueExtras:
         self.hi: dict[int, deque[Entry]] | None = None
         self.bindings: list[tuple[Exchange, str, dict[str, Any] | None]] | None = None
         self.paged_bytes = 0
+        # the queue's message counters (management's per-queue rates sample them): plain integers,
+        # here so that an idle queue stays as small as it was
+        self.published = 0
+        self.delivered = 0
+        self.redelivered = 0
+        self.acked = 0
+
+
+def extras(q: Queue) -> _QueueExtras:
+    """``q``'s extras, created on first use (hot paths write ``(q._x or extras(q)).field``)."""
+    x = q._x
+    if x is None:
+        x = q._x = _QueueExtras()
+    return x
 
 
 def _extra(name: str, default: Any) -> property:

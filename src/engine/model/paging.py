@@ -59,7 +59,7 @@ class Pager:
         q.paged_bytes = max(0, q.paged_bytes - sum(len(m.body) for m, _, _ in items)) if q.paged else 0
         now = state.now
         for msg, count, expires in items:
-            entry = Entry(msg, count, expires)
+            entry = Entry(msg, state.next_seq(), count, expires)
             state.queued_bytes += len(msg.body)  # in memory now; forget takes it off
             if expires is not None and expires <= now:
                 self.on_expired(q, entry)

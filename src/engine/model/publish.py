@@ -16,7 +16,7 @@ from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
-from .objects import STREAM_FLAG, Exchange, Queue, VHost, over_limits, pageable
+from .objects import STREAM_FLAG, Exchange, Queue, VHost, extras, over_limits, pageable
 from .paging import Pager
 from .routing import route, route_cc
 from .state import ModelState
@@ -107,16 +107,19 @@ class Publisher:
             else:  # a delayed exchange holds it until it is due (``delayed``)
                 q.hold(msg)  # type: ignore[union-attr]
             return True
+        x = q._x or extras(q)  # read directly: the counters, and the arguments without the property
+        if persist:  # not recovery: a message published into the queue
+            x.published += 1
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
             self.streams.append(q, msg)
             return True
         state = self.state
         expires = msg.expires_at
-        args = q.args
+        args = x.args
         if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
-                    self.dead_letter(q, Entry(msg, count), "maxlen")
+                    self.dead_letter(q, Entry(msg, state.next_seq(), count), "maxlen")
                 return False
         if args:
             cap = args.get("x-max-priority")
@@ -136,13 +139,13 @@ class Publisher:
             state.store_write()
         if expires is not None and expires <= state.now:
             state.queued_bytes += len(msg.body)  # forget takes it off again
-            self.expire(q, Entry(msg, count, expires))
+            self.expire(q, Entry(msg, state.next_seq(), count, expires))
             return True
         if q.paged or (not resident and (q.count - q.paged >= state.page_window or (
                 q.count > q.paged and q.bytes + len(msg.body) > state.page_window_bytes)) and pageable(q)):
             self.pager.page_out(q, msg, count, expires, stored)
         else:
-            entry = Entry(msg, count, expires)
+            entry = Entry(msg, state.next_seq(), count, expires)
             q.push(entry)
             state.queued_bytes += len(msg.body)  # in memory: counts towards the memory alarm
             if expires is not None:

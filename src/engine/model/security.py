@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..store import Store
-from .errors import NotFound, PreconditionFailed
+from .errors import AccessRefused, NotFound, PreconditionFailed
+from .objects import amqp_type_name
 
 __all__ = [
     "HASHING_ALGORITHMS", "DEFAULT_HASHING", "hash_password", "check_password", "UserRecord", "Permission",
@@ -39,6 +40,9 @@ HASHING_ALGORITHMS = {
 DEFAULT_HASHING = "rabbit_password_hashing_sha256"
 Access = Literal["configure", "write", "read"]
 USER_DOC, PERMISSION_DOC = "user", "permission"
+TOPIC_PERMISSION_DOC = "topic_permission"
+#: a config-file user once seeded into the store (later boots leave it to the stored state)
+SEEDED_DOC = "seeded_user"
 
 
 def hash_password(password: str, salt: bytes, algorithm: str = DEFAULT_HASHING) -> str:
@@ -122,6 +126,46 @@ class Permission:
                    str(d.get("read", "")))
 
 
+TopicAccess = Literal["write", "read"]
+
+
+@dataclass(slots=True)
+class TopicPermission:
+    """RabbitMQ's topic authorisation: which routing keys ``user`` may publish with (``write``) and
+    bind with (``read``) on the topic exchange ``exchange`` of ``vhost``. Patterns are regular
+    expressions searched in the routing key (an empty one: only the empty key, as RabbitMQ's
+    ``^$``) after ``{username}``, ``{vhost}`` and ``{client_id}`` are replaced by the connection's."""
+
+    user: str
+    vhost: str
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+
+    def __post_init__(self) -> None:
+        for pattern in (self.write, self.read):
+            _compile(pattern)  # a bad regular expression is refused when set, not when used
+
+    def allows(self, access: TopicAccess, routing_key: str, variables: dict[str, str]) -> bool:
+        pattern = (self.write if access == "write" else self.read) or "^$"
+        if "{" in pattern:
+            for name, value in variables.items():
+                pattern = pattern.replace("{" + name + "}", value)
+        try:
+            return re.search(pattern, routing_key) is not None  # re caches the compiled patterns
+        except re.error:  # a variable's value broke the expression: refused
+            return False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "vhost": self.vhost, "exchange": self.exchange, "write": self.write,
+                "read": self.read}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicPermission:
+        return cls(str(d["user"]), str(d["vhost"]), str(d["exchange"]), str(d.get("write", "")),
+                   str(d.get("read", "")))
+
+
 class Security:
     """The user database and permissions, written through to the store."""
 
@@ -134,6 +178,10 @@ class Security:
         self.loopback_users: set[str] = {"guest"}
         #: bumped on every permission change (sessions' cached answers are dropped then)
         self.version = 0
+        #: (vhost, user, exchange) -> topic permission (RabbitMQ's topic authorisation)
+        self.topic_permissions: dict[tuple[str, str, str], TopicPermission] = {}
+        #: config-file users seeded into the store at an earlier boot (``seed``)
+        self.seeded: set[str] = set()
 
     # -- users ---------------------------------------------------------------------------------
     def put_user(self, user: UserRecord, persist: bool = True) -> UserRecord:
@@ -153,6 +201,8 @@ class Security:
         self.store.delete_doc(USER_DOC, name)
         for vhost, user in [k for k in self.permissions if k[1] == name]:
             self.clear_permissions(user, vhost)
+        for vhost, user, exchange in [k for k in self.topic_permissions if k[1] == name]:
+            self.clear_topic_permission(user, vhost, exchange)
 
     def authenticate(self, name: str, password: str) -> UserRecord | None:
         user = self.users.get(name)
@@ -175,6 +225,23 @@ class Security:
         """A vhost was deleted: its permissions go with it (as RabbitMQ's)."""
         for v, user in [k for k in self.permissions if k[0] == vhost]:
             self.clear_permissions(user, v)
+        for v, user, exchange in [k for k in self.topic_permissions if k[0] == vhost]:
+            self.clear_topic_permission(user, v, exchange)
+
+    def set_topic_permission(self, perm: TopicPermission, persist: bool = True) -> TopicPermission:
+        self.topic_permissions[(perm.vhost, perm.user, perm.exchange)] = perm
+        self.version += 1
+        if persist:
+            self.store.put_doc(TOPIC_PERMISSION_DOC, json.dumps([perm.vhost, perm.user, perm.exchange]),
+                               json.dumps(perm.to_json()))
+        return perm
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        """Drop ``user``'s topic permission on ``exchange`` in ``vhost`` (every exchange when None)."""
+        for key in [k for k in self.topic_permissions if k[:2] == (vhost, user) and exchange in (None, k[2])]:
+            del self.topic_permissions[key]
+            self.version += 1
+            self.store.delete_doc(TOPIC_PERMISSION_DOC, json.dumps(list(key)))
 
     def permission(self, user: str, vhost: str) -> Permission | None:
         return self.permissions.get((vhost, user))
@@ -189,11 +256,32 @@ class Security:
 
     # -- recovery --------------------------------------------------------------------------------
     def restore(self, docs: dict[tuple[str, str], str]) -> None:
-        for (kind, _), doc in docs.items():
+        for (kind, key), doc in docs.items():
             if kind == USER_DOC:
                 self.put_user(UserRecord.from_json(json.loads(doc)), persist=False)
             elif kind == PERMISSION_DOC:
                 self.set_permissions(Permission.from_json(json.loads(doc)), persist=False)
+            elif kind == TOPIC_PERMISSION_DOC:
+                self.set_topic_permission(TopicPermission.from_json(json.loads(doc)), persist=False)
+            elif kind == SEEDED_DOC:
+                self.seeded.add(key)
+
+    def seed(self, user: UserRecord, vhosts: tuple[str, ...]) -> bool:
+        """A config-file user with full permissions on ``vhosts``, written to the store the first
+        time only: as RabbitMQ's default user seeds a blank database, afterwards the stored state
+        wins (a user deleted or changed through the API stays so).
+        False when it was seeded before (or the store already had it)."""
+        if user.name in self.seeded:
+            return False
+        self.seeded.add(user.name)
+        self.store.put_doc(SEEDED_DOC, user.name, "1")
+        if user.name in self.users:
+            return False
+        self.put_user(user)
+        for vhost in vhosts:
+            if self.permission(user.name, vhost) is None:
+                self.set_permissions(Permission(user.name, vhost))
+        return True
 
 
 #: answers one connection keeps (the resources a connection uses again and again are few)
@@ -204,12 +292,16 @@ class UserAccess:
     """One connection's view of its user's permissions in its vhost, with the answers cached (a
     publish asks for the same exchange again and again; a permission change drops the cache)."""
 
-    __slots__ = ("security", "user", "vhost", "_cache", "_version")
+    __slots__ = ("security", "user", "vhost", "_cache", "_version", "variables")
 
-    def __init__(self, security: Security, user: str, vhost: str) -> None:
+    def __init__(self, security: Security, user: str, vhost: str, client_id: str | None = None) -> None:
         self.security = security
         self.user = user
         self.vhost = vhost
+        #: what topic permission patterns may name (RabbitMQ's variable map)
+        self.variables = {"username": user, "vhost": vhost}
+        if client_id is not None:
+            self.variables["client_id"] = client_id
         self._cache: dict[tuple[str, str], bool] = {}
         self._version = security.version
 
@@ -234,6 +326,62 @@ class UserAccess:
         if self.allows(access, name):
             return None
         return refused_text(kind, name, self.vhost, self.user)
+
+
+def client_id_of(client_properties: dict[str, Any] | None) -> str | None:
+    """The ``client_id`` an AMQP client names in its client properties (topic permissions'
+    ``{client_id}``), or None."""
+    value = (client_properties or {}).get("client_id")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def topic_refusal(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> str | None:
+    """RabbitMQ's topic authorisation, for a publish (``write``) or a bind/unbind (``read``) with
+    ``routing_key`` on ``exchange`` (an Exchange, or None when there is none): only topic exchanges,
+    and only where the user has a topic permission for that exchange (none: allowed). None when
+    allowed, else RabbitMQ's refusal text."""
+    perms = access.security.topic_permissions
+    if not perms or exchange is None or exchange.type != "topic":
+        return None
+    perm = perms.get((access.vhost, access.user, exchange.name))
+    if perm is None or perm.allows(want, routing_key, access.variables):
+        return None
+    return (f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost '{access.vhost}' refused "
+            f"for user '{access.user}'")
+
+
+def check_topic_access(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> None:
+    """``topic_refusal`` as an AccessRefused (AMQP: 403 on the channel; the API: 401)."""
+    text = topic_refusal(access, exchange, routing_key, want)
+    if text is not None:
+        raise AccessRefused(text)
+
+
+#: the declare argument naming the exchange a new object will publish to: its alternate exchange,
+#: its dead-letter exchange (RabbitMQ's channel checks these on exchange.declare / queue.declare)
+TARGET_EXCHANGE_ARG = {"exchange": "alternate-exchange", "queue": "x-dead-letter-exchange"}
+
+
+def check_target_exchange(access: UserAccess, kind: str, name: str, args: dict[str, Any] | None) -> None:
+    """Before declaring a new ``kind`` (exchange, queue) ``name`` whose ``args`` name an exchange it
+    will publish to: as rabbit_channel, a value that is not a string is 406, and the user needs read
+    on the new object and write on that exchange (403 with RabbitMQ's text). Redeclaring an existing
+    object checks nothing of this."""
+    key = TARGET_EXCHANGE_ARG[kind]
+    if not args or key not in args:
+        return
+    target = args[key]
+    if isinstance(target, bytes):
+        target = target.decode("utf-8", "replace")
+    if not isinstance(target, str):
+        raise PreconditionFailed(f"invalid type '{amqp_type_name(target)}' for arg '{key}' in {kind} '{name}' "
+                                 f"in vhost '{access.vhost}'")
+    for want, what, resource in (("read", kind, name), ("write", "exchange", target)):
+        text = access.refusal(want, what, resource)  # type: ignore[arg-type]
+        if text is not None:
+            raise AccessRefused(text)
 
 
 def _perm_key(vhost: str, user: str) -> str:

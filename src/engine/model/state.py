@@ -5,6 +5,7 @@ publishes, light-subscription drops). ``Model`` is a ``ModelState``; the layers 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import count
 from typing import Any
 
 from .._message import GONE, Entry
@@ -19,7 +20,7 @@ class ModelState:
     # slots: the layers read these on every message (a slot is the fastest attribute to load)
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
-                 "confirmed", "light_limit", "light_dropped",
+                 "confirmed", "light_limit", "light_dropped", "next_seq",
                  "light_dropped_total", "page_window", "page_window_bytes", "events")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
@@ -34,6 +35,9 @@ class ModelState:
         self.dirty: dict[Any, None] = {}
         self.next_tag = 0
         self._next_msg_id = 0
+        #: the next ``Entry.seq``: each model numbers its own entries, so brokers sharing a
+        #: process stay independent and deterministic (a bound builtin: the cheapest call)
+        self.next_seq = count(1).__next__
         #: queues with consumers of different priorities (AMQP x-priority); their consumers are
         #: kept sorted, highest first, and dispatch serves the highest ready level first
         self.prio_queues: dict[Queue, None] = {}
@@ -45,7 +49,8 @@ class ModelState:
         #: in a crash only means a redelivery), which ride along with the next sync
         self.eager_writes = 0
         #: body bytes of every message held in a queue (ready or unacked; light subscriptions
-        #: excluded), once per queue: what the broker's memory watermark compares against
+        #: excluded), once per queue, and of every message a delayed exchange or a retry back-off
+        #: holds until due (``holding``): what the broker's memory watermark compares against
         self.queued_bytes = 0
         #: publish operations so far (the broker notes which connections publish)
         self.publishes = 0

@@ -11,6 +11,12 @@ below ``log.committed`` (nobody sees a record a crash could lose) and only as ma
 consumer's prefetch leaves room for, so a consumer far behind never makes the broker hold the
 stream's history in memory. A consumer at the end waits: appends (and syncs, which move
 ``committed``) mark the stream dirty, and the broker's deferred dispatch serves it; nothing polls.
+A sync's report looks only at the streams appended to since the one before.
+
+Consumers of one stream mostly read the same records close together (all from ``first``, or all
+at the tail): a stream with several consumers keeps the records read last (``RecordCache``, at
+most ``CACHE_RECORDS`` records and ``CACHE_BYTES`` of bodies) as ``SharedMessage`` objects, so a
+record is read and decoded once and its wire encoding made once, whatever the number of readers.
 
 Acks (and nacks/rejects) only open the prefetch window; they remove nothing. A consumer with
 ``x-stream-consumer-name`` (a sansmq extension) stores its offset on every ack: the lowest offset
@@ -28,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._message import Entry, Message
+from .._message import Entry, Message, SharedMessage
 from ..streams import (
     STREAM_QUEUE_ARGS,
     OffsetSpec,
@@ -52,6 +58,10 @@ PRODUCER_HEADER = "x-producer"
 PUBLISHING_ID_HEADER = "x-publishing-id"
 #: most records one dispatch reads for one consumer (its prefetch bounds it further)
 READ_BATCH = 256
+#: records a stream keeps decoded for its consumers (and body bytes in them): readers close to each
+#: other share one decoded record and its wire encoding instead of each decoding and encoding it
+CACHE_RECORDS = 2048
+CACHE_BYTES = 4 << 20
 #: how often x-max-age retention runs at most (seconds); more often for short ages
 RETENTION_PERIOD = 60.0
 
@@ -91,8 +101,8 @@ class StreamEntry(Entry):
 
     __slots__ = ("offset",)
 
-    def __init__(self, msg: Message, offset: int) -> None:
-        super().__init__(msg)
+    def __init__(self, msg: Message, seq: int, offset: int) -> None:
+        super().__init__(msg, seq)
         self.offset = offset
 
 
@@ -108,14 +118,86 @@ class Reader:
         self.name = name
 
 
+class RecordCache:
+    """The records of one stream read last, as delivery messages (with their ``x-stream-offset``
+    header), bounded by ``CACHE_RECORDS`` and ``CACHE_BYTES``; the oldest read go first."""
+
+    __slots__ = ("records", "nbytes")
+
+    def __init__(self) -> None:
+        self.records: dict[int, SharedMessage] = {}
+        self.nbytes = 0
+
+    def window(self, log: StreamLog, offset: int, count: int, end: int,
+               keep: bool = True) -> list[tuple[int, SharedMessage]]:
+        """Up to ``count`` (offset, message) from ``offset`` (raised to the log's first) below
+        ``end``: cached ones as they are, the rest read from the log in batches and kept if
+        ``keep`` (a stream with one consumer has nobody to share them with)."""
+        records = self.records
+        out: list[tuple[int, SharedMessage]] = []
+        offset = max(offset, log.first)
+        private = log.private_reads
+        while len(out) < count and offset < end:
+            m = records.get(offset)
+            if m is not None:
+                out.append((offset, m))
+                offset += 1
+                continue
+            batch = log.read(offset, max_count=count - len(out), upto=end)
+            if not batch:
+                break
+            for rec in batch:
+                msg = rec.message
+                headers = msg.headers
+                if not (private and headers):  # an empty one may be a shared constant: copy it too
+                    headers = dict(headers)
+                headers[STREAM_OFFSET_HEADER] = rec.offset
+                m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
+                                  msg.persistent)
+                out.append((rec.offset, m))
+                if not keep:
+                    continue
+                old = records.pop(rec.offset, None)
+                if old is not None:
+                    self.nbytes -= len(old.body)
+                records[rec.offset] = m
+                self.nbytes += len(m.body)
+            offset = batch[-1].offset + 1
+        excess = len(records) - CACHE_RECORDS
+        if excess > 0 or self.nbytes > CACHE_BYTES:
+            self._evict(excess)
+        return out
+
+    def _evict(self, excess: int) -> None:
+        """Drop the ``excess`` records read first, and more if their bodies are over
+        ``CACHE_BYTES``: down to half of it (so that a stream of large records does not evict at
+        every read)."""
+        records = self.records
+        gone: list[int] = []
+        freed = 0
+        keep_bytes = CACHE_BYTES // 2 if self.nbytes > CACHE_BYTES else self.nbytes
+        for offset, m in records.items():  # the oldest read first (insertion order)
+            if len(gone) >= excess and self.nbytes - freed <= keep_bytes:
+                break
+            gone.append(offset)
+            freed += len(m.body)
+        for offset in gone:
+            del records[offset]
+        self.nbytes -= freed
+
+
 class Streams:
-    __slots__ = ("state", "logs", "readers", "retention_timers")
+    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted", "caches")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
         self.logs: dict[Queue, StreamLog] = {}
         self.readers: dict[Consumer, Reader] = {}
         self.retention_timers: dict[Queue, Any] = {}
+        #: streams appended to whose appends a completed sync may not have covered yet
+        self.uncommitted: dict[Queue, None] = {}
+        #: the records read last, per stream with consumers
+        self.caches: dict[Queue, RecordCache] = {}
 
     # -- lifecycle (called by topology) ----------------------------------------------------------
     def open(self, q: Queue) -> StreamLog:
@@ -131,6 +213,8 @@ class Streams:
         """``q`` is deleted (its consumers were cancelled already); the store's ``delete_queue``
         deletes its log."""
         self.logs.pop(q, None)
+        self.uncommitted.pop(q, None)
+        self.caches.pop(q, None)
         self.state.timers.cancel(self.retention_timers.pop(q, None))
 
     def log(self, q: Queue) -> StreamLog:
@@ -163,15 +247,25 @@ class Streams:
         state = self.state
         self.logs[q].append(msg, state.now, producer, pid)
         state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
+        self.uncommitted[q] = None
         if q.consumers:
             state.dirty[q] = None
 
     def committed(self) -> None:
-        """A sync completed: records it covered are now visible to waiting consumers."""
+        """A sync completed: records it covered are now visible to waiting consumers. Only the
+        streams appended to since are looked at; one keeps its place while records appended
+        during the sync are still uncommitted (the next sync's report covers them)."""
         dirty = self.state.dirty
-        for q in self.logs:
+        logs = self.logs
+        done = []
+        for q in self.uncommitted:
             if q.consumers:
                 dirty[q] = None
+            log = logs.get(q)
+            if log is None or log.committed >= log.tail:
+                done.append(q)
+        for q in done:
+            del self.uncommitted[q]
 
     # -- consuming (called by delivery) -----------------------------------------------------------
     def attach(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None) -> None:
@@ -188,6 +282,9 @@ class Streams:
     def detach(self, consumer: Consumer) -> None:
         consumer.unacked = None
         self.readers.pop(consumer, None)
+        q = consumer.queue
+        if all(c is consumer for c in q.consumers or ()):  # the last one: nobody reads its cache
+            self.caches.pop(q, None)
 
     def dispatch(self, q: Queue) -> None:
         """Deliver to every ready consumer of ``q`` what its prefetch has room for."""
@@ -196,31 +293,44 @@ class Streams:
         end = min(log.committed, log.tail)
         readers = self.readers
         trace = q.vhost.trace  # the firehose (``trace``), None when off
-        for c in list(q.consumers or ()):
+        cache = self.caches.get(q)
+        if cache is None:
+            cache = self.caches[q] = RecordCache()
+        consumers = list(q.consumers or ())
+        shared = len(consumers) > 1
+        for c in consumers:
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
-            for rec in log.read(reader.offset, max_count=min(room, READ_BATCH), upto=end):
+            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
                 if not c.ready():
                     break
-                headers = dict(rec.message.headers)
-                headers[STREAM_OFFSET_HEADER] = rec.offset
-                m = rec.message
-                entry = StreamEntry(Message(m.id, m.exchange, m.routing_key, headers, m.body, m.priority, None,
-                                            m.persistent), rec.offset)
+                entry = StreamEntry(msg, state.next_seq(), offset)
                 state.next_tag += 1
                 tag = state.next_tag
                 if c.unacked is None:
                     c.unacked = {}
                 c.unacked[tag] = entry
-                reader.offset = rec.offset + 1
+                reader.offset = offset + 1
                 if trace is not None:
                     trace.delivered(q, entry, c.trace_origin())
                 owner.deliver(c, tag, entry)
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
+
+    def ack_one(self, consumer: Consumer, tag: int) -> bool:
+        """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream
+        delivery: a channel's multiple ack arrives here tag by tag). False if unknown."""
+        unacked = consumer.unacked
+        if unacked is None or unacked.pop(tag, None) is None:
+            return False
+        if not unacked:
+            consumer.unacked = None
+        self.state.acked += 1
+        self.settled(consumer, True)
+        return True
 
     def settled(self, consumer: Consumer, acked: bool) -> None:
         """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
@@ -230,7 +340,8 @@ class Streams:
             return
         if acked and reader.name is not None:
             held = consumer.unacked
-            offset = min(e.offset for e in held.values()) if held else reader.offset  # type: ignore[attr-defined]
+            # held is in delivery order, which is offset order: its first is the lowest
+            offset = next(iter(held.values())).offset if held else reader.offset  # type: ignore[attr-defined]
             log = self.logs.get(consumer.queue)
             if log is not None and log.stored_offset(reader.name) != offset:
                 log.store_offset(reader.name, offset, self.state.now)

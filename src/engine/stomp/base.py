@@ -12,8 +12,9 @@ from typing import Any
 
 from stompproto import SERVER, Connection, Error, Frame, LocalProtocolError, Receipt, RemoteProtocolError
 
+from .._message import Entry
 from .._session import Host, Session
-from ..model import ModelError, Queue, VHost
+from ..model import Consumer, ModelError, Queue, VHost
 from ..model.security import UserAccess, UserRecord
 from .destinations import BadDestination, Destination, parse_destination
 from .errors import StompError, model_error_title
@@ -165,6 +166,16 @@ class StompBase(Session):
 
     def _apply_ack(self, frame: Frame) -> None:
         raise NotImplementedError  # subscribe.SubscribeMethods
+
+    # the model's ConsumerOwner, for the subscriptions this session makes (delivery.DeliveryMethods)
+    def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        raise NotImplementedError
+
+    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+        raise NotImplementedError
 
 
 def queue_args(headers: dict[str, str]) -> dict[str, Any] | None:

@@ -3,7 +3,9 @@ made of the subscription's pre-encoded lines, the tag and the message's shared e
 
 from __future__ import annotations
 
-from .._message import Entry, Message
+from typing import Any
+
+from .._message import Entry, Message, SharedMessage
 from ..model import Consumer
 from .base import DESTS_MAX, StompBase
 from .destinations import destination_for
@@ -19,15 +21,19 @@ _TIMED_OUT_MEMORY = 1024
 class DeliveryMethods(StompBase):
     __slots__ = ()
 
-    def deliver(self, consumer: Consumer, tag: int, entry: Entry) -> None:
+    def deliver(self, consumer: Any, tag: int, entry: Entry) -> None:
+        """``consumer``: one of this session's subscriptions, a ``StompSubscription`` or a
+        ``StompLightSubscription`` (the model hands either as its consumer)."""
         msg = entry.msg
         try:
-            wire = consumer.wire  # type: ignore[attr-defined]
+            wire = consumer.wire
             if wire is None:
-                wire = consumer.wire = self._wire(consumer)  # type: ignore[attr-defined]
+                wire = consumer.wire = self._wire(consumer)
             if wire.destination is not None:
                 tail = self._tail(msg, wire.destination)
-            elif not msg.exchange:  # the default exchange routes to one queue: nothing to share
+            elif not msg.exchange and type(msg) is not SharedMessage:
+                # the default exchange routes to one queue: nothing to share (but a stream record is
+                # one SharedMessage for all the stream's readers: shared below)
                 tail = self._tail(msg, "/queue/" + msg.routing_key)
             else:
                 tail = wire.tails.get(msg)

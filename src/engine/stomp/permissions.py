@@ -4,11 +4,13 @@ declares, binds and reads queues for SEND and SUBSCRIBE); a refusal is an ERROR 
 
 from __future__ import annotations
 
-from ..model.security import Access, UserAccess
+from typing import Any
+
+from ..model.security import Access, TopicAccess, UserAccess, topic_refusal
 from .errors import StompError
 
 __all__ = ["permit", "permit_declare", "permit_publish", "permit_subscription_queue", "permit_light_subscription",
-           "permit_temp_queue"]
+           "permit_temp_queue", "permit_topic"]
 
 
 def permit(access: UserAccess, what: Access, kind: str, name: str) -> None:
@@ -51,3 +53,11 @@ def permit_temp_queue(access: UserAccess, name: str) -> None:
     """A ``/temp-queue/`` declares its queue and reads it."""
     permit(access, "configure", "queue", name)
     permit(access, "read", "queue", name)
+
+
+def permit_topic(access: UserAccess, exchange: Any, routing_key: str, want: TopicAccess) -> None:
+    """Topic authorisation (engine.model.security): a SEND to a topic exchange writes its routing
+    key, a subscription binds (reads) its key."""
+    text = topic_refusal(access, exchange, routing_key, want)
+    if text is not None:
+        raise StompError("access_refused", f"ACCESS_REFUSED - {text}")

@@ -12,7 +12,7 @@ from ..model.origin import session_origin
 from .base import StompBase, num
 from .destinations import Destination
 from .errors import StompError, model_error_title
-from .permissions import permit_publish
+from .permissions import permit_publish, permit_topic
 
 __all__ = ["SendMethods"]
 
@@ -41,6 +41,7 @@ class SendMethods(StompBase):
             msg_headers["reply-to"] = f"/reply-queue/{q.name}"
         exchange, key = self._publish_target(dest, headers)
         permit_publish(self.access, exchange)
+        permit_topic(self.access, vhost.exchanges.get(exchange), key, "write")
         priority = 0
         expires_at = None
         ack_timeout = None

@@ -131,7 +131,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         self.subs = {}
         for sub in subs.values():
             model.cancel(sub, requeue=True)
-            if sub.owns_queue:
+            if isinstance(sub, StompSubscription) and sub.owns_queue:
                 model.delete_queue(sub.queue)
         for q in (self.temp or {}).values():
             model.delete_queue(q)

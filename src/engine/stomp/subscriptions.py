@@ -39,18 +39,18 @@ class StompSubscription(Consumer):
     @property
     def destination(self) -> str:
         m = self._m
-        return m[0] if type(m) is tuple else "/queue/" + self.queue.name
+        return m[0] if isinstance(m, tuple) else "/queue/" + self.queue.name
 
     @property
     def ack_mode(self) -> str:
         m = self._m
-        return _ACK_MODES_BY_BITS[(m if type(m) is int else m[1]) & 3]
+        return _ACK_MODES_BY_BITS[(m if isinstance(m, int) else m[1]) & 3]
 
     @property
     def owns_queue(self) -> bool:
         """The queue exists for this subscription only (non-durable topic/exchange): deleted with it."""
         m = self._m
-        return bool((m if type(m) is int else m[1]) & _OWNS_QUEUE)
+        return bool((m if isinstance(m, int) else m[1]) & _OWNS_QUEUE)
 
 
 #: StompLightSubscription flag: ack mode client-individual (else client, unless auto)

@@ -189,10 +189,17 @@ def _seg_name(first: int) -> str:
 class FileStreamLog(StreamLog):
     """The log of one stream in directory ``path`` (created if missing)."""
 
-    def __init__(self, path: str, settings: StreamSettings | None = None, *, fsync: bool = True) -> None:
+    private_reads = True  # every read decodes anew
+
+    def __init__(self, path: str, settings: StreamSettings | None = None, *, fsync: bool = True,
+                 on_change: Callable[[FileStreamLog], None] | None = None) -> None:
         super().__init__(settings)
         self.path = path
         self.fsync = fsync
+        #: told (under ``_lock``) the first time the log changes after a sync, so that the owner's
+        #: sync visits only changed logs
+        self._on_change = on_change
+        self._changed = False
         self._lock = threading.Lock()  # buffers and the segment list
         self._sync_lock = threading.Lock()
         self._segs: list[_Seg] = []
@@ -361,7 +368,15 @@ class FileStreamLog(StreamLog):
             log.error("stream %s: write failed, refusing appends until a retry succeeds: %s", self.path, exc)
         self._failed = f"{errno.errorcode.get(exc.errno or 0, 'EIO')}: {exc.strerror or exc}"
 
+    def _changes(self) -> None:
+        """Note that the next sync has work here (caller holds ``_lock``)."""
+        if not self._changed:
+            self._changed = True
+            if self._on_change is not None:
+                self._on_change(self)
+
     def _put(self, seg: _Seg, rec: bytes) -> None:
+        self._changes()
         seg.buf += rec
         if len(seg.buf) >= FLUSH_AT:
             try:
@@ -522,6 +537,7 @@ class FileStreamLog(StreamLog):
                     except FileNotFoundError:
                         pass
             self._dir_dirty = True
+            self._changes()
         self._hints = {k: v for k, v in self._hints.items() if v[0] not in gone}
         return self._segs[0].first
 
@@ -541,6 +557,7 @@ class FileStreamLog(StreamLog):
     def sync(self) -> None:
         with self._sync_lock:
             with self._lock:
+                self._changed = False  # a change from here on registers for the next sync
                 self._write_out()
                 self._chunk_open = False
                 tail = self.tail
@@ -620,6 +637,9 @@ class FileStreams:
         self.root = os.path.join(root, "streams")
         self.fsync = fsync
         self.logs: dict[tuple[str, str], FileStreamLog] = {}
+        #: logs changed since the last sync (a sync visits only these, not every stream)
+        self._changed: dict[FileStreamLog, None] = {}
+        self._changed_lock = threading.Lock()
 
     def open(self, vhost: str, name: str, settings: StreamSettings | None) -> FileStreamLog:
         slog = self.logs.get((vhost, name))
@@ -634,23 +654,43 @@ class FileStreams:
                 f.write(vhost.encode("utf-8", "surrogateescape") + b"\0" + name.encode("utf-8", "surrogateescape"))
             if self.fsync:
                 _fsync_dir(self.root, os.fsync)
-        slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync)
+        slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync, on_change=self._note)
+        # recovery deleted or truncated files, or scanned a sealed segment without a saved index:
+        # the next sync makes that durable, or saves it
+        if slog._dir_dirty or any(not s.sidecar for s in slog._segs[:-1]):
+            with slog._lock:
+                slog._changes()
         return slog
+
+    def _note(self, slog: FileStreamLog) -> None:
+        with self._changed_lock:
+            self._changed[slog] = None
 
     def delete(self, vhost: str, name: str) -> None:
         slog = self.logs.pop((vhost, name), None)
         if slog is not None:
+            with self._changed_lock:
+                self._changed.pop(slog, None)
             with slog._lock:
                 for seg in slog._segs:
                     os.close(seg.fd)
                 slog._segs = []
+                slog._dir_dirty = False  # a sync already under way finds nothing left to do
         path = os.path.join(self.root, stream_key(vhost, name))
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
 
     def sync(self) -> None:
-        for slog in list(self.logs.values()):
-            slog.sync()
+        """Sync the logs changed since the last sync (worker thread)."""
+        with self._changed_lock:
+            changed, self._changed = list(self._changed), {}
+        for i, slog in enumerate(changed):
+            try:
+                slog.sync()
+            except BaseException:
+                with self._changed_lock:  # retried by the next sync
+                    self._changed.update(dict.fromkeys(changed[i:]))
+                raise
 
     def close(self) -> None:
         for slog in self.logs.values():

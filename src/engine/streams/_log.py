@@ -76,6 +76,9 @@ def retained_from(segments: Sequence[SegmentStats], settings: StreamSettings, no
 class StreamLog(ABC):
     """One stream's log. Offsets in ``[first, tail)`` are readable."""
 
+    #: ``read`` returns messages decoded for the caller alone (it may change their headers)
+    private_reads = False
+
     def __init__(self, settings: StreamSettings | None) -> None:
         self.settings = settings or StreamSettings()
         #: the oldest offset still kept

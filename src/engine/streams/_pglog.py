@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 
@@ -141,6 +141,15 @@ def stream_ddl(schema: str) -> str:
     return DDL.replace("{s}", _quoted(schema))
 
 
+_Key = TypeVar("_Key", bound=tuple[Any, ...])
+
+
+def _forget_keys(pending: dict[_Key, Any], sid: int) -> None:
+    """Drop the pending changes of stream ``sid`` (keys start with the stream's id)."""
+    for k in [k for k in pending if k[0] == sid]:
+        del pending[k]
+
+
 class StreamWork:
     """Stream changes between two syncs: one item of the PostgreSQL store's batch."""
 
@@ -161,9 +170,8 @@ class StreamWork:
         """A stream deleted in this batch: none of its pending changes are written."""
         self.new = [n for n in self.new if n[0] != sid]
         self.records = [r for r in self.records if r[0] != sid]
-        for d in (self.segments, self.tracking):
-            for k in [k for k in d if k[0] == sid]:
-                del d[k]
+        _forget_keys(self.segments, sid)
+        _forget_keys(self.tracking, sid)
         self.drops.pop(sid, None)
         self.chunks.pop(sid, None)
         self.tails = {log: t for log, t in self.tails.items() if log.sid != sid}
@@ -187,9 +195,9 @@ class StreamWork:
             cur.execute(q["put_segments"], ([k[0] for k in keys], [k[1] for k in keys], [v[0] for v in vals],
                                             [v[1] for v in vals], [v[2] for v in vals]))
         if self.tracking:
-            keys = list(self.tracking)
-            cur.execute(q["put_tracking"], ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                                            list(self.tracking.values())))
+            tracked = list(self.tracking)
+            cur.execute(q["put_tracking"], ([k[0] for k in tracked], [k[1] for k in tracked],
+                                            [k[2] for k in tracked], list(self.tracking.values())))
         if self.drops:
             args = (list(self.drops), list(self.drops.values()))
             cur.execute(q["drop_records"], args)

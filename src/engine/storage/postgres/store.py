@@ -420,5 +420,5 @@ def _safe_dsn(dsn: str) -> str:
     except psycopg.Error:
         return "<unparsable DSN>"
     host, port, db = info.get("host", ""), info.get("port", ""), info.get("dbname", "")
-    user = info.get("user", "")
+    user = str(info.get("user", ""))  # conninfo values are typed str | int
     return f"postgresql://{user + '@' if user else ''}{host}{':' + str(port) if port else ''}/{db}"

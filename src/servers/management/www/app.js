@@ -28,6 +28,12 @@ function table(rows, cols, id) {
   return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
 
+// a queue's rate of one message_stats counter (RabbitMQ leaves message_stats out before any traffic)
+function qrate(q, name) {
+  const d = q.message_stats && q.message_stats[name + "_details"];
+  return d ? d.rate : 0;
+}
+
 function sortable(id) {
   const t = document.getElementById(id);
   if (!t) return;
@@ -70,7 +76,9 @@ const pages = {
     el(`<h1>Queues</h1>${table(qs, [["vhost", (q) => esc(q.vhost)],
       ["name", (q) => `<a href="#/queue/${enc(q.vhost)}/${enc(q.name)}">${esc(q.name)}</a>`],
       ["ready", (q) => q.messages_ready], ["unacked", (q) => q.messages_unacknowledged],
-      ["consumers", (q) => q.consumers], ["durable", (q) => q.durable]], "queues")}
+      ["consumers", (q) => q.consumers], ["durable", (q) => q.durable],
+      ["publish/s", (q) => qrate(q, "publish")], ["deliver/s", (q) => qrate(q, "deliver_get")],
+      ["ack/s", (q) => qrate(q, "ack")]], "queues")}
       <form id="add-queue"><input name="name" placeholder="name"><button>Add queue</button></form><p id="status"></p>`);
     sortable("queues");
     document.getElementById("add-queue").onsubmit = async (e) => {
@@ -83,6 +91,8 @@ const pages = {
     const base = `/queues/${enc(vhost)}/${enc(name)}`;
     el(`<h1>Queue ${esc(name)}</h1><p id="depth">ready ${q.messages_ready}, unacked ${q.messages_unacknowledged},
       consumers ${q.consumers}</p>
+      <p id="rates">Rates/s: publish ${qrate(q, "publish")}, deliver ${qrate(q, "deliver_get")},
+      redeliver ${qrate(q, "redeliver")}, ack ${qrate(q, "ack")}, depth ${q.messages_details.rate}</p>
       <form id="publish"><input name="payload" placeholder="payload"><button>Publish</button></form>
       <form id="get"><button>Get messages</button></form><pre id="messages"></pre>
       <button id="purge">Purge</button> <button id="delete">Delete</button><p id="status"></p>`);
