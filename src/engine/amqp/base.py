@@ -17,6 +17,7 @@ from amqpproto import spec
 from .._message import Entry
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
+from ..model.origin import session_origin
 from ..model.security import UserAccess, UserRecord
 from .errors import ChannelError
 
@@ -161,11 +162,7 @@ class ChannelBase:
 
     def trace_origin(self) -> tuple[str, str, int]:
         """(user, connection, channel) in the firehose's trace messages (RabbitMQ's header values)."""
-        session = self.session
-        user = session.user
-        peer = session.peer
-        connection = f"{peer[0]}:{peer[1]}" if len(peer) >= 2 else str(peer)  # the client's address
-        return (user.name if user is not None else "", connection, self.id)
+        return session_origin(self.session, self.id)
 
     def _timeout_ms(self, q: Queue) -> int:
         """x-consumer-timeout of the queue, else Limits.consumer_timeout (ms; 0 = none)."""
