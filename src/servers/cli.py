@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,streams}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,analyze,streams}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
                              description=ANALYZE_DESCRIPTION)
     add_analyze_arguments(analyze)
-    streams = sub.add_parser("streams", help="stream queues on a running broker: create-partitioned")
+    streams = sub.add_parser("streams", help="stream queues on a running broker: create, create-partitioned")
     add_streams_arguments(streams)
     parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
                                     "streams": streams})

@@ -1,5 +1,8 @@
-"""``sansmq streams create-partitioned NAME --partitions N``: a partitioned stream (RabbitMQ's
-"super stream") made over AMQP 0-9-1 on a running broker.
+"""``sansmq streams create NAME`` and ``sansmq streams create-partitioned NAME --partitions N``: a
+stream, or a partitioned stream (RabbitMQ's "super stream"), made over AMQP 0-9-1 on a running broker.
+
+``create`` declares one durable stream queue NAME (with the retention given), as a client's
+``queue.declare`` with ``x-queue-type: stream`` would; running it again changes nothing.
 
 It declares a durable direct exchange NAME with argument ``x-partitioned: true`` (sansmq routes
 such an exchange by routing-key hash: see ``engine.model.routers.PartitionRouter``), N durable
@@ -17,7 +20,7 @@ from typing import Any
 import amqpproto
 from amqpproto import spec
 
-__all__ = ["add_streams_arguments", "create_partitioned", "streams_command"]
+__all__ = ["add_streams_arguments", "create_partitioned", "create_stream", "streams_command"]
 
 CH = 1
 
@@ -65,6 +68,13 @@ class _Blocking:
             self.sock.close()
 
 
+def create_stream(client: Any, name: str, queue_args: dict[str, Any] | None = None) -> None:
+    """Declare the durable stream queue NAME with the given retention arguments."""
+    client.call(spec.QueueDeclare(queue=name, durable=True,
+                                  arguments={"x-queue-type": "stream", **(queue_args or {})}, channel=CH),
+                spec.QueueDeclareOk)
+
+
 def create_partitioned(client: Any, name: str, partitions: int, queue_args: dict[str, Any] | None = None) -> list[str]:
     """Declare the exchange, the partitions and their bindings; returns the partitions' names."""
     client.call(spec.ExchangeDeclare(exchange=name, type="direct", durable=True,
@@ -72,29 +82,31 @@ def create_partitioned(client: Any, name: str, partitions: int, queue_args: dict
     names = []
     for i in range(partitions):
         queue = f"{name}-{i}"
-        client.call(spec.QueueDeclare(queue=queue, durable=True,
-                                      arguments={"x-queue-type": "stream", **(queue_args or {})}, channel=CH),
-                    spec.QueueDeclareOk)
+        create_stream(client, queue, queue_args)
         client.call(spec.QueueBind(queue=queue, exchange=name, routing_key=str(i), channel=CH), spec.QueueBindOk)
         names.append(queue)
     return names
 
 
 def add_streams_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="streams_command", required=True, metavar="{create-partitioned}")
+    sub = parser.add_subparsers(dest="streams_command", required=True, metavar="{create,create-partitioned}")
+    one = sub.add_parser("create", help="create the stream NAME")
+    one.add_argument("name", metavar="NAME")
     cp = sub.add_parser("create-partitioned", help="create a partitioned stream NAME-0..N-1 behind exchange NAME")
     cp.add_argument("name", metavar="NAME")
     cp.add_argument("--partitions", type=int, required=True, metavar="N")
-    cp.add_argument("--amqp", default="127.0.0.1:5672", metavar="HOST:PORT", help="the broker (default %(default)s)")
-    cp.add_argument("--user", default="guest")
-    cp.add_argument("--password", default="guest")
-    cp.add_argument("--vhost", default="/")
-    cp.add_argument("--max-age", metavar="AGE", help="x-max-age of every partition, e.g. 7D")
-    cp.add_argument("--max-length-bytes", type=int, metavar="BYTES", help="x-max-length-bytes of every partition")
+    for p in (one, cp):
+        p.add_argument("--amqp", default="127.0.0.1:5672", metavar="HOST:PORT", help="the broker (default %(default)s)")
+        p.add_argument("--user", default="guest")
+        p.add_argument("--password", default="guest")
+        p.add_argument("--vhost", default="/")
+        p.add_argument("--max-age", metavar="AGE", help="x-max-age of the stream(s), e.g. 7D")
+        p.add_argument("--max-length-bytes", type=int, metavar="BYTES", help="x-max-length-bytes of the stream(s)")
 
 
 def streams_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.partitions < 1:
+    partitioned = args.streams_command == "create-partitioned"
+    if partitioned and args.partitions < 1:
         parser.error("--partitions must be at least 1")
     host, _, port = args.amqp.rpartition(":")
     queue_args: dict[str, Any] = {}
@@ -105,11 +117,17 @@ def streams_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     try:
         client = _Blocking(host or "127.0.0.1", int(port), args.user, args.password, args.vhost, 10.0)
         try:
-            names = create_partitioned(client, args.name, args.partitions, queue_args)
+            if partitioned:
+                names = create_partitioned(client, args.name, args.partitions, queue_args)
+            else:
+                create_stream(client, args.name, queue_args)
         finally:
             client.close()
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"{parser.prog}: error: {exc}")
         return 1
-    print(f"partitioned stream '{args.name}': exchange '{args.name}' -> {', '.join(names)}")
+    if partitioned:
+        print(f"partitioned stream '{args.name}': exchange '{args.name}' -> {', '.join(names)}")
+    else:
+        print(f"stream '{args.name}'")
     return 0

@@ -397,6 +397,28 @@ def test_survives_sigkill(target: Target) -> None:
 
 
 # -- partitioned streams ---------------------------------------------------------------------------------
+def test_streams_create_cli_declares_a_stream(target: Target) -> None:
+    """`sansmq streams create` makes a durable stream any client can then append to and read."""
+    name = f"cli-{os.getpid()}-{next(_names)}"
+    cmd = [sys.executable, "-m", "servers", "streams", "create", name, "--max-age", "1h",
+           "--amqp", f"{target.amqp[0]}:{target.amqp[1]}"]
+    for _ in range(2):  # idempotent
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    conn = target.conn()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", name, f"m{i}".encode())
+    with pytest.raises(ConnectionClosedByBroker) as exc:  # a stream refuses basic.get
+        ch.basic_get(name)
+    assert exc.value.reply_code == 540
+    assert [b for _, b in read(target, name, 3)] == [b"m0", b"m1", b"m2"]
+    bad = subprocess.run(cmd[:5] + [name + "-bad", "--max-age", "7X"] + cmd[8:], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "x-max-age" in bad.stdout, bad.stdout + bad.stderr
+
+
 def test_partitioned_stream_routes_by_key_hash(target: Target) -> None:
     sansmq_only(target, "RabbitMQ's super streams hash in the stream protocol's clients, not in the broker")
     name = f"pst-{os.getpid()}-{next(_names)}"
