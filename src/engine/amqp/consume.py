@@ -8,6 +8,7 @@ from amqpproto import spec
 
 from .._message import Entry
 from ..model import Queue
+from ..model.streams import check_not_stream_consumer
 from .base import REPLY_TO, AmqpConsumer, ChannelBase, GetHolder
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit
@@ -67,6 +68,7 @@ class ConsumeMethods(ChannelBase):
                 self.send(spec.BasicConsumeOk(tag))
             model.consume_stream(q, consumer, start, tracking, priority)
             return
+        check_not_stream_consumer(q, m.arguments)
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send(spec.BasicConsumeOk(tag))

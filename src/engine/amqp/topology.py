@@ -8,11 +8,12 @@ from typing import Any
 from amqpproto import spec
 
 from ..model import Exchange, Queue
+from ..model.objects import inequivalent, term
 from ..model.security import check_target_exchange, check_topic_access
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit, permit_bind, permit_queue_declare
-from .replies import inequivalent, not_default, term
+from .replies import not_default
 
 __all__ = ["TopologyMethods"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
+from decimal import Decimal
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ __all__ = [
     "MAX_PRIORITY",
     "check_queue_args",
     "amqp_type_name",
+    "inequivalent",
+    "term",
     "over_limits",
     "pageable",
     "consumer_priority",
@@ -357,7 +360,7 @@ def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = 
         if name in out:
             try:
                 value = int(out[name])
-                if isinstance(out[name], (bool, float)):
+                if isinstance(out[name], (bool, float, Decimal)):  # RabbitMQ: "expected integer, got decimal"
                     raise TypeError
             except (TypeError, ValueError):
                 raise invalid(name, f'"expected integer, got {amqp_type_name(out[name])}"') from None
@@ -384,6 +387,8 @@ def amqp_type_name(value: Any) -> str:
         return "signedint" if -(1 << 31) <= value < (1 << 31) else "long"
     if isinstance(value, float):
         return "double"
+    if isinstance(value, Decimal):
+        return "decimal"
     if isinstance(value, (str, bytes)):
         return "longstr"
     if isinstance(value, dict):
@@ -391,6 +396,22 @@ def amqp_type_name(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return type(value).__name__
+
+
+def inequivalent(key: str, kind: str, name: str, vhost: str, theirs: Any, ours: Any) -> str:
+    """RabbitMQ's text for a redeclare whose argument ``key`` differs."""
+    def val(v: Any) -> str:
+        return "none" if v is None else f"the value '{term(v)}' of type '{amqp_type_name(v)}'"
+
+    head = f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': received "
+    if theirs is None or ours is None:
+        return f"{head}{val(theirs)} but current is {val(ours)}"
+    return f"{head}'{term(theirs)}' but current is '{term(ours)}'"
+
+
+def term(value: Any) -> str:
+    """A value as RabbitMQ prints it in a reply text (booleans as Erlang atoms)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def over_limits(q: Queue, args: dict[str, Any], more: int, more_bytes: int) -> bool:

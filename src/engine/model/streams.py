@@ -46,16 +46,21 @@ from ..streams import (
     stream_settings,
 )
 from .errors import PreconditionFailed
-from .objects import Consumer, Queue
+from .objects import Consumer, Queue, inequivalent
 from .state import ModelState
 
-__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "parse_consumer_args",
-           "STREAM_OFFSET_HEADER"]
+__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "check_same_queue_type",
+           "check_not_stream_consumer", "parse_consumer_args", "STREAM_OFFSET_HEADER"]
 
 #: the delivery header carrying a message's offset
 STREAM_OFFSET_HEADER = "x-stream-offset"
 PRODUCER_HEADER = "x-producer"
 PUBLISHING_ID_HEADER = "x-publishing-id"
+#: the consumer argument naming a tracked consumer (a sansmq extension)
+CONSUMER_NAME_ARG = "x-stream-consumer-name"
+#: consumer arguments only a stream's consumers take: on another queue a 406, as RabbitMQ answers
+#: x-stream-offset on a classic queue
+STREAM_CONSUMER_ARGS = (STREAM_OFFSET_HEADER, CONSUMER_NAME_ARG)
 #: most records one dispatch reads for one consumer (its prefetch bounds it further)
 READ_BATCH = 256
 #: records a stream keeps decoded for its consumers (and body bytes in them): readers close to each
@@ -83,10 +88,10 @@ def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, 
     if not is_stream_args(args):
         for arg in STREAM_QUEUE_ARGS:
             if args and arg in args:
-                raise PreconditionFailed(f"invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue "
-                                         "type rabbit_classic_queue")
+                raise _not_a_stream(arg, name, vhost)
         return
-    for prop, bad in (("non-durable", not durable), ("exclusive-owner", exclusive), ("auto-delete", auto_delete)):
+    # RabbitMQ's order (rabbit_stream_queue): a declare breaking several rules names auto-delete first
+    for prop, bad in (("auto-delete", auto_delete), ("exclusive-owner", exclusive), ("non-durable", not durable)):
         if bad:
             raise PreconditionFailed(f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'")
     try:
@@ -94,6 +99,28 @@ def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, 
     except StreamArgumentError as exc:  # RabbitMQ's text names the queue: "invalid arg 'x' for queue ..."
         raise PreconditionFailed(str(exc).replace("'" + exc.argument + "'", f"'{exc.argument}' for queue "
                                                   f"'{name}' in vhost '{vhost}'", 1)) from None
+
+
+def check_same_queue_type(q: Queue, args: Mapping[str, Any] | None) -> None:
+    """A redeclare of ``q`` whose arguments make it a stream when it is none, or the other way
+    round, is refused (406) with RabbitMQ's text."""
+    if q.stream != is_stream_args(args):
+        ours = (q.declared_args or {}).get("x-queue-type")
+        raise PreconditionFailed(inequivalent("x-queue-type", "queue", q.name, q.vhost.name,
+                                              (args or {}).get("x-queue-type"), ours))
+
+
+def check_not_stream_consumer(q: Queue, args: Mapping[str, Any] | None) -> None:
+    """A consumer of a queue that is no stream may not give a stream's consumer arguments (406)."""
+    if args and not q.stream:
+        for arg in STREAM_CONSUMER_ARGS:
+            if arg in args:
+                raise _not_a_stream(arg, q.name, q.vhost.name)
+
+
+def _not_a_stream(arg: str, name: str, vhost: str) -> PreconditionFailed:
+    return PreconditionFailed(f"invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue type "
+                              "rabbit_classic_queue")
 
 
 class StreamEntry(Entry):
@@ -375,9 +402,9 @@ def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> 
             start = parse_stomp_stream_offset(raw) if stomp and isinstance(raw, str) else parse_stream_offset(raw)
     except StreamArgumentError as exc:
         raise PreconditionFailed(str(exc)) from None
-    name = args.get("x-stream-consumer-name")
+    name = args.get(CONSUMER_NAME_ARG)
     if isinstance(name, (bytes, bytearray)):
         name = bytes(name).decode("utf-8", "replace")
     if name is not None and (not isinstance(name, str) or not name):
-        raise PreconditionFailed("invalid arg 'x-stream-consumer-name': expected a non-empty string")
+        raise PreconditionFailed(f"invalid arg '{CONSUMER_NAME_ARG}': expected a non-empty string")
     return start, name
