@@ -5,9 +5,10 @@ recovery, and the protocol refusals."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
-from enginetest_helpers import connected, new_net, subscribe
+from enginetest_helpers import connected, new_net, send, subscribe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_engine_amqp import amqp, declare, publish
@@ -374,3 +375,46 @@ def test_stomp_readers_of_a_stream_share_each_record_s_encoded_frame_tail() -> N
     assert len(held) == 12 and len({id(m) for m in held}) == 4  # 3 readers x 4 records: 4 messages
     tails = tail_cache(net.broker).by_escape
     assert sum(1 for t in tails.values() for m in t if m in held) == 4  # each encoded once
+
+
+def test_what_makes_a_queue_a_stream_or_not_is_refused_as_rabbitmq_refuses_it() -> None:
+    """STOMP declares a stream with the frame's durable/auto-delete/exclusive headers and refuses
+    another queue type than the existing queue's; a stream's consumer arguments on a classic queue,
+    and a decimal where a retention argument needs an integer, are 406s naming the argument."""
+    net = new_net(store=FakeStore())
+    c = amqp(net, channels=4)
+    stream(c)
+    declare(c, "classic", durable=True)
+    cases = [  # (destination, headers, text of the ERROR)
+        ("/queue/nd", {"x_queue_type": "stream", "durable": "false"}, "invalid property 'auto-delete'"),
+        ("/queue/nd2", {"x_queue_type": "stream", "durable": "false", "auto_delete": "false"},
+         "invalid property 'non-durable'"),
+        ("/queue/ex", {"x_queue_type": "stream", "exclusive": "true"}, "invalid property 'exclusive-owner'"),
+        ("/queue/s", {}, "inequivalent arg 'x-queue-type' for queue 's' in vhost '/': received none but current "
+                         "is the value 'stream' of type 'longstr'"),
+        ("/queue/s", {"x_queue_type": "classic"}, "received 'classic' but current is 'stream'"),
+        ("/queue/classic", {"x_queue_type": "stream"}, "received the value 'stream' of type 'longstr' but "
+                                                        "current is none"),
+        ("/amq/queue/classic", {"x_stream_offset": "first"}, "invalid arg 'x-stream-offset' for queue 'classic'"),
+        ("/amq/queue/classic", {"x_stream_consumer_name": "n"}, "invalid arg 'x-stream-consumer-name'"),
+    ]
+    for dest, headers, text in cases:
+        for frame in ("SUBSCRIBE", "SEND"):
+            if frame == "SEND" and dest.startswith("/amq/"):
+                continue  # consumer arguments: SUBSCRIBE only
+            s = connected(net)
+            if frame == "SEND":
+                send(s, dest, b"x", **headers)
+            else:
+                subscribe(s, dest, "a", ack="client", prefetch_count="10", **headers)
+            net.run_until_idle()
+            errors = [e for e in s.events() if isinstance(e, Error)]
+            assert len(errors) == 1 and text in bytes(errors[0].body).decode(), (frame, dest, headers)
+    assert not {"nd", "nd2", "ex"} & set(net.broker.model.vhosts["/"].queues)  # nothing declared
+    c.call(spec.BasicQos(prefetch_count=5, channel=2))
+    bad = c.call(spec.BasicConsume(queue="classic", arguments={"x-stream-offset": "first"}, channel=2))
+    assert isinstance(bad, spec.ChannelClose) and bad.reply_code == 406 and "'x-stream-offset'" in bad.reply_text
+    bad = declare(c, "dec", ch=3, durable=True, arguments={**STREAM, "x-max-length-bytes": Decimal("1.5")})
+    assert isinstance(bad, spec.ChannelClose) and bad.reply_text.endswith("'x-max-length-bytes' for queue 'dec' in "
+                                                                          "vhost '/': \"expected integer, got decimal\"")
+    assert declare(c, "s", ch=4, durable=True, arguments=STREAM).message_count == 0  # the stream is as it was

@@ -16,9 +16,11 @@ from .._message import Entry
 from .._session import Host, Session
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.security import UserAccess, UserRecord
+from ..model.streams import check_same_queue_type
 from .destinations import BadDestination, Destination, parse_destination
 from .errors import StompError, model_error_title
 from .permissions import permit_declare, permit_temp_queue
+from .stream_declare import check_new_stream
 from .subscriptions import AnySubscription, StompSubscription
 from .wire import tail_cache
 
@@ -127,11 +129,14 @@ class StompBase(Session):
         assert vhost is not None
         permit_declare(self.access, name)
         q = vhost.queues.get(name)
-        if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
-            self.model.touch(q)
-            return q  # already declared: the common path of every SEND to /queue/q
-        args = queue_args(headers)
         try:
+            if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
+                if q.stream or "x-queue-type" in headers:  # a SEND to a classic queue pays one look-up
+                    check_same_queue_type(q, headers)  # another type: RabbitMQ's redeclare 406
+                self.model.touch(q)
+                return q  # already declared: the common path of every SEND to /queue/q
+            args = queue_args(headers)
+            check_new_stream(name, vhost.name, headers, args)
             return self.model.declare_queue(vhost, name, durable=True, args=args)
         except ModelError as exc:
             raise StompError(model_error_title(exc), exc.text) from None

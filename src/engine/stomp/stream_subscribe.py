@@ -13,10 +13,12 @@ __all__ = ["consume_stream"]
 
 def consume_stream(model: Model, q: Queue, sub: StompSubscription, headers: dict[str, str]) -> None:
     """Start ``sub`` on stream ``q`` where its headers say; an ERROR without acks or a prefetch."""
+    where = f"queue '{q.name}' in vhost '{q.vhost.name}'"  # RabbitMQ's texts, then what to send instead
     if sub.ack_mode == "auto":
-        raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs ack:client or "
-                         "ack:client-individual")
+        raise StompError("precondition_failed", f"automatic acknowledgement not supported by stream queues {where}:"
+                         " SUBSCRIBE with ack:client or ack:client-individual")
     if not sub.prefetch:
-        raise StompError("precondition_failed", f"a subscription to stream '{q.name}' needs a prefetch-count")
+        raise StompError("precondition_failed", f"consumer prefetch count is not set for '{where}': SUBSCRIBE "
+                         "with a prefetch-count header")
     start, name = parse_consumer_args(headers, stomp=True)
     model.consume_stream(q, sub, start, name)

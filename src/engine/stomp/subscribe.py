@@ -8,6 +8,7 @@ from stompproto import Ack, Frame, Subscribe, Unsubscribe
 
 from ..model import ModelError, Queue
 from ..model.routers import PREFIX_ARG
+from ..model.streams import check_not_stream_consumer
 from .base import QUEUE_ARGS, StompBase, num, queue_args
 from .destinations import Destination, is_prefix_topic
 from .errors import StompError, model_error_title
@@ -53,6 +54,7 @@ class SubscribeMethods(StompBase):
             if q.stream:
                 consume_stream(self.model, q, sub, headers)
             else:
+                check_not_stream_consumer(q, headers)
                 self.model.consume(q, sub)
         except ModelError as exc:
             raise StompError(model_error_title(exc), exc.text) from None
