@@ -418,3 +418,32 @@ def test_what_makes_a_queue_a_stream_or_not_is_refused_as_rabbitmq_refuses_it() 
     assert isinstance(bad, spec.ChannelClose) and bad.reply_text.endswith("'x-max-length-bytes' for queue 'dec' in "
                                                                           "vhost '/': \"expected integer, got decimal\"")
     assert declare(c, "s", ch=4, durable=True, arguments=STREAM).message_count == 0  # the stream is as it was
+
+
+def test_a_consumer_at_the_end_waits_without_the_broker_polling(monkeypatch: Any) -> None:
+    """A consumer at the end of a stream costs nothing while nothing is appended: an hour of
+    simulated time runs no dispatch and reads nothing; the next append wakes it at once."""
+    from engine.model.streams import Streams
+
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 3)
+    r = amqp(net)
+    consume(r, **{"x-stream-offset": "next"})
+    log = net.broker.model.streams.log(streams_q(net, "s"))
+    calls = {"dispatch": 0, "read": 0}
+
+    def counting(name: str, real: Any) -> Any:
+        def call(*a: Any, **kw: Any) -> Any:
+            calls[name] += 1
+            return real(*a, **kw)
+        return call
+
+    monkeypatch.setattr(Streams, "dispatch", counting("dispatch", Streams.dispatch))
+    monkeypatch.setattr(log, "read", counting("read", log.read))
+    net.advance(3600)
+    assert calls == {"dispatch": 0, "read": 0} and offsets(r) == []
+    pub(c, 1, 3)
+    net.run_until_idle()
+    assert offsets(r) == [3] and calls["dispatch"] >= 1 and calls["read"] >= 1
