@@ -205,7 +205,7 @@ class ThreadsServer(Driver):
             started = time.monotonic()
             try:
                 self.broker.run_sync(token)
-            except BaseException as exc:  # noqa: BLE001 - reported like the worker's failures
+            except Exception as exc:  # noqa: BLE001 - reported like the worker's failures
                 self._sync_done(token, exc)
             else:
                 self._timed_sync(started)
