@@ -4,21 +4,25 @@ The broker is driven through its driver contract with bytes made by amqpproto cl
 one producer publishing 1 KB transient messages in bursts of 100, consumers with prefetch 100
 acking with multiple=true every 50 deliveries (mqload's S1 shape), or a fanout exchange to N
 queues (S3). Prints CPU microseconds per delivered message: a stable figure on a busy machine,
-where socket benchmarks swing by 2x. Usage:
+where socket benchmarks swing by 2x. ``--durable`` is S2's shape: a durable queue on a SegmentStore
+(in a temporary directory, fsync off: the disk's time is not the engine's), persistent messages,
+publisher confirms, and the store's sync run whenever the broker asks for one. Usage:
 
-    PYTHONPATH=src python benchmarks/bench_amqp_engine.py [--messages 50000] [--fanout 10]
+    PYTHONPATH=src python benchmarks/bench_amqp_engine.py [--messages 50000] [--fanout 10] [--durable]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import tempfile
 import time
 
 import amqpproto as a
 from amqpproto import spec
 from amqpproto._writers import frame
-from engine import Broker, Config, Write
+from engine import Broker, Config, Sync, Write
+from engine.segment_store import SegmentStore
 from engine.store import MemoryStore
 
 
@@ -81,10 +85,14 @@ def _ack(tag: int) -> bytes:
     return frame(1, 1, spec.ENCODERS[spec.BasicAck](spec.BasicAck(tag, True)))
 
 
-def run(messages: int, fanout: int) -> float:
-    broker = Broker(Config(), MemoryStore(), random.Random(1))
+def run(messages: int, fanout: int, durable: bool = False) -> float:
+    tmp = tempfile.TemporaryDirectory(prefix="bench-amqp-")
+    store = SegmentStore(tmp.name, sync=False) if durable else MemoryStore()
+    broker = Broker(Config(), store, random.Random(1))
     prod = _client(broker, 1)
     _rpc(broker, 1, prod, spec.ChannelOpen(channel=1))
+    if durable:
+        _rpc(broker, 1, prod, spec.ConfirmSelect(False, channel=1))
     queues = [f"q{i}" for i in range(max(fanout, 1))]
     exchange, key = ("", queues[0]) if fanout == 0 else ("fan", "")
     if fanout:
@@ -94,14 +102,14 @@ def run(messages: int, fanout: int) -> float:
         cid = 10 + i
         c = _client(broker, cid)
         _rpc(broker, cid, c, spec.ChannelOpen(channel=1))
-        _rpc(broker, cid, c, spec.QueueDeclare(0, q, channel=1))
+        _rpc(broker, cid, c, spec.QueueDeclare(0, q, durable=durable, channel=1))
         if fanout:
             _rpc(broker, cid, c, spec.QueueBind(0, q, "fan", "", channel=1))
         _rpc(broker, cid, c, spec.BasicQos(0, 100, False, channel=1))
         _rpc(broker, cid, c, spec.BasicConsume(0, q, "ct", channel=1))
         cons[cid] = c
     body = b"x" * 1024
-    props = spec.BasicProperties(delivery_mode=1)
+    props = spec.BasicProperties(delivery_mode=2 if durable else 1)
     burst = 100
     one = prod.send(spec.BasicPublish(0, exchange, key, False, False, props, body, channel=1))
     pending = {cid: 0 for cid in cons}
@@ -114,7 +122,11 @@ def run(messages: int, fanout: int) -> float:
         while True:
             got = False
             for act in broker.drain():
-                if type(act) is Write:
+                if type(act) is Sync:
+                    broker.run_sync(act.token)
+                    broker.synced(act.token, 1.0)
+                    got = True
+                elif type(act) is Write:
                     broker.data_sent(act.conn_id, len(act.data))
                     if act.conn_id in cons:
                         n = act.data.count(mark)
@@ -135,6 +147,7 @@ def run(messages: int, fanout: int) -> float:
             if not got:
                 break
     cpu = time.process_time() - t0
+    tmp.cleanup()
     assert delivered == (messages // burst) * burst * len(cons), delivered
     return cpu / delivered * 1e6
 
@@ -143,10 +156,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=30000)
     ap.add_argument("--fanout", type=int, default=0, help="0 = S1 (default exchange), N = S3 fanout to N queues")
+    ap.add_argument("--durable", action="store_true", help="S2: durable queue, persistent, confirms")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    runs = sorted(run(args.messages, args.fanout) for _ in range(args.repeat))
-    print(f"fanout={args.fanout} messages={args.messages}: {runs[len(runs) // 2]:.1f} us CPU per delivery "
+    runs = sorted(run(args.messages, args.fanout, args.durable) for _ in range(args.repeat))
+    print(f"fanout={args.fanout} durable={args.durable} messages={args.messages}: {runs[len(runs) // 2]:.1f} us CPU per delivery "
           f"(runs {', '.join(f'{r:.1f}' for r in runs)})")
 
 

@@ -12,6 +12,10 @@ work once, for instruction counts (``valgrind --tool=callgrind``: the difference
 deterministic, unlike time on a shared machine).
 
 s4: 1 producer -> /queue/bench -> 1 subscriber, ack client-individual, prefetch 100, 1 KB bodies.
+s5: mqload's S5 cycle, one at a time: SEND persistent:true with a receipt to /queue/bench.receipt,
+    the store's sync (a SegmentStore in a temporary directory, fsync off: the disk's time is not
+    the engine's), RECEIPT, MESSAGE to the one subscriber, its ACK. Reports receipted SENDs per
+    CPU-second; what is left is what one receipt costs in Python besides the fdatasync.
 s6: 1 producer -> /topic/bench -> 10 subscribers, ack auto, 1 KB bodies.
 s7: s6 over WebSocket (masked client frames), 75 subscribers, 117-byte bodies.
 """
@@ -25,9 +29,11 @@ import pstats
 import random
 import re
 import sys
+import tempfile
 import time
 
-from engine import Broker, Config, MemoryStore, Write  # noqa: E402
+from engine import Broker, Config, MemoryStore, Sync, Write  # noqa: E402
+from engine.segment_store import SegmentStore  # noqa: E402
 
 BATCH = 64 * 1024
 
@@ -68,7 +74,12 @@ class Bench:
     def __init__(self, scenario: str) -> None:
         self.scenario = scenario
         self.ws = scenario == "s7"
-        self.broker = Broker(Config(), MemoryStore(), random.Random(1))
+        if scenario == "s5":
+            self._dir = tempfile.TemporaryDirectory(prefix="bench-s5-")
+            store: MemoryStore | SegmentStore = SegmentStore(self._dir.name, sync=False)
+        else:
+            store = MemoryStore()
+        self.broker = Broker(Config(), store, random.Random(1))
         self.now = 1_800_000_000.0
         self.inbox: dict[int, bytearray] = {}
         self.sent_bytes = 0
@@ -91,7 +102,10 @@ class Bench:
                 return
             sent: dict[int, int] = {}
             for a in actions:
-                if type(a) is Write:
+                if type(a) is Sync:  # as the threads server does when nothing else is ready
+                    broker.run_sync(a.token)
+                    broker.synced(a.token, self.now)
+                elif type(a) is Write:
                     self.inbox.setdefault(a.conn_id, bytearray()).extend(a.data)
                     sent[a.conn_id] = sent.get(a.conn_id, 0) + len(a.data)
             for conn_id, n in sent.items():
@@ -111,6 +125,8 @@ class Bench:
     def setup(self) -> tuple[int, list[int]]:
         if self.scenario == "s4":
             subs, dest, ack, size = 1, "/queue/bench", "client-individual", 1024
+        elif self.scenario == "s5":
+            subs, dest, ack, size = 1, "/queue/bench.receipt", "client-individual", 1024
         elif self.scenario == "s6":
             subs, dest, ack, size = 10, "/topic/bench", "auto", 1024
         else:
@@ -124,6 +140,15 @@ class Bench:
                  f"activemq.prefetchSize:100\nprefetch:100\n\n\0").encode()))
         self.open(1)
         return 1, consumers
+
+    def send_receipted(self, producer: int, seq: int) -> int:
+        """One S5 cycle: a persistent SEND with a receipt, the sync, the RECEIPT (checked)."""
+        frame = (b"SEND\ndestination:%s\npersistent:true\nreceipt:r%d\ncontent-length:%d\n\n"
+                 % (self.dest.encode(), seq, self.size)) + _body(self.size, seq) + b"\0"
+        self.feed(producer, frame)
+        receipt = self.inbox.pop(producer, b"")
+        assert receipt.startswith(b"RECEIPT\nreceipt-id:r%d\n" % seq), receipt
+        return 1
 
     def send_batch(self, producer: int, seq: int) -> int:
         head = f"SEND\ndestination:{self.dest}\ncontent-length:{self.size}\n\n".encode()
@@ -147,7 +172,7 @@ class Bench:
                 continue
             n = data.count(b"MESSAGE\n")
             self.delivered += n
-            if self.scenario == "s4":
+            if self.scenario in ("s4", "s5"):
                 acks = [b"ACK\nid:%s\nsubscription:0\nmessage-id:%s\n\n\0" % (m, m)
                         for m in re.findall(rb"\nack:([^\n]*)\n", bytes(data))]
                 for i in range(0, len(acks), 60):
@@ -159,7 +184,7 @@ class Bench:
         self.busy = 0.0
         done = 0
         while (self.busy < seconds) if not batches else (done < batches):
-            seq += self.send_batch(producer, seq)
+            seq += (self.send_receipted if self.scenario == "s5" else self.send_batch)(producer, seq)
             self.consume(consumers)
             done += 1
         assert self.delivered, "nothing was delivered"
@@ -168,7 +193,7 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scenario", nargs="?", default="s6", choices=("s4", "s6", "s7"))
+    ap.add_argument("scenario", nargs="?", default="s6", choices=("s4", "s5", "s6", "s7"))
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--batches", type=int, default=0,
@@ -190,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.scenario}: {bench.delivered} delivered in {args.batches} batches")
         return 0
     rates = sorted(Bench(args.scenario).run(args.seconds) for _ in range(args.repeat))
-    what = "messages" if args.scenario == "s4" else "deliveries"
+    what = {"s4": "messages", "s5": "receipted SENDs"}.get(args.scenario, "deliveries")
     print(f"{args.scenario}: {rates[len(rates) // 2]:,.0f} {what} per CPU-second "
           f"(median of {args.repeat}: {', '.join(f'{r:,.0f}' for r in rates)}; pid {os.getpid()})")
     return 0

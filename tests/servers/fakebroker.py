@@ -20,10 +20,11 @@ class FakeStore:
     def __init__(self) -> None:
         self.sync_threads: list[str] = []
         self.fail_tokens: set[int] = set()
+        self.sync_seconds = 0.01  # how long the pretend fsync takes
 
     def sync(self, token: int) -> None:
         self.sync_threads.append(threading.current_thread().name)
-        time.sleep(0.01)  # a pretend fsync
+        time.sleep(self.sync_seconds)
         failing = {t for t in self.fail_tokens if t <= token}  # a sync covers every earlier token
         if failing:
             self.fail_tokens -= failing
@@ -155,7 +156,7 @@ class LineBroker:
         assert st.sent <= st.written, (st.sent, st.written)
 
     def run_sync(self, token: int) -> None:
-        self.store.sync(token)  # on the server's sync worker thread
+        self.store.sync(token)  # on the server's sync worker thread (threads: or its loop, see _threads)
 
     def synced(self, token: int, now: float) -> None:
         """As engine.Broker: a sync covers ``token`` and every earlier one (servers coalesce)."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fakebroker import LineBroker
@@ -85,7 +88,9 @@ def test_timers_fire_in_order_and_rearm_earlier(fake) -> None:
         assert now >= deadline and now - deadline < 0.2
 
 
+@pytest.mark.parametrize("kind", [k for k in servers.SERVER_KINDS if k != "threads"])
 def test_sync_runs_off_the_loop_thread(fake) -> None:
+    """asyncio and trio always sync on a worker; threads syncs on its loop when idle (below)."""
     srv, broker = fake
     c = LineClient(srv.address())
     c.send(b"sync\nsync\necho after\n")
@@ -95,6 +100,60 @@ def test_sync_runs_off_the_loop_thread(fake) -> None:
     assert 1 <= len(broker.store.sync_threads) <= 2  # the second may be coalesced into one sync
     assert srv.thread.name not in broker.store.sync_threads
     assert all(name != threading.current_thread().name for name in broker.store.sync_threads)
+
+
+@pytest.fixture
+def threads_fake() -> Iterator[tuple[servers.Running, LineBroker]]:
+    broker = LineBroker()
+    with servers.running("threads", [("stomp", "127.0.0.1", 0)], broker=broker) as srv:
+        yield srv, broker
+    assert len(broker.threads) == 1, "broker called from more than one thread"
+
+
+class _AlwaysReady:
+    """The server's epoll, except that a zero-timeout poll always finds input waiting (an fd the
+    server does not know, which its loop ignores): the case of a sync asked for under load."""
+
+    def __init__(self, ep: Any) -> None:
+        self._ep = ep
+
+    def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
+        return [(1 << 30, select.EPOLLIN)] if timeout == 0 else self._ep.poll(timeout, maxevents)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ep, name)
+
+
+def test_threads_sync_inline_when_idle(threads_fake) -> None:
+    srv, broker = threads_fake
+    broker.store.sync_seconds = 0.0
+    c = LineClient(srv.address())
+    assert c.ask(b"sync") == b"synced 1"
+    c.send(b"sync\nsync\n")  # one round: one sync covers both
+    assert [c.readline(), c.readline()] == [b"synced 2", b"synced 3"]
+    assert broker.store.sync_threads == [srv.thread.name, srv.thread.name]
+
+
+def test_threads_sync_on_the_worker_while_input_waits(threads_fake) -> None:
+    srv, broker = threads_fake
+    srv.server._ep = _AlwaysReady(srv.server._ep)  # only _run_syncs reads it through self
+    broker.store.sync_seconds = 0.3
+    c = LineClient(srv.address())
+    c.send(b"sync\n")
+    time.sleep(0.1)  # the sync is under way on the worker: the loop still answers
+    assert c.ask(b"echo during") == b"during"
+    assert c.readline() == b"synced 1"
+    assert broker.store.sync_threads == ["sansmq-sync"]
+
+
+def test_threads_sync_moves_to_the_worker_when_the_disk_is_slow(threads_fake) -> None:
+    srv, broker = threads_fake
+    broker.store.sync_seconds = 0.01  # above servers._threads.INLINE_SYNC_LIMIT
+    c = LineClient(srv.address())
+    for n in range(1, 6):
+        assert c.ask(b"sync") == b"synced %d" % n
+    names = broker.store.sync_threads
+    assert names[0] == srv.thread.name and names[-1] == "sansmq-sync", names
 
 
 def test_failed_sync_is_reported_not_confirmed(fake, caplog) -> None:

@@ -210,6 +210,59 @@ def test_fsync_error_is_reported_and_retried(tmp_path: Path) -> None:
     assert len(calls) >= 2  # segment + journal fsynced again, though nothing new was written
 
 
+class _FsyncLog(FaultyStore):
+    """Records which files each sync fsynced (by path, so closed descriptors cannot alias)."""
+
+    def __init__(self, *args, **kw) -> None:
+        self.fsynced: list[str] = []
+        self.visited: list[str] = []  # files a write-out looked at
+        super().__init__(*args, **kw)
+
+    def _fsync(self, fd: int) -> None:
+        super()._fsync(fd)
+        self.fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    def _write_file(self, f) -> None:
+        self.visited.append(os.path.basename(f.path))
+        super()._write_file(f)
+
+
+def test_a_sync_fsyncs_rotated_segments_once_and_never_visits_the_backlog(tmp_path: Path) -> None:
+    """A large backlog is many segments: a sync fsyncs the current one and those rotated since
+    the last sync (again after a failed fsync), and leaves the old ones alone (no scan of them)."""
+    s = _FsyncLog(tmp_path, segment_size=4096)
+    s.add_queue(QueueDef("/", "q"))
+    for i in range(1, 61):  # ~6 segments of backlog, all referenced
+        s.enqueue("/", "q", msg(i, b"y" * 600))
+    s.sync(1)
+    backlog = set(segments(tmp_path))
+    assert len(backlog) >= 6
+    s.fsynced.clear()
+    s.visited.clear()
+    s.enqueue("/", "q", msg(61, b"y" * 10))
+    s.sync(2)
+    synced = {os.path.basename(p) for p in s.fsynced if "segments" in p}
+    assert max(segments(tmp_path)) in synced  # the current segment
+    old = set(sorted(backlog)[:-1])  # the backlog's full segments: neither written nor fsynced
+    assert not synced & old and not set(s.visited) & old, s.visited
+    backlog = set(segments(tmp_path))
+    for i in range(62, 72):  # rotates once or twice
+        s.enqueue("/", "q", msg(i, b"y" * 600))
+    rotated = sorted(set(segments(tmp_path)) - backlog) + [max(backlog)]
+    s.fail_fsyncs = 1
+    with pytest.raises(StoreError, match="cannot sync"):
+        s.sync(3)
+    s.fsynced.clear()
+    s.sync(4)  # the failed sync's files again: the rotated ones included
+    synced = sorted(os.path.basename(p) for p in s.fsynced if "segments" in p)
+    assert synced == sorted(rotated)
+    s.fsynced.clear()
+    s.sync(5)
+    assert [p for p in s.fsynced if "segments" in p] == []  # nothing new: nothing to fsync
+    rec = reopen(s, tmp_path, segment_size=4096).recover()
+    assert [sm.message.id for sm in rec.messages[("/", "q")]] == list(range(1, 72))
+
+
 def test_store_format_is_explicit_and_versioned(tmp_path: Path) -> None:
     """Headers and arguments round-trip through AMQP field tables (no pickle); a header key too long
     for a field table falls back to a key/value array; another format version is refused clearly."""

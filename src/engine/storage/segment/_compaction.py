@@ -53,8 +53,7 @@ class Compaction:
     def _compact(self) -> None:
         """Rewrite the journal as the live state (caller holds ``_lock``). Segment data it refers to
         is written out first; its fsync is left to the next sync, as for any append."""
-        for f in self._segs.values():
-            self._write_file(f)
+        self._write_segments()
         tmp = os.path.join(self.path, "journal.tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         out = bytearray(JRN_MAGIC)

@@ -127,6 +127,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._next_qid = 1
         self._refs: dict[int, int] = {}  # segment -> live (queue, message) references
         self._segs: dict[int, _File] = {}
+        #: segments before the current one that were written since their last fsync: a sync
+        #: visits these and the current segment, never every segment of a large backlog
+        self._rotated: dict[int, _File] = {}
         self._seg: _File | None = None
         self._seg_no = 0
         self._last_msg: tuple[int, int] = (0, 0)  # (message id, position) of the last written
@@ -404,6 +407,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             self._mark_failed(exc)
             raise StoreError(f"message store cannot write ({self._failed})") from None
         old = self._seg_no
+        self._rotated[old] = self._seg
         self._new_segment()
         if old not in self._refs:  # everything in it already left its queues
             self._doomed.append(old)
@@ -461,6 +465,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     def _drop_segment(self, seg_no: int) -> None:
         """Close and delete a segment nothing refers to (caller holds ``_lock``)."""
         f = self._segs.pop(seg_no, None)
+        self._rotated.pop(seg_no, None)  # deleted: nothing of it needs an fsync any more
         if f is not None:
             self._close_fd(f.fd)
             try:
@@ -480,9 +485,16 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """pwrite the buffer at its offset (caller holds _lock)."""
         write_out(f, self._pwrite)
 
-    def _write_all(self) -> None:
-        for f in list(self._segs.values()):
+    def _write_segments(self) -> None:
+        """Write out every segment with buffered bytes: only the current one is appended to (a
+        rotated one was written out at its rotation, but is kept here after a failed write)."""
+        for f in self._rotated.values():
             self._write_file(f)
+        if self._seg is not None:
+            self._write_file(self._seg)
+
+    def _write_all(self) -> None:
+        self._write_segments()
         if self._j is not None:
             self._write_file(self._j)
 
@@ -509,13 +521,17 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                     if no not in self._refs and no != self._seg_no:
                         self._drop_segment(no)
                 if not self.fsync:
+                    self._rotated.clear()  # written out above, and nothing is fsynced
                     return
                 if self._seg is not None:
                     try:
                         zero_ahead(self._seg, self.segment_size, self._pwrite)
                     except OSError as exc:  # only an optimisation: the data was written above
                         log.debug("writing zeros ahead failed: %s", exc)
-                files = [f for f in self._segs.values() if f.dirty]
+                files = [f for f in self._rotated.values() if f.dirty]
+                rotated, self._rotated = self._rotated, {}
+                if self._seg is not None and self._seg.dirty:
+                    files.append(self._seg)
                 j_must = False
                 j = self._j
                 if j is not None and j.dirty:
@@ -541,6 +557,8 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                 with self._lock:
                     for f in files:
                         f.dirty = True
+                    rotated.update(self._rotated)  # what was not deleted meanwhile stays to sync
+                    self._rotated = {no: f for no, f in rotated.items() if no in self._segs}
                     self._j_must = self._j_must or j_must
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
