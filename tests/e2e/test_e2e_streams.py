@@ -838,14 +838,19 @@ def test_stomp_tracking_and_dedup_survive_a_restart(target: Target) -> None:
 
 
 # -- partitioned streams ---------------------------------------------------------------------------------
+def streams_cli(t: Target, *args: str) -> list[str]:
+    """Runs `sansmq streams ARGS --amqp <target>` twice (running it again changes nothing); the command."""
+    cmd = [sys.executable, "-m", "servers", "streams", *args, "--amqp", f"{t.amqp[0]}:{t.amqp[1]}"]
+    for _ in range(2):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    return cmd
+
+
 def test_streams_create_cli_declares_a_stream(target: Target) -> None:
     """`sansmq streams create` makes a durable stream any client can then append to and read."""
     name = f"cli-{os.getpid()}-{next(_names)}"
-    cmd = [sys.executable, "-m", "servers", "streams", "create", name, "--max-age", "1h",
-           "--amqp", f"{target.amqp[0]}:{target.amqp[1]}"]
-    for _ in range(2):  # idempotent
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stdout + out.stderr
+    cmd = streams_cli(target, "create", name, "--max-age", "1h")
     conn = target.conn()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -865,11 +870,7 @@ def test_partitioned_stream_layout(target: Target) -> None:
     NAME-0..2 bound with keys "0".."2": a publish with a partition's key (AMQP or a STOMP SEND to
     /exchange/NAME/KEY) is appended to that partition, read there in parallel with the others."""
     name = f"pst-layout-{os.getpid()}-{next(_names)}"
-    cmd = [sys.executable, "-m", "servers", "streams", "create-partitioned", name, "--partitions", "3",
-           "--amqp", f"{target.amqp[0]}:{target.amqp[1]}"]
-    for _ in range(2):  # idempotent
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stdout + out.stderr
+    streams_cli(target, "create-partitioned", name, "--partitions", "3")
     conn = target.conn()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -890,11 +891,7 @@ def test_partitioned_stream_layout(target: Target) -> None:
 def test_partitioned_stream_routes_by_key_hash(target: Target) -> None:
     sansmq_only(target, "RabbitMQ's super streams hash in the stream protocol's clients, not in the broker")
     name = f"pst-{os.getpid()}-{next(_names)}"
-    cmd = [sys.executable, "-m", "servers", "streams", "create-partitioned", name, "--partitions", "3",
-           "--amqp", f"{target.amqp[0]}:{target.amqp[1]}"]
-    for _ in range(2):  # idempotent
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stdout + out.stderr
+    streams_cli(target, "create-partitioned", name, "--partitions", "3")
     conn = target.conn()
     ch = conn.channel()
     ch.confirm_delivery()
