@@ -42,8 +42,10 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end = stream, start, end
 
 
-def read_range(opts: ReadOptions, part: StreamRange) -> Iterator[pa.RecordBatch]:
+def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
+    if not isinstance(part, StreamRange):
+        return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
     if part.end <= part.start:
         return
     with Client(opts.url, timeout=opts.timeout) as client:
@@ -124,7 +126,6 @@ class BatchReader(DataSourceReader):
         return plan(self.opts, self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, StreamRange)
         return read_range(self.opts, partition)
 
 
@@ -202,7 +203,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, StreamRange)
         return read_range(self.opts, partition)
 
     def commit(self, end: dict[str, int]) -> None:
