@@ -132,14 +132,24 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("sansmq")``: micro-batches of new offsets.
 
-    The driver keeps one connection for learning ends; it is not pickled to executors.
+    The driver keeps one connection for learning ends; it is not pickled to executors. It connects
+    on the first call Spark makes, not in the constructor: PySpark 4 masks an exception raised
+    while it constructs a stream reader with its own UnboundLocalError (its ``finally:
+    reader.stop()``), so an unreachable broker or a missing stream would not be named.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = opts
+        self._given = opts
+        self._resolved: ReadOptions | None = None
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
-        self.opts = resolved(self._driver_client(), opts)
+
+    @property
+    def opts(self) -> ReadOptions:
+        """The options with partitioned streams expanded (on the driver's first call)."""
+        if self._resolved is None:
+            self._resolved = resolved(self._driver_client(), self._given)
+        return self._resolved
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -148,7 +158,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _driver_client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.opts.url, timeout=self.opts.timeout)
+            self._client = Client(self._given.url, timeout=self._given.timeout)
         return self._client
 
     def _ends(self) -> dict[str, int]:
@@ -203,7 +213,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_range(self.opts, partition)
+        return read_range(self._given, partition)  # on an executor: the range names its stream
 
     def commit(self, end: dict[str, int]) -> None:
         pass  # nothing to release: reading never removes messages from a stream
