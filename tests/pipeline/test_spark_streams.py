@@ -66,7 +66,10 @@ def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: P
     assert [b for _, b, _ in got] == [f"EVENT {i}".encode() for i in range(3000)]
     assert [o for o, _, _ in got] == list(range(3000))
     h = got[5][2]
-    assert h["kind"] == "demo" and h["x-producer"].startswith(f"spark-{q.id}-")
+    assert h["kind"] == "demo" and h["x-producer"] == f"spark-{q.id}-0"  # query id, Spark partition
+    # (batch id + 1) << 32 | row + 1: three micro-batches of 1000 rows, one partition each
+    assert [got[i][2]["x-publishing-id"] for i in (0, 5, 1005, 2999)] == [
+        (1 << 32) | 1, (1 << 32) | 6, (2 << 32) | 6, (3 << 32) | 1000]
     assert h["x-stream-offset"] == 5  # the output stream's own offset, not a copy of the input's
     assert broker.end(dst) == 3000
 
@@ -203,17 +206,20 @@ def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) 
         assert stream_end(c, busy, 300) == 6  # the same connection goes on working after the wait
 
 
-def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker) -> None:
-    """Default trigger (next batch as soon as the last ends): the source waits on the broker between
-    batches and every message published while the query runs arrives, once."""
+@pytest.mark.parametrize("interval", [None, "1 second"])
+def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker, interval: str | None) -> None:
+    """Default trigger (next batch as soon as the last ends) and a processing-time trigger: the
+    source waits on the broker between batches and every message published while the query runs
+    arrives, once."""
     import time
 
     from e2ekit import wait_until
 
     stream = broker.stream("pipe-live")
     name = stream.replace("-", "_")
-    q = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
-         .writeStream.format("memory").queryName(name).start())
+    writer = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
+              .writeStream.format("memory").queryName(name))
+    q = (writer if interval is None else writer.trigger(processingTime=interval)).start()
     try:
         wait_until(lambda: q.lastProgress is not None or q.exception() is not None, 120, "the first batch")
         for i in range(3):
