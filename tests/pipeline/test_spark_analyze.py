@@ -1,5 +1,6 @@
 """`sansmq analyze` on a trace stream of real traffic: Parquet tables that add up, PNG plots, and an
-index.html that headless Chromium opens with every plot loaded (a screenshot is kept)."""
+index.html that headless Chromium opens with every plot loaded (a screenshot is kept in the test's
+tmp dir and, if SANSMQ_ARTIFACTS is set, copied there)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +100,10 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert sorted(result["images"]) == pngs  # every plot decoded by the browser
     assert result["tables"] == 5
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    artifacts = os.environ.get("SANSMQ_ARTIFACTS")
+    if artifacts:  # kept for a person to look at, as the admin page's screenshots
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / "report.png", Path(artifacts) / "analyze-report.png")
 
 
 def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
@@ -171,5 +177,6 @@ def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path
     keys = dict(zip(tables["routing_keys"].routing_key, tables["routing_keys"].messages, strict=True))
     assert keys == {"orders": queued["sent"], "news": fanned["sent"]}
     sizes = dict(zip(tables["sizes"].bytes_up_to, tables["sizes"].messages, strict=True))
-    assert sizes == {256: queued["sent"], 4096: fanned["sent"]}
+    bucket = [1 << (int(b[b.index("-s") + 1]) - 1).bit_length() for b in benches]  # the next power of two
+    assert sizes == {bucket[0]: queued["sent"], bucket[1]: fanned["sent"]}
     assert len(list((tmp_path / "report").glob("*.png"))) == 6
