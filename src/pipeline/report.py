@@ -95,7 +95,6 @@ def _bars(labels: list[str], series: dict[str, list[float]], title: str, ylabel:
             pos = [j + i * width for j in range(len(labels))]
             (ax.barh if horizontal else ax.bar)(pos, values, width, label=label)
         ticks = [j + width * (n - 1) / 2 for j in range(len(labels))]
-        value_axis = "x" if horizontal else "y"
         if horizontal:
             ax.set_yticks(ticks, labels, fontsize="small")
             ax.invert_yaxis()
@@ -103,14 +102,15 @@ def _bars(labels: list[str], series: dict[str, list[float]], title: str, ylabel:
             ax.set_ylabel(xlabel)
             ax.set_xlim(left=0)
         else:
-            ax.set_xticks(ticks, labels, rotation=30 if len(labels) > 3 else 0, ha="right" if len(labels) > 3
-                          else "center", fontsize="small")
+            tilt = len(labels) > 3  # long lists of names only fit slanted
+            ax.set_xticks(ticks, labels, rotation=30 if tilt else 0, ha="right" if tilt else "center",
+                          fontsize="small")
             ax.set_ylabel(ylabel)
             ax.set_xlabel(xlabel)
             ax.set_ylim(bottom=0)
         if not any(v for values in series.values() for v in values):
             # zero-height bars draw nothing: say so rather than leave an empty frame
-            (ax.set_xlim if value_axis == "x" else ax.set_ylim)(0, 1)
+            (ax.set_xlim if horizontal else ax.set_ylim)(0, 1)
             _note(ax, all_zero)
         if n > 1:
             ax.legend(fontsize="small")

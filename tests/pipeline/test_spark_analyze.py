@@ -149,7 +149,7 @@ def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path
                              capture_output=True, text=True, timeout=60)
     assert created.returncode == 0, created.stderr
     try:
-        # the two bench runs side by side (each takes its -z seconds)
+        # the two bench runs side by side: the test waits for the longer one only
         procs = [subprocess.Popen([*run, *b[1:], "-U", broker.url], stdout=subprocess.PIPE, text=True)
                  for b in benches]
         results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
