@@ -51,7 +51,8 @@ def analyze(spark: Any, url: str, stream: str, out: Path, starting: str = "earli
         frame.to_parquet(out / "tables" / f"{name}.parquet", index=False, coerce_timestamps="us",
                          allow_truncated_timestamps=True)
     ep = parse_url(url)
-    return render(frames, out, f"{ep.host}:{ep.port} vhost {ep.vhost} stream {stream}")
+    return render(frames, out, f"{ep.host}:{ep.port} vhost {ep.vhost} stream {stream}",
+                  spark.conf.get("spark.sql.session.timeZone"))
 
 
 def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

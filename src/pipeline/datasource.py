@@ -19,6 +19,8 @@ class SansmqDataSource(DataSource):
         return "sansmq"
 
     def schema(self) -> str:
+        # Spark asks for the schema in load() (reads only): bad option values fail there, at once
+        ReadOptions.parse(self.options)
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -11,13 +11,17 @@ from .analytics import TABLES
 __all__ = ["render"]
 
 
-def _figure(width: float = 9.0, height: float = 3.6) -> tuple[Any, Any]:
+#: lines drawn per panel of a rates plot; the other names are summed into one line
+TOP_SERIES = 8
+
+
+def _figure(rows: int = 1, width: float = 9.0, height: float = 3.6) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a display
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height), dpi=100)
+    return plt.subplots(rows, 1, figsize=(width, height * rows), dpi=100, sharex=True, squeeze=False)
 
 
 def _save(fig: Any, path: Path) -> str:
@@ -29,34 +33,61 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
+def _note(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#555")
+
+
 def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this trace", ha="center", va="center", transform=ax.transAxes)
+    _note(ax, f"no {what} in this trace")
     ax.set_axis_off()
 
 
-def _rates(df: Any, column: str, out: Path) -> str:
-    fig, ax = _figure()
-    if df.empty:
-        _empty(ax, "timed records")
-    else:
-        for (kind, name), g in df.groupby(["kind", "name"]):
-            ax.plot(g["second"], g[column], marker=".", label=f"{kind} {name}")
-        from matplotlib.dates import DateFormatter
+def _per_second(df: Any, column: str) -> Any:
+    """Seconds x names, every second of the span (a second without traffic is 0, not a gap in the
+    line), the busiest names first and the rest summed as "others"."""
+    import pandas as pd
 
+    wide = df.pivot_table(index="second", columns="name", values=column, aggfunc="sum", fill_value=0)
+    wide = wide.reindex(pd.date_range(wide.index.min(), wide.index.max(), freq="1s"), fill_value=0)
+    order = list(wide.sum().sort_values(ascending=False, kind="stable").index)
+    top, rest = order[:TOP_SERIES], order[TOP_SERIES:]
+    shown = wide[top]
+    if rest:
+        shown = shown.assign(**{f"{len(rest)} others": wide[rest].sum(axis=1)})
+    return shown
+
+
+def _rates(df: Any, column: str, out: Path, timezone: str) -> str:
+    from matplotlib.dates import DateFormatter
+    from matplotlib.ticker import EngFormatter
+
+    fig, axes = _figure(rows=2, height=3.0)
+    panels = (("publish", "published, per exchange"), ("deliver", "delivered, per queue"))
+    for ax, (kind, title) in zip(axes[:, 0], panels, strict=True):
+        ax.set_title(f"{column} per second {title}")
+        part = df[df["kind"] == kind]
+        if part.empty:
+            _empty(ax, f"{kind} records")
+            continue
+        for name, series in _per_second(part, column).items():
+            ax.plot(series.index, series.to_numpy(), marker=".", markersize=3, label=str(name))
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("bytes / s" if column == "bytes" else "messages / s")
+        if column == "bytes":
+            ax.yaxis.set_major_formatter(EngFormatter(unit="B"))
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))
-        ax.set_ylabel(f"{column} / s")
-        ax.set_xlabel("time (UTC)")
-        ax.legend(fontsize="small", loc="upper left", ncol=2)
-        fig.autofmt_xdate()
-    ax.set_title(f"{column} per second by exchange (publish) and queue (deliver)")
+        ax.set_xlabel(f"time ({timezone})")
+        ax.tick_params(axis="x", labelbottom=True)
     return _save(fig, out / f"{column}_per_second.png")
 
 
-def _bars(labels: list[str], series: dict[str, list[float]], title: str, ylabel: str, path: Path,
-          horizontal: bool = False) -> str:
-    fig, ax = _figure()
+def _bars(labels: list[str], series: dict[str, list[float]], title: str, ylabel: str, xlabel: str, path: Path,
+          horizontal: bool = False, all_zero: str = "all zero") -> str:
+    fig, axes = _figure()
+    ax = axes[0, 0]
     if not labels:
-        _empty(ax, ylabel)
+        _empty(ax, xlabel)
     else:
         n = len(series)
         width = 0.8 / n
@@ -68,33 +99,47 @@ def _bars(labels: list[str], series: dict[str, list[float]], title: str, ylabel:
             ax.set_yticks(ticks, labels, fontsize="small")
             ax.invert_yaxis()
             ax.set_xlabel(ylabel)
+            ax.set_ylabel(xlabel)
+            ax.set_xlim(left=0)
         else:
-            ax.set_xticks(ticks, labels, rotation=30, ha="right", fontsize="small")
+            tilt = len(labels) > 3  # long lists of names only fit slanted
+            ax.set_xticks(ticks, labels, rotation=30 if tilt else 0, ha="right" if tilt else "center",
+                          fontsize="small")
             ax.set_ylabel(ylabel)
+            ax.set_xlabel(xlabel)
+            ax.set_ylim(bottom=0)
+        if not any(v for values in series.values() for v in values):
+            # zero-height bars draw nothing: say so rather than leave an empty frame
+            (ax.set_xlim if horizontal else ax.set_ylim)(0, 1)
+            _note(ax, all_zero)
         if n > 1:
             ax.legend(fontsize="small")
     ax.set_title(title)
     return _save(fig, path)
 
 
-def render(frames: dict[str, Any], out: Path, source: str) -> Path:
-    """Write the plots and ``index.html`` for ``frames`` (pandas DataFrames named as in TABLES)."""
+def render(frames: dict[str, Any], out: Path, source: str, timezone: str = "UTC") -> Path:
+    """Write the plots and ``index.html`` for ``frames`` (pandas DataFrames named as in TABLES);
+    ``timezone`` is the one the frames' timestamps are in (Spark's session time zone)."""
     out.mkdir(parents=True, exist_ok=True)
     rates, sizes, lat = frames["rates"], frames["sizes"], frames["latency"]
     red, keys = frames["redeliveries"], frames["routing_keys"]
     plots = [
-        ("Messages per second", _rates(rates, "messages", out)),
-        ("Bytes per second", _rates(rates, "bytes", out)),
+        ("Messages per second", _rates(rates, "messages", out, timezone)),
+        ("Bytes per second", _rates(rates, "bytes", out, timezone)),
         ("Message sizes", _bars([f"<= {b}" for b in sizes["bytes_up_to"]], {"messages": list(sizes["messages"])},
-                                "published messages by size (bytes)", "messages", out / "sizes.png")),
+                                "published messages by size", "messages", "body size (bytes, power-of-two bucket)",
+                                out / "sizes.png")),
         ("Publish to deliver latency", _bars(
             list(lat["queue"]), {p: list(lat[p]) for p in ("p50", "p90", "p99")},
-            "latency percentiles per queue", "milliseconds", out / "latency.png")),
+            "publish -> deliver latency percentiles per queue", "milliseconds", "queue", out / "latency.png",
+            all_zero="every delivery within the millisecond of its publish (the trace's clock is in ms)")),
         ("Redeliveries and dead letters", _bars(
             list(red["queue"]), {"redeliveries": list(red["redeliveries"]), "dead letters": list(red["dead_letters"])},
-            "redeliveries and dead letters per queue", "messages", out / "redeliveries.png")),
+            "redeliveries and dead letters per queue", "messages", "queue", out / "redeliveries.png",
+            all_zero="no redeliveries and no dead letters in this trace")),
         ("Top routing keys", _bars(list(keys["routing_key"].astype(str)), {"messages": list(keys["messages"])},
-                                   "top routing keys of published messages", "messages",
+                                   "top routing keys of published messages", "messages", "routing key",
                                    out / "routing_keys.png", horizontal=True)),
     ]
     sections = []

@@ -42,8 +42,10 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end = stream, start, end
 
 
-def read_range(opts: ReadOptions, part: StreamRange) -> Iterator[pa.RecordBatch]:
+def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
+    if not isinstance(part, StreamRange):
+        return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
     if part.end <= part.start:
         return
     with Client(opts.url, timeout=opts.timeout) as client:
@@ -124,21 +126,30 @@ class BatchReader(DataSourceReader):
         return plan(self.opts, self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, StreamRange)
         return read_range(self.opts, partition)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("sansmq")``: micro-batches of new offsets.
 
-    The driver keeps one connection for learning ends; it is not pickled to executors.
+    The driver keeps one connection for learning ends; it is not pickled to executors. It connects
+    on the first call Spark makes, not in the constructor: PySpark 4 masks an exception raised
+    while it constructs a stream reader with its own UnboundLocalError (its ``finally:
+    reader.stop()``), so an unreachable broker or a missing stream would not be named.
     """
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = opts
+        self._given = opts
+        self._resolved: ReadOptions | None = None
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
-        self.opts = resolved(self._driver_client(), opts)
+
+    @property
+    def opts(self) -> ReadOptions:
+        """The options with partitioned streams expanded (on the driver's first call)."""
+        if self._resolved is None:
+            self._resolved = resolved(self._driver_client(), self._given)
+        return self._resolved
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -147,7 +158,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _driver_client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.opts.url, timeout=self.opts.timeout)
+            self._client = Client(self._given.url, timeout=self._given.timeout)
         return self._client
 
     def _ends(self) -> dict[str, int]:
@@ -202,8 +213,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        assert isinstance(partition, StreamRange)
-        return read_range(self.opts, partition)
+        return read_range(self._given, partition)  # on an executor: the range names its stream
 
     def commit(self, end: dict[str, int]) -> None:
         pass  # nothing to release: reading never removes messages from a stream

@@ -2,7 +2,9 @@
 stream, or a partitioned stream (RabbitMQ's "super stream"), made over AMQP 0-9-1 on a running broker.
 
 ``create`` declares one durable stream queue NAME (with the retention given), as a client's
-``queue.declare`` with ``x-queue-type: stream`` would; running it again changes nothing.
+``queue.declare`` with ``x-queue-type: stream`` would, and binds it to the exchanges given with
+``--bind`` (e.g. the firehose ``amq.rabbitmq.trace`` for ``sansmq analyze``); running it again
+changes nothing.
 
 It declares a durable direct exchange NAME with argument ``x-partitioned: true`` (sansmq routes
 such an exchange by routing-key hash: see ``engine.model.routers.PartitionRouter``), N durable
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 from typing import Any
 
 import amqpproto
 from amqpproto import spec
 
-__all__ = ["add_streams_arguments", "create_partitioned", "create_stream", "streams_command"]
+__all__ = ["add_streams_arguments", "bind_stream", "create_partitioned", "create_stream", "streams_command"]
 
 CH = 1
 
@@ -75,6 +78,11 @@ def create_stream(client: Any, name: str, queue_args: dict[str, Any] | None = No
                 spec.QueueDeclareOk)
 
 
+def bind_stream(client: Any, name: str, exchanges: list[str], key: str) -> None:
+    for exchange in exchanges:
+        client.call(spec.QueueBind(queue=name, exchange=exchange, routing_key=key, channel=CH), spec.QueueBindOk)
+
+
 def create_partitioned(client: Any, name: str, partitions: int, queue_args: dict[str, Any] | None = None) -> list[str]:
     """Declare the exchange, the partitions and their bindings; returns the partitions' names."""
     client.call(spec.ExchangeDeclare(exchange=name, type="direct", durable=True,
@@ -92,6 +100,10 @@ def add_streams_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="streams_command", required=True, metavar="{create,create-partitioned}")
     one = sub.add_parser("create", help="create the stream NAME")
     one.add_argument("name", metavar="NAME")
+    one.add_argument("--bind", action="append", default=[], metavar="EXCHANGE",
+                     help="bind the stream to EXCHANGE (repeatable), e.g. amq.rabbitmq.trace")
+    one.add_argument("--binding-key", default="#", metavar="KEY",
+                     help="routing key of the --bind bindings (default %(default)s: everything on a topic exchange)")
     cp = sub.add_parser("create-partitioned", help="create a partitioned stream NAME-0..N-1 behind exchange NAME")
     cp.add_argument("name", metavar="NAME")
     cp.add_argument("--partitions", type=int, required=True, metavar="N")
@@ -109,25 +121,37 @@ def streams_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     if partitioned and args.partitions < 1:
         parser.error("--partitions must be at least 1")
     host, _, port = args.amqp.rpartition(":")
+    if not port.isdigit():
+        parser.error(f"--amqp must be HOST:PORT, got {args.amqp!r}")
+    host = host or "127.0.0.1"
     queue_args: dict[str, Any] = {}
     if args.max_age:
         queue_args["x-max-age"] = args.max_age
     if args.max_length_bytes is not None:
         queue_args["x-max-length-bytes"] = args.max_length_bytes
     try:
-        client = _Blocking(host or "127.0.0.1", int(port), args.user, args.password, args.vhost, 10.0)
+        client = _Blocking(host, int(port), args.user, args.password, args.vhost, 10.0)
+    except OSError as exc:
+        print(f"{parser.prog}: error: cannot connect to the broker at {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:  # the broker refused the login or the vhost
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    try:
         try:
             if partitioned:
                 names = create_partitioned(client, args.name, args.partitions, queue_args)
             else:
                 create_stream(client, args.name, queue_args)
+                bind_stream(client, args.name, args.bind, args.binding_key)
         finally:
             client.close()
-    except (OSError, RuntimeError, ValueError) as exc:
-        print(f"{parser.prog}: error: {exc}")
+    except (OSError, RuntimeError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
     if partitioned:
         print(f"partitioned stream '{args.name}': exchange '{args.name}' -> {', '.join(names)}")
     else:
-        print(f"stream '{args.name}'")
+        bound = "".join(f", bound to '{x}' with key '{args.binding_key}'" for x in args.bind)
+        print(f"stream '{args.name}'{bound}")
     return 0

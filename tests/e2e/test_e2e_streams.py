@@ -839,31 +839,49 @@ def test_stomp_tracking_and_dedup_survive_a_restart(target: Target) -> None:
 
 
 # -- partitioned streams ---------------------------------------------------------------------------------
-def streams_cli(t: Target, *args: str) -> list[str]:
-    """Runs `sansmq streams ARGS --amqp <target>` twice (running it again changes nothing); the command."""
+def streams_cli(t: Target, *args: str) -> tuple[list[str], str]:
+    """Runs `sansmq streams ARGS --amqp <target>` twice (running it again changes nothing); the
+    command and what its second run printed."""
     cmd = [sys.executable, "-m", "servers", "streams", *args, "--amqp", f"{t.amqp[0]}:{t.amqp[1]}"]
     for _ in range(2):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
-    return cmd
+    return cmd, out.stdout
 
 
 def test_streams_create_cli_declares_a_stream(target: Target) -> None:
     """`sansmq streams create` makes a durable stream any client can then append to and read."""
     name = f"cli-{os.getpid()}-{next(_names)}"
-    cmd = streams_cli(target, "create", name, "--max-age", "1h")
+    cmd, said = streams_cli(target, "create", name, "--max-age", "1h", "--bind", "amq.topic",
+                            "--binding-key", f"{name}.#")
+    assert said == f"stream '{name}', bound to 'amq.topic' with key '{name}.#'\n"
+    amqp = cmd[-1]
     conn = target.conn()
     ch = conn.channel()
     ch.confirm_delivery()
     for i in range(3):
         ch.basic_publish("", name, f"m{i}".encode())
+    ch.basic_publish("amq.topic", f"{name}.via.topic", b"t")  # through the --bind binding
+    ch.basic_publish("amq.topic", "elsewhere", b"not bound")
     with pytest.raises(ConnectionClosedByBroker) as exc:  # a stream refuses basic.get
         ch.basic_get(name)
     assert exc.value.reply_code == 540
-    assert [b for _, b in read(target, name, 3)] == [b"m0", b"m1", b"m2"]
-    bad = subprocess.run(cmd[:5] + [name + "-bad", "--max-age", "7X"] + cmd[8:], capture_output=True, text=True,
-                         timeout=60)
-    assert bad.returncode == 1 and "x-max-age" in bad.stdout, bad.stdout + bad.stderr
+    assert [b for _, b in read(target, name, 4)] == [b"m0", b"m1", b"m2", b"t"]
+
+    def fails(*args: str, status: int = 1) -> str:
+        """The command's error line (on stderr, nothing on stdout); status 1: that line only, status 2
+        (a usage error): after the usage."""
+        p = subprocess.run([*cmd[:5], *args], capture_output=True, text=True, timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == status and p.stdout == "" and len(lines) == status, p
+        return lines[-1]
+
+    assert "x-max-age" in fails(f"{name}-bad", "--max-age", "7X", "--amqp", amqp)
+    assert "404" in fails(f"{name}-unbound", "--bind", "no-such-exchange", "--amqp", amqp)
+    assert fails(f"{name}-x", "--amqp", "127.0.0.1:1").startswith(
+        "sansmq streams: error: cannot connect to the broker at 127.0.0.1:1: ")
+    assert fails(f"{name}-x", "--amqp", "nohost", status=2) == (
+        "sansmq streams: error: --amqp must be HOST:PORT, got 'nohost'")
 
 
 def test_partitioned_stream_layout(target: Target) -> None:

@@ -1,10 +1,14 @@
 """`sansmq analyze` on a trace stream of real traffic: Parquet tables that add up, PNG plots, and an
-index.html that headless Chromium opens with every plot loaded (a screenshot is kept)."""
+index.html that headless Chromium opens with every plot loaded (a screenshot is kept in the test's
+tmp dir and, if SANSMQ_ARTIFACTS is set, copied there)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +100,10 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert sorted(result["images"]) == pngs  # every plot decoded by the browser
     assert result["tables"] == 5
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    artifacts = os.environ.get("SANSMQ_ARTIFACTS")
+    if artifacts:  # kept for a person to look at, as the admin page's screenshots
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / "report.png", Path(artifacts) / "analyze-report.png")
 
 
 def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
@@ -112,3 +120,63 @@ def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tm
     p = run("--url", broker.url, "--starting-offsets", "{bad")
     assert p.returncode == 2 and "sansmq analyze: error:" in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def _readme_analytics_commands() -> list[list[str]]:
+    """The README's shell block that ends in `sansmq analyze`, one argv per line (comments and
+    redirections dropped)."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "sansmq analyze --url" in b]
+    lines = [line.split("#", 1)[0].replace("> /dev/null", "") for line in block.splitlines()]
+    return [shlex.split(line) for line in lines if line.strip()]
+
+
+def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's commands as written, on this suite's broker (its AMQP address added), the trace
+    stream under a fresh name; the report counts exactly the traffic the bench runs report."""
+    if not broker.firehose:
+        pytest.skip("RabbitMQ 3.10 appends no firehose records to a stream queue (see the README)")
+    from pipeline.client import Client, parse_url
+
+    ep = parse_url(broker.url)
+    trace = f"readme-trace-{os.getpid()}"
+    create, *benches, analyze = _readme_analytics_commands()
+    assert [c[1:3] for c in (create, *benches)] == [["streams", "create"]] + [["bench", "-u"], ["bench", "-t"]]
+    assert analyze[1] == "analyze" and create[3] == "trace" and analyze[analyze.index("--stream") + 1] == "trace"
+    run = [sys.executable, "-m", "servers"]
+    created = subprocess.run([*run, *create[1:3], trace, *create[4:], "--amqp", f"{ep.host}:{ep.port}"],
+                             capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+    try:
+        # the two bench runs side by side: the test waits for the longer one only
+        procs = [subprocess.Popen([*run, *b[1:], "-U", broker.url], stdout=subprocess.PIPE, text=True)
+                 for b in benches]
+        results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    finally:
+        with Client(broker.url) as c:  # the rest of the suite is not traced into it
+            c.unbind(trace, "amq.rabbitmq.trace", "#")
+    assert all(r["errors"] == [] and r["sent"] > 0 for r in results), results
+    queued, fanned = results
+
+    import pipeline.session
+
+    monkeypatch.setattr(pipeline.session, "make_session", lambda *a, **kw: _Borrowed(spark))
+    args = analyze[2:]
+    args[args.index("--url") + 1], args[args.index("--stream") + 1] = broker.url, trace
+    args[args.index("--out") + 1] = str(tmp_path / "report")
+    assert servers_main(["analyze", *args]) == 0
+    assert "report: " in capsys.readouterr().out
+    tables = {p.stem: spark.read.parquet(str(p)).toPandas() for p in (tmp_path / "report" / "tables").iterdir()}
+    rates = tables["rates"].groupby(["kind", "name"]).messages.sum().to_dict()
+    assert rates[("publish", "amq.default")] == queued["sent"]
+    assert rates[("publish", "amq.topic")] == fanned["sent"]
+    assert rates[("deliver", "orders")] == queued["received"]
+    delivered_fanout = sum(n for (kind, name), n in rates.items() if kind == "deliver" and name.startswith("amq.gen"))
+    assert delivered_fanout == fanned["received"] == 2 * fanned["sent"]
+    keys = dict(zip(tables["routing_keys"].routing_key, tables["routing_keys"].messages, strict=True))
+    assert keys == {"orders": queued["sent"], "news": fanned["sent"]}
+    sizes = dict(zip(tables["sizes"].bytes_up_to, tables["sizes"].messages, strict=True))
+    bucket = [1 << (int(b[b.index("-s") + 1]) - 1).bit_length() for b in benches]  # the next power of two
+    assert sizes == {bucket[0]: queued["sent"], bucket[1]: fanned["sent"]}
+    assert len(list((tmp_path / "report").glob("*.png"))) == 6

@@ -66,13 +66,18 @@ def test_transform_writes_into_another_stream(spark, broker: Broker, tmp_path: P
     assert [b for _, b, _ in got] == [f"EVENT {i}".encode() for i in range(3000)]
     assert [o for o, _, _ in got] == list(range(3000))
     h = got[5][2]
-    assert h["kind"] == "demo" and h["x-producer"].startswith(f"spark-{q.id}-")
+    assert h["kind"] == "demo" and h["x-producer"] == f"spark-{q.id}-0"  # query id, Spark partition
+    # (batch id + 1) << 32 | row + 1: three micro-batches of 1000 rows, one partition each
+    assert [got[i][2]["x-publishing-id"] for i in (0, 5, 1005, 2999)] == [
+        (1 << 32) | 1, (1 << 32) | 6, (2 << 32) | 6, (3 << 32) | 1000]
     assert h["x-stream-offset"] == 5  # the output stream's own offset, not a copy of the input's
     assert broker.end(dst) == 3000
 
 
 def test_batch_write_then_batch_read_of_a_range(spark, broker: Broker) -> None:
     dst = broker.stream("pipe-batch")
+    # an empty range plans no partition; Spark still runs one task, which must read nothing
+    assert spark.read.format("sansmq").option("url", broker.url).option("stream", dst).load().count() == 0
     rows = [(f"row {i}", "k", {"n": str(i)}) for i in range(500)]
     df = spark.createDataFrame(rows, "body string, routing_key string, headers map<string,string>").repartition(2)
     df.write.format("sansmq").option("url", broker.url).option("stream", dst).mode("append").save()
@@ -101,33 +106,80 @@ def _error_text(excinfo: pytest.ExceptionInfo) -> str:
     return str(excinfo.value)
 
 
-def test_clear_errors(spark, broker: Broker) -> None:
-    read = spark.read.format("sansmq")
-    with pytest.raises(Exception) as e:
-        read.option("url", "amqp://guest:guest@127.0.0.1:1/%2F").option("stream", "x").load().count()
-    assert "cannot connect to the broker at 127.0.0.1:1" in _error_text(e)
-    with pytest.raises(Exception) as e:
-        spark.read.format("sansmq").option("url", broker.url).option("stream", "pipe-no-such-stream").load().count()
-    assert "404" in _error_text(e) and "pipe-no-such-stream" in _error_text(e)
-    with pytest.raises(Exception) as e:
-        spark.read.format("sansmq").option("url", broker.url).option("stream", "s").option(
-            "startingOffsets", "yesterday").load().count()
-    assert 'option startingOffsets must be "earliest", "latest" or JSON' in _error_text(e)
-    with pytest.raises(Exception) as e:
-        spark.readStream.format("sansmq").option("url", broker.url).option("stream", "s").option(
-            "maxRecordsPerTrigger", "0").load().writeStream.format("console").start().awaitTermination(60)
-    assert "option maxRecordsPerTrigger must be >= 1" in _error_text(e)
-    with pytest.raises(Exception) as e:
-        spark.read.format("sansmq").load().count()
-    assert 'option "stream" is required' in _error_text(e)
-    with pytest.raises(Exception) as e:
-        spark.read.format("sansmq").option("url", "http://x").option("stream", "s").load().count()
-    assert "url must start with amqp://" in _error_text(e)
+def _cause(excinfo: pytest.ExceptionInfo) -> str:
+    """The one line naming the cause, inside Spark's wrapping (its traceback of the Python worker):
+    the exception raised by the pipeline package, and nothing raised after it masking it."""
+    lines = str(excinfo.value).splitlines()
+    ours = [line for line in lines if line.startswith("pipeline.")]
+    assert len(ours) == 1, lines
+    assert "During handling of the above exception" not in str(excinfo.value), lines
+    return ours[0]
+
+
+def _run(df, checkpoint: Path) -> None:
+    """Count a batch DataFrame; run a streaming one into the console sink."""
+    if not df.isStreaming:
+        df.count()
+        return
+    q = df.writeStream.format("console").option("checkpointLocation", str(checkpoint)).start()
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+
+
+def test_clear_errors(spark, broker: Broker, tmp_path: Path) -> None:
+    nowhere = "amqp://guest:guest@127.0.0.1:1/%2F"
+    refused = "pipeline.client.BrokerUnreachable: cannot connect to the broker at 127.0.0.1:1: "
+    missing = "pipeline.client.StreamNotFound: 404 NOT_FOUND - no queue 'pipe-no-such-stream' in vhost '/'"
+    for reader in (lambda: spark.read, lambda: spark.readStream):  # batch: in load(); stream: when it starts
+        with pytest.raises(Exception) as e:
+            _run(reader().format("sansmq").option("url", nowhere).option("stream", "x").load(), tmp_path / "ck1")
+        assert _cause(e).startswith(refused)
+        with pytest.raises(Exception) as e:
+            _run(reader().format("sansmq").option("url", broker.url).option("stream", "pipe-no-such-stream").load(),
+                   tmp_path / "ck2")
+        assert _cause(e).startswith(missing)
+        # bad option values fail in load(), batch or stream, before anything connects
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").option("url", nowhere).option("stream", "s").option(
+                "startingOffsets", "yesterday").load()
+        assert _cause(e) == ('pipeline.options.OptionError: option startingOffsets must be "earliest", "latest" '
+                             """or JSON such as {"s": 42}, got 'yesterday'""")
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").option("url", nowhere).option("stream", "s").option(
+                "maxRecordsPerTrigger", "-1").load()
+        assert _cause(e) == "pipeline.options.OptionError: option maxRecordsPerTrigger must be >= 1, got -1"
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").option("stream", "s").option("prefetch", "many").load()
+        assert _cause(e) == "pipeline.options.OptionError: option prefetch must be an integer, got 'many'"
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").load()
+        assert 'option "stream" is required' in _cause(e)
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").option("url", "http://x").option("stream", "s").load()
+        assert "url must start with amqp://" in _cause(e)
+
     dst = broker.stream("pipe-err")
+    no_body = spark.createDataFrame([("x",)], "payload string")
     with pytest.raises(Exception) as e:
-        spark.createDataFrame([("x",)], "payload string").write.format("sansmq").option(
-            "url", broker.url).option("stream", dst).mode("append").save()
-    assert 'needs a "body" column' in _error_text(e)
+        no_body.write.format("sansmq").option("url", broker.url).option("stream", dst).mode("append").save()
+    assert _cause(e).startswith('pipeline.options.OptionError: the sansmq sink needs a "body" column')
+    src = broker.stream("pipe-err-src")
+    with pytest.raises(Exception) as e:
+        (spark.readStream.format("sansmq").option("url", broker.url).option("stream", src).load()
+         .selectExpr("body as payload").writeStream.format("sansmq").option("url", broker.url)
+         .option("stream", dst).option("checkpointLocation", str(tmp_path / "ck3")).start().awaitTermination(120))
+    assert _cause(e).startswith('pipeline.options.OptionError: the sansmq sink needs a "body" column')
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([("x",)], "body string").write.format("sansmq").option(
+            "url", broker.url).option("stream", "pipe-no-such-stream").mode("append").save()
+    assert _cause(e).startswith(missing)
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([("x",)], "body string").write.format("sansmq").option(
+            "url", nowhere).option("stream", dst).mode("append").save()
+    assert _cause(e).startswith(refused)
+    assert broker.end(dst) == 0
 
 
 def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) -> None:
@@ -154,17 +206,20 @@ def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) 
         assert stream_end(c, busy, 300) == 6  # the same connection goes on working after the wait
 
 
-def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker) -> None:
-    """Default trigger (next batch as soon as the last ends): the source waits on the broker between
-    batches and every message published while the query runs arrives, once."""
+@pytest.mark.parametrize("interval", [None, "1 second"])
+def test_a_running_query_picks_up_messages_as_they_arrive(spark, broker: Broker, interval: str | None) -> None:
+    """Default trigger (next batch as soon as the last ends) and a processing-time trigger: the
+    source waits on the broker between batches and every message published while the query runs
+    arrives, once."""
     import time
 
     from e2ekit import wait_until
 
     stream = broker.stream("pipe-live")
     name = stream.replace("-", "_")
-    q = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
-         .writeStream.format("memory").queryName(name).start())
+    writer = (_stream_query(spark, broker, stream, startingOffsets="latest", idleWaitMs="500")
+              .writeStream.format("memory").queryName(name))
+    q = (writer if interval is None else writer.trigger(processingTime=interval)).start()
     try:
         wait_until(lambda: q.lastProgress is not None or q.exception() is not None, 120, "the first batch")
         for i in range(3):
@@ -242,7 +297,7 @@ def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -
     assert [broker.end(f"{name}-{i}") for i in range(3)] == [40, 40, 40]
 
 
-def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
+def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import re
 
     from pipeline.client import Client
@@ -250,7 +305,6 @@ def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "make_session" in b]
     events = broker.stream("pipe-readme")
-    broker.publish(events, [b"hello"] * 10)
     upper = f"{events}-upper"
     with Client(broker.url) as c:
         c.declare(upper, {"x-queue-type": "stream"})
@@ -259,7 +313,11 @@ def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path) -> None:
             .replace('"/tmp/ck-upper"', repr(str(tmp_path / "ck"))))
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # getOrCreate: the suite's session
-    assert [b for _, b, _ in broker.read_all(upper, 10)] == [b"HELLO"] * 10
+    assert capsys.readouterr().out.splitlines()[-1] == "1000"
+    assert broker.end(events) == 1000 and broker.end(upper) == 1000
+    # the batch write's partitions publish side by side, so the order varies: compare as sets
+    copied = {b for _, b, _ in broker.read_all(upper, 1000)}
+    assert copied == {f"EVENT {i}".encode() for i in range(1000)}
 
 
 def test_bad_credentials_or_vhost_are_a_clear_error(broker: Broker) -> None:
