@@ -111,6 +111,19 @@ def test_port_in_use_names_the_listener(kind: str) -> None:
     assert one_line_error(res, 1) == f"sansmq serve: error: cannot listen for amqp on 127.0.0.1:{port}: Address already in use"
 
 
+@pytest.mark.parametrize("listener", ["http", "prometheus"])
+def test_ops_port_in_use_names_the_listener(listener: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        others = {"http": "--prometheus", "prometheus": "--http"}
+        res = sansmq("serve", "--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp", f"--{listener}", f"127.0.0.1:{port}",
+                     others[listener], "127.0.0.1:0", "--data", fresh_data_dir(), "--log-level", "warning")
+    assert one_line_error(res, 1) == (f"sansmq serve: error: cannot listen for {listener} on 127.0.0.1:{port}: "
+                                      "Address already in use")
+
+
 def test_data_directory_problems(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")

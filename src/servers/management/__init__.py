@@ -8,6 +8,7 @@ commands to change it, each run on the broker's own thread.
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 import threading
 import time
@@ -18,6 +19,7 @@ import waitress
 from waitress import wasyncore
 
 from .._driver import format_address, log
+from .._sockets import ListenError
 from .api import ManagementApi
 from .https import tls_channel
 from .prometheus import prometheus_app
@@ -78,10 +80,15 @@ class OpsListeners:
         for name, where in self._want.items():
             if where is None:
                 continue
-            server = waitress.create_server(
-                apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
-                max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False,
-                url_scheme="https" if "https" in name else "http")
+            try:
+                server = waitress.create_server(
+                    apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
+                    max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False,
+                    url_scheme="https" if "https" in name else "http")
+            except OSError as exc:  # as for the protocol listeners: which one, where, why
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError(exc.errno, f"cannot listen for {name} on "
+                                  f"{format_address(where[0], where[1])}: {why}") from None
             if "https" in name:
                 assert self._tls is not None
                 server.channel_class = tls_channel(self._tls, name)
