@@ -105,17 +105,22 @@ class Sampler:
         return out
 
 
-def _queue(q: Queue, sampler: Sampler | None) -> dict[str, Any]:
+def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
     unacked = q.unacked_count()
     owner = q.exclusive_owner
     x = q._x
+    ready, nbytes = q.count, q.bytes + q.paged_bytes
+    if q.stream:  # as RabbitMQ lists a stream: what it holds (reading removes nothing)
+        log = streams.log(q)
+        ready, nbytes, unacked = max(0, streams.visible_end(q) - log.first), log.size_bytes, 0
     return {"counters": {name: getattr(x, attr) if x is not None else 0 for name, attr in QUEUE_COUNTERS},
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
-            "effective_arguments": dict(q.args or {}), "messages_ready": q.count,
-            "messages_unacknowledged": unacked, "messages": q.count + unacked, "consumers": q.consumer_count(),
-            "message_bytes_ready": q.bytes + q.paged_bytes}
+            "type": "stream" if q.stream else "classic",
+            "effective_arguments": dict(q.args or {}), "messages_ready": ready,
+            "messages_unacknowledged": unacked, "messages": ready + unacked, "consumers": q.consumer_count(),
+            "message_bytes_ready": nbytes}
 
 
 def _exchange(x: Exchange) -> dict[str, Any]:
@@ -189,7 +194,7 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
     }
     vhosts = model.vhosts.values()
     if "queues" in sections:
-        out["queues"] = [_queue(q, sampler) for v in vhosts for q in v.queues.values()]
+        out["queues"] = [_queue(q, sampler, model.streams) for v in vhosts for q in v.queues.values()]
     if "exchanges" in sections:
         out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
     if "bindings" in sections:

@@ -185,6 +185,24 @@ def test_queue_lifecycle_and_counts(target: Target) -> None:
     conn.close()
 
 
+def test_stream_is_listed_as_a_stream_with_what_it_holds(target: Target) -> None:
+    q = "/api/queues/%2F/mgmt-stream"
+    target.req("DELETE", q)
+    assert target.req("PUT", q, {"durable": True, "arguments": {"x-queue-type": "stream"}})[0] == 201
+    conn = target.amqp_conn()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", "mgmt-stream", f"m{i}".encode())
+    info = wait_for(lambda: (lambda i: i if i.get("messages") == 3 else None)(target.req("GET", q)[1]),
+                    target.stats_wait)
+    assert info and info["type"] == "stream" and info["messages_ready"] == 3, info
+    listed = {x["name"]: x["type"] for x in target.req("GET", "/api/queues/%2F")[1]}
+    assert listed["mgmt-stream"] == "stream"
+    conn.close()
+    assert target.req("DELETE", q)[0] == 204
+
+
 def test_queue_message_stats_and_rates(target: Target) -> None:
     q = "/api/queues/%2F/mgmt-rates"
     target.req("DELETE", q)

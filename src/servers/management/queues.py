@@ -29,7 +29,7 @@ class QueueRoutes(ApiBase):
     def _queue_info(self, snap: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in q.items()
                if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates")}
-        out.update({"node": self.node, "state": "running", "type": "classic",
+        out.update({"node": self.node, "state": "running",
                     "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"]})
         out.update(queue_rates(q["counters"], q["rates"]))
         return out
