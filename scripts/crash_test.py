@@ -12,9 +12,11 @@ random moment. The checks, over all cycles:
 * no message appears twice in one drain (a redelivery is only allowed for unconfirmed acks);
 * the server always starts again on the crashed directory (torn tails dropped, counted);
 * streams: every message is also appended to a stream (``/queue/crash-stream``, declared with
-  ``x-queue-type:stream``); read from ``first`` after each restart, its offsets run 0, 1, 2, ...
-  without a gap, no message appears twice, and every receipted append is there (streams keep
-  everything, so this holds over all cycles).
+  ``x-queue-type:stream``); read after each restart, its offsets run 0, 1, 2, ... without a gap, no
+  message appears twice, every receipted append is there, and what an earlier cycle read is still
+  there unchanged (streams keep everything, so this holds over all cycles). Each cycle reads from a
+  little before where the last read ended (the whole stream every ``FULL_READ_EVERY`` cycles and at
+  the end): reading all of it every time made a cycle's cost grow with the cycles run.
 
 Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]``
 (``--store postgresql://...`` crash-tests the PostgreSQL store in that database instead)
@@ -43,6 +45,9 @@ STREAM = "crash-stream"
 STREAM_DECLARE = {"destination": f"/queue/{STREAM}", "x-queue-type": "stream", "durable": "true",
                   "auto-delete": "false"}
 KINDS = ("asyncio", "threads", "trio")
+#: a cycle re-reads this many of the offsets read before (they must be unchanged)
+STREAM_OVERLAP = 1000
+FULL_READ_EVERY = 100
 
 
 @dataclass
@@ -172,14 +177,15 @@ def drain_and_ack(addr: tuple[str, int], idle: float = 0.5) -> list[bytes]:
     return bodies
 
 
-def read_stream(addr: tuple[str, int], at_least: int = 0, idle: float = 0.5,
+def read_stream(addr: tuple[str, int], start: int = 0, at_least: int = 0, idle: float = 0.5,
                 patience: float = 30.0) -> list[tuple[int, bytes]] | None:
-    """The stream from ``first``: (offset, body) in delivery order; None while it does not exist.
-    Reading ends after ``idle`` seconds without a frame once ``at_least`` messages came (a loaded
-    machine may pause longer than that mid-stream), else after ``patience`` seconds without one."""
+    """The stream from offset ``start``: (offset, body) in delivery order; None while it does not
+    exist. Reading ends after ``idle`` seconds without a frame once ``at_least`` messages came (a
+    loaded machine may pause longer than that mid-stream), else after ``patience`` seconds without
+    one."""
     c = Client(addr)
     c.send_frame(b"SUBSCRIBE", {"destination": f"/amq/queue/{STREAM}", "id": "s", "ack": "client",
-                                "prefetch-count": "1000", "x-stream-offset": "first"})
+                                "prefetch-count": "1000", "x-stream-offset": f"offset={start}"})
     seen = 0
     out: list[tuple[int, bytes]] = []
     while c.wait(lambda: len(c.frames) > seen or c.closed,  # noqa: B023  # called right here
@@ -201,20 +207,42 @@ def read_stream(addr: tuple[str, int], at_least: int = 0, idle: float = 0.5,
     return out
 
 
-def check_stream(cycle: int, got: list[tuple[int, bytes]] | None, receipted: set[bytes], counts: Counts) -> None:
-    if got is None:
-        if receipted:
-            counts.violations.append(f"cycle {cycle}: the stream is gone with {len(receipted)} receipted appends")
-        return
-    offsets = [o for o, _ in got]
-    if offsets != list(range(len(got))):
-        counts.violations.append(f"cycle {cycle}: stream offsets are not 0..{len(got) - 1}: {offsets[:20]}...")
-    bodies = [b for _, b in got]
-    if len(set(bodies)) != len(bodies):
-        counts.violations.append(f"cycle {cycle}: a message appears twice in the stream")
-    for b in receipted - set(bodies):
-        counts.violations.append(f"cycle {cycle}: receipted stream append {b!r} lost")
-    counts.stream_read = len(got)
+class StreamCheck:
+    """What the stream held when it was last read, checked against each new read."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []  # body at each offset read so far
+        self.known: set[bytes] = set()
+
+    def check(self, cycle: int, addr: tuple[str, int], receipted: set[bytes], counts: Counts,
+              full: bool) -> None:
+        start = 0 if full else max(0, len(self.bodies) - STREAM_OVERLAP)
+        unseen = len(receipted - self.known)
+        got = read_stream(addr, start, len(self.bodies) - start + unseen)
+        if got is None:
+            if receipted:
+                counts.violations.append(f"cycle {cycle}: the stream is gone with {len(receipted)} receipted appends")
+            return
+        offsets = [o for o, _ in got]
+        if offsets != list(range(start, start + len(got))):
+            counts.violations.append(f"cycle {cycle}: stream offsets from {start} are not contiguous: "
+                                     f"{offsets[:20]}...")
+            return
+        if len(got) < len(self.bodies) - start:
+            counts.violations.append(f"cycle {cycle}: the stream ends at {start + len(got)}, "
+                                     f"{len(self.bodies)} were read before")
+        for off, body in got:
+            if off < len(self.bodies):
+                if body != self.bodies[off]:
+                    counts.violations.append(f"cycle {cycle}: offset {off} changed: {self.bodies[off]!r} -> {body!r}")
+            elif body in self.known:
+                counts.violations.append(f"cycle {cycle}: {body!r} appears twice in the stream")
+            else:
+                self.bodies.append(body)
+                self.known.add(body)
+        for b in receipted - self.known:
+            counts.violations.append(f"cycle {cycle}: receipted stream append {b!r} lost")
+        counts.stream_read = len(self.bodies)
 
 
 def _note_receipt(rid: str, receipted: set[bytes], stream_receipted: set[bytes]) -> None:
@@ -292,12 +320,14 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
     ack_sent: set[bytes] = set()  # an ACK went out (confirmed or not)
     delivered_prev: set[bytes] = set()
     stream_receipted: set[bytes] = set()  # appended to the stream with a receipt, over all cycles
+    stream = StreamCheck()
     for cycle in range(cycles + 1):
         kind = kinds[cycle % len(kinds)]
         proc, addr, lines = start_server(data, kind, store)
         try:
             bodies = drain_and_ack(addr)
-            check_stream(cycle, read_stream(addr, len(stream_receipted)), stream_receipted, counts)
+            stream.check(cycle, addr, stream_receipted, counts,
+                         full=cycle == cycles or cycle % FULL_READ_EVERY == 0)
             counts.stream_receipted = len(stream_receipted)
             counts.torn_dropped += sum(int(m.group(1)) for line in lines if (m := TORN_RE.search(line)))
             got = set(bodies)

@@ -32,3 +32,35 @@ def test_sigkill_under_load_loses_no_receipted_message(tmp_path: Path, store: st
     # the load really ran and the checks had something to check
     assert counts.receipted > 10 * cycles and counts.acked_confirmed > 5 * cycles and counts.recovered > 0
     assert counts.stream_receipted > 10 * cycles and counts.stream_read >= counts.stream_receipted
+
+
+def test_the_stream_check_finds_what_it_is_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness's stream check itself: a read from past the overlap, a gap, a changed old offset,
+    a duplicate and a lost receipted append are each a violation; a clean read is none."""
+    harness = load_harness()
+    monkeypatch.setattr(harness, "STREAM_OVERLAP", 2)
+    reads: list[list[tuple[int, bytes]]] = []
+    starts: list[int] = []
+
+    def fake_read(addr, start=0, at_least=0):
+        starts.append(start)
+        return [(o, b) for o, b in reads.pop(0) if o >= start]
+
+    monkeypatch.setattr(harness, "read_stream", fake_read)
+    check, counts = harness.StreamCheck(), harness.Counts()
+
+    def run(read: list[bytes], receipted: set[bytes], full: bool = False) -> list[str]:
+        reads.append(list(enumerate(read)))
+        counts.violations.clear()
+        check.check(1, ("127.0.0.1", 1), receipted, counts, full)
+        return list(counts.violations)
+
+    assert run([b"a", b"b", b"c"], {b"a", b"c"}) == []
+    assert run([b"a", b"b", b"c", b"d"], {b"a", b"c", b"d"}) == [] and starts[-1] == 1  # from overlap
+    assert run([b"a", b"b", b"c", b"d"], {b"e"}) == ["cycle 1: receipted stream append b'e' lost"]
+    assert "offset 0 changed" in run([b"x", b"b", b"c", b"d"], set(), full=True)[0]
+    assert "appears twice" in run([b"a", b"b", b"c", b"d", b"a"], set())[0]
+    reads.append([(3, b"d"), (5, b"f")])
+    counts.violations.clear()
+    check.check(2, ("127.0.0.1", 1), set(), counts, False)
+    assert "not contiguous" in counts.violations[0]
