@@ -4,11 +4,14 @@ and the encoded bytes a delivery carries (constants for the common plain message
 
 from __future__ import annotations
 
-from amqpproto import BasicProperties
+import struct
+
+from amqpproto import BasicProperties, write_value
 from amqpproto.spec import encode_properties
 
 from .._message import Message, SharedMessage
 from .._props import headers_to_props
+from ..model.streams import STREAM_OFFSET_HEADER
 
 __all__ = ["message_props", "props_bytes"]
 
@@ -34,9 +37,26 @@ def props_bytes(msg: Message) -> bytes:
     return _encode(msg)
 
 
+#: a stream record published with no properties but persistence: its headers table holds only the
+#: offset, so the properties are a flag word, that one-entry table and the delivery mode
+_OFFSET_KEY = bytes((len(STREAM_OFFSET_HEADER),)) + STREAM_OFFSET_HEADER.encode()
+_FLAGS_HEADERS_MODE = struct.pack(">H", 0x2000 | 0x1000)
+_U32 = struct.Struct(">I")
+
+
+def _stream_record_props(offset: int) -> bytes:
+    entry = _OFFSET_KEY + write_value(offset)
+    return b"".join((_FLAGS_HEADERS_MODE, _U32.pack(len(entry)), entry, b"\x02"))
+
+
 def _encode(msg: Message) -> bytes:
     headers = msg.headers
-    if not headers or (len(headers) == 1 and "persistent" in headers):
+    n = len(headers)
+    if not n or (n == 1 and "persistent" in headers):
         return _PERSISTENT_PROPS if msg.persistent else _PLAIN_PROPS
+    if n == 2 and msg.persistent and "persistent" in headers:  # the common stream record
+        offset = headers.get(STREAM_OFFSET_HEADER)
+        if type(offset) is int:
+            return _stream_record_props(offset)
     return encode_properties(headers_to_props(msg.headers, msg.persistent, msg.priority))
 
