@@ -27,6 +27,17 @@ def test_props_bytes_matches_general_encoding(props, persistent, priority):
     assert props_bytes(msg) == encode_properties(_props(msg))
 
 
+@settings(max_examples=120, deadline=None)
+@given(offset=st.integers(0, 2**64 - 1), first=st.sampled_from(["persistent", "x-stream-offset"]),
+       persistent=st.booleans(), marker=st.sampled_from(["true", "false"]))
+def test_stream_record_props_match_general_encoding(offset, first, persistent, marker):
+    """A stream delivery's headers: persistence and its offset (any integer width, either order)."""
+    pair = {"persistent": marker, "x-stream-offset": offset}
+    headers = {first: pair[first], **pair}
+    msg = Message(1, "", "s", headers, b"body", 0, None, persistent)
+    assert props_bytes(msg) == encode_properties(_props(msg))
+
+
 def test_props_bytes_for_plain_messages_are_shared_constants():
     a = Message(1, "", "q", {}, b"a", 3, None, True)
     b = Message(2, "", "q", {}, b"b", 0, None, True)
