@@ -385,3 +385,26 @@ def test_recovered_backlog_starts_paged_without_reading_it(tmp_path: Path) -> No
     s.sync(2)
     rec = reopen(s, tmp_path, recover_window=100).recover()
     assert [sm.message.id for sm in rec.messages[("/", "q")]] == [i for i in range(1, 31) if i != 7]
+
+
+_scalar = st.one_of(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1), st.booleans(),
+                    st.binary(max_size=8), st.floats(allow_nan=False))
+_headers = st.dictionaries(st.text(min_size=1, max_size=8), _scalar | st.lists(_scalar, max_size=2), max_size=4)
+
+
+@given(st.lists(_headers, min_size=1, max_size=6))
+def test_decoded_headers_are_the_encoded_ones_and_each_message_owns_its_own(tables) -> None:
+    """Records repeat a few header tables, which a read decodes once (a cache): each decoded
+    message still gets exactly what was encoded, in a dict that no other message shares."""
+    from engine.storage.segment._records import _decode_message, _encode_message
+
+    for headers in tables * 2:  # the second pass reads them from the cache
+        payload = _encode_message(Message(1, "x", "k", headers, b"b", persistent=True))
+        first, second = _decode_message(memoryview(payload)), _decode_message(memoryview(payload))
+        assert first.headers == headers and second.headers == headers
+        first.headers["added"] = 1
+        for v in first.headers.values():
+            if isinstance(v, list):
+                v.append("changed")
+        assert second.headers == headers
+        assert _decode_message(memoryview(payload)).headers == headers

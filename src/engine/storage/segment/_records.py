@@ -213,6 +213,26 @@ def _encode_message(msg: Message) -> bytes:
     return b"".join((head, ex, rk, hdr, msg.body))
 
 
+#: decoded header tables of scalars by their encoding: the records of one stream or queue mostly
+#: repeat the same few (``persistent:true``...), so a read decodes each once
+_TABLES: dict[bytes, dict[str, Any]] = {}
+_TABLES_MAX = 256
+_SCALARS = (str, int, bool, float, bytes)
+
+
+def _read_headers(raw: bytes) -> dict[str, Any]:
+    """``read_table`` of a record's headers, each time a dict of the caller's own."""
+    table = _TABLES.get(raw)
+    if table is not None:
+        return dict(table)  # its values are immutable: a shallow copy is a whole copy
+    table = read_table(raw, 0)[0]
+    if len(raw) <= 256 and all(type(v) in _SCALARS for v in table.values()):
+        if len(_TABLES) >= _TABLES_MAX:
+            _TABLES.clear()
+        _TABLES[raw] = dict(table)
+    return table
+
+
 _BODY_SLOT = Message.body  # the slot descriptor, reached past the property below
 
 
@@ -251,7 +271,7 @@ def _decode_message(p: memoryview, lazy: tuple[Any, int] | None = None) -> Messa
             items = read_array(raw, 0)[0]
             headers = dict(zip(items[::2], items[1::2], strict=False))
         else:
-            headers = read_table(raw, 0)[0]
+            headers = _read_headers(raw)
     o += lhdr
     args = (prio, None if math.isnan(exp) else exp, bool(flags & _PERSISTENT), None if math.isnan(ackt) else ackt)
     if lazy is None:
