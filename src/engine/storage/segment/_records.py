@@ -189,12 +189,19 @@ def _records(data: bytes | memoryview, start: int) -> tuple[list[tuple[int, memo
     return out, off
 
 
+_PERSISTENT_ONLY = {"persistent": "true"}
+_PERSISTENT_TABLE = write_table(_PERSISTENT_ONLY)
+
+
 def _encode_message(msg: Message) -> bytes:
     ex = msg.exchange.encode()
     rk = msg.routing_key.encode()
     flags = _PERSISTENT if msg.persistent else 0
     hdr = b""
-    if msg.headers:
+    headers = msg.headers
+    if headers == _PERSISTENT_ONLY:  # what an AMQP publish with delivery-mode 2 alone leaves
+        hdr = _PERSISTENT_TABLE
+    elif headers:
         try:
             hdr = write_table(msg.headers)
         except ValueError:  # a key longer than 255 bytes (STOMP allows it): alternating pairs
