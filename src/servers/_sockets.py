@@ -28,6 +28,12 @@ class ListenError(OSError):
     def __str__(self) -> str:
         return str(self.strerror)
 
+    @classmethod
+    def of(cls, protocol: str, host: str, port: int, exc: OSError) -> ListenError:
+        """The error for ``exc``, met binding ``protocol``'s listener to ``host:port``."""
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        return cls(exc.errno, f"cannot listen for {protocol} on {format_address(host, port)}: {why}")
+
 
 def bind_listeners(listeners: Sequence[Listener], recv_buffer: int = 0) -> list[tuple[socket.socket, Listener]]:
     """Listening, non-blocking sockets (one per listener) with the addresses actually bound.
@@ -49,9 +55,7 @@ def bind_listeners(listeners: Sequence[Listener], recv_buffer: int = 0) -> list[
                 if recv_buffer > 0:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
             except OSError as exc:  # the operator's message: which listener, which address, why
-                why = os.strerror(exc.errno) if exc.errno else str(exc)
-                raise ListenError(exc.errno, f"cannot listen for {lst.protocol} on "
-                                  f"{format_address(lst.host, lst.port)}: {why}") from None
+                raise ListenError.of(lst.protocol, lst.host, lst.port, exc) from None
             sock.setblocking(False)
             host, port = sock.getsockname()[:2]
             out.append((sock, replace(lst, host=host, port=port)))

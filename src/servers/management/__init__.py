@@ -8,7 +8,6 @@ commands to change it, each run on the broker's own thread.
 from __future__ import annotations
 
 import functools
-import os
 import ssl
 import threading
 import time
@@ -86,9 +85,7 @@ class OpsListeners:
                     max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False,
                     url_scheme="https" if "https" in name else "http")
             except OSError as exc:  # as for the protocol listeners: which one, where, why
-                why = os.strerror(exc.errno) if exc.errno else str(exc)
-                raise ListenError(exc.errno, f"cannot listen for {name} on "
-                                  f"{format_address(where[0], where[1])}: {why}") from None
+                raise ListenError.of(name, where[0], where[1], exc) from None
             if "https" in name:
                 assert self._tls is not None
                 server.channel_class = tls_channel(self._tls, name)
