@@ -10,6 +10,7 @@ __all__ = ["User", "Limits", "Tls", "Config"]
 @dataclass(slots=True)
 class User:
     name: str
+    #: the user's password (stored salted and hashed, as RabbitMQ's rabbit_password_hashing_sha256)
     password: str
     #: RabbitMQ's default: the built-in guest user may only connect from a loopback address.
     loopback_only: bool = False
@@ -22,7 +23,9 @@ class User:
 @dataclass(slots=True)
 class Limits:
     max_frame_size: int = 16 * 1024 * 1024 + 64 * 1024  # a 16 MiB body plus headers
+    #: headers one STOMP frame may carry
     max_header_count: int = 1000
+    #: bytes of one STOMP header line (name, colon and value)
     max_header_line: int = 64 * 1024
     max_body_size: int = 16 * 1024 * 1024
     #: largest AMQP message body accepted (RabbitMQ's ``max_message_size``, 128 MiB by default
@@ -35,6 +38,7 @@ class Limits:
     #: shortest heart-beat periods (ms) the broker agrees to: (send every, receive every). CONNECTED
     #: grants the periods the client asks for, as RabbitMQ does, but never below these.
     heartbeat: tuple[int, int] = (100, 100)
+    #: a STOMP peer counts as dead after its heart-beat period times this factor without a byte from it
     heartbeat_grace: float = 1.5
     default_prefetch: int = 0  # 0 = unlimited, as RabbitMQ's STOMP adapter
     # -- per-connection bounds: a breach sends ERROR and closes that connection only -----------
@@ -102,6 +106,7 @@ class Config:
     prometheus: str | None = None
     #: the same two over TLS (``[tls]``'s certificate), HOST:PORT; off when None
     https: str | None = None
+    #: Prometheus over TLS, HOST:PORT; off when None
     prometheus_https: str | None = None
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
