@@ -43,6 +43,10 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 # Type hints name private modules' classes (stompproto._events.Frame): the public re-export documents them.
 nitpicky = False
+# Type hints name builtins (``type[Frame]``); without intersphinx the Python domain then searches by
+# suffix and finds the generated AMQP classes' fields of the same name (BasicProperties.type,
+# ExchangeDeclare.type) and warns that the match is ambiguous. Only that category is silenced.
+suppress_warnings = ["ref.python"]
 
 graphviz_output_format = "svg"
 graphviz_dot_args = ["-Gfontname=Helvetica", "-Nfontname=Helvetica", "-Efontname=Helvetica"]

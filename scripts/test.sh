@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark,docs]'
 
 # Java for PySpark (tests/pipeline): Debian's openjdk-17-jre-headless unless a java >= 17 is there.
 bash scripts/install-java.sh
@@ -25,6 +25,10 @@ export SANSMQ_REQUIRE_POSTGRES=1
 # (strict on the codecs). Same commands as `tox -e lint`.
 .venv/bin/ruff check .
 .venv/bin/mypy
+
+# The documentation site (docs/_build/html), warnings as errors; graphviz draws its state diagrams.
+bash scripts/install-graphviz.sh
+bash scripts/build-docs.sh
 
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

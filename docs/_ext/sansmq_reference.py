@@ -4,6 +4,7 @@
 
 - ``states-<codec>.rst.inc``: every state table of ``<codec>._state`` (statetables.py),
 - ``limits-<codec>.rst.inc``: the keyword-only parameters of ``<codec>.Connection`` (limits.py),
+- ``events-<codec>.rst.inc``: the codec's events and errors with their fields (events.py),
 - ``config.rst.inc``: the config file reference (configref.py),
 - ``cli.rst.inc``: the ``sansmq`` command reference (cliref.py).
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import cliref
 import configref
+import events
 import limits
 import statetables
 from sphinx.application import Sphinx
@@ -55,6 +57,7 @@ def generate() -> tuple[dict[str, str], list[str]]:
             parts += [f".. rubric:: {name}", "", statetables.rst(dotted)]
         files[f"states-{codec}.rst.inc"] = "\n".join(parts)
         files[f"limits-{codec}.rst.inc"] = limits.rst(f"{codec}.Connection")
+        files[f"events-{codec}.rst.inc"] = events.rst(codec)
     files["config.rst.inc"], problems = configref.rst()
     files["cli.rst.inc"] = cliref.rst()
     return files, problems

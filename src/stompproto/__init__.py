@@ -1,4 +1,4 @@
-"""stompproto: a sans-IO STOMP 1.0/1.1/1.2 codec for the client and server roles.
+"""stompproto: a sans-IO STOMP 1.0/1.1/1.2 codec for the client and server roles::
 
     conn = Connection(role=SERVER)
     conn.receive_data(data, now)            # b"" = EOF
