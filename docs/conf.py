@@ -28,6 +28,8 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
+# Option names and quotes stay as typed: "--tls-cert" must not become an en dash, "''" no curly quotes.
+smartquotes = False
 # _generated/ holds include files (not documents); examples/ are Python files shown with literalinclude.
 exclude_patterns = ["_build", "_generated", "examples", "Thumbs.db", ".DS_Store"]
 
