@@ -58,7 +58,7 @@ html_title = "sansmq"
 html_theme_options = {
     "description": "sans-IO STOMP, AMQP 0-9-1 and WebSocket codecs, and a deterministic broker",
     "fixed_sidebar": True,
-    "page_width": "1100px",
+    "page_width": "1360px",  # room for the examples' 120-column lines
     "sidebar_width": "250px",
 }
 html_static_path: list[str] = []
