@@ -14,6 +14,7 @@ from typing import Any
 
 # Edge colours per sender role (by the role's name); a table without roles draws black edges.
 ROLE_COLOURS = {"CLIENT": "#1f5fa8", "SERVER": "#2e7d32"}
+SHORT = 6  # states up to which a diagram is laid out left to right
 
 
 def load_table(dotted: str) -> tuple[Mapping[tuple[Any, ...], Any], dict[str, Any]]:
@@ -60,7 +61,9 @@ def dot(table_rows: list[tuple[str, str, str, str]], name: str) -> str:
         states.setdefault(state)
         states.setdefault(new)
         edges.setdefault((sender, state, new), []).append(event)
-    lines = [f"digraph {_quote(name)} {{", "  rankdir=LR;", '  node [shape=box, style=rounded, fontsize=10];',
+    # A short machine reads left to right; a long one top to bottom, so that it fits a page's width.
+    rankdir = "LR" if len(states) <= SHORT else "TB"
+    lines = [f"digraph {_quote(name)} {{", f"  rankdir={rankdir};", "  node [shape=box, style=rounded, fontsize=10];",
              "  edge [fontsize=9];"]
     lines += [f"  {_quote(s)};" for s in states]
     for (sender, state, new), events in edges.items():
