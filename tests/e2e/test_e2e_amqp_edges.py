@@ -659,3 +659,52 @@ def test_reply_codes_and_texts_of_common_mistakes(srv: Target, mistake: str) -> 
         assert (ei.value.reply_code, ei.value.reply_text) == (code, text.replace("{q}", name))
     finally:
         close_quietly(c)
+
+
+# -- publisher confirms coalesced -------------------------------------------------------------------
+def test_pipelined_transient_publishes_get_coalesced_confirms(srv: Target) -> None:
+    """640 publishes written at once (as amqplib's test suite does) are all confirmed, with fewer
+    basic.ack frames than messages: at least one carries multiple=true, as RabbitMQ's do."""
+    import socket
+
+    import amqpproto as a
+
+    n = 640
+    conn = a.Connection(a.CLIENT, heartbeat=0)
+    sock = socket.create_connection((srv.host, srv.port), timeout=10)
+
+    def until(cls: type) -> Any:
+        while True:
+            ev = conn.next_event()
+            if ev is a.NEED_DATA:
+                conn.receive_data(sock.recv(65536))
+            elif isinstance(ev, cls):
+                return ev
+            elif isinstance(ev, (a.ConnectionClose, a.ChannelClose, a.ConnectionClosed)):
+                raise AssertionError(f"unexpected {ev!r}")
+
+    try:
+        sock.sendall(conn.send(a.ProtocolHeader()))
+        until(a.ConnectionStart)
+        sock.sendall(conn.send(a.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
+                                                   response=a.plain_response("guest", "guest"))))
+        sock.sendall(conn.send(conn.tune_ok(until(a.ConnectionTune))))
+        sock.sendall(conn.send(a.ConnectionOpen(virtual_host="/")))
+        until(a.ConnectionOpenOk)
+        sock.sendall(conn.send(a.ChannelOpen(channel=1)))
+        until(a.ChannelOpenOk)
+        q = uid("confirms")
+        sock.sendall(conn.send(a.QueueDeclare(queue=q, auto_delete=True, channel=1)))
+        until(a.QueueDeclareOk)
+        sock.sendall(conn.send(a.ConfirmSelect(channel=1)))
+        until(a.ConfirmSelectOk)
+        sock.sendall(b"".join(conn.send(a.BasicPublish(routing_key=q, properties=a.BasicProperties(),
+                                                       body=b"m%d" % i, channel=1)) for i in range(n)))
+        confirmed, frames, multiple = 0, 0, 0
+        while confirmed < n:
+            ack = until(a.BasicAck)
+            assert ack.delivery_tag > confirmed and (ack.multiple or ack.delivery_tag == confirmed + 1)
+            confirmed, frames, multiple = ack.delivery_tag, frames + 1, multiple + ack.multiple
+        assert confirmed == n and multiple >= 1 and frames < n
+    finally:
+        sock.close()

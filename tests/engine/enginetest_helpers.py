@@ -34,6 +34,20 @@ def amqp(net: SimNetwork) -> AmqpSimClient:
     return client
 
 
+def confirm_outcomes(client: AmqpSimClient, channel: int = 1) -> list[tuple[str, int]]:
+    """The publisher confirms the client received on ``channel``, one (kind, sequence number) per
+    message: a basic.ack/nack with multiple=true stands for every number since the last one."""
+    out: list[tuple[str, int]] = []
+    last = 0
+    for e in client.received:
+        if isinstance(e, (spec.BasicAck, spec.BasicNack)) and e.channel == channel:
+            kind = "ack" if isinstance(e, spec.BasicAck) else "nack"
+            first = last + 1 if e.multiple else e.delivery_tag
+            out.extend((kind, n) for n in range(first, e.delivery_tag + 1))
+            last = max(last, e.delivery_tag)
+    return out
+
+
 def subscribe(client: SimClient, dest: str, sub_id: str, ack: str = "auto", **headers: str) -> None:
     h = {"destination": dest, "id": sub_id, "ack": ack}
     h.update({k.replace("_", "-"): v for k, v in headers.items()})

@@ -42,7 +42,7 @@ class ChannelOwner(ConsumerOwner, Protocol):
     exclusive: dict[Queue, None]
     reply_to: str | None
     cancel_notify: bool
-    #: while a store sync releases held confirms: channels with acks to coalesce
+    #: while a read is handled or a store sync releases held confirms: channels with acks to coalesce
     batching: dict[ChannelBase, None] | None
 
     @property
@@ -120,8 +120,8 @@ class ChannelBase:
         self.flow_paused = False
         #: the consumer-timeout timer, armed while deliveries with a deadline are unacked
         self.timeout_key: tuple[float, int] | None = None
-        #: publisher confirms released together by one store sync: the highest sequence number
-        #: and how many, sent as one basic.ack with multiple=true (as RabbitMQ coalesces them)
+        #: publisher confirms released together (by one read, or one store sync): the highest
+        #: sequence number and how many, sent as one basic.ack with multiple=true (as RabbitMQ)
         self.ack_upto = 0
         self.ack_batch = 0
 
@@ -134,6 +134,8 @@ class ChannelBase:
         return vhost
 
     def send(self, m: Any) -> None:
+        if self.ack_batch:  # coalesced confirms keep their place before the channel's next method
+            self.flush_confirms()
         m.channel = self.id
         self.session.send(m)
 

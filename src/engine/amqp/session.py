@@ -100,7 +100,7 @@ class AmqpSession(Session):
         self.reply_to: str | None = None
         #: after our connection.close, when we stop waiting for the peer's close-ok
         self.close_deadline: float | None = None
-        #: while a store sync releases held confirms: channels with acks to coalesce
+        #: while a read is handled or a store sync releases held confirms: channels with acks to coalesce
         self.batching: dict[ChannelBase, None] | None = None
 
     def __repr__(self) -> str:
@@ -115,8 +115,28 @@ class AmqpSession(Session):
         except A.LocalProtocolError:
             self.close()
             return
-        self._pump()
+        if self.batching is not None:  # fed from inside a batch (AMQP over WebSocket): it flushes
+            self._pump()
+        else:
+            self._pump_coalescing()
         self.host.timer_moved(self)
+
+    def _pump_coalescing(self) -> None:
+        """Handle one read's frames, sending the publisher confirms they release as one basic.ack
+        multiple=true per channel at the end (RabbitMQ coalesces likewise; a client pipelining
+        transient publishes gets one ack per read, not one per message)."""
+        batching: dict[ChannelBase, None] = {}
+        self.batching = batching
+        try:
+            self._pump()
+        finally:
+            self.batching = None
+        self._flush_confirms(batching)
+
+    def _flush_confirms(self, batching: dict[ChannelBase, None]) -> None:
+        for chan in batching:
+            chan.flush_confirms()
+        batching.clear()
 
     def _pump(self) -> None:
         conn = self.conn
@@ -188,8 +208,10 @@ class AmqpSession(Session):
         self.channels.pop(channel_id, None)
 
     def _channel_error(self, channel: int, exc: ChannelError) -> None:
-        chan = self.channels.pop(channel, None)
+        chan = self.channels.get(channel)
         if chan is not None:
+            chan.flush_confirms()  # publishes confirmed before the error are still owed their ack
+            del self.channels[channel]
             chan.teardown()
         m = exc.method
         self._send_quietly(spec.ChannelClose(exc.code, reply_text(exc.code, exc.text),
@@ -280,14 +302,16 @@ class AmqpSession(Session):
 
     def release_held(self, synced: int) -> None:
         """Confirms one sync releases go out as one basic.ack multiple=true per channel."""
+        if self.batching is not None:  # released while a read is handled: that batch flushes
+            super().release_held(synced)
+            return
         batching: dict[ChannelBase, None] = {}
         self.batching = batching
         try:
             super().release_held(synced)
         finally:
             self.batching = None
-        for chan in batching:
-            chan.flush_confirms()
+        self._flush_confirms(batching)
 
     def fail_held(self, token: int) -> None:
         """The sync covering ``token`` failed: held publisher confirms become nacks (RabbitMQ's
