@@ -68,6 +68,9 @@ class Host(Protocol):
     def internal_error(self, session: Session, exc: BaseException) -> None:
         """A bug met while serving ``session`` (kept for tests, logged with its traceback)."""
 
+    def alarm_reason(self) -> str:
+        """The resource alarms blocking publishers, as RabbitMQ names them ("low on memory")."""
+
 
 def is_loopback(peer: tuple[Any, ...]) -> bool:
     """Whether a peer address is this machine (users with ``loopback_only`` connect only so)."""

@@ -183,8 +183,11 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
         "connections": connections,
         "totals": {name: getattr(model, attr) for name, attr in COUNTERS},
         "rates": sampler.rates() if sampler else {name: 0.0 for name, _ in COUNTERS},
-        "alarms": {"memory": broker.mem_alarm},
+        "alarms": {"memory": broker.mem_alarm, "disk": broker.disk_alarm},
         "queued_bytes": model.queued_bytes,
+        "memory_high_watermark": broker.config.limits.memory_high_watermark,
+        "disk_free": broker.disk_free,
+        "disk_free_limit": broker.disk_free_limit,
         # users, permissions and policies are replaced, never changed in place: shared, not copied
         "users": dict(model.security.users),
         "loopback_users": frozenset(model.security.loopback_users),

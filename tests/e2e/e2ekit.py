@@ -59,11 +59,12 @@ def wait_until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "cond
 class ServerProcess:
     """A broker subprocess; ``cmd`` must end up printing the listener log line on stderr."""
 
-    def __init__(self, cmd: list[str], kind: str) -> None:
+    def __init__(self, cmd: list[str], kind: str, **popen: Any) -> None:
+        """``popen``: more subprocess.Popen arguments (e.g. a preexec_fn setting limits)."""
         self.kind = kind
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, **popen
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

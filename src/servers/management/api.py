@@ -17,6 +17,7 @@ from .auth import MANAGEMENT_TAGS, authenticate
 from .bindings import BindingRoutes
 from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
+from .health import HealthRoutes
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
 from .request import STATUS_LINES, HttpError, Request, not_found, unauthorised
@@ -30,7 +31,7 @@ _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
 
 class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyRoutes, BindingRoutes,
-                    ConnectionRoutes, DefinitionRoutes):
+                    ConnectionRoutes, DefinitionRoutes, HealthRoutes):
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
@@ -41,7 +42,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("overview",), {"GET": self.overview}),
             (("whoami",), {"GET": self.whoami}),
             (("cluster-name",), {"GET": lambda r: {"name": self.node}}),
-            (("nodes",), {"GET": lambda r: [self._node()]}),
+            (("nodes",), {"GET": self.nodes}),
             (("extensions",), {"GET": lambda r: []}),
             (("vhosts",), {"GET": self.vhosts}),
             (("vhosts", "*"), {"GET": self.vhost, "PUT": self.put_vhost, "DELETE": self.delete_vhost}),
@@ -83,6 +84,9 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("definitions",), {"GET": self.get_definitions, "POST": self.post_definitions}),
             (("definitions", "*"), {"GET": self.get_definitions, "POST": self.post_definitions}),
             (("health", "checks", "alarms"), {"GET": self.alarms}),
+            (("health", "checks", "local-alarms"), {"GET": self.alarms}),
+            (("health", "checks", "port-listener", "*"), {"GET": self.port_listener}),
+            (("health", "checks", "protocol-listener", "*"), {"GET": self.protocol_listener}),
             (("aliveness-test", "*"), {"GET": self.aliveness}),
             (("stats", "history"), {"GET": self.history}),
         ]

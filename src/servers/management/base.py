@@ -33,6 +33,8 @@ class ApiBase:
         #: sections asked for -> (monotonic time taken, snapshot)
         self._snaps: dict[tuple[str, ...], tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        #: HTTP listeners whose loop died (name -> why), shared with OpsListeners
+        self.failed: dict[str, str] = {}
 
     def snap(self, *sections: str, fresh: bool = False) -> dict[str, Any]:
         """A snapshot with the object lists ``sections`` (engine.stats.SECTIONS), at most

@@ -14,6 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .._fds import fd_alarm, fd_limit, open_fds
+
 __all__ = ["RabbitCollector", "prometheus_app"]
 
 #: (metric suffix after rabbitmq_global_messages_, snapshot counter, help)
@@ -48,6 +50,8 @@ class RabbitCollector:
         snap = self.snap("queues") if self.per_object else self.snap()
         conns = snap["connections"]
         counts = snap["counts"].values()
+        fds, max_fds = open_fds(), fd_limit()
+        disk_free = snap["disk_free"]
         yield from (
             GaugeMetricFamily("rabbitmq_queues", "Queues available", value=sum(c["queues"] for c in counts)),
             GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns)),
@@ -59,11 +63,23 @@ class RabbitCollector:
                               value=resident_bytes()),
             GaugeMetricFamily("rabbitmq_alarms_memory_used_watermark",
                               "is 1 if VM memory watermark alarm is in effect", value=int(snap["alarms"]["memory"])),
+            GaugeMetricFamily("rabbitmq_resident_memory_limit_bytes",
+                              "Memory high watermark in bytes", value=snap["memory_high_watermark"]),
             GaugeMetricFamily("rabbitmq_alarms_free_disk_space_watermark",
-                              "is 1 if free disk space watermark alarm is in effect", value=0),
+                              "is 1 if free disk space watermark alarm is in effect",
+                              value=int(snap["alarms"]["disk"])),
             GaugeMetricFamily("rabbitmq_alarms_file_descriptor_limit",
-                              "is 1 if file descriptor limit alarm is in effect", value=0),
+                              "is 1 if file descriptor limit alarm is in effect", value=int(fd_alarm(fds, max_fds))),
+            GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", value=fds),
+            GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds),
+            GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", value=len(conns)),
+            GaugeMetricFamily("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", value=max_fds),
         )
+        if disk_free is not None:  # sampled only with the embedded store's directory
+            yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
+                                    value=disk_free)
+        yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes",
+                                "Free disk space low watermark in bytes", value=snap["disk_free_limit"])
         for suffix, key, text in _GLOBAL:
             family = CounterMetricFamily(f"rabbitmq_global_messages_{suffix}", text, labels=["protocol"])
             family.add_metric(["amqp091"], snap["totals"][key])
