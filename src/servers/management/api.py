@@ -17,6 +17,7 @@ from .auth import MANAGEMENT_TAGS, authenticate
 from .bindings import BindingRoutes
 from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
+from .guard import SECURITY_HEADERS, check_content_type, check_origin
 from .health import HealthRoutes
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
@@ -93,10 +94,13 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
 
     # -- WSGI --------------------------------------------------------------------------------------
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def secured(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, *SECURITY_HEADERS], exc_info)
+
         raw = environ.get("REQUEST_URI") or urllib.parse.quote(environ.get("PATH_INFO", "/"))
         path = raw.split("?", 1)[0]
         if not path.startswith("/api/") and path != "/api":
-            return serve_static(path, environ, start_response)
+            return serve_static(path, environ, secured)
         parts = [urllib.parse.unquote(p) for p in path[len("/api/"):].split("/")]
         if parts and parts[-1] == "":
             parts.pop()
@@ -104,6 +108,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             if len(parts) > i and parts[i] == "amq.default":  # RabbitMQ's name for the default exchange
                 parts[i] = ""
         try:
+            check_origin(environ)
             status, body, headers = self._dispatch(environ, parts)
         except HttpError as exc:
             status, body, headers = exc.status, {"error": exc.error, "reason": exc.reason}, []
@@ -112,7 +117,9 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                 headers = [("WWW-Authenticate", 'Basic realm="RabbitMQ Management"')]
         except TimeoutError:
             status, body, headers = 503, {"error": "timeout", "reason": "the broker did not answer"}, []
-        return self._respond(start_response, status, body, headers)
+        except RecursionError:  # input nested deeper than anything here walks (JSON bodies are checked)
+            status, body, headers = 400, {"error": "bad_request", "reason": "nested too deeply"}, []
+        return self._respond(secured, status, body, headers)
 
     @staticmethod
     def _respond(start_response: Callable[..., Any], status: int, body: Any,
@@ -139,6 +146,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                 handler = handlers.get(method)
                 if handler is None:
                     raise HttpError(405, "method_not_allowed", f"{method} not allowed")
+                check_content_type(environ)
                 args = [s for p, s in zip(pattern, parts, strict=True) if p == "*"]
                 result = handler(Request(environ, parts, principal), *args)
                 if isinstance(result, tuple):
