@@ -64,7 +64,7 @@ class OpsListeners:
         self.failed: dict[str, str] = {}
         self._stopping = False
         self.api.failed = self.failed
-        metrics = prometheus_app(self.api.snap)
+        metrics = prometheus_app(self.api.snap, self.api.call)
         self._apps = {"http": self.api, "prometheus": metrics, "https": self.api, "prometheus_https": metrics}
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:

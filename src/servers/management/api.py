@@ -19,6 +19,7 @@ from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
 from .guard import SECURITY_HEADERS, check_content_type, check_origin
 from .health import HealthRoutes
+from .listing import Streamed
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
 from .request import STATUS_LINES, HttpError, Request, not_found, unauthorised
@@ -123,9 +124,12 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
 
     @staticmethod
     def _respond(start_response: Callable[..., Any], status: int, body: Any,
-                 headers: list[tuple[str, str]]) -> list[bytes]:
-        data = b"" if status == 204 or body is None else json.dumps(body, default=str).encode()
+                 headers: list[tuple[str, str]]) -> Iterable[bytes]:
         hdrs = [("Cache-Control", "no-cache"), *headers]
+        if isinstance(body, Streamed):  # sent as it is built (chunked transfer encoding)
+            start_response(STATUS_LINES[status], [*hdrs, ("Content-Type", "application/json")])
+            return body
+        data = b"" if status == 204 or body is None else json.dumps(body, default=str).encode()
         if data:
             hdrs.append(("Content-Type", "application/json"))
         hdrs.append(("Content-Length", str(len(data))))
