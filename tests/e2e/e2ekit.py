@@ -32,7 +32,8 @@ from websockets.sync.client import ClientConnection
 
 import amqpproto as A
 from amqpproto import spec
-from servers.management import OPS_EPHEMERAL
+from servers import Running, running
+from servers.management import OPS_EPHEMERAL, OpsListeners
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
@@ -110,6 +111,19 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}") from None
+
+
+@contextlib.contextmanager
+def ops_server(config: Any = None) -> Iterator[tuple[Running, OpsListeners]]:
+    """An in-process threads server (an AMQP listener) with the management and Prometheus listeners,
+    all on free ports."""
+    with running("threads", [("amqp", "127.0.0.1", 0)], config=config) as r:
+        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
+        ops.start()
+        try:
+            yield r, ops
+        finally:
+            ops.stop()
 
 
 def as_text_line(line: str) -> str:

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
-from e2ekit import ServerProcess, fresh_data_dir, wait_until
+from e2ekit import ServerProcess, fresh_data_dir, ops_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import Config
-from servers import running
 from servers._disk import DiskMonitor
-from servers.management import OPS_EPHEMERAL, OpsListeners
+from servers.management import OPS_EPHEMERAL
 
 #: far above any disk's free space
 HUGE = 10**18
@@ -43,9 +42,7 @@ def gauge(port: int, name: str) -> float:
 
 
 def test_low_disk_blocks_a_pika_publisher_then_clears(tmp_path: Path) -> None:
-    with running("threads", [("amqp", "127.0.0.1", 0)], config=Config(disk_free_limit=HUGE)) as r:
-        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
-        ops.start()
+    with ops_server(Config(disk_free_limit=HUGE)) as (r, ops):
         disk = DiskMonitor(r.server, str(tmp_path), interval=0.05)
         events: list[str] = []
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", r.address("amqp")[1]))
@@ -80,7 +77,6 @@ def test_low_disk_blocks_a_pika_publisher_then_clears(tmp_path: Path) -> None:
         finally:
             conn.close()
             disk.stop()
-            ops.stop()
 
 
 def test_serve_disk_free_limit_flag_raises_the_alarm() -> None:

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from e2ekit import ops_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Config
-from servers import running
 from servers.management import OpsListeners, prometheus, queues
 from servers.management.listing import CHUNK
 
@@ -55,14 +54,9 @@ def _declare(b: Any) -> None:
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[Api]:
-    with running("threads", [("amqp", "127.0.0.1", 0)], config=Config()) as r:
+    with ops_server() as (r, ops):
         r.admin(_declare)
-        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
-        ops.start()
-        try:
-            yield Api(ops)
-        finally:
-            ops.stop()
+        yield Api(ops)
 
 
 def test_the_full_list_is_streamed_whole(api: Api) -> None:

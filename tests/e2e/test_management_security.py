@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2ekit import wait_until
+from e2ekit import ops_server, wait_until
 
-from servers import running
 from servers.management import OpsListeners
 from servers.management.channel import DeadlineChannel
 
@@ -48,13 +47,8 @@ class Api:
 
 @pytest.fixture()
 def api() -> Iterator[Api]:
-    with running("threads", [("amqp", "127.0.0.1", 0)]) as r:
-        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
-        ops.start()
-        try:
-            yield Api(ops)
-        finally:
-            ops.stop()
+    with ops_server() as (_, ops):
+        yield Api(ops)
 
 
 JSON = {"Content-Type": "application/json"}

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from e2ekit import ServerProcess, fresh_data_dir, wait_until
+from e2ekit import ServerProcess, fresh_data_dir, ops_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from waitress import wasyncore
 
-from servers import running
 from servers.management import OPS_EPHEMERAL, OpsListeners
 
 #: descriptors opened so that the listeners' next ones are above select()'s 1,023
@@ -49,13 +48,8 @@ class Ops:
 
 @pytest.fixture()
 def ops() -> Iterator[Ops]:
-    with running("threads", [("amqp", "127.0.0.1", 0)]) as r:
-        listeners = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
-        listeners.start()
-        try:
-            yield Ops(listeners)
-        finally:
-            listeners.stop()
+    with ops_server() as (_, listeners):
+        yield Ops(listeners)
 
 
 def metric(text: str, name: str) -> float:
