@@ -26,6 +26,7 @@ from ._driver import Listener
 from ._fds import raise_fd_limit
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
+from .management.request import MAX_DEPTH, too_deep
 from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from ._sockets import ListenError
@@ -454,13 +455,19 @@ def _listener_flag_hint(protocol: str) -> str:
 
 
 def _read_definitions(path: str) -> Any:
+    deep = CliError(f"definitions file {path} nests deeper than {MAX_DEPTH} levels", EXIT_USAGE)
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except OSError as exc:
         raise CliError(f"cannot read the definitions file {path}: {exc.strerror or exc}", EXIT_USAGE) from None
     except ValueError as exc:
         raise CliError(f"definitions file {path} is not JSON: {exc}", EXIT_USAGE) from None
+    except RecursionError:
+        raise deep from None
+    if too_deep(doc):  # as through the API: what is imported is later walked recursively
+        raise deep
+    return doc
 
 
 def _load_definitions(broker: Any, path: str) -> None:

@@ -145,6 +145,14 @@ def test_no_listening_line_before_every_listener_is_bound(taken_by: str) -> None
     assert "listening on" not in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("doc", ["[" * 100_000, '{"users": ' + "[" * 100 + "]" * 100 + "}"])
+def test_a_deeply_nested_definitions_file_is_one_line(tmp_path: Path, doc: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(doc)
+    line = one_line_error(sansmq("serve", "--definitions", str(path), "--data", fresh_data_dir(), *QUIET), 2)
+    assert line == f"sansmq serve: error: definitions file {path} nests deeper than 64 levels"
+
+
 def test_data_directory_problems(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
