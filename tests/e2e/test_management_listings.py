@@ -144,3 +144,9 @@ def test_one_queue_is_looked_up_not_listed(api: Api, monkeypatch: pytest.MonkeyP
     assert status == 200 and q["name"] == "q-00002" and q["vhost"] == "other"
     assert api.get("/api/queues/other/q-00001")[0] == 404  # it is in /
     assert api.get("/api/queues/%2F/q-00001")[0] == 200
+
+
+def test_snapshots_with_object_lists_are_not_kept(api: Api) -> None:
+    for path in ("/api/bindings", "/api/exchanges", "/api/consumers", "/api/overview"):
+        assert api.get(path)[0] == 200
+    assert list(api.ops.api._snaps) == [()]  # only the small one (counts, users) is shared for 0.2 s
