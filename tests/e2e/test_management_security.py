@@ -80,6 +80,11 @@ def test_foreign_origins_are_refused_on_changes(api: Api) -> None:
     assert api.request("GET", "/api/vhosts/from-evil")[0] == 404
     assert api.request("GET", "/api/overview", None, {"Origin": "http://evil.example"})[0] == 200  # reads: no CORS
     assert api.request("PUT", "/api/vhosts/from-here", b"{}", {**JSON, "Origin": here})[0] == 201
+    proxied = {"X-Forwarded-Host": "mq.example.com", "X-Forwarded-Proto": "https"}  # TLS ended by a proxy
+    assert api.request("PUT", "/api/vhosts/via-proxy", b"{}", {**JSON, **proxied,
+                                                                "Origin": "https://mq.example.com"})[0] == 201
+    assert api.request("PUT", "/api/vhosts/via-proxy2", b"{}", {**JSON, **proxied,
+                                                                 "Origin": "http://mq.example.com"})[0] == 403
 
 
 def test_every_answer_refuses_framing(api: Api) -> None:

@@ -93,7 +93,9 @@ class OpsListeners:
                     max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False,
                     url_scheme="https" if "https" in name else "http",
                     # poll(), not select(): select() fails for descriptors above 1,023
-                    asyncore_use_poll=True, connection_limit=CONNECTION_LIMIT)
+                    asyncore_use_poll=True, connection_limit=CONNECTION_LIMIT,
+                    # X-Forwarded-Host/-Proto reach the app (only the Origin check reads them: guard.py)
+                    clear_untrusted_proxy_headers=False)
             except OSError as exc:  # as for the protocol listeners: which one, where, why
                 raise ListenError.of(name, where[0], where[1], exc) from None
             if "https" in name:

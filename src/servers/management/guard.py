@@ -32,15 +32,28 @@ def _host_port(scheme: str, netloc: str) -> tuple[str, int] | None:
         return None
 
 
+def _own_origins(environ: dict[str, Any]) -> list[tuple[str, tuple[str, int] | None]]:
+    """(scheme, (host, port)) this listener is reached as: its ``Host``, and the one a reverse proxy
+    names (X-Forwarded-Proto/-Host: a cross-site page cannot send those without a CORS preflight,
+    which this listener never grants)."""
+    scheme = environ.get("wsgi.url_scheme", "http")
+    out = [(scheme, _host_port(scheme, environ.get("HTTP_HOST", "")))]
+    forwarded = environ.get("HTTP_X_FORWARDED_HOST")
+    if forwarded:
+        proto = environ.get("HTTP_X_FORWARDED_PROTO", scheme).split(",")[0].strip().lower()
+        out.append((proto, _host_port(proto, forwarded.split(",")[0].strip())))
+    return out
+
+
 def check_origin(environ: dict[str, Any]) -> None:
-    """403 for a state-changing request whose ``Origin`` is not this listener's own (``Host``)."""
+    """403 for a state-changing request whose ``Origin`` is not this listener's own."""
     origin = environ.get("HTTP_ORIGIN")
     if origin is None or environ["REQUEST_METHOD"] not in STATE_CHANGING:
         return  # not from a browser's cross-origin context (curl, rabbitmqadmin), or only a read
-    scheme = environ.get("wsgi.url_scheme", "http")
     given = urllib.parse.urlsplit(origin.strip()) if origin.strip() != "null" else None
-    ours = _host_port(scheme, environ.get("HTTP_HOST", ""))
-    if given is None or given.scheme != scheme or ours is None or _host_port(scheme, given.netloc) != ours:
+    if given is None or not any(
+            host is not None and given.scheme == scheme and _host_port(scheme, given.netloc) == host
+            for scheme, host in _own_origins(environ)):
         raise HttpError(403, "forbidden", f"cross-origin request refused (Origin: {origin})")
 
 
