@@ -333,7 +333,8 @@ class Session:
                 self.host.resume_reading(self.conn_id)
 
     def memory_alarm(self, on: bool) -> None:
-        """The broker's memory alarm changed while this connection publishes: block or unblock it."""
+        """The broker's resource alarms (memory, disk) went on or all off while this connection
+        publishes: block or unblock it."""
         if self.mem_blocked == on or self.closed:
             return
         self.mem_blocked = on

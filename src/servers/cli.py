@@ -26,10 +26,10 @@ from ._driver import Listener
 from ._fds import raise_fd_limit
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
-from .management.request import MAX_DEPTH, too_deep
-from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
-from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from ._sockets import ListenError
+from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
+from .management.request import MAX_DEPTH, too_deep
+from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
 from .streams_cli import add_streams_arguments, streams_command
