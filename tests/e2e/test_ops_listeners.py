@@ -134,3 +134,18 @@ def test_serve_raises_its_soft_descriptor_limit_and_logs_it() -> None:
     finally:
         assert srv.terminate() == 0
 
+
+
+def test_the_file_descriptor_alarm_follows_the_limit(ops: Ops) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert metric(ops.get("/metrics", "prometheus")[1], "rabbitmq_alarms_file_descriptor_limit") == 0
+    assert ops.get("/api/health/checks/alarms") == (200, {"status": "ok"})
+    used = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (used + 20, hard))  # within the alarm's reserve of 32
+    try:
+        assert metric(ops.get("/metrics", "prometheus")[1], "rabbitmq_alarms_file_descriptor_limit") == 1
+        status, body = ops.get("/api/health/checks/alarms")
+        assert status == 503 and [a["resource"] for a in body["alarms"]] == ["file_descriptor_limit"]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert ops.get("/api/health/checks/alarms")[0] == 200
