@@ -133,11 +133,16 @@ def _exchange(x: Exchange) -> dict[str, Any]:
             "policy": x.policy}
 
 
-def _bindings(vhost: Any) -> list[dict[str, Any]]:
+def default_binding(q: Queue) -> dict[str, Any]:
+    """The default exchange's implicit binding of ``q``, as RabbitMQ lists it (only names: safe to
+    build from a queue reference on any thread)."""
+    return {"source": "", "vhost": q.vhost.name, "destination": q.name, "destination_type": "queue",
+            "routing_key": q.name, "arguments": {}}
+
+
+def explicit_bindings(vhost: Any) -> list[dict[str, Any]]:
+    """The bindings declared in ``vhost`` (every exchange's but the default one's)."""
     out = []
-    for q in vhost.queues.values():  # the default exchange's implicit binding, as RabbitMQ lists it
-        out.append({"source": "", "vhost": vhost.name, "destination": q.name, "destination_type": "queue",
-                    "routing_key": q.name, "arguments": {}})
     for x in vhost.exchanges.values():
         if x.name == "":
             continue
@@ -147,6 +152,10 @@ def _bindings(vhost: Any) -> list[dict[str, Any]]:
                             "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
                             "routing_key": key, "arguments": dict(args or {})})
     return out
+
+
+def _bindings(vhost: Any) -> list[dict[str, Any]]:
+    return [*map(default_binding, vhost.queues.values()), *explicit_bindings(vhost)]
 
 
 # -- queue listings in parts: each call is one short turn of the broker's loop ---------------------

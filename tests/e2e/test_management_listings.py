@@ -16,7 +16,8 @@ import pytest
 from e2ekit import ops_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from servers.management import OpsListeners, prometheus, queues
+from engine.stats import snapshot
+from servers.management import OpsListeners, base, prometheus, queues
 from servers.management.listing import CHUNK
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
@@ -150,3 +151,22 @@ def test_snapshots_with_object_lists_are_not_kept(api: Api) -> None:
     for path in ("/api/bindings", "/api/exchanges", "/api/consumers", "/api/overview"):
         assert api.get(path)[0] == 200
     assert list(api.ops.api._snaps) == [()]  # only the small one (counts, users) is shared for 0.2 s
+
+
+def test_the_bindings_list_is_built_from_queue_references(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: list[tuple[str, ...]] = []
+
+    def recording(broker: Any, sections: tuple[str, ...] = ()) -> Any:
+        taken.append(sections)
+        return snapshot(broker, sections)
+
+    monkeypatch.setattr(base, "snapshot", recording)
+    status, listed = api.get("/api/bindings/other")
+    assert status == 200 and taken in ([], [()])  # no snapshot of every binding
+    implicit = [b for b in listed if b["source"] == ""]
+    assert len(implicit) == len([i for i in range(N) if i % 3 == 0]) and {b["vhost"] for b in listed} == {"other"}
+    assert all(b["routing_key"] == b["destination"] and b["properties_key"] == b["destination"] for b in implicit)
+    status, everything = api.get("/api/bindings")
+    assert status == 200 and [b["vhost"] for b in everything] == sorted((b["vhost"] for b in everything),
+                                                                         key=lambda v: v != "/")
+    assert len(everything) == N + 1 and any(b["destination"] == ODD for b in everything)
