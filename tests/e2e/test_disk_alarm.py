@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 from e2ekit import ServerProcess, fresh_data_dir, ops_server, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import Config
+from servers import SERVER_KINDS
 from servers._disk import DiskMonitor
 from servers.management import OPS_EPHEMERAL
 
@@ -79,10 +81,11 @@ def test_low_disk_blocks_a_pika_publisher_then_clears(tmp_path: Path) -> None:
             disk.stop()
 
 
-def test_serve_disk_free_limit_flag_raises_the_alarm() -> None:
-    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0",
-           "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--disk-free-limit", "1000000TB"]
-    srv = ServerProcess(cmd, "threads")
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_serve_disk_free_limit_flag_raises_the_alarm(kind: str) -> None:
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0",
+           "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--disk-free-limit", "1000000TB"]
+    srv = ServerProcess(cmd, kind)
     try:
         port = srv.port("http")
         status, body = wait_until(lambda: (res := get(port, "/api/health/checks/alarms"))[0] == 503 and res,
