@@ -104,6 +104,13 @@ class Broker:
         self._name_seq = 0
         #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
         self.mem_alarm = False
+        #: the disk alarm: the free space the server last sampled (None: never) is below
+        #: ``disk_free_limit`` (RabbitMQ's disk_free_limit; the server samples, the engine never reads disks)
+        self.disk_alarm = False
+        self.disk_free: int | None = None
+        self.disk_free_limit = config.disk_free_limit
+        #: publishers are blocked (reading paused, AMQP connection.blocked) while either alarm is on
+        self.publishers_blocked = False
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
         #: the statistics sampler, once management or Prometheus asked for it (``enable_stats``)
@@ -164,7 +171,7 @@ class Broker:
             if self.model.publishes != publishes:
                 session.published = True
                 touched = list(self.model.dirty)  # the queues this call published to (among others)
-                if self.mem_alarm or self._over_watermark():
+                if self.publishers_blocked or self._over_watermark():
                     # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
                     # (_settle raises the alarm for the other publishers)
                     self._guarded(session, session.memory_alarm, True)
@@ -259,6 +266,25 @@ class Broker:
         self._settle()
 
     # -- operations (the management API runs these on the broker's thread) ------------------------
+    def disk_free_sampled(self, free: int, now: float) -> None:
+        """Extension: the server measured ``free`` bytes available on the data directory's disk;
+        the disk alarm follows (raised below ``disk_free_limit``, cleared at or above it)."""
+        self._enter(now)
+        self.disk_free = free
+        self._settle()
+
+    def set_disk_free_limit(self, limit: int, now: float) -> None:
+        """RabbitMQ's ``rabbitmqctl set_disk_free_limit``: a new limit in bytes (0: no disk alarm)."""
+        self._enter(now)
+        self.disk_free_limit = limit
+        self._settle()
+
+    def alarm_reason(self) -> str:
+        """The alarms in effect as RabbitMQ's connection.blocked reason ("low on memory & low on disk")."""
+        # a publisher may be blocked just before the alarm is raised (the same call raises it)
+        memory = self.mem_alarm or self._over_watermark()
+        return " & ".join(f"low on {name}" for name, on in (("memory", memory), ("disk", self.disk_alarm)) if on)
+
     def enable_stats(self, interval: float = 1.0) -> None:
         """Sample the message counters every ``interval`` seconds of the server's clock (for rates);
         idempotent. Off until asked: a broker without management has no timer for it."""
@@ -495,17 +521,29 @@ class Broker:
         mark = self.config.limits.memory_high_watermark
         return bool(mark) and self.model.queued_bytes > mark
 
-    def _check_memory(self) -> None:
-        """Raise or clear the memory alarm; publishing connections are blocked while it is on."""
+    def _below_disk_limit(self) -> bool:
+        return bool(self.disk_free_limit) and self.disk_free is not None and self.disk_free < self.disk_free_limit
+
+    def _check_alarms(self) -> None:
+        """Raise or clear the memory and disk alarms; publishing connections are blocked while
+        either is on."""
         over = self._over_watermark()
-        if over == self.mem_alarm:
+        if over != self.mem_alarm:
+            self.mem_alarm = over
+            self.model.events.alarm(over, "memory")
+            oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
+        low = self._below_disk_limit()
+        if low != self.disk_alarm:
+            self.disk_alarm = low
+            self.model.events.alarm(low, "disk")
+            oplog.disk_alarm(low, self.disk_free or 0, self.disk_free_limit)
+        blocked = self.mem_alarm or self.disk_alarm
+        if blocked == self.publishers_blocked:
             return
-        self.mem_alarm = over
-        self.model.events.alarm(over, "memory")
-        oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
+        self.publishers_blocked = blocked
         for session in list(self.sessions.values()):
             if session.published:
-                self._guarded(session, session.memory_alarm, over)
+                self._guarded(session, session.memory_alarm, blocked)
 
     def _flow_check(self, session: Session, touched: list[Any]) -> None:
         """After ``session`` published: pause its reading if a queue it wrote to is over its credit
@@ -534,7 +572,7 @@ class Broker:
         self.model.dispatch()
         if self._flow:
             self._flow_release()
-        self._check_memory()
+        self._check_alarms()
         while self._timer_dirty:
             session = next(iter(self._timer_dirty))
             del self._timer_dirty[session]

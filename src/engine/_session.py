@@ -68,6 +68,9 @@ class Host(Protocol):
     def internal_error(self, session: Session, exc: BaseException) -> None:
         """A bug met while serving ``session`` (kept for tests, logged with its traceback)."""
 
+    def alarm_reason(self) -> str:
+        """The resource alarms blocking publishers, as RabbitMQ names them ("low on memory")."""
+
 
 def is_loopback(peer: tuple[Any, ...]) -> bool:
     """Whether a peer address is this machine (users with ``loopback_only`` connect only so)."""
@@ -330,7 +333,8 @@ class Session:
                 self.host.resume_reading(self.conn_id)
 
     def memory_alarm(self, on: bool) -> None:
-        """The broker's memory alarm changed while this connection publishes: block or unblock it."""
+        """The broker's resource alarms (memory, disk) went on or all off while this connection
+        publishes: block or unblock it."""
         if self.mem_blocked == on or self.closed:
             return
         self.mem_blocked = on

@@ -115,4 +115,9 @@ class Config:
     trace_vhosts: tuple[str, ...] = ()
     #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off
     event_vhost: str | None = None
+    #: free bytes on the data directory's disk below which publishers are blocked (RabbitMQ's
+    #: disk_free_limit, 50 MB by default); 0 = no disk alarm. ``disk_free_limit_relative``, when
+    #: set, replaces it with that multiple of the machine's memory (resolved by the server at start)
+    disk_free_limit: int = 50_000_000
+    disk_free_limit_relative: float | None = None
     # reading one from a TOML file, validated: engine.config_schema.load / from_mapping

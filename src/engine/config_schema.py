@@ -71,6 +71,29 @@ def _number(value: Any) -> float:
     return value
 
 
+#: RabbitMQ's size units: SI with a B (kB, MB, GB), binary without it or with iB (k, kiB, M, MiB...)
+SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+              "K": 1024, "KIB": 1024, "M": 1024**2, "MIB": 1024**2, "G": 1024**3, "GIB": 1024**3, "TIB": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``536870912``, ``512MiB``, ``1GB``, ``2G`` -> bytes; ValueError for anything else."""
+    t = text.strip().upper()
+    digits = t.rstrip("BKMGTI")
+    if not digits.isdigit() or t[len(digits):] not in SIZE_UNITS:
+        raise ValueError(f"bad size {text!r} (e.g. 1073741824, 512MiB, 2GB)")
+    return int(digits) * SIZE_UNITS[t[len(digits):]]
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return _count(value)
+
+
 def _int_pair(value: Any) -> tuple[int, int]:
     if not isinstance(value, list) or len(value) != 2:
         raise ConfigError(f"expected an array of two integers, e.g. [10000, 10000], got {_describe(value)}")
@@ -93,7 +116,11 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "prometheus_https": _str,  # Prometheus over TLS, HOST:PORT (off unless set); --prometheus-https overrides
     "definitions": _str,
     "tls": dict,  # checked per key below
+    # bytes or a size ("1GB"), or RabbitMQ's two forms as dotted keys: disk_free_limit.absolute = "2GB"
+    # or disk_free_limit.relative = 1.5 (times the machine's memory)
+    "disk_free_limit": lambda v: v if isinstance(v, dict) else _size(v),
 }
+DISK_FREE_KEYS: dict[str, Checker] = {"absolute": _size, "relative": _number}
 TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
@@ -158,6 +185,8 @@ def from_mapping(data: dict[str, Any]) -> Config:
             setattr(cfg, key, _check(_str, data[key], key))
     if "definitions" in data:
         cfg.definitions = data["definitions"] or None
+    if "disk_free_limit" in data:
+        _disk_free_limit(cfg, data["disk_free_limit"])
     for key, value in data.get("tls", {}).items():
         name = f"tls.{key}"
         if key not in TLS_KEYS:
@@ -169,6 +198,20 @@ def from_mapping(data: dict[str, Any]) -> Config:
             raise _unknown(name, LIMIT_KEYS)
         setattr(cfg.limits, key, _check(LIMIT_KEYS[key], value, name))
     return cfg
+
+
+def _disk_free_limit(cfg: Config, value: Any) -> None:
+    if not isinstance(value, dict):
+        cfg.disk_free_limit = _size(value)
+        return
+    if len(value) != 1 or next(iter(value)) not in DISK_FREE_KEYS:
+        raise ConfigError("expected one of disk_free_limit.absolute or disk_free_limit.relative", "disk_free_limit")
+    key, given = next(iter(value.items()))
+    checked = _check(DISK_FREE_KEYS[key], given, f"disk_free_limit.{key}")
+    if key == "absolute":
+        cfg.disk_free_limit = checked
+    else:
+        cfg.disk_free_limit_relative = float(checked)
 
 
 def _user(name: str, spec: Any) -> User:

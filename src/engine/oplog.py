@@ -20,7 +20,7 @@ class Session(Protocol):
     peer: tuple[Any, ...]
     carrier: Any
 
-__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm"]
+__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm", "disk_alarm"]
 
 log = logging.getLogger("sansmq.engine")
 
@@ -103,3 +103,13 @@ def memory_alarm(on: bool, queued: int, mark: int) -> None:
         log.info("memory alarm cleared: %d bytes of queued messages, watermark %d; publishers unblocked",
                  queued, mark,
                  extra={"event": "alarm.clear", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
+
+
+def disk_alarm(on: bool, free: int, limit: int) -> None:
+    if on:
+        log.warning("disk alarm set: %d bytes free on the data directory's disk, below the limit of %d; "
+                    "publishing connections are blocked", free, limit,
+                    extra={"event": "alarm.set", "alarm": "disk", "disk_free": free, "disk_free_limit": limit})
+    else:
+        log.info("disk alarm cleared: %d bytes free, limit %d; publishers unblocked", free, limit,
+                 extra={"event": "alarm.clear", "alarm": "disk", "disk_free": free, "disk_free_limit": limit})

@@ -105,14 +105,18 @@ class Sampler:
         return out
 
 
-def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
-    unacked = q.unacked_count()
-    owner = q.exclusive_owner
-    x = q._x
-    ready, nbytes = q.count, q.bytes + q.paged_bytes
+def _depths(q: Queue, streams: Any) -> tuple[int, int, int]:
+    """(ready, unacknowledged, ready bytes) of a queue."""
     if q.stream:  # as RabbitMQ lists a stream: what it holds (reading removes nothing)
         log = streams.log(q)
-        ready, nbytes, unacked = max(0, streams.visible_end(q) - log.first), log.size_bytes, 0
+        return max(0, streams.visible_end(q) - log.first), 0, log.size_bytes
+    return q.count, q.unacked_count(), q.bytes + q.paged_bytes
+
+
+def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
+    owner = q.exclusive_owner
+    x = q._x
+    ready, unacked, nbytes = _depths(q, streams)
     return {"counters": {name: getattr(x, attr) if x is not None else 0 for name, attr in QUEUE_COUNTERS},
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
@@ -129,11 +133,16 @@ def _exchange(x: Exchange) -> dict[str, Any]:
             "policy": x.policy}
 
 
-def _bindings(vhost: Any) -> list[dict[str, Any]]:
+def default_binding(q: Queue) -> dict[str, Any]:
+    """The default exchange's implicit binding of ``q``, as RabbitMQ lists it (only names: safe to
+    build from a queue reference on any thread)."""
+    return {"source": "", "vhost": q.vhost.name, "destination": q.name, "destination_type": "queue",
+            "routing_key": q.name, "arguments": {}}
+
+
+def explicit_bindings(vhost: Any) -> list[dict[str, Any]]:
+    """The bindings declared in ``vhost`` (every exchange's but the default one's)."""
     out = []
-    for q in vhost.queues.values():  # the default exchange's implicit binding, as RabbitMQ lists it
-        out.append({"source": "", "vhost": vhost.name, "destination": q.name, "destination_type": "queue",
-                    "routing_key": q.name, "arguments": {}})
     for x in vhost.exchanges.values():
         if x.name == "":
             continue
@@ -142,6 +151,44 @@ def _bindings(vhost: Any) -> list[dict[str, Any]]:
                 out.append({"source": x.name, "vhost": vhost.name, "destination": dest.name,
                             "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
                             "routing_key": key, "arguments": dict(args or {})})
+    return out
+
+
+def _bindings(vhost: Any) -> list[dict[str, Any]]:
+    return [*map(default_binding, vhost.queues.values()), *explicit_bindings(vhost)]
+
+
+# -- queue listings in parts: each call is one short turn of the broker's loop ---------------------
+def queue_refs(broker: Any, vhosts: Any = None) -> list[Queue]:
+    """The queues of ``vhosts`` (all when None), in the model's order: references only (cheap to copy),
+    whose immutable vhost and name a caller may read on any thread; their figures come from
+    :func:`queue_infos` or :func:`queue_gauges` in later turns."""
+    model = broker.model
+    names = model.vhosts if vhosts is None else [v for v in vhosts if v in model.vhosts]
+    return [q for name in names for q in model.vhosts[name].queues.values()]
+
+
+def _alive(q: Queue) -> bool:
+    return q.vhost.queues.get(q.name) is q  # not deleted (nor replaced) since its reference was taken
+
+
+def queue_infos(broker: Any, queues: list[Queue]) -> list[dict[str, Any]]:
+    """The snapshot's queue entries of ``queues`` still declared (run on the broker's thread)."""
+    return [_queue(q, broker.sampler, broker.model.streams) for q in queues if _alive(q)]
+
+
+#: the figures of one queue Prometheus exports per object, in this order (``queue_gauges``)
+GAUGE_FIELDS = ("messages_ready", "messages_unacknowledged", "messages", "consumers", "message_bytes_ready")
+
+
+def queue_gauges(broker: Any, queues: list[Queue]) -> list[tuple[Any, ...]]:
+    """(vhost, name, *GAUGE_FIELDS) per queue still declared: compact rows for a large scrape."""
+    streams = broker.model.streams
+    out = []
+    for q in queues:
+        if _alive(q):
+            ready, unacked, nbytes = _depths(q, streams)
+            out.append((q.vhost.name, q.name, ready, unacked, ready + unacked, q.consumer_count(), nbytes))
     return out
 
 
@@ -183,8 +230,11 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
         "connections": connections,
         "totals": {name: getattr(model, attr) for name, attr in COUNTERS},
         "rates": sampler.rates() if sampler else {name: 0.0 for name, _ in COUNTERS},
-        "alarms": {"memory": broker.mem_alarm},
+        "alarms": {"memory": broker.mem_alarm, "disk": broker.disk_alarm},
         "queued_bytes": model.queued_bytes,
+        "memory_high_watermark": broker.config.limits.memory_high_watermark,
+        "disk_free": broker.disk_free,
+        "disk_free_limit": broker.disk_free_limit,
         # users, permissions and policies are replaced, never changed in place: shared, not copied
         "users": dict(model.security.users),
         "loopback_users": frozenset(model.security.loopback_users),

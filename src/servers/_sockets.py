@@ -25,6 +25,9 @@ ACCEPT_BATCH = 256
 class ListenError(OSError):
     """A listener could not be bound; ``str()`` names the protocol and address."""
 
+    #: the listener's name (amqp, stomp, ws, http, prometheus...)
+    protocol = ""
+
     def __str__(self) -> str:
         return str(self.strerror)
 
@@ -32,7 +35,9 @@ class ListenError(OSError):
     def of(cls, protocol: str, host: str, port: int, exc: OSError) -> ListenError:
         """The error for ``exc``, met binding ``protocol``'s listener to ``host:port``."""
         why = os.strerror(exc.errno) if exc.errno else str(exc)
-        return cls(exc.errno, f"cannot listen for {protocol} on {format_address(host, port)}: {why}")
+        err = cls(exc.errno, f"cannot listen for {protocol} on {format_address(host, port)}: {why}")
+        err.protocol = protocol
+        return err
 
 
 def bind_listeners(listeners: Sequence[Listener], recv_buffer: int = 0) -> list[tuple[socket.socket, Listener]]:

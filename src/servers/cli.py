@@ -17,14 +17,18 @@ from importlib import metadata
 from typing import Any, Sequence
 
 from engine.config import Config
-from engine.config_schema import ConfigError, load
+from engine.config_schema import ConfigError, load, parse_size
 from engine.model import ModelError
 from engine.store import Store, StoreError
 
+from ._disk import DiskMonitor, machine_memory
 from ._driver import Listener
+from ._fds import raise_fd_limit
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
+from ._sockets import ListenError
 from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
+from .management.request import MAX_DEPTH, too_deep
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
@@ -73,17 +77,12 @@ def parse_address(text: str, default_port: int) -> tuple[str, int]:
     return host or DEFAULT_HOST, int(port)
 
 
-_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
-
-
 def parse_bytes(text: str) -> int:
     """``536870912``, ``512MiB``, ``1GB`` -> bytes (as RabbitMQ's absolute watermark units)."""
-    t = text.strip().upper()
-    digits = t.rstrip("BKMGI")
-    unit = t[len(digits):]
-    if not digits.isdigit() or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 1073741824, 512MiB, 2GB)")
-    return int(digits) * _UNITS[unit]
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _store_kind(text: str) -> str:
@@ -206,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued message bytes above which publishing connections are blocked "
         "(AMQP connection.blocked); 0 disables; overrides limits.memory_high_watermark (default 1GiB)",
     )
+    serve.add_argument("--disk-free-limit", metavar="BYTES", type=parse_bytes,
+                       help="free space on the data directory's disk below which publishing connections are "
+                            "blocked (the disk alarm); 0 disables; overrides disk_free_limit (default 50MB)")
     serve.add_argument("--flow-credit", metavar="N", type=_count,
                        help="ready messages a queue with consumers may hold before its publishers are not "
                             "read (until it drains to half); 0 disables; overrides limits.flow_credit (default 400)")
@@ -347,6 +349,10 @@ def _load_config(args: argparse.Namespace) -> Config:
         raise CliError(f"config: {exc}", EXIT_USAGE) from None
     if args.memory_high_watermark is not None:
         config.limits.memory_high_watermark = args.memory_high_watermark
+    if args.disk_free_limit is not None:
+        config.disk_free_limit, config.disk_free_limit_relative = args.disk_free_limit, None
+    elif config.disk_free_limit_relative is not None:  # RabbitMQ's disk_free_limit.relative: times the RAM
+        config.disk_free_limit = int(config.disk_free_limit_relative * machine_memory())
     if args.flow_credit is not None:
         config.limits.flow_credit = args.flow_credit
     if args.tcp_recv_buffer is not None:
@@ -395,6 +401,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if args.check_config:
         return _check_config(args, config, listeners)
+    raise_fd_limit()
     started = time.monotonic()
     store = _open_store(args)
     try:
@@ -407,25 +414,60 @@ def _serve(args: argparse.Namespace) -> int:
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
         ops = OpsListeners(server, *ops_plan)
+        # the disk alarm watches the segment store's directory (a PostgreSQL or memory store has none here)
+        disk = DiskMonitor(server, args.data) if args.store == "segment" else None
+
+        def ready(bound: list[Listener]) -> None:
+            ops.start()
+            if disk is not None:
+                disk.start()
+
         try:
-            run(args.server, listeners, broker=broker, driver=server, ready=lambda bound: ops.start())
-        except OSError as exc:  # typically: address in use / cannot bind (ListenError says which)
+            ops.bind()  # every listener is bound before the first "listening" line
+            run(args.server, listeners, broker=broker, driver=server, ready=ready)
+        except ListenError as exc:  # an address is taken or refused: the flag that moves it
+            raise CliError(f"{exc} ({_listener_flag_hint(exc.protocol)})") from None
+        except OSError as exc:
             raise CliError(str(exc)) from None
         finally:
+            if disk is not None:
+                disk.stop()
             ops.stop()
     finally:
         store.close()
     return EXIT_OK
 
 
+#: listeners also set by a config file key of their name; the HTTPS ones are off unless asked for
+_CONFIG_LISTENERS = ("http", "prometheus", "https", "prometheus_https")
+_OFF_UNLESS_GIVEN = ("https", "prometheus_https")
+
+
+def _listener_flag_hint(protocol: str) -> str:
+    """How to fix a listener whose address cannot be bound: the flag (and config key) that moves it."""
+    flag = protocol.replace("_", "-")
+    hint = f"choose another address with --{flag} HOST:PORT"
+    if protocol in _CONFIG_LISTENERS:
+        hint += f" or '{protocol}' in the config file"
+    if protocol not in _OFF_UNLESS_GIVEN:
+        hint += f", or turn it off with --no-{flag}"
+    return hint
+
+
 def _read_definitions(path: str) -> Any:
+    deep = CliError(f"definitions file {path} nests deeper than {MAX_DEPTH} levels", EXIT_USAGE)
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except OSError as exc:
         raise CliError(f"cannot read the definitions file {path}: {exc.strerror or exc}", EXIT_USAGE) from None
     except ValueError as exc:
         raise CliError(f"definitions file {path} is not JSON: {exc}", EXIT_USAGE) from None
+    except RecursionError:
+        raise deep from None
+    if too_deep(doc):  # as through the API: what is imported is later walked recursively
+        raise deep
+    return doc
 
 
 def _load_definitions(broker: Any, path: str) -> None:

@@ -32,7 +32,8 @@ from websockets.sync.client import ClientConnection
 
 import amqpproto as A
 from amqpproto import spec
-from servers.management import OPS_EPHEMERAL
+from servers import Running, running
+from servers.management import OPS_EPHEMERAL, OpsListeners
 
 #: the listener line of the text log format (timestamp and level first, then the component)
 LISTEN_RE = re.compile(r"(?:\S+ +\S+ +)?sansmq: (\w+) listening on \[?([^\s\]]+)\]?:(\d+) \((\w+) server\)")
@@ -59,11 +60,12 @@ def wait_until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "cond
 class ServerProcess:
     """A broker subprocess; ``cmd`` must end up printing the listener log line on stderr."""
 
-    def __init__(self, cmd: list[str], kind: str) -> None:
+    def __init__(self, cmd: list[str], kind: str, **popen: Any) -> None:
+        """``popen``: more subprocess.Popen arguments (e.g. a preexec_fn setting limits)."""
         self.kind = kind
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, **popen
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -109,6 +111,19 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"{self.kind} server ignored SIGTERM: {self.lines[-20:]}") from None
+
+
+@contextlib.contextmanager
+def ops_server(config: Any = None) -> Iterator[tuple[Running, OpsListeners]]:
+    """An in-process threads server (an AMQP listener) with the management and Prometheus listeners,
+    all on free ports."""
+    with running("threads", [("amqp", "127.0.0.1", 0)], config=config) as r:
+        ops = OpsListeners(r.server, ("127.0.0.1", 0), ("127.0.0.1", 0))
+        ops.start()
+        try:
+            yield r, ops
+        finally:
+            ops.stop()
 
 
 def as_text_line(line: str) -> str:

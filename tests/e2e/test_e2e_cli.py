@@ -78,20 +78,20 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bad_config_file_is_a_usage_error(tmp_path: Path) -> None:
-    missing = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(tmp_path / "nope.toml"))
+    missing = _run_cli("serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and missing.stderr == (
         f"sansmq serve: error: config: {tmp_path / 'nope.toml'}: cannot read the config file: No such file or directory\n")
     bad = tmp_path / "bad.toml"
     bad.write_text("[limits]\nno_such_limit = 1\n")
-    res = _run_cli("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(bad))
+    res = _run_cli("serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", fresh_data_dir(), "--config", str(bad))
     assert res.returncode == 2 and res.stderr.startswith(f"sansmq serve: error: config: {bad}:2: limits.no_such_limit: "
                                                          "unknown key (known here: max_frame_size, ")
     assert res.stderr.count("\n") == 1
 
 
 def test_no_listener_and_bad_address_are_usage_errors() -> None:
-    assert _run_cli("serve", "--no-stomp", "--no-ws", "--no-amqp").returncode == 2
-    res = _run_cli("serve", "--stomp", "127.0.0.1:notaport")
+    assert _run_cli("serve", *OPS_EPHEMERAL, "--no-stomp", "--no-ws", "--no-amqp").returncode == 2
+    res = _run_cli("serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:notaport", "--no-ws", "--no-amqp")
     assert res.returncode == 2 and "bad port" in res.stderr
 
 
@@ -100,9 +100,11 @@ def test_address_in_use_exits_1() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        res = _run_cli("serve", "--server", "threads", "--stomp", f"127.0.0.1:{port}", "--no-ws", "--no-amqp", "--data", fresh_data_dir())
+        res = _run_cli("serve", *OPS_EPHEMERAL, "--server", "threads", "--stomp", f"127.0.0.1:{port}", "--no-ws", "--no-amqp", "--data", fresh_data_dir())
     assert res.returncode == 1, res.stderr
-    assert res.stderr.splitlines()[-1] == f"sansmq serve: error: cannot listen for stomp on 127.0.0.1:{port}: Address already in use"
+    assert res.stderr.splitlines()[-1] == (f"sansmq serve: error: cannot listen for stomp on 127.0.0.1:{port}: Address "
+                                           "already in use (choose another address with --stomp HOST:PORT, or turn "
+                                           "it off with --no-stomp)")
     assert "Traceback" not in res.stderr
 
 

@@ -49,7 +49,7 @@ def config_file(tmp_path: Path, text: str) -> str:
     ('[users.app]\nvhosts = ["/"]\n',
      "{f}:1: users.app.password: missing (every user needs a password)"),
     ('anonymous_user = "guest"\nlistener = "0.0.0.0"\n',
-     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls)"),
+     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls, disk_free_limit)"),
     ('[users.guest]\npassword = "guest"\nloopback_only = "yes"\n',
      '{f}:3: users.guest.loopback_only: expected true or false, got the string "yes"'),
     ('[users.app]\npassword = 1234\n',
@@ -80,11 +80,11 @@ def test_check_config_accepts_the_example_and_exits_0() -> None:
 def test_version_and_usage() -> None:
     res = sansmq("--version")
     assert res.returncode == 0 and res.stdout.strip() == "sansmq 0.1.0"
-    bad = sansmq("serve", "--no-such-flag")
+    bad = sansmq("serve", "--no-such-flag", *QUIET)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("usage: sansmq serve ") and "--check-config" in bad.stderr
     assert bad.stderr.rstrip().endswith("sansmq serve: error: unrecognized arguments: --no-such-flag")
-    choice = sansmq("serve", "--server", "gevent")
+    choice = sansmq("serve", "--server", "gevent", *QUIET)
     assert choice.returncode == 2 and choice.stderr.startswith("usage: sansmq serve ")
     bench = sansmq("bench", "--no-such-flag")
     assert bench.returncode == 2 and bench.stderr.startswith("usage: sansmq bench ")
@@ -106,9 +106,11 @@ def test_port_in_use_names_the_listener(kind: str) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        res = sansmq("serve", "--server", kind, "--stomp", "127.0.0.1:0", "--no-ws", "--amqp", f"127.0.0.1:{port}",
+        res = sansmq("serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0", "--no-ws", "--amqp", f"127.0.0.1:{port}",
                      "--data", fresh_data_dir(), "--log-level", "warning")
-    assert one_line_error(res, 1) == f"sansmq serve: error: cannot listen for amqp on 127.0.0.1:{port}: Address already in use"
+    assert one_line_error(res, 1) == (f"sansmq serve: error: cannot listen for amqp on 127.0.0.1:{port}: Address "
+                                      "already in use (choose another address with --amqp HOST:PORT, or turn it "
+                                      "off with --no-amqp)")
 
 
 @pytest.mark.parametrize("listener", ["http", "prometheus"])
@@ -117,11 +119,38 @@ def test_ops_port_in_use_names_the_listener(listener: str) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        others = {"http": "--prometheus", "prometheus": "--http"}
-        res = sansmq("serve", "--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp", f"--{listener}", f"127.0.0.1:{port}",
-                     others[listener], "127.0.0.1:0", "--data", fresh_data_dir(), "--log-level", "warning")
+        where = {name: f"127.0.0.1:{port}" if name == listener else "127.0.0.1:0" for name in ("http", "prometheus")}
+        res = sansmq("serve", "--stomp", "127.0.0.1:0", "--no-ws", "--no-amqp", "--http", where["http"],
+                     "--prometheus", where["prometheus"], "--data", fresh_data_dir(), "--log-level", "warning")
     assert one_line_error(res, 1) == (f"sansmq serve: error: cannot listen for {listener} on 127.0.0.1:{port}: "
-                                      "Address already in use")
+                                      f"Address already in use (choose another address with --{listener} HOST:PORT "
+                                      f"or '{listener}' in the config file, or turn it off with --no-{listener})")
+
+
+@pytest.mark.parametrize("taken_by", ["amqp", "http", "prometheus"])
+def test_no_listening_line_before_every_listener_is_bound(taken_by: str) -> None:
+    """An address conflict on any listener, the HTTP ones included, stops the start before the first
+    "listening" line: an operator (or a supervisor) never sees a broker that looked up and was not."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        where = {name: f"127.0.0.1:{port}" if name == taken_by else "127.0.0.1:0"
+                 for name in ("amqp", "http", "prometheus")}
+        res = sansmq("serve", "--stomp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--amqp", where["amqp"],
+                     "--http", where["http"], "--prometheus", where["prometheus"], "--data", fresh_data_dir(),
+                     "--log-level", "info")
+    assert res.returncode == 1, res.stderr
+    assert f"cannot listen for {taken_by} on 127.0.0.1:{port}" in res.stderr.splitlines()[-1]
+    assert "listening on" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("doc", ["[" * 100_000, '{"users": ' + "[" * 100 + "]" * 100 + "}"])
+def test_a_deeply_nested_definitions_file_is_one_line(tmp_path: Path, doc: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(doc)
+    line = one_line_error(sansmq("serve", "--definitions", str(path), "--data", fresh_data_dir(), *QUIET), 2)
+    assert line == f"sansmq serve: error: definitions file {path} nests deeper than 64 levels"
 
 
 def test_data_directory_problems(tmp_path: Path) -> None:
@@ -152,7 +181,7 @@ def test_bad_store_url_and_log_file(tmp_path: Path) -> None:
     assert bad_scheme.returncode == 2 and "expected segment, memory or a postgresql:// URL, not 'mysql://x'" in bad_scheme.stderr
     line = one_line_error(sansmq("serve", "--log-file", str(tmp_path / "no" / "such" / "dir.log"), *QUIET), 1)
     assert line == f"sansmq serve: error: cannot open the log file {tmp_path / 'no' / 'such' / 'dir.log'}: No such file or directory"
-    line = one_line_error(sansmq("serve", "--stomp", "127.0.0.1:99999", "--no-ws", "--no-amqp"), 2)
+    line = one_line_error(sansmq("serve", *OPS_EPHEMERAL, "--stomp", "127.0.0.1:99999", "--no-ws", "--no-amqp"), 2)
     assert line == "sansmq serve: error: --stomp: bad port in '127.0.0.1:99999'"
 
 

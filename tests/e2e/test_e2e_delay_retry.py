@@ -169,7 +169,7 @@ def test_delayed_message_and_pending_retry_survive_a_server_restart(kind: str, t
     config.write_text(BASE_CONFIG)
     data = fresh_data_dir()
     cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", "127.0.0.1:0",
-           "--amqp", "127.0.0.1:0", "--data", data, "--config", str(config)]
+           "--ws", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--data", data, "--config", str(config)]
     srv = ServerProcess(cmd, kind)
     try:
         with pika_open(params(srv)) as c:

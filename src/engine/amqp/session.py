@@ -351,7 +351,7 @@ class AmqpSession(Session):
             self.conn.peer_alive(self.host.now)  # a full heartbeat grace from now on
             self.host.timer_moved(self)
         if self.blocked_notify and not self.closing and self.conn.state == A.OPEN:
-            self._send_quietly(spec.ConnectionBlocked("low on memory") if on else spec.ConnectionUnblocked())
+            self._send_quietly(spec.ConnectionBlocked(self.host.alarm_reason()) if on else spec.ConnectionUnblocked())
 
     def channel_timed_out(self, chan: ChannelBase, timeout_ms: int) -> None:
         """An unacked delivery outlived the consumer timeout: close its channel with 406 (its

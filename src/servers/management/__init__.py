@@ -20,6 +20,7 @@ from waitress import wasyncore
 from .._driver import format_address, log
 from .._sockets import ListenError
 from .api import ManagementApi
+from .channel import DeadlineChannel
 from .https import tls_channel
 from .prometheus import prometheus_app
 from .request import COMMAND_TIMEOUT, MAX_BODY
@@ -33,8 +34,12 @@ HTTPS_PORT = 15671
 PROMETHEUS_HTTPS_PORT = 15691
 #: ``sansmq serve`` arguments putting both listeners on ephemeral ports (tests run many servers)
 OPS_EPHEMERAL = ("--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0")
-#: seconds an idle or slow HTTP connection is kept (waitress's channel_timeout)
+#: seconds an idle HTTP connection is kept (waitress's channel_timeout; a slow request head has
+#: channel.HEADER_TIMEOUT)
 HTTP_TIMEOUT = 30
+#: open connections per HTTP listener before it stops accepting (waitress's default is 100, which a
+#: few hundred idle sockets exhaust)
+CONNECTION_LIMIT = 4096
 _WS_NAMES = {"amqp": "amqp", "stomp": "stomp", "ws": "http/web-stomp"}
 
 
@@ -55,6 +60,12 @@ class OpsListeners:
         self._servers: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self.bound: dict[str, tuple[str, int]] = {}
+        #: listeners whose loop died (name -> why): the health checks fail for them
+        self.failed: dict[str, str] = {}
+        self._stopping = False
+        self.api.failed = self.failed
+        metrics = prometheus_app(self.api.snap, self.api.call)
+        self._apps = {"http": self.api, "prometheus": metrics, "https": self.api, "prometheus_https": metrics}
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(broker)`` on the broker's thread (at the current time), its result here."""
@@ -67,40 +78,66 @@ class OpsListeners:
 
     def _listeners(self) -> list[tuple[str, str, int]]:
         out = [(_WS_NAMES.get(lst.protocol, lst.protocol), lst.host, lst.port) for lst in self.driver.bound]
-        out += [(name, host, port) for name, (host, port) in self.bound.items()]
+        out += [(name, host, port) for name, (host, port) in self.bound.items() if name not in self.failed]
         return out
 
-    def start(self) -> None:
-        """Bind and serve (OSError when an address is taken). May run on the broker's thread (the
-        driver's ready callback), so it does not wait for the broker."""
-        self.driver.call_soon(self.driver.broker.enable_stats)
-        metrics = prometheus_app(self.api.snap)
-        apps = {"http": self.api, "prometheus": metrics, "https": self.api, "prometheus_https": metrics}
+    def bind(self) -> None:
+        """Bind every listener, serving nothing yet (a ListenError names the one whose address is
+        taken); the server binds these before its own so that no "listening" line precedes a failure."""
         for name, where in self._want.items():
-            if where is None:
+            if where is None or name in self._servers:
                 continue
             try:
                 server = waitress.create_server(
-                    apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
+                    self._apps[name], host=where[0], port=where[1], threads=4, ident="sansmq",
                     max_request_body_size=2 * MAX_BODY, channel_timeout=HTTP_TIMEOUT, expose_tracebacks=False,
-                    url_scheme="https" if "https" in name else "http")
+                    url_scheme="https" if "https" in name else "http",
+                    # poll(), not select(): select() fails for descriptors above 1,023
+                    asyncore_use_poll=True, connection_limit=CONNECTION_LIMIT,
+                    # X-Forwarded-Host/-Proto reach the app (only the Origin check reads them: guard.py)
+                    clear_untrusted_proxy_headers=False)
             except OSError as exc:  # as for the protocol listeners: which one, where, why
                 raise ListenError.of(name, where[0], where[1], exc) from None
             if "https" in name:
                 assert self._tls is not None
                 server.channel_class = tls_channel(self._tls, name)
+            else:
+                server.channel_class = type("Channel", (DeadlineChannel,), {"name": name})
             self._servers[name] = server
-            port = int(server.effective_port)  # waitress gives it as a string
-            self.bound[name] = (where[0], port)
-            address = format_address(where[0], port)
+            self.bound[name] = (where[0], int(server.effective_port))  # waitress gives it as a string
+
+    def start(self) -> None:
+        """Bind (unless done) and serve. May run on the broker's thread (the driver's ready callback),
+        so it does not wait for the broker."""
+        self.bind()
+        self.driver.call_soon(self.driver.broker.enable_stats)
+        for name, server in self._servers.items():
+            address = format_address(*self.bound[name])
             log.info("%s listening on %s (waitress server)", name, address,
                      extra={"event": "listener.started", "protocol": name, "address": address,
                             "server": "waitress"})
-            thread = threading.Thread(target=server.run, name=f"sansmq-{name}", daemon=True)
+            thread = threading.Thread(target=self._serve, args=(name, server), name=f"sansmq-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
+    def _serve(self, name: str, server: Any) -> None:
+        """One listener's loop; its end outside ``stop`` is a failure the health checks report."""
+        try:
+            server.run()
+            if self._stopping:
+                return
+            why = "its loop ended"
+        except Exception as exc:  # noqa: BLE001 - logged and reported, never silent
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("%s listener failed: %s", name, why, exc_info=True,
+                      extra={"event": "listener.failed", "protocol": name})
+        else:
+            log.error("%s listener stopped unexpectedly: %s", name, why,
+                      extra={"event": "listener.failed", "protocol": name})
+        self.failed[name] = why
+
     def stop(self) -> None:
+        self._stopping = True
         for server in self._servers.values():
             # closed from the server's own loop thread: closing its sockets from here raced the
             # select() it was in (EBADF in that thread); the loop ends once nothing is left open

@@ -17,6 +17,9 @@ from .auth import MANAGEMENT_TAGS, authenticate
 from .bindings import BindingRoutes
 from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
+from .guard import SECURITY_HEADERS, check_content_type, check_origin
+from .health import HealthRoutes
+from .listing import Streamed
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
 from .request import STATUS_LINES, HttpError, Request, not_found, unauthorised
@@ -30,7 +33,7 @@ _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
 
 class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyRoutes, BindingRoutes,
-                    ConnectionRoutes, DefinitionRoutes):
+                    ConnectionRoutes, DefinitionRoutes, HealthRoutes):
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
@@ -41,7 +44,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("overview",), {"GET": self.overview}),
             (("whoami",), {"GET": self.whoami}),
             (("cluster-name",), {"GET": lambda r: {"name": self.node}}),
-            (("nodes",), {"GET": lambda r: [self._node()]}),
+            (("nodes",), {"GET": self.nodes}),
             (("extensions",), {"GET": lambda r: []}),
             (("vhosts",), {"GET": self.vhosts}),
             (("vhosts", "*"), {"GET": self.vhost, "PUT": self.put_vhost, "DELETE": self.delete_vhost}),
@@ -83,16 +86,22 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("definitions",), {"GET": self.get_definitions, "POST": self.post_definitions}),
             (("definitions", "*"), {"GET": self.get_definitions, "POST": self.post_definitions}),
             (("health", "checks", "alarms"), {"GET": self.alarms}),
+            (("health", "checks", "local-alarms"), {"GET": self.alarms}),
+            (("health", "checks", "port-listener", "*"), {"GET": self.port_listener}),
+            (("health", "checks", "protocol-listener", "*"), {"GET": self.protocol_listener}),
             (("aliveness-test", "*"), {"GET": self.aliveness}),
             (("stats", "history"), {"GET": self.history}),
         ]
 
     # -- WSGI --------------------------------------------------------------------------------------
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def secured(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, *SECURITY_HEADERS], exc_info)
+
         raw = environ.get("REQUEST_URI") or urllib.parse.quote(environ.get("PATH_INFO", "/"))
         path = raw.split("?", 1)[0]
         if not path.startswith("/api/") and path != "/api":
-            return serve_static(path, environ, start_response)
+            return serve_static(path, environ, secured)
         parts = [urllib.parse.unquote(p) for p in path[len("/api/"):].split("/")]
         if parts and parts[-1] == "":
             parts.pop()
@@ -100,6 +109,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             if len(parts) > i and parts[i] == "amq.default":  # RabbitMQ's name for the default exchange
                 parts[i] = ""
         try:
+            check_origin(environ)
             status, body, headers = self._dispatch(environ, parts)
         except HttpError as exc:
             status, body, headers = exc.status, {"error": exc.error, "reason": exc.reason}, []
@@ -108,13 +118,18 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                 headers = [("WWW-Authenticate", 'Basic realm="RabbitMQ Management"')]
         except TimeoutError:
             status, body, headers = 503, {"error": "timeout", "reason": "the broker did not answer"}, []
-        return self._respond(start_response, status, body, headers)
+        except RecursionError:  # input nested deeper than anything here walks (JSON bodies are checked)
+            status, body, headers = 400, {"error": "bad_request", "reason": "nested too deeply"}, []
+        return self._respond(secured, status, body, headers)
 
     @staticmethod
     def _respond(start_response: Callable[..., Any], status: int, body: Any,
-                 headers: list[tuple[str, str]]) -> list[bytes]:
-        data = b"" if status == 204 or body is None else json.dumps(body, default=str).encode()
+                 headers: list[tuple[str, str]]) -> Iterable[bytes]:
         hdrs = [("Cache-Control", "no-cache"), *headers]
+        if isinstance(body, Streamed):  # sent as it is built (chunked transfer encoding)
+            start_response(STATUS_LINES[status], [*hdrs, ("Content-Type", "application/json")])
+            return body
+        data = b"" if status == 204 or body is None else json.dumps(body, default=str).encode()
         if data:
             hdrs.append(("Content-Type", "application/json"))
         hdrs.append(("Content-Length", str(len(data))))
@@ -135,6 +150,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                 handler = handlers.get(method)
                 if handler is None:
                     raise HttpError(405, "method_not_allowed", f"{method} not allowed")
+                check_content_type(environ)
                 args = [s for p, s in zip(pattern, parts, strict=True) if p == "*"]
                 result = handler(Request(environ, parts, principal), *args)
                 if isinstance(result, tuple):

@@ -1,13 +1,10 @@
-"""Definitions export and import, and the health checks."""
+"""Definitions export and import."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine._message import Message
-
 from .base import ApiBase
-from .queues import GetHolder, NoOwner
 from .request import Request, bad_request
 
 #: sections of a definitions file that must be lists
@@ -16,7 +13,7 @@ _DEFINITION_LISTS = ("users", "vhosts", "permissions", "policies", "queues", "ex
 #: path segments naming an exchange, by the path's first segment
 
 class DefinitionRoutes(ApiBase):
-    """Definitions export and import, and the health checks."""
+    """Definitions export and import."""
 
     def get_definitions(self, req: Request, vhost: str | None = None) -> Any:
         self._admin(req)
@@ -40,25 +37,3 @@ class DefinitionRoutes(ApiBase):
                 raise bad_request(f"'{key}' must be a list")
         self._command_400(lambda b: b.import_definitions(doc))
         return None
-
-    def alarms(self, req: Request) -> Any:
-        if self.snap(fresh=True)["alarms"]["memory"]:
-            return 503, {"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
-                         "alarms": [{"resource": "memory", "node": self.node}]}, []
-        return {"status": "ok"}
-
-    def aliveness(self, req: Request, vhost: str) -> Any:
-        self._check_access(req, vhost, "configure", "queue", "aliveness-test")
-
-        def check(b: Any) -> bool:
-            model = b.model
-            v = model.vhosts[vhost]
-            q = model.declare_queue(v, "aliveness-test", False, False, None, None)
-            model.publish(v, "", Message(model.next_message_id(), "", "aliveness-test", {}, b"test_message"))
-            holder = GetHolder(q, NoOwner(), 0, True)  # type: ignore[arg-type]
-            got = model.get(q, holder)
-            return got is not None and got[1].msg.body == b"test_message"
-
-        ok = self.command(check)
-        return {"status": "ok"} if ok else (503, {"status": "failed", "reason": "aliveness test failed"}, [])
-

@@ -15,7 +15,7 @@ import ssl
 import time
 from typing import Any
 
-from waitress.channel import HTTPChannel
+from .channel import DeadlineChannel
 
 __all__ = ["tls_channel"]
 
@@ -24,7 +24,7 @@ log = logging.getLogger("sansmq.tls")
 _RECORD = 16 * 1024
 
 
-class _TlsChannel(HTTPChannel):  # type: ignore[misc]
+class _TlsChannel(DeadlineChannel):
     ssl_context: ssl.SSLContext
     name = "https"
 

@@ -7,12 +7,18 @@ scrape; nothing is counted per message here.
 
 from __future__ import annotations
 
+import itertools
 import resource
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from engine.stats import GAUGE_FIELDS, queue_gauges, queue_refs
+
+from .._fds import fd_alarm, fd_limit, open_fds
+from .listing import CHUNK, chunked
 
 __all__ = ["RabbitCollector", "prometheus_app"]
 
@@ -45,9 +51,11 @@ class RabbitCollector:
         self.per_object = per_object
 
     def collect(self) -> Iterable[Metric]:
-        snap = self.snap("queues") if self.per_object else self.snap()
+        snap = self.snap()
         conns = snap["connections"]
         counts = snap["counts"].values()
+        fds, max_fds = open_fds(), fd_limit()
+        disk_free = snap["disk_free"]
         yield from (
             GaugeMetricFamily("rabbitmq_queues", "Queues available", value=sum(c["queues"] for c in counts)),
             GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns)),
@@ -59,32 +67,67 @@ class RabbitCollector:
                               value=resident_bytes()),
             GaugeMetricFamily("rabbitmq_alarms_memory_used_watermark",
                               "is 1 if VM memory watermark alarm is in effect", value=int(snap["alarms"]["memory"])),
+            GaugeMetricFamily("rabbitmq_resident_memory_limit_bytes",
+                              "Memory high watermark in bytes", value=snap["memory_high_watermark"]),
             GaugeMetricFamily("rabbitmq_alarms_free_disk_space_watermark",
-                              "is 1 if free disk space watermark alarm is in effect", value=0),
+                              "is 1 if free disk space watermark alarm is in effect",
+                              value=int(snap["alarms"]["disk"])),
             GaugeMetricFamily("rabbitmq_alarms_file_descriptor_limit",
-                              "is 1 if file descriptor limit alarm is in effect", value=0),
+                              "is 1 if file descriptor limit alarm is in effect", value=int(fd_alarm(fds, max_fds))),
+            GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", value=fds),
+            GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds),
+            GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", value=len(conns)),
+            GaugeMetricFamily("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", value=max_fds),
         )
+        if disk_free is not None:  # sampled only with the embedded store's directory
+            yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
+                                    value=disk_free)
+        yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes",
+                                "Free disk space low watermark in bytes", value=snap["disk_free_limit"])
         for suffix, key, text in _GLOBAL:
             family = CounterMetricFamily(f"rabbitmq_global_messages_{suffix}", text, labels=["protocol"])
             family.add_metric(["amqp091"], snap["totals"][key])
             yield family
-        for name, key, text in _QUEUE:
-            if self.per_object:
-                gauge = GaugeMetricFamily(name, text, labels=["vhost", "queue"])
-                for q in snap["queues"]:
-                    gauge.add_metric([q["vhost"], q["name"]], q[key])
-            else:
-                gauge = GaugeMetricFamily(name, text, value=sum(c[key] for c in counts))
-            yield gauge
+        if not self.per_object:  # per object: streamed by per_queue_metrics instead
+            for name, key, text in _QUEUE:
+                yield GaugeMetricFamily(name, text, value=sum(c[key] for c in counts))
 
 
-def prometheus_app(snap: Callable[..., dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
-    """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere."""
-    apps = {}
+def _label(value: str) -> str:
+    """A label value in the text format (backslash, double quote and newline escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def per_queue_metrics(rows: list[tuple[Any, ...]]) -> Iterator[bytes]:
+    """The per-queue families of /metrics/per-object in the text format, a chunk of lines at a time,
+    from ``engine.stats.queue_gauges`` rows (which hold only the figures exported)."""
+    labels = [f'{{vhost="{_label(row[0])}",queue="{_label(row[1])}"}} ' for row in rows]
+    for name, key, text in _QUEUE:
+        column = 2 + GAUGE_FIELDS.index(key)
+        yield f"# HELP {name} {text}\n# TYPE {name} gauge\n".encode()
+        for start in range(0, len(rows), CHUNK):
+            yield "".join(f"{name}{labels[i]}{rows[i][column]}\n"
+                          for i in range(start, min(len(rows), start + CHUNK))).encode()
+
+
+def prometheus_app(snap: Callable[..., dict[str, Any]],
+                   call: Callable[[Callable[[Any], Any]], Any]) -> Callable[..., Iterable[bytes]]:
+    """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere. ``call`` runs a
+    function on the broker's thread (the per-queue figures are fetched a chunk per call)."""
+    registries = {}
     for path, per_object in (("/metrics", False), ("/metrics/per-object", True)):
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(RabbitCollector(snap, per_object))  # type: ignore[arg-type]
-        apps[path] = make_wsgi_app(registry)
+        registries[path] = CollectorRegistry(auto_describe=False)
+        registries[path].register(RabbitCollector(snap, per_object))  # type: ignore[arg-type]
+
+    def per_object_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        refs = call(queue_refs)
+        rows = [row for part in chunked(call, queue_gauges, refs) for row in part]
+        del refs
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        return itertools.chain([generate_latest(registries["/metrics/per-object"])], per_queue_metrics(rows))
+
+    apps: dict[str, Callable[..., Iterable[bytes]]] = {"/metrics": make_wsgi_app(registries["/metrics"]),
+                                                        "/metrics/per-object": per_object_app}
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         handler = apps.get(environ.get("PATH_INFO", "").rstrip("/") or "/")

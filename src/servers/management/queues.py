@@ -6,8 +6,10 @@ from typing import Any
 
 from engine.model import Consumer
 from engine.model.security import check_target_exchange
+from engine.stats import queue_infos, queue_refs
 
 from .base import ApiBase
+from .listing import Page, Streamed, chunked, page_of
 from .request import Request, bad_request, not_found, put_status
 from .shapes import payload_text, props_dict, queue_rates, vhost_names
 
@@ -26,7 +28,7 @@ class NoOwner:
 class QueueRoutes(ApiBase):
     """Queues: list, declare, delete, purge, and get messages."""
 
-    def _queue_info(self, snap: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
+    def _queue_info(self, q: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in q.items()
                if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates")}
         out.update({"node": self.node, "state": "running",
@@ -34,23 +36,37 @@ class QueueRoutes(ApiBase):
         out.update(queue_rates(q["counters"], q["rates"]))
         return out
 
+    def _infos(self, refs: list[Any]) -> list[dict[str, Any]]:
+        return [self._queue_info(q) for q in self.call(lambda b: queue_infos(b, refs))]
+
     def queues(self, req: Request, vhost: str | None = None) -> Any:
+        """All the queues the user sees (of ``vhost``), streamed; with ``page``, RabbitMQ's paginated
+        answer sorted by vhost and name. Built in chunks, never in one turn of the broker's loop."""
         if vhost is not None:
             self._check_vhost(req, vhost)
-        snap = self.snap("queues")
-        seen = set(vhost_names(snap, req.principal))
-        return [self._queue_info(snap, q) for q in snap["queues"]
-                if q["vhost"] in seen and (vhost is None or q["vhost"] == vhost)]
+        page = Page.of(req)
+        seen = [v for v in vhost_names(self.snap(), req.principal) if vhost is None or v == vhost]
+        refs = self.call(lambda b: queue_refs(b, seen))
+        if page is None:
+            return Streamed(map(lambda part: [self._queue_info(q) for q in part],
+                                chunked(self.call, queue_infos, refs)))
+        refs.sort(key=lambda q: (q.vhost.name, q.name))  # immutable names: sorted here, off the loop
+        return page_of(page, refs, lambda q: q.name, len(refs), self._infos)
 
     def _find_queue(self, req: Request, vhost: str, name: str) -> dict[str, Any]:
         self._check_vhost(req, vhost)
-        for q in self.snap("queues")["queues"]:
-            if q["vhost"] == vhost and q["name"] == name:
-                return q
-        raise not_found()
+
+        def find(b: Any) -> list[dict[str, Any]]:
+            q = b.model.vhosts[vhost].queues.get(name) if vhost in b.model.vhosts else None
+            return queue_infos(b, [q]) if q is not None else []
+
+        found = self.call(find)
+        if not found:
+            raise not_found()
+        return found[0]  # type: ignore[no-any-return]
 
     def queue(self, req: Request, vhost: str, name: str) -> Any:
-        return self._queue_info(self.snap("queues"), self._find_queue(req, vhost, name))
+        return self._queue_info(self._find_queue(req, vhost, name))
 
     def put_queue(self, req: Request, vhost: str, name: str) -> Any:
         self._check_access(req, vhost, "configure", "queue", name)
