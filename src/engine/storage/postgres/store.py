@@ -21,6 +21,12 @@ Messages are immutable once published, so they are encoded (the segment store's 
 at sync time, on the worker thread, and only if still queued: a message acked before the sync
 never costs an encoding or a row.
 
+A multi-host DSN (``postgresql://h1:p1,h2:p2/db``: a primary and its standbys) is PostgreSQL
+failover: libpq tries the hosts in order, and the store asks for ``target_session_attrs=read-write``
+unless the DSN (or ``PGTARGETSESSIONATTRS``) says otherwise, so every (re)connection lands on the
+current primary, never on a read-only standby that would refuse each commit for as long as it stays
+first in the list.
+
 A second broker on the same database and schema is refused: the store holds a session-level
 advisory lock on the connection it writes through, and takes it again on every reconnect.
 """
@@ -28,6 +34,7 @@ advisory lock on the connection it writes through, and takes it again on every r
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -59,6 +66,18 @@ CONNECT_KW: dict[str, Any] = {
 }
 
 
+def connect_options(dsn: str) -> dict[str, Any]:
+    """libpq settings for ``dsn``: ``CONNECT_KW``, plus the primary only unless the user chose."""
+    kw = dict(CONNECT_KW)
+    try:
+        given = "target_session_attrs" in psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        given = False  # a bad DSN: psycopg.connect reports it
+    if not given and not os.environ.get("PGTARGETSESSIONATTRS"):
+        kw["target_session_attrs"] = "read-write"
+    return kw
+
+
 def _args_out(args: dict[str, Any] | None) -> bytes | None:
     return None if args is None else write_table(args)
 
@@ -80,6 +99,7 @@ class PostgresStore(Store):
         self.dsn = dsn
         #: the DSN without its password, for logs
         self.display_dsn = _safe_dsn(dsn)
+        self._connect_kw = connect_options(dsn)
         self.needs_sync = True
         self.fsync = sync
         self.schema = schema
@@ -114,7 +134,7 @@ class PostgresStore(Store):
     # -- connection ---------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
         """A new connection (fault-injection tests override this)."""
-        return psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
+        return psycopg.connect(self.dsn, autocommit=True, **self._connect_kw)
 
     def _connection(self, wait: float = 0.0) -> psycopg.Connection[Any]:
         """The open connection, or a new one holding the advisory lock, waiting up to ``wait``
@@ -140,6 +160,7 @@ class PostgresStore(Store):
             raise StoreError(f"database {self.display_dsn} is in use by another sansmq broker "
                              f"(schema {self.schema!r})")
         self._conn = conn
+        log.info("PostgreSQL store: writing through %s:%s", conn.info.host, conn.info.port)
         return conn
 
     def _drop_connection(self) -> None:
@@ -419,6 +440,11 @@ def _safe_dsn(dsn: str) -> str:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return "<unparsable DSN>"
-    host, port, db = info.get("host", ""), info.get("port", ""), info.get("dbname", "")
-    user = str(info.get("user", ""))  # conninfo values are typed str | int
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + str(port) if port else ''}/{db}"
+    # conninfo values are typed str | int; several hosts come as "h1,h2" with ports "p1,p2" (or one
+    # port for all)
+    hosts, ports = str(info.get("host", "")).split(","), str(info.get("port", "")).split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    where = ",".join(h + (":" + p if p else "") for h, p in zip(hosts, ports, strict=False))
+    user, db = str(info.get("user", "")), info.get("dbname", "")
+    return f"postgresql://{user + '@' if user else ''}{where}/{db}"
