@@ -87,7 +87,7 @@ class Nodes:
     name: str
     amqp_ports: list[int]
     queue_args: str  # sansmq bench --queue-args
-    kill: Callable[[int], None]  # kill -9 node i
+    kill: Callable[[int], None]  # kill -9 node i, return once it is dead
     restart: Callable[[int], None] | None = None  # only when there is no other node to fail over to
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -152,9 +152,12 @@ def rabbitmq_cluster(n: int = 3) -> Iterator[Nodes]:
         assert sorted(running) == sorted(names), running
 
         def kill(i: int) -> None:
+            """kill -9 of the node's beam; returns once it is gone (its listener closed)."""
             pid = listener_pid(ports[i])
             assert pid is not None, f"node {names[i]} is not running"
             os.kill(pid, signal.SIGKILL)
+            while listener_pid(ports[i]) is not None:
+                time.sleep(0.005)
 
         version = ctl(names[0], "version").strip()
         yield Nodes("rabbitmq", ports, "x-queue-type=quorum", kill,
@@ -332,8 +335,8 @@ def failover(nodes: Nodes, timeout: float = 120.0) -> dict[str, Any]:
     pub.start()
     time.sleep(3)
     before = pub.confirmed
-    killed_at = time.monotonic()
     nodes.kill(0)
+    killed_at = time.monotonic()  # dead, not just signalled: a publish racing the signal may still commit
     if nodes.restart is not None:
         nodes.restart(0)
     deadline = killed_at + timeout
@@ -368,7 +371,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", choices=sorted(TARGETS), required=True)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of publishing per throughput run")
-    ap.add_argument("--rounds", type=int, default=1, help="throughput runs (the median is reported)")
+    ap.add_argument("--rounds", type=int, default=1, help="throughput runs (the median is reported; 0: failover only)")
     ap.add_argument("--queues-per-node", type=int, default=2)
     ap.add_argument("--producers-per-node", type=int, default=2)
     ap.add_argument("--skip-failover", action="store_true")
@@ -379,10 +382,11 @@ def main() -> None:
     with TARGETS[a.target]() as nodes:
         result["info"] = nodes.info
         runs = [throughput(nodes, a.duration, a.queues_per_node, a.producers_per_node) for _ in range(a.rounds)]
-        rates = sorted(r["confirmed_per_s"] for r in runs)
-        result["throughput"] = {"median_confirmed_per_s": rates[len(rates) // 2], "runs": runs,
-                                "duration_s": a.duration, "queues": a.queues_per_node * len(nodes.amqp_ports),
-                                "producers": a.producers_per_node * len(nodes.amqp_ports)}
+        if runs:
+            rates = sorted(r["confirmed_per_s"] for r in runs)
+            result["throughput"] = {"median_confirmed_per_s": rates[len(rates) // 2], "runs": runs,
+                                    "duration_s": a.duration, "queues": a.queues_per_node * len(nodes.amqp_ports),
+                                    "producers": a.producers_per_node * len(nodes.amqp_ports)}
         if not a.skip_failover:
             result["failover"] = failover(nodes)
     result["loadavg_end"] = load_average()
