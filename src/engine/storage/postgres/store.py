@@ -28,7 +28,8 @@ current primary, never on a read-only standby that would refuse each commit for 
 first in the list.
 
 A second broker on the same database and schema is refused: the store holds a session-level
-advisory lock on the connection it writes through, and takes it again on every reconnect.
+advisory lock on the connection it writes through, and takes it again on every reconnect (ending
+its own previous session first if the server still keeps it: a cut the server has not noticed).
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ CONNECT_KW: dict[str, Any] = {
     "tcp_user_timeout": 10_000,
     "application_name": "sansmq",
 }
+
+
+#: this session's identity: backend pids are reused, (pid, start time) is not
+SESSION_SQL = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+#: the session holding an advisory lock given as its two oid halves (a bigint key is stored so)
+HOLDER_SQL = (
+    "SELECT a.pid, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = %s::oid"
+    " AND l.objid = %s::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 
 
 def connect_options(dsn: str) -> dict[str, Any]:
@@ -110,6 +121,7 @@ class PostgresStore(Store):
         self._batch: list[Item] = []
         self._group: _Group | None = None  # the batch's last item when it is a group
         self._conn: psycopg.Connection[Any] | None = None
+        self._session: tuple[Any, ...] | None = None  # (pid, backend_start) of the lock's session
         self._failed: str | None = None  # why the last sync failed (new data refused meanwhile)
         self._retrying = False
         self._closed = False
@@ -146,22 +158,41 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             conn.execute("SET synchronous_commit TO " + ("on" if self.fsync else "off"))
-            deadline = time.monotonic() + wait
-            while True:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
-                if (row and row[0]) or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
+            locked = self._take_lock(conn, wait)
+            if locked:
+                # who we are, to recognise this session if the connection is lost but the
+                # session is not
+                self._session = conn.execute(SESSION_SQL).fetchone()
         except BaseException:
             conn.close()
             raise
-        if not row or not row[0]:
+        if not locked:
             conn.close()
             raise StoreError(f"database {self.display_dsn} is in use by another sansmq broker "
                              f"(schema {self.schema!r})")
         self._conn = conn
         log.info("PostgreSQL store: writing through %s:%s", conn.info.host, conn.info.port)
         return conn
+
+    def _take_lock(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        """Take the database's advisory lock on ``conn``, waiting up to ``wait`` seconds. A
+        session of our own that still holds it (our connection was cut, but the server has not
+        noticed: without server-side keepalives that can last hours) is ended first."""
+        key = lock_key(self.schema)
+        deadline = time.monotonic() + wait
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if row and row[0]:
+                return True
+            holder = conn.execute(HOLDER_SQL, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+            if holder is not None and holder == self._session:
+                log.warning("PostgreSQL store: our previous session (backend %d) still holds the database's "
+                            "lock; ending it", holder[0])
+                conn.execute("SELECT pg_terminate_backend(%s)", (holder[0],))
+                deadline = max(deadline, time.monotonic() + 5.0)  # it ends within moments
+            elif time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
