@@ -4,6 +4,7 @@ time when the node leading a queue is killed. Not a test; a few short runs.
     python benchmarks/bench_cluster.py --target rabbitmq [--duration 10] [--out FILE.jsonl]
     python benchmarks/bench_cluster.py --target sansmq1      # today's broker: one node on PostgreSQL
     python benchmarks/bench_cluster.py --target sansmq3      # three nodes on one PostgreSQL (the cluster)
+    python benchmarks/bench_cluster.py --target sansmq1-pgha # one node; the database fails over instead
 
 One target = one function that starts the brokers on loopback (free ports, private data, stopped at
 the end) and returns a ``Nodes``: their AMQP ports, the queue arguments the run declares and how to
@@ -88,7 +89,9 @@ class Nodes:
     amqp_ports: list[int]
     queue_args: str  # sansmq bench --queue-args
     kill: Callable[[int], None]  # kill -9 node i, return once it is dead
-    restart: Callable[[int], None] | None = None  # only when there is no other node to fail over to
+    #: what the harness does right after the kill when no other node takes over: restart the node,
+    #: or promote the database's standby
+    recover: Callable[[int], None] | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def declare_args(self) -> dict[str, Any]:
@@ -181,16 +184,21 @@ def rabbitmq_cluster(n: int = 3) -> Iterator[Nodes]:
 
 
 @contextlib.contextmanager
-def postgres() -> Iterator[str]:
-    """A throwaway PostgreSQL (scripts/install-postgres.sh); yields its DSN."""
-    script = ROOT / "scripts" / "install-postgres.sh"
+def postgres(ha: bool = False) -> Iterator[tuple[str, Callable[[str], str]]]:
+    """A throwaway PostgreSQL (scripts/install-postgres.sh), or with ``ha`` a primary and its
+    synchronous standby (scripts/pg-ha.sh); yields its DSN and the script's commands (``crash``,
+    ``promote``)."""
+    script = ROOT / "scripts" / ("pg-ha.sh" if ha else "install-postgres.sh")
     d = tempfile.mkdtemp(prefix="sansmq-bc-pg-")
-    out = subprocess.run(["bash", str(script), "start", d], capture_output=True, text=True, timeout=180)
-    if out.returncode != 0:
-        shutil.rmtree(d, ignore_errors=True)
-        raise SystemExit(f"PostgreSQL did not start: {out.stderr[-1000:]}")
+
+    def run(cmd: str) -> str:
+        out = subprocess.run(["bash", str(script), cmd, d], capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            raise RuntimeError(f"{script.name} {cmd}: {out.stderr[-1000:]}")
+        return out.stdout
+
     try:
-        yield out.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        yield run("start").strip().splitlines()[-1].split("=", 1)[1], run
     finally:
         subprocess.run(["bash", str(script), "stop", d], capture_output=True, timeout=120)
         shutil.rmtree(d, ignore_errors=True)
@@ -237,19 +245,25 @@ def _serve_has(flag: str) -> bool:
 
 
 @contextlib.contextmanager
-def sansmq_nodes(n: int) -> Iterator[Nodes]:
+def sansmq_nodes(n: int, pg_ha: bool = False) -> Iterator[Nodes]:
     """``n`` sansmq nodes on one PostgreSQL database: one node is today's broker; three need the
-    cluster (``serve --node NAME``); quorum queues once the model has them."""
+    cluster (``serve --node NAME``); quorum queues once the model has them. With ``pg_ha`` the
+    database is a primary with a synchronous standby, and the failover measured is the database's:
+    the primary crashes and the standby is promoted under the running node(s)."""
     if n > 1 and not _serve_has("--node"):
         raise SystemExit("the sansmq3 target needs the cluster (sansmq serve --node NAME): not in this build")
     node_args = [["--node", f"n{i + 1}"] if n > 1 else [] for i in range(n)]
     queue_args = os.environ.get("SANSMQ_QUEUE_ARGS", "x-queue-type=quorum" if n > 1 else "")
-    with postgres() as dsn:
+    with postgres(pg_ha) as (dsn, pg):
         procs = SansmqProcs(dsn, node_args)
         try:
-            restart = procs.start if n == 1 else None
-            yield Nodes(f"sansmq{n}", procs.ports, queue_args, procs.kill, restart,
-                        info={"store": "postgresql", "nodes": n, "queue_type": queue_args or "classic"})
+            kill, recover = procs.kill, (procs.start if n == 1 else None)
+            if pg_ha:
+                kill, recover = (lambda _i: pg("crash")), (lambda _i: pg("promote"))
+            yield Nodes(f"sansmq{n}", procs.ports, queue_args, kill, recover,
+                        info={"store": "postgresql primary + synchronous standby" if pg_ha else "postgresql",
+                              "nodes": n, "queue_type": queue_args or "classic",
+                              "failover": "database" if pg_ha else "node"})
         finally:
             procs.stop()
 
@@ -258,6 +272,7 @@ TARGETS: dict[str, Callable[[], contextlib.AbstractContextManager[Nodes]]] = {
     "rabbitmq": lambda: rabbitmq_cluster(3),
     "sansmq1": lambda: sansmq_nodes(1),
     "sansmq3": lambda: sansmq_nodes(3),
+    "sansmq1-pgha": lambda: sansmq_nodes(1, pg_ha=True),
 }
 
 
@@ -337,8 +352,8 @@ def failover(nodes: Nodes, timeout: float = 120.0) -> dict[str, Any]:
     before = pub.confirmed
     nodes.kill(0)
     killed_at = time.monotonic()  # dead, not just signalled: a publish racing the signal may still commit
-    if nodes.restart is not None:
-        nodes.restart(0)
+    if nodes.recover is not None:
+        nodes.recover(0)
     deadline = killed_at + timeout
 
     def published_after_kill() -> list[float]:  # a publish in flight at the kill may confirm before it matters
@@ -355,7 +370,7 @@ def failover(nodes: Nodes, timeout: float = 120.0) -> dict[str, Any]:
     result: dict[str, Any] = {"confirmed_before_kill": before, "confirmed": pub.confirmed,
                               "failover_s": round(after[0] - killed_at, 3) if after else None,
                               "longest_confirm_gap_s": round(max(gaps), 3) if gaps else None,
-                              "killed_node": 0, "restarted": nodes.restart is not None}
+                              "killed_node": 0, "recovered_by_harness": nodes.recover is not None}
     conn = pika.BlockingConnection([pika.ConnectionParameters("127.0.0.1", p) for p in survivors])
     depth = conn.channel().queue_declare(FAILOVER_QUEUE, durable=True, arguments=args).method.message_count
     conn.close()
