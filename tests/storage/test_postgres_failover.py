@@ -21,6 +21,7 @@ from pgtest import PgHa
 from test_store_servers import pika_connect
 
 from engine.postgres_store import PostgresStore
+from engine.storage.postgres.store import _safe_dsn, connect_options
 from engine.store import QueueDef
 from servers.cli import PROTOCOLS
 
@@ -117,6 +118,21 @@ def drain(addr: tuple[str, int]) -> list[bytes]:
         got.append(msg[2])
     conn.close()
     return got
+
+
+def test_dsn_shown_without_password_each_host_with_its_port() -> None:
+    assert _safe_dsn("postgresql://u:secret@h1:5433,h2:5434/db") == "postgresql://u@h1:5433,h2:5434/db"
+    assert _safe_dsn("postgresql://u:secret@h1,h2:6000/db") == "postgresql://u@h1,h2:6000/db"  # h1: default
+    assert _safe_dsn("host=h1,h2 port=6000 dbname=db password=x") == "postgresql://h1:6000,h2:6000/db"
+    assert _safe_dsn("postgresql://h1/db") == "postgresql://h1/db"
+
+
+def test_connect_options_ask_for_the_primary_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    assert connect_options("postgresql://h1,h2/db")["target_session_attrs"] == "read-write"
+    assert "target_session_attrs" not in connect_options("postgresql://h1/db?target_session_attrs=any")
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "prefer-standby")
+    assert "target_session_attrs" not in connect_options("postgresql://h1,h2/db")
 
 
 def test_store_on_a_multi_host_dsn_writes_to_the_primary_whatever_the_order(ha: PgHa) -> None:
