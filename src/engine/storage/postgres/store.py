@@ -180,15 +180,17 @@ class PostgresStore(Store):
         noticed: without server-side keepalives that can last hours) is ended first."""
         key = lock_key(self.schema)
         deadline = time.monotonic() + wait
+        ended = None
         while True:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             if row and row[0]:
                 return True
             holder = conn.execute(HOLDER_SQL, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
-            if holder is not None and holder == self._session:
+            if holder is not None and holder == self._session and holder != ended:
                 log.warning("PostgreSQL store: our previous session (backend %d) still holds the database's "
                             "lock; ending it", holder[0])
                 conn.execute("SELECT pg_terminate_backend(%s)", (holder[0],))
+                ended = holder
                 deadline = max(deadline, time.monotonic() + 5.0)  # it ends within moments
             elif time.monotonic() >= deadline:
                 return False
