@@ -82,29 +82,42 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-do_start() {
-    local dir=$1 bindir port tries
-    bindir=$(find_bindir) || { echo "install-postgres: PostgreSQL not installed (run: $0 install)" >&2; return 2; }
-    setup_owner
-    mkdir -p "$dir"
-    [ "$(id -u)" -eq 0 ] && chown "$PG_OWNER" "$dir"
-    chmod 700 "$dir"
-    run_as_owner "$bindir/initdb" -D "$dir/data" -U sansmq --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
-        || { cat "$dir/initdb.log" >&2; return 1; }
+# Start the server of data directory $1 on 127.0.0.1 and a free port, its socket and log in $2,
+# extra "-c name=value" settings in $3; the port goes to $2/$4 (default "port").
+start_on_free_port() {
+    local data=$1 dir=$2 extra=${3:-} portfile=${4:-port} bindir port tries
+    bindir=$(find_bindir)
     for tries in 1 2 3 4 5; do
         port=$(free_port)
         # fsync and synchronous_commit stay on (the defaults): the tests measure honest commits
-        if run_as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-            -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=on -c max_connections=200" \
+        if run_as_owner "$bindir/pg_ctl" -D "$data" -l "$data.log" -w -t 60 start \
+            -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=on -c max_connections=200 $extra" \
             >/dev/null; then
-            echo "$port" >"$dir/port"
-            echo "SANSMQ_PG_DSN=postgresql://sansmq@127.0.0.1:$port/postgres"
+            echo "$port" >"$dir/$portfile"
             return 0
         fi
-        tail -5 "$dir/server.log" >&2 || true
+        tail -5 "$data.log" >&2 || true
     done
-    echo "install-postgres: could not start PostgreSQL in $dir" >&2
+    echo "install-postgres: could not start PostgreSQL in $data" >&2
     return 1
+}
+
+# A new, empty directory $1 for clusters, owned by the cluster owner.
+make_cluster_dir() {
+    setup_owner
+    mkdir -p "$1"
+    [ "$(id -u)" -eq 0 ] && chown "$PG_OWNER" "$1"
+    chmod 700 "$1"
+}
+
+do_start() {
+    local dir=$1 bindir
+    bindir=$(find_bindir) || { echo "install-postgres: PostgreSQL not installed (run: $0 install)" >&2; return 2; }
+    make_cluster_dir "$dir"
+    run_as_owner "$bindir/initdb" -D "$dir/data" -U sansmq --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; return 1; }
+    start_on_free_port "$dir/data" "$dir"
+    echo "SANSMQ_PG_DSN=postgresql://sansmq@127.0.0.1:$(cat "$dir/port")/postgres"
 }
 
 do_stop() {
@@ -114,6 +127,9 @@ do_stop() {
     [ -f "$dir/data/postmaster.pid" ] || return 0
     run_as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null
 }
+
+# sourced (scripts/pg-ha.sh): the functions only
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 cmd=${1:-install}
 case "$cmd" in

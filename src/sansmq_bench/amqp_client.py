@@ -195,13 +195,16 @@ class AmqpClient(BenchConnection):
         self.write(self.conn.send(method))
         return await self.expect(reply)
 
+    async def _declare(self, queue: str) -> None:
+        await self._call(spec.QueueDeclare(queue=queue, durable=True, arguments=dict(self.opts.queue_args),
+                                           channel=CH), spec.QueueDeclareOk)
+
     async def setup_producer(self, queue: str) -> None:
         o = self.opts
         if o.topic is not None:
             self.exchange, self.routing_key = TOPIC_EXCHANGE, o.topic
         else:
-            await self._call(spec.QueueDeclare(queue=queue, durable=True, channel=CH),
-                             spec.QueueDeclareOk)
+            await self._declare(queue)
             self.exchange, self.routing_key = "", queue
         if o.confirm:
             await self._call(spec.ConfirmSelect(channel=CH), spec.ConfirmSelectOk)
@@ -219,8 +222,7 @@ class AmqpClient(BenchConnection):
             await self._call(spec.QueueBind(queue=queue, exchange=TOPIC_EXCHANGE,
                                             routing_key=o.topic, channel=CH), spec.QueueBindOk)
         else:
-            await self._call(spec.QueueDeclare(queue=queue, durable=True, channel=CH),
-                             spec.QueueDeclareOk)
+            await self._declare(queue)
         await self._call(spec.BasicConsume(queue=queue, no_ack=self.no_ack, channel=CH),
                          spec.BasicConsumeOk)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -66,6 +66,8 @@ class Options:
     ack: str = "each"  # auto | each
     multi_ack: int = 1  # ack every Nth delivery cumulatively (AMQP multiple, STOMP ack:client)
     persistent: bool = False
+    #: AMQP queue.declare arguments (PerfTest's --queue-args), e.g. {"x-queue-type": "quorum"}
+    queue_args: dict[str, Any] = field(default_factory=dict)
     drain: float = 5.0  # seconds to wait for the last deliveries/confirms once publishing stops
     #: SO_SNDBUF of every connection (bytes); 0 = the kernel's autotuning (several MB on loopback,
     #: where an unbounded producer's messages then wait before the broker sees them)
@@ -128,6 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add("-A", "--multi-ack", type=int, default=1,
         help="ack every Nth delivery cumulatively (AMQP multiple, STOMP ack:client); default 1")
     add("-f", "--persistent", action="store_true", help="persistent messages (durable queues)")
+    add("--queue-args", default="", metavar="K=V[,K=V...]",
+        help="AMQP: queue.declare arguments, as PerfTest takes them: x-queue-type=quorum,x-max-length=1000 "
+             "(digits are integers)")
     add("--drain", type=float, default=5.0,
         help="seconds to wait for outstanding deliveries/confirms after publishing (default 5)")
     add("--send-buffer", type=int, default=0, metavar="BYTES",
@@ -176,11 +181,23 @@ def options_from_args(args: argparse.Namespace) -> Options:
         size=args.size, queue=args.queue, queues=args.queues, topic=args.topic, rate=args.rate,
         duration=duration, count=args.count, confirm=args.confirm, receipt_every=receipt_every,
         prefetch=args.prefetch, ack=args.ack, multi_ack=args.multi_ack,
-        persistent=args.persistent, drain=args.drain, send_buffer=args.send_buffer, json=args.json,
+        persistent=args.persistent, queue_args=parse_queue_args(args.queue_args), drain=args.drain,
+        send_buffer=args.send_buffer, json=args.json,
         quiet=args.quiet,
     )
     check(opts)
     return opts
+
+
+def parse_queue_args(text: str) -> dict[str, Any]:
+    """``x-queue-type=quorum,x-max-length=1000`` -> {"x-queue-type": "quorum", "x-max-length": 1000}."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--queue-args: expected KEY=VALUE, not {item!r}")
+        out[key] = int(value) if value.lstrip("-").isdigit() else value
+    return out
 
 
 def check(o: Options) -> None:
@@ -206,6 +223,8 @@ def check(o: Options) -> None:
     if o.protocol != "amqp" and o.confirm and o.confirm < o.receipt_every:
         raise ValueError("--confirm must be at least --receipt-every (a window smaller than the "
                          "receipt interval never gets a receipt)")
+    if o.queue_args and (o.protocol != "amqp" or o.topic is not None):
+        raise ValueError("--queue-args is for AMQP queues (not STOMP, not --topic)")
     if o.ack == "auto" and o.multi_ack > 1:
         raise ValueError("--multi-ack needs --ack each")
     if o.prefetch and o.multi_ack > o.prefetch:

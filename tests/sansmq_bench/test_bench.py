@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 import stompproto
@@ -130,6 +131,9 @@ def test_options_url_parsing_and_scheme_inference() -> None:
     assert (c.count, c.duration, c.topic, c.fanout, c.multi_ack, c.persistent) == (
         500, 0.0, "news", True, 10, True)
     assert parse_options(["--queues", "3", "-u", "q"]).queue_names() == ["q-1", "q-2", "q-3"]
+    q = parse_options(["--queue-args", "x-queue-type=quorum, x-max-length=1000,x-note=a=b"])
+    assert q.queue_args == {"x-queue-type": "quorum", "x-max-length": 1000, "x-note": "a=b"}
+    assert q.public()["queue_args"] == q.queue_args and parse_options([]).queue_args == {}
 
 
 @pytest.mark.parametrize("argv", [
@@ -145,6 +149,10 @@ def test_options_url_parsing_and_scheme_inference() -> None:
     ["-z", "0"],
     ["-r", "-1"],
     ["--send-buffer", "-1"],
+    ["--queue-args", "x-max-length"],
+    ["--queue-args", "=1"],
+    ["-P", "stomp", "--queue-args", "x-max-length=1"],
+    ["-t", "x", "--queue-args", "x-max-length=1"],
 ])
 def test_options_rejected(argv: list[str]) -> None:
     with pytest.raises(ValueError):
@@ -308,6 +316,21 @@ def test_multiple_queues_auto_ack_and_count(broker: Broker, tmp_path: Path) -> N
     assert code == 0, (s.get("errors"), err)
     assert s["sent"] == 1200 and s["received"] == 1200 and s["confirmed"] == 0
     check_latency(s)
+
+
+def test_queue_args_are_declared(broker: Broker, tmp_path: Path) -> None:
+    """The queue exists with x-max-length=1000 (an integer): declaring it without the same
+    arguments is refused (406), with them the run goes through."""
+    host, port = broker.addr["amqp"]
+    conn = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    conn.channel().queue_declare("bench-args", durable=True, arguments={"x-max-length": 1000})
+    conn.close()
+    argv = ("-U", broker.url("amqp"), "-u", "bench-args", "-C", "200", "-c", "20", "-f")
+    code, s, err = bench(tmp_path, *argv)
+    assert code == 1 and "PRECONDITION_FAILED" in json.dumps(s.get("errors")) + err
+    code, s, err = bench(tmp_path, *argv, "--queue-args", "x-max-length=1000")
+    assert code == 0, (s.get("errors"), err)
+    assert s["sent"] == s["received"] == s["confirmed"] == 200
 
 
 def test_unbounded_rate_runs_and_settles(broker: Broker, tmp_path: Path) -> None:

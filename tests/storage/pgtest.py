@@ -58,11 +58,52 @@ class PgCluster:
         bindir = postgres_bindir()
         assert bindir is not None
         opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={self.dir} -c fsync=on"
-        cmd = [f"{bindir}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "-t", "60",
+        cmd = [f"{bindir}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/data.log", "-w", "-t", "60",
                "start", "-o", opts]
         if os.getuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+HA_SCRIPT = SCRIPT.with_name("pg-ha.sh")
+
+
+class PgHa:
+    """A primary with a synchronous standby (scripts/pg-ha.sh) in a fresh temporary directory."""
+
+    def __init__(self) -> None:
+        self.dir = ""
+        self.urls: dict[str, str] = {}  # PRIMARY, STANDBY and DSN (both hosts, read-write)
+
+    def _run(self, cmd: str) -> str:
+        out = subprocess.run(["bash", str(HA_SCRIPT), cmd, self.dir], capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            raise RuntimeError(f"pg-ha.sh {cmd} failed: {out.stderr[-2000:]}")
+        return out.stdout
+
+    def start(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="sansmq-pgha-")
+        try:
+            out = self._run("start")
+        except RuntimeError:
+            self.stop()
+            raise
+        for line in out.splitlines():
+            if line.startswith("SANSMQ_PG_"):
+                key, url = line.removeprefix("SANSMQ_PG_").split("=", 1)
+                self.urls[key] = url
+
+    def crash_primary(self) -> None:
+        self._run("crash")
+
+    def promote(self) -> None:
+        self._run("promote")
+
+    def stop(self) -> None:
+        if self.dir:
+            subprocess.run(["bash", str(HA_SCRIPT), "stop", self.dir], capture_output=True, timeout=120)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = ""
 
 
 def create_db(admin_url: str) -> str:

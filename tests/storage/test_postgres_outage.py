@@ -9,12 +9,14 @@ import time
 from collections.abc import Iterator
 
 import pika
+import psycopg
 import pytest
 from pgtest import PgCluster
 from test_store_servers import LISTENERS, pika_connect, stomp_connect
 
 import servers
 from engine.postgres_store import PostgresStore
+from engine.store import StoreError
 from servers import make_broker, running
 
 
@@ -76,3 +78,33 @@ def test_database_down_refuses_publishers_then_recovers(kind: str, cluster: PgCl
     store.close()
     assert b"after" in got and b"amqp-before" in got and b"before" not in got
     assert b"amqp-during" not in got
+
+
+def backend_pids(url: str) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as c:
+        return {r[0] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'sansmq'")}
+
+
+def test_reconnect_ends_our_own_stale_session_that_still_holds_the_lock(pg_dsn: str) -> None:
+    """The broker lost its connection but the server has not noticed (a network cut: without server
+    keepalives a session lives on for hours), so its old session still holds the advisory lock. The
+    store recognises that session as its own, ends it and takes the lock again; another broker is
+    still refused."""
+    store = PostgresStore(pg_dsn, retry_interval=0.2)
+    store.recover()
+    stale = store._conn
+    assert stale is not None
+    old_pid = stale.info.backend_pid
+    store._conn = None  # forgotten by the client, alive on the server
+    try:
+        store.add_vhost("v")
+        store.sync(0)  # reconnects: the lock is held by the stale session
+        assert old_pid not in backend_pids(pg_dsn) and store._conn is not None
+        with pytest.raises(StoreError, match="in use by another sansmq broker"):
+            PostgresStore(pg_dsn, lock_wait=0.3)
+    finally:
+        stale.close()
+        store.close()
+    store = PostgresStore(pg_dsn)
+    assert "v" in store.recover().vhosts
+    store.close()

@@ -21,13 +21,21 @@ Messages are immutable once published, so they are encoded (the segment store's 
 at sync time, on the worker thread, and only if still queued: a message acked before the sync
 never costs an encoding or a row.
 
+A multi-host DSN (``postgresql://h1:p1,h2:p2/db``: a primary and its standbys) is PostgreSQL
+failover: libpq tries the hosts in order, and the store asks for ``target_session_attrs=read-write``
+unless the DSN (or ``PGTARGETSESSIONATTRS``) says otherwise, so every (re)connection lands on the
+current primary, never on a read-only standby that would refuse each commit for as long as it stays
+first in the list.
+
 A second broker on the same database and schema is refused: the store holds a session-level
-advisory lock on the connection it writes through, and takes it again on every reconnect.
+advisory lock on the connection it writes through, and takes it again on every reconnect (ending
+its own previous session first if the server still keeps it: a cut the server has not noticed).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -59,6 +67,28 @@ CONNECT_KW: dict[str, Any] = {
 }
 
 
+#: this session's identity: backend pids are reused, (pid, start time) is not
+SESSION_SQL = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+#: the session holding an advisory lock given as its two oid halves (a bigint key is stored so)
+HOLDER_SQL = (
+    "SELECT a.pid, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = %s::oid"
+    " AND l.objid = %s::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+def connect_options(dsn: str) -> dict[str, Any]:
+    """libpq settings for ``dsn``: ``CONNECT_KW``, plus the primary only unless the user chose."""
+    kw = dict(CONNECT_KW)
+    try:
+        given = "target_session_attrs" in psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        given = False  # a bad DSN: psycopg.connect reports it
+    if not given and not os.environ.get("PGTARGETSESSIONATTRS"):
+        kw["target_session_attrs"] = "read-write"
+    return kw
+
+
 def _args_out(args: dict[str, Any] | None) -> bytes | None:
     return None if args is None else write_table(args)
 
@@ -80,6 +110,7 @@ class PostgresStore(Store):
         self.dsn = dsn
         #: the DSN without its password, for logs
         self.display_dsn = _safe_dsn(dsn)
+        self._connect_kw = connect_options(dsn)
         self.needs_sync = True
         self.fsync = sync
         self.schema = schema
@@ -90,6 +121,7 @@ class PostgresStore(Store):
         self._batch: list[Item] = []
         self._group: _Group | None = None  # the batch's last item when it is a group
         self._conn: psycopg.Connection[Any] | None = None
+        self._session: tuple[Any, ...] | None = None  # (pid, backend_start) of the lock's session
         self._failed: str | None = None  # why the last sync failed (new data refused meanwhile)
         self._retrying = False
         self._closed = False
@@ -114,7 +146,7 @@ class PostgresStore(Store):
     # -- connection ---------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
         """A new connection (fault-injection tests override this)."""
-        return psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
+        return psycopg.connect(self.dsn, autocommit=True, **self._connect_kw)
 
     def _connection(self, wait: float = 0.0) -> psycopg.Connection[Any]:
         """The open connection, or a new one holding the advisory lock, waiting up to ``wait``
@@ -126,21 +158,43 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             conn.execute("SET synchronous_commit TO " + ("on" if self.fsync else "off"))
-            deadline = time.monotonic() + wait
-            while True:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
-                if (row and row[0]) or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
+            locked = self._take_lock(conn, wait)
+            if locked:
+                # who we are, to recognise this session if the connection is lost but the
+                # session is not
+                self._session = conn.execute(SESSION_SQL).fetchone()
         except BaseException:
             conn.close()
             raise
-        if not row or not row[0]:
+        if not locked:
             conn.close()
             raise StoreError(f"database {self.display_dsn} is in use by another sansmq broker "
                              f"(schema {self.schema!r})")
         self._conn = conn
+        log.info("PostgreSQL store: writing through %s:%s", conn.info.host, conn.info.port)
         return conn
+
+    def _take_lock(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        """Take the database's advisory lock on ``conn``, waiting up to ``wait`` seconds. A
+        session of our own that still holds it (our connection was cut, but the server has not
+        noticed: without server-side keepalives that can last hours) is ended first."""
+        key = lock_key(self.schema)
+        deadline = time.monotonic() + wait
+        ended = None
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if row and row[0]:
+                return True
+            holder = conn.execute(HOLDER_SQL, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+            if holder is not None and holder == self._session and holder != ended:
+                log.warning("PostgreSQL store: our previous session (backend %d) still holds the database's "
+                            "lock; ending it", holder[0])
+                conn.execute("SELECT pg_terminate_backend(%s)", (holder[0],))
+                ended = holder
+                deadline = max(deadline, time.monotonic() + 5.0)  # it ends within moments
+            elif time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -419,6 +473,11 @@ def _safe_dsn(dsn: str) -> str:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return "<unparsable DSN>"
-    host, port, db = info.get("host", ""), info.get("port", ""), info.get("dbname", "")
-    user = str(info.get("user", ""))  # conninfo values are typed str | int
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + str(port) if port else ''}/{db}"
+    # conninfo values are typed str | int; several hosts come as "h1,h2" with ports "p1,p2" (or one
+    # port for all)
+    hosts, ports = str(info.get("host", "")).split(","), str(info.get("port", "")).split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    where = ",".join(h + (":" + p if p else "") for h, p in zip(hosts, ports, strict=False))
+    user, db = str(info.get("user", "")), info.get("dbname", "")
+    return f"postgresql://{user + '@' if user else ''}{where}/{db}"
