@@ -113,11 +113,12 @@ def test_example_config_shows_every_key() -> None:
     from pathlib import Path
 
     import servers
-    from engine.config_schema import LIMIT_KEYS, TOP_LEVEL_KEYS, USER_KEYS, load
+    from engine.config_schema import LIMIT_KEYS, TOP_LEVEL_KEYS, USER_KEYS, WEBSOCKET_KEYS, load
 
     path = Path(servers.__file__).with_name("example-config.toml")
     text = path.read_text()
-    wanted = [*TOP_LEVEL_KEYS, *(f"users.app.{k}" for k in USER_KEYS), *(f"limits.{k}" for k in LIMIT_KEYS)]
+    wanted = [*TOP_LEVEL_KEYS, *(f"users.app.{k}" for k in USER_KEYS), *(f"limits.{k}" for k in LIMIT_KEYS),
+              *(f"websocket.{k}" for k in WEBSOCKET_KEYS)]
     found = [key for key in wanted if find_line(text, key) is not None
              and text.splitlines()[find_line(text, key) - 1].lstrip().startswith((key.rpartition(".")[2], "["))]
     assert found == wanted

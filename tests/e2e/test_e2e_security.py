@@ -1,0 +1,196 @@
+"""Issue 23, who may log in and from where, on a real `sansmq serve` of each server kind: stomp.py,
+pika and `websockets` over real sockets, from loopback and from the machine's other address.
+
+Two brokers per server kind: one with the defaults (no anonymous STOMP login, no WebSocket
+compression), one configured as an operator who opens things up would (guest listed in the config
+file without ``loopback_only``, an anonymous STOMP login, an Origin allow-list, compression on),
+listening on 0.0.0.0 so that the non-loopback checks meet a real non-loopback peer."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+import stomp
+from e2ekit import BASE_CONFIG, Collector, ServerProcess, WsStomp, close_quietly, fresh_data_dir, uid
+from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationError
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
+
+from servers.management import OPS_EPHEMERAL
+
+pytestmark = pytest.mark.timeout(120)
+
+OPEN_CONFIG = """
+anonymous_user = "guest"
+anonymous_password = "guest"
+
+[users.guest]
+password = "guest"
+
+[users.app]
+password = "app-pw"
+
+[websocket]
+allowed_origins = ["https://app.example"]
+compress = true
+""" + BASE_CONFIG
+
+
+def outward_address() -> str | None:
+    """This machine's address on its default route (not loopback), or None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # no packet is sent: this only picks the route
+        except OSError:
+            return None
+        addr = s.getsockname()[0]
+    return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
+
+
+def serve(kind: str, config: str, tmp: Path, host: str) -> ServerProcess:
+    path = tmp / "sansmq.toml"
+    path.write_text(config)
+    cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", f"{host}:0",
+           "--ws", f"{host}:0", "--amqp", f"{host}:0", "--data", fresh_data_dir(), "--config", str(path)]
+    return ServerProcess(cmd, kind)
+
+
+@pytest.fixture(scope="module")
+def default_srv(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = serve(kind, BASE_CONFIG, tmp_path_factory.mktemp("default"), "127.0.0.1")
+    yield srv
+    assert srv.terminate() == 0, srv.lines[-20:]
+
+
+@pytest.fixture(scope="module")
+def open_srv(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = serve(kind, OPEN_CONFIG, tmp_path_factory.mktemp("open"), "0.0.0.0")
+    yield srv
+    assert srv.terminate() == 0, srv.lines[-20:]
+
+
+@pytest.fixture(scope="module")
+def outward() -> str:
+    addr = outward_address()
+    if addr is None:  # the engine tests cover the peer check with a fake peer address
+        pytest.skip("this machine has no non-loopback address to connect from")
+    return addr
+
+
+def stomp_login(host: str, port: int, *creds: str, vhost: str | None = "/") -> tuple[stomp.Connection12, Collector]:
+    """stomp.py's CONNECT (``creds``: login and passcode, or none at all); raises on refusal."""
+    conn = stomp.Connection12([(host, port)], heartbeats=(0, 0), reconnect_attempts_max=1, timeout=5,
+                              **({"vhost": vhost} if vhost else {}))
+    coll = Collector()
+    conn.set_listener("c", coll)
+    conn.connect(*creds, wait=True)
+    return conn, coll
+
+
+def stomp_refused(host: str, port: int, *creds: str, vhost: str | None = "/") -> str:
+    """The ERROR frame's message header of a refused stomp.py CONNECT."""
+    conn = stomp.Connection12([(host, port)], heartbeats=(0, 0), reconnect_attempts_max=1, timeout=5,
+                              **({"vhost": vhost} if vhost else {}))
+    coll = Collector()
+    conn.set_listener("c", coll)
+    try:
+        with pytest.raises(stomp.exception.ConnectFailedException):
+            conn.connect(*creds, wait=True)
+        coll.wait(lambda: coll.errors, 5, "the ERROR frame")
+        return str(coll.errors[0].headers["message"])
+    finally:
+        close_quietly(conn)
+
+
+def ws_stomp(url: str, headers: dict[str, str], **kw: object) -> tuple[str, dict[str, str]]:
+    """One STOMP CONNECT over `websockets`: (the answer's command, its headers)."""
+    with ws_connect(url, subprotocols=["v12.stomp"], open_timeout=10, **kw) as ws:  # type: ignore[arg-type]
+        c = WsStomp(ws)
+        c.send("CONNECT", {"accept-version": "1.2", "heart-beat": "0,0", **headers})
+        command, got, _ = c.read_frame()
+        return command, got
+
+
+# -- defaults ---------------------------------------------------------------------------------------------
+def test_stomp_without_login_is_refused_by_default(default_srv: ServerProcess) -> None:
+    """Issue 23.1: a CONNECT without login used to be admitted as guest, no password asked."""
+    host, port = default_srv.addr
+    assert stomp_refused(host, port) == "Access refused: no login given and anonymous access is disabled"
+    command, headers = ws_stomp(f"ws://127.0.0.1:{default_srv.port('ws')}/ws", {"host": "/"})
+    assert command == "ERROR" and headers["message"].endswith("anonymous access is disabled")
+    conn, _ = stomp_login(host, port, "guest", "guest")  # a login still works
+    close_quietly(conn)
+    assert any("authentication failed using anonymous" in line for line in default_srv.lines)
+
+
+def test_stomp_host_naming_an_unknown_vhost_is_refused(default_srv: ServerProcess) -> None:
+    """Issue 23.8: stomp.py's default host header (the broker's address) used to land in '/';
+    RabbitMQ's STOMP adapter maps host to the vhost and refuses one that does not exist."""
+    host, port = default_srv.addr
+    assert stomp_refused(host, port, "guest", "guest", vhost=None) == \
+        "Access refused: Virtual host '127.0.0.1' access denied"
+    command, headers = ws_stomp(f"ws://127.0.0.1:{default_srv.port('ws')}/ws",
+                                {"host": "nowhere", "login": "guest", "passcode": "guest"})
+    assert command == "ERROR" and headers["message"] == "Access refused: Virtual host 'nowhere' access denied"
+
+
+def test_websocket_compression_is_off_by_default(default_srv: ServerProcess) -> None:
+    """Issue 23.8: permessage-deflate was always accepted (the `websockets` client offers it)."""
+    with ws_connect(f"ws://127.0.0.1:{default_srv.port('ws')}/ws", subprotocols=["v12.stomp"],
+                    open_timeout=10) as ws:
+        assert ws.response is not None and "Sec-WebSocket-Extensions" not in ws.response.headers
+        assert ws.protocol.extensions == []
+
+
+# -- an opened-up configuration ---------------------------------------------------------------------------
+def test_anonymous_login_is_a_real_login(open_srv: ServerProcess, outward: str) -> None:
+    """anonymous_user/anonymous_password log in as RabbitMQ's default_user/default_pass: from
+    loopback as guest; from another address refused (guest is loopback-only)."""
+    port = open_srv.port("stomp")
+    conn, coll = stomp_login("127.0.0.1", port)
+    q = f"/queue/{uid('anon')}"
+    conn.subscribe(q, "1")
+    conn.send(q, "hello", receipt="r1")
+    assert [m.body for m in coll.wait_messages(1)] == ["hello"]
+    close_quietly(conn)
+    assert stomp_refused(outward, port) == "Access refused: user 'guest' can only connect via localhost"
+    ws_port = open_srv.port("ws")
+    command, _ = ws_stomp(f"ws://127.0.0.1:{ws_port}/ws", {"host": "/"})
+    assert command == "CONNECTED"
+    command, headers = ws_stomp(f"ws://{outward}:{ws_port}/ws", {"host": "/"})
+    assert command == "ERROR" and headers["message"].endswith("can only connect via localhost")
+
+
+def test_guest_in_the_config_file_stays_loopback_only(open_srv: ServerProcess, outward: str) -> None:
+    """Issue 23.3: ``[users.guest]`` without ``loopback_only`` used to let guest in from anywhere."""
+    assert stomp_refused(outward, open_srv.port("stomp"), "guest", "guest") == \
+        "Access refused: user 'guest' can only connect via localhost"
+    params = pika.ConnectionParameters(outward, open_srv.port("amqp"), connection_attempts=1, socket_timeout=10,
+                                       credentials=pika.PlainCredentials("guest", "guest"))
+    with pytest.raises((ProbableAccessDeniedError, ProbableAuthenticationError)):
+        pika.BlockingConnection(params)
+    # another config user is not loopback-only
+    conn, _ = stomp_login(outward, open_srv.port("stomp"), "app", "app-pw")
+    close_quietly(conn)
+
+
+def test_websocket_origin_allow_list(open_srv: ServerProcess) -> None:
+    """Issue 23.8: a page of another site could use the WebSocket listener (and a loopback-only
+    guest through the visitor's browser); with ``allowed_origins`` it gets 403."""
+    url = f"ws://127.0.0.1:{open_srv.port('ws')}/ws"
+    with pytest.raises(InvalidStatus) as refused:
+        ws_stomp(url, {"host": "/"}, origin="https://evil.example")
+    assert refused.value.response.status_code == 403
+    assert ws_stomp(url, {"host": "/"}, origin="https://app.example")[0] == "CONNECTED"
+    assert ws_stomp(url, {"host": "/"})[0] == "CONNECTED"  # no Origin: not a browser
+
+
+def test_websocket_compression_when_configured(open_srv: ServerProcess) -> None:
+    with ws_connect(f"ws://127.0.0.1:{open_srv.port('ws')}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
+        assert ws.response is not None
+        assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
