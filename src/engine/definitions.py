@@ -91,6 +91,9 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         limited = [str(v["name"]) for v in doc.get("vhosts") or () if v.get("limits")]
     except (KeyError, TypeError, ValueError) as exc:
         raise PreconditionFailed(f"malformed definitions: {exc!r}") from None
+    blank = [u.name for u in users if u.has_blank_password()]
+    if blank:  # as a user added with a blank password through the API or the config file
+        raise PreconditionFailed(f"user '{blank[0]}': a password must not be blank")
     for section in _IGNORED_SECTIONS:
         if doc.get(section):
             notes.append(f"{section}: {len(doc[section])} entries ignored (not supported)")

@@ -8,8 +8,12 @@ listening on 0.0.0.0 so that the non-loopback checks meet a real non-loopback pe
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationErr
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
+from engine.model.security import DEFAULT_HASHING, hash_password
 from servers.management import OPS_EPHEMERAL
 
 pytestmark = pytest.mark.timeout(120)
@@ -194,3 +199,29 @@ def test_websocket_compression_when_configured(open_srv: ServerProcess) -> None:
     with ws_connect(f"ws://127.0.0.1:{open_srv.port('ws')}/ws", subprotocols=["v12.stomp"], open_timeout=10) as ws:
         assert ws.response is not None
         assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+
+
+# -- blank passwords ----------------------------------------------------------------------------------------
+def api(srv: ServerProcess, method: str, path: str, body: object = None) -> int:
+    """The management API's status for one request as guest."""
+    data = json.dumps(body).encode() if body is not None else None
+    rq = urllib.request.Request(f"http://127.0.0.1:{srv.port('http')}{path}", data=data, method=method, headers={
+        "Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    try:
+        with urllib.request.urlopen(rq, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_blank_passwords_are_refused(default_srv: ServerProcess) -> None:
+    """Issue 23.8: a user could be given a blank password (RabbitMQ refuses them), through the API
+    (a password or the hash of a blank one) or a definitions import."""
+    blank_hash = hash_password("", b"salt")
+    assert api(default_srv, "PUT", "/api/users/blank", {"password": "", "tags": ""}) == 400
+    assert api(default_srv, "PUT", "/api/users/blank", {"password_hash": blank_hash, "tags": ""}) == 400
+    assert api(default_srv, "POST", "/api/definitions", {"users": [
+        {"name": "blank", "password_hash": blank_hash, "hashing_algorithm": DEFAULT_HASHING, "tags": []}]}) == 400
+    assert api(default_srv, "GET", "/api/users/blank") == 404
+    assert api(default_srv, "PUT", "/api/users/not-blank", {"password": "pw", "tags": ""}) == 201
+    assert api(default_srv, "DELETE", "/api/users/not-blank") == 204

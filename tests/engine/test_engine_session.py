@@ -5,6 +5,7 @@ import pytest
 from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
 
 from engine import Close, Config, Limits, User
+from engine.model.security import Permission
 from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
 
 
@@ -338,3 +339,25 @@ def test_bug_in_session_code_closes_only_that_connection(monkeypatch):
     send(p, "/queue/q", b"still works")
     net.run_until_idle()
     assert bodies(bystander) == [b"still works"]
+
+
+def test_blank_passwords_are_refused_everywhere():
+    """Issue 23.8: RabbitMQ refuses blank passwords: when a user is created (API, definitions) and
+    at login, whatever the stored hash says."""
+    from engine.definitions import import_definitions
+    from engine.model import PreconditionFailed
+    from engine.model.security import UserRecord, hash_password
+
+    net = new_net()
+    sec = net.broker.model.security
+    with pytest.raises(PreconditionFailed, match="must not be blank"):
+        sec.add_user("blank", "", b"salt")
+    blank = {"name": "blank", "password_hash": hash_password("", b"salt"), "tags": []}
+    with pytest.raises(PreconditionFailed, match="must not be blank"):
+        import_definitions(net.broker.model, {"users": [blank]})
+    assert "blank" not in sec.users
+    sec.put_user(UserRecord.from_json(blank))  # say a store written by an older version holds one
+    sec.set_permissions(Permission("blank", "/"))
+    err = net.connect().stomp_connect({"login": "blank", "passcode": ""})
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'blank' - invalid credentials"
+    assert sec.authenticate("blank", "") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.model.errors import PreconditionFailed
 from engine.model.security import DEFAULT_HASHING, UserRecord
 
 from .base import ApiBase
@@ -71,12 +72,20 @@ class AccessRoutes(ApiBase):
         old = self.snap(fresh=True)["users"].get(name)
         keep_tags = tuple(tags) if tags is not None else (old.tags if old else ())
 
+        if password is not None and str(password) == "":
+            raise bad_request("a password must not be blank")  # RabbitMQ refuses blank passwords
+
         def put(b: Any) -> None:
-            if password is not None or old is None:  # no password at all: no password login
-                b.add_user(name, None if password is None else str(password), keep_tags)
+            if password is not None:
+                b.add_user(name, str(password), keep_tags)
             elif phash is not None:
-                b.put_user(UserRecord.from_json({"name": name, "password_hash": phash,
-                                                 "hashing_algorithm": algorithm, "tags": list(keep_tags)}))
+                record = UserRecord.from_json({"name": name, "password_hash": phash,
+                                               "hashing_algorithm": algorithm, "tags": list(keep_tags)})
+                if record.has_blank_password():
+                    raise PreconditionFailed("a password must not be blank")
+                b.put_user(record)
+            elif old is None:  # neither: a user that cannot log in by password (RabbitMQ's too)
+                b.add_user(name, None, keep_tags)
             else:
                 b.put_user(UserRecord(name, old.password_hash, old.hashing_algorithm, keep_tags))
 
