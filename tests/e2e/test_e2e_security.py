@@ -20,7 +20,17 @@ from pathlib import Path
 import pika
 import pytest
 import stomp
-from e2ekit import BASE_CONFIG, Collector, ServerProcess, WsStomp, close_quietly, fresh_data_dir, uid
+from e2ekit import (
+    BASE_CONFIG,
+    Collector,
+    RawStomp,
+    ServerProcess,
+    WsStomp,
+    close_quietly,
+    fresh_data_dir,
+    uid,
+    wait_until,
+)
 from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationError
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
@@ -225,3 +235,17 @@ def test_blank_passwords_are_refused(default_srv: ServerProcess) -> None:
     assert api(default_srv, "GET", "/api/users/blank") == 404
     assert api(default_srv, "PUT", "/api/users/not-blank", {"password": "pw", "tags": ""}) == 201
     assert api(default_srv, "DELETE", "/api/users/not-blank") == 204
+
+
+# -- the log ------------------------------------------------------------------------------------------------
+def test_a_login_name_cannot_forge_a_log_line(default_srv: ServerProcess) -> None:
+    """Issue 23.8: a login with a newline (STOMP 1.2 escapes it as \\n in the header) wrote a line
+    of its own in the text format."""
+    forged = "2026-11-26T00:00:00.000Z INFO    sansmq.engine: connection 1: user 'admin' authenticated"
+    raw = RawStomp(default_srv.addr)
+    raw.send_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "x\\n" + forged, "passcode": "p"})
+    assert raw.read_frame()[0] == "ERROR"
+    raw.close()
+    wait_until(lambda: any("no such user 'x" in ln for ln in default_srv.lines), 10, "the refusal line")
+    assert not any(ln.startswith(forged[:20]) for ln in default_srv.lines)
+    assert any(f"user 'x\\n{forged}' authentication failed" in ln for ln in default_srv.lines)
