@@ -20,7 +20,8 @@ class Session(Protocol):
     peer: tuple[Any, ...]
     carrier: Any
 
-__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm"]
+__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm",
+           "channel_error", "connection_error"]
 
 log = logging.getLogger("sansmq.engine")
 
@@ -83,6 +84,28 @@ def auth_failed(session: Session, user: str | None, mechanism: str, why: str) ->
     log.warning("connection %d (%s, %s): user '%s' authentication failed using %s: %s",
                 session.conn_id, facts["peer"], facts["protocol"], user or "", mechanism, why,
                 extra={"event": "auth.failed", "mechanism": mechanism, "reason": why, **facts})
+
+
+def channel_error(session: Session, channel: int, code: int, text: str) -> None:
+    """An AMQP channel closed by the broker (403, 404, 406...: RabbitMQ logs each "channel error")."""
+    if not log.isEnabledFor(logging.WARNING):  # nothing is built for a line nobody reads
+        return
+    facts = _who(session)
+    log.warning("channel error on connection %d (%s, %s, vhost: '%s', user: '%s'), channel %d: %d %s",
+                session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "",
+                channel, code, text,
+                extra={"event": "channel.error", "channel": channel, "code": code, "reason": text, **facts})
+
+
+def connection_error(session: Session, what: str) -> None:
+    """A connection the broker closes or refuses because of an error (a protocol error, a refused
+    handshake, a limit); the "closing connection" line follows."""
+    if not log.isEnabledFor(logging.WARNING):  # nothing is built for a line nobody reads
+        return
+    facts = _who(session)
+    log.warning("error on connection %d (%s, %s, vhost: '%s', user: '%s'): %s",
+                session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "",
+                what, extra={"event": "connection.error", "reason": what, **facts})
 
 
 def closed(session: Session, reason: str) -> None:

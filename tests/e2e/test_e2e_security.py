@@ -77,7 +77,8 @@ def serve(kind: str, config: str, tmp: Path, host: str) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def default_srv(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = serve(kind, BASE_CONFIG, tmp_path_factory.mktemp("default"), "127.0.0.1")
+    config = BASE_CONFIG + "max_message_size = 4096\n"  # under [limits]: a 406 is cheap to provoke
+    srv = serve(kind, config, tmp_path_factory.mktemp("default"), "127.0.0.1")
     yield srv
     assert srv.terminate() == 0, srv.lines[-20:]
 
@@ -249,3 +250,45 @@ def test_a_login_name_cannot_forge_a_log_line(default_srv: ServerProcess) -> Non
     wait_until(lambda: any("no such user 'x" in ln for ln in default_srv.lines), 10, "the refusal line")
     assert not any(ln.startswith(forged[:20]) for ln in default_srv.lines)
     assert any(f"user 'x\\n{forged}' authentication failed" in ln for ln in default_srv.lines)
+
+
+def test_channel_errors_and_refused_connections_are_logged_with_who_and_where(default_srv: ServerProcess) -> None:
+    """Issue 23, operator's view: 403, 404, 405 and 406 (an oversized message too) closed the channel
+    without a line an operator sees; a refused connection (unknown vhost) likewise."""
+    port = default_srv.port("amqp")
+    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1, socket_timeout=10,
+                                       credentials=pika.PlainCredentials("guest", "guest"))
+    owner = pika.BlockingConnection(params)
+    locked = uid("locked")
+    owner.channel().queue_declare(locked, exclusive=True)
+    conn = pika.BlockingConnection(params)
+    try:
+        for code, act in (
+            (404, lambda ch: ch.basic_consume(uid("missing"), lambda *a: None)),
+            (403, lambda ch: ch.exchange_declare("amq.mine", "direct")),
+            (405, lambda ch: ch.basic_consume(locked, lambda *a: None)),
+            (406, lambda ch: (ch.basic_publish("", "q", b"x" * 5000), ch.basic_qos(prefetch_count=1))),
+        ):
+            ch = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+                act(ch)
+            assert closed.value.reply_code == code
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+            pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", port, virtual_host="no-such-vhost", connection_attempts=1, socket_timeout=10,
+                credentials=pika.PlainCredentials("guest", "guest")))
+    finally:
+        conn.close()
+        owner.close()
+
+    def warned(what: str) -> list[str]:
+        return [ln for ln in default_srv.lines if " WARNING " in ln and what in ln]
+
+    for code, name in ((404, "NOT_FOUND"), (403, "ACCESS_REFUSED"), (405, "RESOURCE_LOCKED"),
+                       (406, "PRECONDITION_FAILED")):
+        lines = wait_until(lambda code=code, name=name: warned(f": {code} {name} - "), 10, f"the {code} line")
+        assert "channel error on connection" in lines[0] and "vhost: '/', user: 'guest'), channel" in lines[0]
+        assert ", amqp, " in lines[0] and "(127.0.0.1:" in lines[0]
+    assert "message size 5000 is larger than" in wait_until(lambda: warned(": 406 PRECONDITION_FAILED"), 10)[0]
+    refused = wait_until(lambda: warned("no-such-vhost"), 10, "the refused connection")
+    assert "error on connection" in refused[0] and "user: 'guest'" in refused[0] and "530 NOT_ALLOWED" in refused[0]

@@ -113,6 +113,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             hint = Error({"message": str(exc)[:200] or "protocol error"})
         told = hint.headers.get("message") if isinstance(hint, Error) else None
         self.close_reason = f"protocol error: {told or exc}"
+        oplog.connection_error(self, self.close_reason)
         self._send_quietly(hint)
         self.close()
 
@@ -171,6 +172,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             mechanism = "login header" if login is not None else "anonymous"
             oplog.auth_failed(self, login or config.anonymous_user, mechanism, why)
             self.model.events.authentication(self, "STOMP", login, "PLAIN", why)
+            self.close_reason = f"authentication failed: {why}"  # logged just above
             raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.model.events.authentication(self, "STOMP", user.name, "PLAIN")

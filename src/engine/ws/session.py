@@ -298,13 +298,16 @@ class WsSession(Session):
             self.close()
 
     def _reject(self, status: int, body: bytes) -> None:
-        self._send(RejectConnection(status, body=body))
-        self.close()
+        self._fail(RejectConnection(status, body=body))
 
     def _fail(self, hint: CloseConnection | RejectConnection | None) -> None:
-        self.close_reason = self.close_reason or (
-            f"WebSocket protocol error: {hint.code} {hint.reason}" if isinstance(hint, CloseConnection)
-            else "WebSocket handshake refused")
+        if isinstance(hint, RejectConnection):
+            why = f"WebSocket handshake refused: {hint.status} {hint.body.decode(errors='replace').strip()}"
+        else:
+            why = f"WebSocket protocol error: {hint.code} {hint.reason}" if hint is not None else "WebSocket error"
+        if not self.close_reason:
+            oplog.connection_error(self, why)
+        self.close_reason = self.close_reason or why
         if hint is not None:
             try:
                 self._send(hint)
