@@ -398,6 +398,10 @@ class AmqpSession(Session):
             oplog.auth_failed(self, user.name, self.mechanism, why)
             self.close_reason = f"authentication failed: {why}"
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
+        refusal = self.model.limits.connection_refusal(user.name, name)
+        if refusal is not None:
+            raise AmqpConnectionError(spec.NOT_ALLOWED, refusal[1], type(m))
+        self.model.limits.opened(self, user.name, name)
         self.vhost = self.model.vhosts[name]
         self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
@@ -448,6 +452,10 @@ class AmqpSession(Session):
         pass
 
     def _channel_open(self, m: spec.ChannelOpen) -> None:
+        if self.user is not None:
+            refusal = self.model.limits.channel_refusal(self.user.name)
+            if refusal is not None:  # RabbitMQ closes the connection (530), not the channel
+                raise AmqpConnectionError(spec.NOT_ALLOWED, refusal, type(m))
         self.channels[m.channel] = chan = AmqpChannel(self, m.channel)
         self.send(spec.ChannelOpenOk(channel=m.channel))
         self.model.events.channel("created", chan)

@@ -176,7 +176,8 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.model.events.authentication(self, "STOMP", user.name, "PLAIN")
-        self.vhost = self.model.add_vhost(vhost_name, persist=False)
+        self.vhost = self.model.vhosts[vhost_name]
+        self.model.limits.opened(self, user.name, vhost_name)
         self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
         self.model.events.connection_created(self, "STOMP")
@@ -218,6 +219,9 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         if not security.can_access_vhost(user.name, vhost_name):
             why = f"access to vhost '{vhost_name}' refused for user '{user.name}'"
             return None, why, why
+        refusal = self.model.limits.connection_refusal(user.name, vhost_name)
+        if refusal is not None:  # RabbitMQ's STOMP words, the limit's own text in the log
+            return None, refusal[1], f"Connection refused: {refusal[0]} connection limit reached"
         return user, "", ""
 
     def _on_closed(self, event: ConnectionClosed) -> None:

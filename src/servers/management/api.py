@@ -12,11 +12,13 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import audit
 from .access import AccessRoutes
 from .auth import MANAGEMENT_TAGS, authenticate
 from .bindings import BindingRoutes
 from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
+from .limits import LimitRoutes
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
 from .request import STATUS_LINES, HttpError, Request, not_found, unauthorised
@@ -30,7 +32,7 @@ _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
 
 class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyRoutes, BindingRoutes,
-                    ConnectionRoutes, DefinitionRoutes):
+                    ConnectionRoutes, DefinitionRoutes, LimitRoutes):
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
@@ -55,6 +57,12 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("topic-permissions", "*", "*"), {"GET": self.topic_permission, "PUT": self.put_topic_permission,
                                                "DELETE": self.delete_topic_permission}),
             (("users", "*", "topic-permissions"), {"GET": self.user_topic_permissions}),
+            (("vhost-limits",), {"GET": self.vhost_limits}),
+            (("vhost-limits", "*"), {"GET": self.vhost_limits}),
+            (("vhost-limits", "*", "*"), {"PUT": self.put_vhost_limit, "DELETE": self.delete_vhost_limit}),
+            (("user-limits",), {"GET": self.user_limits}),
+            (("user-limits", "*"), {"GET": self.user_limits}),
+            (("user-limits", "*", "*"), {"PUT": self.put_user_limit, "DELETE": self.delete_user_limit}),
             (("policies",), {"GET": self.policies}),
             (("policies", "*"), {"GET": self.policies}),
             (("policies", "*", "*"), {"GET": self.policy, "PUT": self.put_policy, "DELETE": self.delete_policy}),
@@ -136,8 +144,10 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                 if handler is None:
                     raise HttpError(405, "method_not_allowed", f"{method} not allowed")
                 args = [s for p, s in zip(pattern, parts, strict=True) if p == "*"]
-                result = handler(Request(environ, parts, principal), *args)
-                if isinstance(result, tuple):
-                    return result
-                return (200, result, []) if result is not None else (204, None, [])
+                req = Request(environ, parts, principal)
+                result = handler(req, *args)
+                if not isinstance(result, tuple):
+                    result = (200, result, []) if result is not None else (204, None, [])
+                audit.api_change(req, result[0])
+                return result
         raise not_found()
