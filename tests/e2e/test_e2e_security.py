@@ -67,11 +67,11 @@ def outward_address() -> str | None:
     return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
 
 
-def serve(kind: str, config: str, tmp: Path, host: str) -> ServerProcess:
+def serve(kind: str, config: str, tmp: Path, host: str, *extra: str) -> ServerProcess:
     path = tmp / "sansmq.toml"
     path.write_text(config)
     cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", kind, "--stomp", f"{host}:0",
-           "--ws", f"{host}:0", "--amqp", f"{host}:0", "--data", fresh_data_dir(), "--config", str(path)]
+           "--ws", f"{host}:0", "--amqp", f"{host}:0", "--data", fresh_data_dir(), "--config", str(path), *extra]
     return ServerProcess(cmd, kind)
 
 
@@ -292,3 +292,105 @@ def test_channel_errors_and_refused_connections_are_logged_with_who_and_where(de
     assert "message size 5000 is larger than" in wait_until(lambda: warned(": 406 PRECONDITION_FAILED"), 10)[0]
     refused = wait_until(lambda: warned("no-such-vhost"), 10, "the refused connection")
     assert "error on connection" in refused[0] and "user: 'guest'" in refused[0] and "530 NOT_ALLOWED" in refused[0]
+
+
+# -- limits and the audit trail ------------------------------------------------------------------------------
+def api_get(srv: ServerProcess, path: str) -> object:
+    rq = urllib.request.Request(f"http://127.0.0.1:{srv.port('http')}{path}", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(rq, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_limits_through_the_api_enforced_on_amqp_and_stomp_and_audited(default_srv: ServerProcess) -> None:
+    """Issue 23.8: RabbitMQ's vhost and user limits, set through /api/vhost-limits and /api/user-limits,
+    refuse pika and stomp.py with RabbitMQ's errors; every change is an audit line naming who and
+    from where (issue 23, operator's view)."""
+    vhost, user = uid("limited"), uid("capped")
+    assert api(default_srv, "PUT", f"/api/vhosts/{vhost}", {}) == 201
+    assert api(default_srv, "PUT", f"/api/permissions/{vhost}/guest", {"configure": ".*", "write": ".*",
+                                                                       "read": ".*"}) == 201
+    assert api(default_srv, "PUT", f"/api/users/{user}", {"password": "pw", "tags": ""}) == 201
+    assert api(default_srv, "PUT", f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*",
+                                                                    "read": ".*"}) == 201
+    assert api(default_srv, "PUT", f"/api/vhost-limits/{vhost}/max-connections", {"value": 1}) == 204
+    assert api(default_srv, "PUT", f"/api/vhost-limits/{vhost}/max-queues", {"value": 1}) == 204
+    assert api(default_srv, "PUT", f"/api/vhost-limits/{vhost}/max-sessions", {"value": 1}) == 400
+    assert api(default_srv, "PUT", f"/api/user-limits/{user}/max-channels", {"value": 1}) == 204
+    assert api_get(default_srv, f"/api/vhost-limits/{vhost}") == [
+        {"vhost": vhost, "value": {"max-connections": 1, "max-queues": 1}}]
+    assert api_get(default_srv, f"/api/user-limits/{user}") == [{"user": user, "value": {"max-channels": 1}}]
+
+    def params(login: str, password: str, virtual_host: str) -> pika.ConnectionParameters:
+        return pika.ConnectionParameters("127.0.0.1", default_srv.port("amqp"), virtual_host=virtual_host,
+                                         connection_attempts=1, socket_timeout=10,
+                                         credentials=pika.PlainCredentials(login, password))
+
+    first = pika.BlockingConnection(params("guest", "guest", vhost))
+    capped = pika.BlockingConnection(params(user, "pw", "/"))
+    try:
+        ch = first.channel()
+        ch.queue_declare("one")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as full:
+            ch.queue_declare("two")
+        assert full.value.reply_code == 406
+        assert full.value.reply_text == (f"PRECONDITION_FAILED - cannot declare queue 'two': queue limit in vhost "
+                                         f"'{vhost}' (1) is reached")
+        with pytest.raises(ProbableAccessDeniedError):
+            pika.BlockingConnection(params("guest", "guest", vhost))
+        assert stomp_refused(*default_srv.addr, "guest", "guest", vhost=vhost) == \
+            "Access refused: Connection refused: vhost connection limit reached"
+        capped.channel()
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as no_more:
+            capped.channel()
+        assert no_more.value.reply_code == 530 and "maximum allowed user limit of (1)" in no_more.value.reply_text
+    finally:
+        first.close()
+        if capped.is_open:
+            capped.close()
+    assert api(default_srv, "DELETE", f"/api/vhost-limits/{vhost}/max-connections") == 204
+    assert api(default_srv, "DELETE", f"/api/vhost-limits/{vhost}/max-connections") == 404
+    assert api(default_srv, "DELETE", f"/api/vhosts/{vhost}") == 204
+    assert api(default_srv, "DELETE", f"/api/users/{user}") == 204
+
+    def audit(what: str) -> str:
+        found = wait_until(lambda: [ln for ln in default_srv.lines if "sansmq.audit: audit: user 'guest' from 127.0.0.1"
+                                    in ln and what in ln], 10, what)
+        return str(found[0])
+
+    assert audit(f"created vhost '{vhost}' through the management API")
+    assert audit(f"created permissions of user 'guest' in vhost '{vhost}'")
+    assert audit(f"created user '{user}'")
+    assert audit(f"changed limit 'max-connections' of vhost '{vhost}'")
+    assert audit(f"changed limit 'max-channels' of user '{user}'")
+    assert audit(f"deleted limit 'max-connections' of vhost '{vhost}'")
+    assert audit(f"deleted vhost '{vhost}'") and audit(f"deleted user '{user}'")
+    assert not any("max-sessions" in ln and "audit:" in ln for ln in default_srv.lines)  # refused: no change
+
+
+def test_a_definitions_import_is_audited(default_srv: ServerProcess) -> None:
+    user = uid("imported")
+    doc = {"users": [{"name": user, "password_hash": hash_password("pw", b"salt"), "tags": [],
+                      "limits": {"max-connections": 2}}],
+           "policies": [{"vhost": "/", "name": uid("pol"), "pattern": "^x$", "definition": {"max-length": 1},
+                         "apply-to": "queues", "priority": 0}]}
+    assert api(default_srv, "POST", "/api/definitions", doc) == 204
+    line = wait_until(lambda: [ln for ln in default_srv.lines if "imported definitions (1 users, 1 policies)" in ln],
+                      10, "the audit line")
+    assert "sansmq.audit: audit: user 'guest' from 127.0.0.1 imported" in line[0]
+    assert api_get(default_srv, f"/api/user-limits/{user}") == [{"user": user, "value": {"max-connections": 2}}]
+    assert api(default_srv, "DELETE", f"/api/users/{user}") == 204
+
+
+def test_the_definitions_file_imported_at_start_is_audited(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps({"vhosts": [{"name": "from-file", "limits": [["max-queues", 3]]}],
+                                "parameters": [{"vhost": "from-file", "component": "vhost-limits", "name": "limits",
+                                                "value": {"max-queues": 3}}]}))
+    srv = serve(kind, BASE_CONFIG, tmp_path, "127.0.0.1", "--definitions", str(path))
+    try:
+        line = wait_until(lambda: [ln for ln in srv.lines if "sansmq.audit:" in ln], 10, "the audit line")
+        assert f"audit: the operator imported definitions (1 vhosts, 1 parameters) from the file {path} at start" in line[0]
+        assert api_get(srv, "/api/vhost-limits") == [{"vhost": "from-file", "value": {"max-queues": 3}}]
+    finally:
+        assert srv.terminate() == 0
