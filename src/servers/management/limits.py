@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .base import ApiBase
@@ -35,20 +36,20 @@ class LimitRoutes(ApiBase):
         self.command(lambda b: b.clear_limit(kind, owner, name))
         return None
 
-    def vhost_limits(self, req: Request, vhost: str | None = None) -> Any:
-        return self._limits(req, "vhost", vhost)
+    def limit_routes(self) -> list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]]:
+        """The route table's entries for both kinds of limits."""
+        routes: list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]] = []
+        for kind in ("vhost", "user"):
+            def listing(req: Request, owner: str | None = None, kind: str = kind) -> Any:
+                return self._limits(req, kind, owner)
 
-    def put_vhost_limit(self, req: Request, vhost: str, name: str) -> Any:
-        return self._put_limit(req, "vhost", vhost, name)
+            def put(req: Request, owner: str, name: str, kind: str = kind) -> Any:
+                return self._put_limit(req, kind, owner, name)
 
-    def delete_vhost_limit(self, req: Request, vhost: str, name: str) -> Any:
-        return self._delete_limit(req, "vhost", vhost, name)
+            def delete(req: Request, owner: str, name: str, kind: str = kind) -> Any:
+                return self._delete_limit(req, kind, owner, name)
 
-    def user_limits(self, req: Request, user: str | None = None) -> Any:
-        return self._limits(req, "user", user)
-
-    def put_user_limit(self, req: Request, user: str, name: str) -> Any:
-        return self._put_limit(req, "user", user, name)
-
-    def delete_user_limit(self, req: Request, user: str, name: str) -> Any:
-        return self._delete_limit(req, "user", user, name)
+            path = f"{kind}-limits"
+            routes += [((path,), {"GET": listing}), ((path, "*"), {"GET": listing}),
+                       ((path, "*", "*"), {"PUT": put, "DELETE": delete})]
+        return routes
