@@ -367,7 +367,7 @@ class AmqpSession(Session):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
             self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism, why)
-            self.close_reason = f"authentication failed: {why}"
+            self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if login in security.loopback_users and not is_loopback(self.peer):
@@ -380,7 +380,7 @@ class AmqpSession(Session):
         """An authentication failure the client may be told about as it is (logged the same)."""
         oplog.auth_failed(self, login, self.mechanism, why)
         self.model.events.authentication(self, "AMQP 0-9-1", login, self.mechanism, why)
-        self.close_reason = f"authentication failed: {why}"
+        self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
         raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
@@ -396,7 +396,7 @@ class AmqpSession(Session):
         if not self.model.security.can_access_vhost(user.name, name):
             why = f"access to vhost '{name}' refused for user '{user.name}'"
             oplog.auth_failed(self, user.name, self.mechanism, why)
-            self.close_reason = f"authentication failed: {why}"
+            self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
         refusal = self.model.limits.connection_refusal(user.name, name)
         if refusal is not None:

@@ -172,7 +172,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             mechanism = "login header" if login is not None else "anonymous"
             oplog.auth_failed(self, login or config.anonymous_user, mechanism, why)
             self.model.events.authentication(self, "STOMP", login, "PLAIN", why)
-            self.close_reason = f"authentication failed: {why}"  # logged just above
+            self.close_reason = f"Access refused: {told}"  # the auth.failed line above explains it
             raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.model.events.authentication(self, "STOMP", user.name, "PLAIN")
