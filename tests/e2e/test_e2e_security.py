@@ -350,6 +350,11 @@ def test_limits_through_the_api_enforced_on_amqp_and_stomp_and_audited(default_s
             capped.close()
     assert api(default_srv, "DELETE", f"/api/vhost-limits/{vhost}/max-connections") == 204
     assert api(default_srv, "DELETE", f"/api/vhost-limits/{vhost}/max-connections") == 404
+    assert api(default_srv, "PUT", f"/api/policies/{vhost}/cap", {"pattern": ".*", "definition": {"max-length": 5}}) \
+        == 201
+    assert api(default_srv, "PUT", f"/api/topic-permissions/{vhost}/guest", {"exchange": "amq.topic", "write": ".*",
+                                                                             "read": ".*"}) == 201
+    assert api(default_srv, "DELETE", f"/api/policies/{vhost}/cap") == 204
     assert api(default_srv, "DELETE", f"/api/vhosts/{vhost}") == 204
     assert api(default_srv, "DELETE", f"/api/users/{user}") == 204
 
@@ -364,6 +369,8 @@ def test_limits_through_the_api_enforced_on_amqp_and_stomp_and_audited(default_s
     assert audit(f"changed limit 'max-connections' of vhost '{vhost}'")
     assert audit(f"changed limit 'max-channels' of user '{user}'")
     assert audit(f"deleted limit 'max-connections' of vhost '{vhost}'")
+    assert audit(f"created policy 'cap' in vhost '{vhost}'") and audit(f"deleted policy 'cap' in vhost '{vhost}'")
+    assert audit(f"created topic permissions of user 'guest' in vhost '{vhost}'")
     assert audit(f"deleted vhost '{vhost}'") and audit(f"deleted user '{user}'")
     assert not any("max-sessions" in ln and "audit:" in ln for ln in default_srv.lines)  # refused: no change
 
