@@ -9,6 +9,7 @@ fields, the text format keeps the readable message.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import logging.handlers
@@ -92,7 +93,8 @@ class RepeatLimiter(logging.Filter):
         # key -> [window start, lines let through, lines suppressed, the last suppressed record]
         self._seen: dict[tuple[str, int, str, str | None], list[Any]] = {}
         self._lock = threading.Lock()  # the reporter thread and the logging threads share _seen
-        self._stop: threading.Event | None = None
+        #: the reporter thread's stop event and the handler it writes to, once started
+        self._reporting: tuple[threading.Event, logging.Handler] | None = None
 
     @staticmethod
     def _key(record: logging.LogRecord) -> tuple[str, int, str, str | None]:
@@ -122,14 +124,15 @@ class RepeatLimiter(logging.Filter):
             state[3] = record  # formatted only if reported
             return False
 
-    def report(self) -> list[logging.LogRecord]:
-        """One summary record per kind whose window ended with lines suppressed (its count is
-        then reset, so the next line of that kind does not report it again)."""
+    def report(self, final: bool = False) -> list[logging.LogRecord]:
+        """One summary record per kind whose window ended (every kind when ``final``: the process
+        ends) with lines suppressed; its count is then reset, so the next line of that kind does not
+        report it again."""
         out = []
         with self._lock:
             now = self.clock()
             for (name, level, template, protocol), state in list(self._seen.items()):
-                if state[2] and now - state[0] >= self.window:
+                if state[2] and (final or now - state[0] >= self.window):
                     record = logging.LogRecord(
                         name, level, __file__, 0, "suppressed %d similar messages in the last %gs, the last: %s",
                         (int(state[2]), self.window, state[3].getMessage()), None)
@@ -144,7 +147,8 @@ class RepeatLimiter(logging.Filter):
 
     def start(self, handler: logging.Handler) -> None:
         """Report suppressed counts through ``handler`` every ``window`` seconds (a daemon thread)."""
-        stop = self._stop = threading.Event()
+        stop = threading.Event()
+        self._reporting = (stop, handler)
 
         def run() -> None:
             while not stop.wait(self.window):
@@ -152,10 +156,15 @@ class RepeatLimiter(logging.Filter):
                     handler.handle(record)
 
         threading.Thread(target=run, name="sansmq-log-repeat-report", daemon=True).start()
+        atexit.register(self.stop)  # the counts of the last window are written before exiting
 
     def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        """Stop reporting, after writing what is still counted."""
+        if self._reporting is not None and not self._reporting[0].is_set():
+            stop, handler = self._reporting
+            stop.set()
+            for record in self.report(final=True):
+                handler.handle(record)
 
 
 def setup_logging(level: str = "info", fmt: str = "text", file: str | None = None, *,

@@ -98,6 +98,15 @@ def test_repeat_limiter_thread_writes_the_report(tmp_path: Path) -> None:
     finally:
         limiter.stop()
     assert "suppressed 3 similar messages in the last 0.2s, the last: flood 3" in stream.getvalue()
+    # what the last window counted is written when reporting stops (the process ends), not lost
+    handler.removeFilter(limiter)
+    limiter = RepeatLimiter(burst=1, window=60)
+    handler.addFilter(limiter)
+    limiter.start(handler)
+    for i in range(3):
+        handler.handle(record("late %s", i))
+    limiter.stop()
+    assert "suppressed 2 similar messages in the last 60s, the last: late 2" in stream.getvalue()
 
 
 def test_text_format_escapes_control_characters() -> None:
