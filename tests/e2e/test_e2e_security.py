@@ -320,6 +320,7 @@ def test_limits_through_the_api_enforced_on_amqp_and_stomp_and_audited(default_s
     assert api_get(default_srv, f"/api/vhost-limits/{vhost}") == [
         {"vhost": vhost, "value": {"max-connections": 1, "max-queues": 1}}]
     assert api_get(default_srv, f"/api/user-limits/{user}") == [{"user": user, "value": {"max-channels": 1}}]
+    assert api_get(default_srv, f"/api/users/{user}")["limits"] == {"max-channels": 1}  # type: ignore[index]
 
     def params(login: str, password: str, virtual_host: str) -> pika.ConnectionParameters:
         return pika.ConnectionParameters("127.0.0.1", default_srv.port("amqp"), virtual_host=virtual_host,

@@ -44,20 +44,22 @@ class AccessRoutes(ApiBase):
 
     # -- users and permissions (the broker's user database) --------------------------------------
     @staticmethod
-    def _user_info(user: Any) -> dict[str, Any]:
+    def _user_info(user: Any, limits: dict[str, dict[str, int]]) -> dict[str, Any]:
         return {"name": user.name, "tags": list(user.tags), "password_hash": user.password_hash,
-                "hashing_algorithm": user.hashing_algorithm, "limits": {}}
+                "hashing_algorithm": user.hashing_algorithm, "limits": limits.get(user.name, {})}
 
     def users(self, req: Request) -> Any:
         self._admin(req)
-        return [self._user_info(u) for u in self.snap()["users"].values()]
+        snap = self.snap()
+        return [self._user_info(u, snap["user_limits"]) for u in snap["users"].values()]
 
     def user(self, req: Request, name: str) -> Any:
         self._admin(req)
-        user = self.snap()["users"].get(name)
+        snap = self.snap()
+        user = snap["users"].get(name)
         if user is None:
             raise not_found()
-        return self._user_info(user)
+        return self._user_info(user, snap["user_limits"])
 
     def put_user(self, req: Request, name: str) -> Any:
         self._admin(req)
