@@ -22,6 +22,7 @@ from .amqp import AmqpSession
 from .config import Config, Limits
 from .definitions import export_definitions, import_definitions
 from .model import Model, NotFound, Queue
+from .model.limits import LimitKind
 from .model.policies import Policy
 from .model.security import Permission, TopicPermission, UserRecord, hash_password
 from .stats import Sampler
@@ -334,6 +335,7 @@ class Broker:
     def delete_user(self, name: str, now: float | None = None) -> None:
         """Delete a user and its permissions; its connections are closed (320, as RabbitMQ)."""
         self.model.security.delete_user(name)
+        self.model.limits.clear("user", name)
         self.model.events.admin("user.deleted", name=name)
         self._force_close(lambda s: _identity(s)[0] == name, f"user '{name}' was deleted", now)
 
@@ -369,9 +371,21 @@ class Broker:
         self._force_close(lambda s: _identity(s)[1] == name, f"vhost '{name}' is deleted", now)
         self.model.delete_vhost(name)
         self.model.security.forget_vhost(name)
+        self.model.limits.clear("vhost", name)
         self.model.policies.forget_vhost(name)
         self.model.events.admin("vhost.deleted", name=name)
         self._settle()
+
+    def set_limit(self, kind: LimitKind, owner: str, name: str, value: Any) -> None:
+        """RabbitMQ's ``set_vhost_limits``/``set_user_limits`` for one limit (406 text if invalid);
+        connections and queues already there stay, as in RabbitMQ: the limit refuses new ones."""
+        if owner not in (self.model.vhosts if kind == "vhost" else self.model.security.users):
+            raise NotFound(f"no {kind} '{owner}'")
+        self.model.limits.set(kind, owner, name, value)
+
+    def clear_limit(self, kind: LimitKind, owner: str, name: str) -> None:
+        if not self.model.limits.clear(kind, owner, name):
+            raise NotFound(f"no {kind} limit '{name}' for '{owner}'")
 
     def set_policy(self, policy: Policy) -> Policy:
         """Create or replace a policy; it applies to existing queues at once."""

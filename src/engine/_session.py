@@ -235,6 +235,7 @@ class Session:
         if self.carrier is None:  # a carried session is logged by its carrier
             oplog.closed(self, self.close_reason or "closed by the broker")
         self.model.events.connection_closed(self)
+        self.model.limits.closed(self)
         self.held = None
         self.host.holding(self, False)
         self.host.cancel_timer(self.timer_key)

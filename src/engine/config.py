@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["User", "Limits", "Tls", "Config"]
+__all__ = ["User", "Limits", "Tls", "WebSocket", "Config"]
 
 
 @dataclass(slots=True)
@@ -12,7 +12,8 @@ class User:
     name: str
     #: the user's password (stored salted and hashed, as RabbitMQ's rabbit_password_hashing_sha256)
     password: str
-    #: RabbitMQ's default: the built-in guest user may only connect from a loopback address.
+    #: may connect only from a loopback address (RabbitMQ's ``loopback_users``); for ``guest`` a
+    #: config file that does not say is true, as RabbitMQ's default (``config_schema``)
     loopback_only: bool = False
     #: vhosts this user may open; empty means all.
     vhosts: tuple[str, ...] = ()
@@ -92,6 +93,18 @@ class Tls:
 
 
 @dataclass(slots=True)
+class WebSocket:
+    """The WebSocket listener's handshake policy (``[websocket]`` in the config file)."""
+
+    #: the ``Origin``s a browser page may connect from (exact, e.g. ``https://app.example.com``);
+    #: any other is refused with 403. Empty: any origin. A request without ``Origin`` (not a
+    #: browser) is not affected.
+    allowed_origins: tuple[str, ...] = ()
+    #: accept permessage-deflate when offered (RabbitMQ's ``web_stomp.ws_opts.compress``, off by default)
+    compress: bool = False
+
+
+@dataclass(slots=True)
 class Config:
     users: dict[str, User] = field(
         default_factory=lambda: {"guest": User("guest", "guest", loopback_only=True, tags=("administrator",))}
@@ -99,8 +112,11 @@ class Config:
     vhosts: tuple[str, ...] = ("/",)
     default_vhost: str = "/"
     limits: Limits = field(default_factory=Limits)
-    #: allow connections with no login at all (as the user named here); None = refuse them
-    anonymous_user: str | None = "guest"
+    #: STOMP connections with no ``login`` header log in as this user with ``anonymous_password``
+    #: (RabbitMQ's STOMP ``default_user``/``default_pass``): the normal login, password and
+    #: loopback checks included. None (the default) refuses them.
+    anonymous_user: str | None = None
+    anonymous_password: str = ""
     #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
     http: str | None = None
     prometheus: str | None = None
@@ -111,6 +127,7 @@ class Config:
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
+    websocket: WebSocket = field(default_factory=WebSocket)
     #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
     trace_vhosts: tuple[str, ...] = ()
     #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off

@@ -20,7 +20,7 @@ from typing import Any
 
 from .config import Config, Limits, User
 
-__all__ = ["ConfigError", "load", "from_mapping", "TOP_LEVEL_KEYS", "USER_KEYS", "LIMIT_KEYS"]
+__all__ = ["ConfigError", "load", "from_mapping", "TOP_LEVEL_KEYS", "USER_KEYS", "LIMIT_KEYS", "WEBSOCKET_KEYS"]
 
 
 class ConfigError(ValueError):
@@ -103,7 +103,8 @@ def _int_pair(value: Any) -> tuple[int, int]:
 Checker = Callable[[Any], Any]
 
 TOP_LEVEL_KEYS: dict[str, Checker] = {
-    "anonymous_user": _str,
+    "anonymous_user": _str,  # STOMP CONNECT without login logs in as this user ('' = refused, the default)
+    "anonymous_password": _str,  # ... with this password (RabbitMQ's STOMP default_user / default_pass)
     "vhosts": _str_list,
     "default_vhost": _str,
     "trace_vhosts": _str_list,
@@ -119,9 +120,11 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     # bytes or a size ("1GB"), or RabbitMQ's two forms as dotted keys: disk_free_limit.absolute = "2GB"
     # or disk_free_limit.relative = 1.5 (times the machine's memory)
     "disk_free_limit": lambda v: v if isinstance(v, dict) else _size(v),
+    "websocket": dict,  # checked per key below
 }
 DISK_FREE_KEYS: dict[str, Checker] = {"absolute": _size, "relative": _number}
 TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
+WEBSOCKET_KEYS: dict[str, Checker] = {"allowed_origins": _str_list, "compress": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
 
@@ -180,6 +183,12 @@ def from_mapping(data: dict[str, Any]) -> Config:
                               "event_vhost")
     if "anonymous_user" in data:
         cfg.anonymous_user = _check(_str, data["anonymous_user"], "anonymous_user") or None
+    if "anonymous_password" in data:
+        cfg.anonymous_password = _check(_str, data["anonymous_password"], "anonymous_password")
+    if cfg.anonymous_user is not None and not cfg.anonymous_password:
+        # RabbitMQ's default_user always comes with default_pass: the anonymous path is a login
+        raise ConfigError("anonymous_user needs anonymous_password (the password it logs in with)",
+                          "anonymous_password" if "anonymous_password" in data else "anonymous_user")
     for key in ("http", "prometheus", "https", "prometheus_https"):
         if key in data:
             setattr(cfg, key, _check(_str, data[key], key))
@@ -192,6 +201,11 @@ def from_mapping(data: dict[str, Any]) -> Config:
         if key not in TLS_KEYS:
             raise _unknown(name, TLS_KEYS)
         setattr(cfg.tls, key, _check(TLS_KEYS[key], value, name))
+    for key, value in data.get("websocket", {}).items():
+        name = f"websocket.{key}"
+        if key not in WEBSOCKET_KEYS:
+            raise _unknown(name, WEBSOCKET_KEYS)
+        setattr(cfg.websocket, key, _check(WEBSOCKET_KEYS[key], value, name))
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:
@@ -224,7 +238,10 @@ def _user(name: str, spec: Any) -> User:
     if "password" not in spec:
         raise ConfigError("missing (every user needs a password)", f"{where}.password")
     fields = {key: _check(USER_KEYS[key], value, f"{where}.{key}") for key, value in spec.items()}
-    return User(name, fields["password"], loopback_only=fields.get("loopback_only", False),
+    if not fields["password"]:
+        raise ConfigError("must not be blank (RabbitMQ refuses blank passwords)", f"{where}.password")
+    # RabbitMQ's loopback_users default: guest stays loopback-only unless the file says otherwise
+    return User(name, fields["password"], loopback_only=fields.get("loopback_only", name == "guest"),
                 vhosts=fields.get("vhosts", ()), tags=fields.get("tags", ()))
 
 

@@ -3,9 +3,11 @@ management API's ``/api/definitions``, the ``load_definitions`` setting).
 
 Import merges: objects named in the file are created or replaced (users, permissions, policies) or
 declared (vhosts, queues, exchanges, bindings: an existing one is kept as it is, as RabbitMQ's import
-does); nothing absent from the file is deleted. Sections sansmq has no use for (parameters,
-global_parameters, operator policies, limits) are skipped and named in the
-returned notes. Only durable topology is exported (RabbitMQ exports no transient object).
+does); nothing absent from the file is deleted. Limits travel as RabbitMQ writes them: a user's in its
+entry (``"limits": {"max-connections": 5}``), a vhost's as a ``parameters`` entry of component
+``vhost-limits`` (and, in exports, the vhost entry's ``limits`` pairs). Sections sansmq has no use for
+(other parameters, global_parameters, operator policies) are skipped and named in the returned notes.
+Only durable topology is exported (RabbitMQ exports no transient object).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from .model import Model
 from .model.errors import ModelError, PreconditionFailed
+from .model.limits import check_limit
 from .model.objects import Queue
 from .model.policies import Policy
 from .model.security import Permission, TopicPermission, UserRecord
@@ -21,8 +24,9 @@ from .model.security import Permission, TopicPermission, UserRecord
 __all__ = ["export_definitions", "import_definitions", "DEFINITIONS_VERSION"]
 
 DEFINITIONS_VERSION = "3.10.0"
-_IGNORED_SECTIONS = ("parameters", "global_parameters", "operator_policies",
-                     "vhost_limits", "user_limits")
+_IGNORED_SECTIONS = ("global_parameters", "operator_policies")
+#: the runtime parameter component holding a vhost's limits (``rabbitmqctl set_vhost_limits``)
+VHOST_LIMITS_COMPONENT = "vhost-limits"
 
 
 def _builtin(exchange: str) -> bool:
@@ -34,6 +38,7 @@ def _builtin(exchange: str) -> bool:
 def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) -> dict[str, Any]:
     """The broker's users, vhosts, permissions, policies and durable topology."""
     sec = model.security
+    limits = model.limits
     queues, exchanges, bindings = [], [], []
     for vhost in model.vhosts.values():
         for q in vhost.queues.values():
@@ -60,13 +65,14 @@ def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) 
         "product_name": "sansmq",
         "product_version": server_version,
         # sorted: the same state exports the same file, whatever order it was built or recovered in
-        "users": [sec.users[name].to_json() for name in sorted(sec.users)],
-        "vhosts": [{"name": name, "limits": [], "metadata": {"description": "", "tags": []}}
-                   for name in sorted(model.vhosts)],
+        "users": [{**sec.users[name].to_json(), "limits": limits.of("user", name)} for name in sorted(sec.users)],
+        "vhosts": [{"name": name, "limits": [list(kv) for kv in limits.of("vhost", name).items()],
+                    "metadata": {"description": "", "tags": []}} for name in sorted(model.vhosts)],
         "permissions": [sec.permissions[k].to_json() for k in sorted(sec.permissions, key=lambda k: (k[1], k[0]))],
         "topic_permissions": [sec.topic_permissions[k].to_json()
                               for k in sorted(sec.topic_permissions, key=lambda k: (k[1], k[0], k[2]))],
-        "parameters": [],
+        "parameters": [{"value": limits.of("vhost", name), "vhost": name, "component": VHOST_LIMITS_COMPONENT,
+                        "name": "limits"} for name in sorted(model.vhosts) if limits.of("vhost", name)],
         "global_parameters": [],
         "policies": [model.policies.policies[k].to_json() for k in sorted(model.policies.policies)],
         "queues": queues,
@@ -88,19 +94,37 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
         topic_perms = [TopicPermission.from_json(p) for p in doc.get("topic_permissions") or ()]
         policies = [Policy.from_json(p) for p in doc.get("policies") or ()]
         vhosts = [str(v["name"]) for v in doc.get("vhosts") or ()]
-        limited = [str(v["name"]) for v in doc.get("vhosts") or () if v.get("limits")]
+        user_limits = {str(u["name"]): dict(u["limits"]) for u in doc.get("users") or () if u.get("limits")}
+        # a vhost's limits: its vhost-limits parameter, else the pairs of its vhost entry
+        vhost_limits = {str(v["name"]): dict(v["limits"]) for v in doc.get("vhosts") or () if v.get("limits")}
+        parameters = list(doc.get("parameters") or ())
+        vhost_limits.update({str(p["vhost"]): dict(p["value"]) for p in parameters
+                             if p.get("component") == VHOST_LIMITS_COMPONENT})
+        others = [p for p in parameters if p.get("component") != VHOST_LIMITS_COMPONENT]
+        for kind, table in (("user", user_limits), ("vhost", vhost_limits)):
+            for values in table.values():
+                for name, value in values.items():
+                    check_limit(kind, name, value)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as exc:
         raise PreconditionFailed(f"malformed definitions: {exc!r}") from None
+    blank = [u.name for u in users if u.has_blank_password()]
+    if blank:  # as a user added with a blank password through the API or the config file
+        raise PreconditionFailed(f"user '{blank[0]}': a password must not be blank")
     for section in _IGNORED_SECTIONS:
         if doc.get(section):
             notes.append(f"{section}: {len(doc[section])} entries ignored (not supported)")
-    if limited:
-        notes.append(f"vhost limits ignored (not supported): {', '.join(limited)}")
+    if others:
+        notes.append(f"parameters: {len(others)} entries ignored (not supported)")
     sec = model.security
     for u in users:
         sec.put_user(u)
+        if u.name in user_limits:
+            model.limits.replace("user", u.name, user_limits[u.name])
     for name in vhosts:
         model.add_vhost(name)
+    for name, values in vhost_limits.items():
+        model.add_vhost(name)
+        model.limits.replace("vhost", name, values)
     for p in perms:
         if p.vhost not in model.vhosts:
             model.add_vhost(p.vhost)

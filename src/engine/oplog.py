@@ -20,7 +20,8 @@ class Session(Protocol):
     peer: tuple[Any, ...]
     carrier: Any
 
-__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm", "disk_alarm"]
+__all__ = ["log", "format_peer", "accepted", "authenticated", "auth_failed", "closed", "memory_alarm",
+           "disk_alarm", "channel_error", "connection_error"]
 
 log = logging.getLogger("sansmq.engine")
 
@@ -85,13 +86,32 @@ def auth_failed(session: Session, user: str | None, mechanism: str, why: str) ->
                 extra={"event": "auth.failed", "mechanism": mechanism, "reason": why, **facts})
 
 
-def closed(session: Session, reason: str) -> None:
-    if not log.isEnabledFor(logging.INFO):  # nothing is built for a line nobody reads
+def _about(level: int, session: Session, head: str, tail: str, args: tuple[Any, ...], event: str,
+           **extra: Any) -> None:
+    """``{head} connection N (peer, protocol, vhost: 'v', user: 'u'){tail}``: one template per kind of
+    line (the repeat limiter compares templates)."""
+    if not log.isEnabledFor(level):  # nothing is built for a line nobody reads
         return
     facts = _who(session)
-    log.info("closing connection %d (%s, %s, vhost: '%s', user: '%s'): %s",
-             session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "",
-             reason, extra={"event": "connection.closed", "reason": reason, **facts})
+    log.log(level, f"{head} connection %d (%s, %s, vhost: '%s', user: '%s'){tail}",
+            session.conn_id, facts["peer"], facts["protocol"], facts["vhost"] or "", facts["user"] or "", *args,
+            extra={"event": event, **extra, **facts})
+
+
+def channel_error(session: Session, channel: int, code: int, text: str) -> None:
+    """An AMQP channel closed by the broker (403, 404, 406...: RabbitMQ logs each "channel error")."""
+    _about(logging.WARNING, session, "channel error on", ", channel %d: %d %s", (channel, code, text),
+           "channel.error", channel=channel, code=code, reason=text)
+
+
+def connection_error(session: Session, what: str) -> None:
+    """A connection the broker closes or refuses because of an error (a protocol error, a refused
+    handshake, a limit); the "closing connection" line follows."""
+    _about(logging.WARNING, session, "error on", ": %s", (what,), "connection.error", reason=what)
+
+
+def closed(session: Session, reason: str) -> None:
+    _about(logging.INFO, session, "closing", ": %s", (reason,), "connection.closed", reason=reason)
 
 
 def memory_alarm(on: bool, queued: int, mark: int) -> None:

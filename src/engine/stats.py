@@ -241,6 +241,7 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
         "permissions": list(model.security.permissions.values()),
         "topic_permissions": list(model.security.topic_permissions.values()),
         "policies": [p.to_json() for p in model.policies.in_vhost()],
+        "user_limits": {name: dict(v) for name, v in model.limits.limits["user"].items()},
     }
     vhosts = model.vhosts.values()
     if "queues" in sections:

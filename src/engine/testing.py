@@ -174,9 +174,13 @@ class SimClient:
         if not self.gone:
             self._to_broker += data
 
-    def stomp_connect(self, headers: dict[str, str] | None = None, version: str = "1.2") -> Frame:
-        """Send CONNECT, run the network, return the CONNECTED (or ERROR) frame."""
+    def stomp_connect(self, headers: dict[str, str] | None = None, version: str = "1.2",
+                      anonymous: bool = False) -> Frame:
+        """Send CONNECT (as guest/guest unless ``headers`` log in otherwise, or with no login at all
+        when ``anonymous``), run the network, return the CONNECTED (or ERROR) frame."""
         h = {"accept-version": version, "host": "/", "heart-beat": "0,0"}
+        if not anonymous:
+            h.update(login="guest", passcode="guest")
         h.update(headers or {})
         self.send(Connect(h))
         self.net.run_until_idle()
@@ -297,7 +301,7 @@ class SimNetwork:
 
     def connect_ws(self, path: str = "/ws", subprotocols: tuple[str, ...] = ("v12.stomp",), *,
                    peer: tuple[Any, ...] | None = None, reading: bool = True, auto_heartbeat: bool = True,
-                   deflate: bool = False) -> WsSimClient:
+                   deflate: bool = False, origin: str | None = None) -> WsSimClient:
         """Connect over protocol ``"ws"`` and run the opening handshake (see ``client.accepted``)."""
         self._next_conn += 1
         conn_id = self._next_conn
@@ -307,7 +311,7 @@ class SimNetwork:
         self.clients[conn_id] = client
         self.broker.connection_made(conn_id, "ws", peer, self._now)
         self._process(self.broker.drain())
-        client.send_ws(wsframe.Request(host="localhost", path=path, subprotocols=list(subprotocols)))
+        client.send_ws(wsframe.Request(host="localhost", path=path, subprotocols=list(subprotocols), origin=origin))
         self.run_until_idle()
         return client
 

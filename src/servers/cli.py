@@ -27,7 +27,7 @@ from ._fds import raise_fd_limit
 from ._run import (EXIT_INTERRUPTED, SERVER_KINDS, ServerUnavailable, check_server_available, is_postgres_url,
                    make_broker, make_server, make_store, run)
 from ._sockets import ListenError
-from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners
+from .management import DEFAULT_HTTP, DEFAULT_PROMETHEUS, HTTPS_PORT, PROMETHEUS_HTTPS_PORT, OpsListeners, audit
 from .management.request import MAX_DEPTH, too_deep
 from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW, setup_logging
 from .recovery import log_recovery
@@ -479,7 +479,7 @@ def _load_definitions(broker: Any, path: str) -> None:
         raise CliError(f"definitions file {path}: {exc.text}", EXIT_USAGE) from None
     for note in notes:
         log.warning("definitions %s: %s", path, note)
-    log.info("definitions loaded from %s", path)
+    audit.definitions_imported(path, doc)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

@@ -216,6 +216,8 @@ def connect(
     cls = CONNECTION_CLASSES[version]
     if version != "1.0":
         kw["heartbeats"] = heartbeats
+    if version != "1.0":
+        kw.setdefault("vhost", "/")  # stomp.py's default host header is the address, no vhost here
     conn = cls([addr], reconnect_attempts_max=1, timeout=5, **kw)
     coll = Collector()
     conn.set_listener("c", coll)
@@ -384,7 +386,8 @@ class WsStomp:
         return headers, body
 
     def connect(self) -> dict[str, str]:
-        self.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
+        self.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0", "login": "guest",
+                              "passcode": "guest"})
         return self.expect("CONNECTED")[0]
 
     def receipt(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:

@@ -459,7 +459,7 @@ DECLARE = {"x-queue-type": "stream", "durable": "true", "auto-delete": "false"}
 def stomp_conn(t: Target) -> tuple[stomp.Connection, Collector]:
     if t.stomp is None:
         pytest.skip("no STOMP address for this broker")
-    c = stomp.Connection([t.stomp], heartbeats=(0, 0), reconnect_attempts_max=1)
+    c = stomp.Connection([t.stomp], heartbeats=(0, 0), reconnect_attempts_max=1, vhost="/")
     col = Collector()
     c.set_listener("c", col)
     c.connect("guest", "guest", wait=True)

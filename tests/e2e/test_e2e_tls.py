@@ -70,7 +70,7 @@ def test_amqps_round_trip(srv, pki):
 def test_stomp_over_tls_round_trip(srv, pki):
     running, _ = srv
     host, port = running.address("stomps")
-    conn = stomp.Connection([(host, port)], heartbeats=(0, 0), auto_content_length=True)
+    conn = stomp.Connection([(host, port)], heartbeats=(0, 0), auto_content_length=True, vhost="/")
     conn.set_ssl([(host, port)], key_file=str(pki.client_key), cert_file=str(pki.client_cert),
                  ca_certs=str(pki.ca))
     col = Collector()
@@ -92,7 +92,7 @@ def test_wss_round_trip(srv, pki):
     with ws_connect(f"wss://localhost:{port}/ws", subprotocols=["v12.stomp"], ssl=pki.client_context(),
                     open_timeout=10) as ws:
         c = WsStomp(ws)
-        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
+        c.send("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0", "login": "guest", "passcode": "guest"})
         c.expect("CONNECTED")
         q = f"/queue/{uid('wss')}"
         c.send("SUBSCRIBE", {"destination": q, "id": "s"})

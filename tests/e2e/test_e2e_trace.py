@@ -101,7 +101,7 @@ def test_stomp_traffic_is_traced_with_its_user_and_connection(server: ServerProc
     ch.queue_declare("fh-stomp-trace", exclusive=True)
     ch.queue_bind("fh-stomp-trace", TRACE, "publish.amq.default")
     ch.queue_bind("fh-stomp-trace", TRACE, "deliver.fh-stomp")
-    client = stomp.Connection12([("127.0.0.1", server.port("stomp"))], heartbeats=(0, 0))
+    client = stomp.Connection12([("127.0.0.1", server.port("stomp"))], heartbeats=(0, 0), vhost="/")
     got = Collector()
     client.set_listener("c", got)
     client.connect("guest", "guest", wait=True)

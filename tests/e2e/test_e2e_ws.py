@@ -25,7 +25,9 @@ TIMEOUT = 10.0
 @pytest.fixture(scope="module")
 def ws_server(kind: str) -> Iterator[servers.Running]:
     listeners = [("ws", "127.0.0.1", 0), ("stomp", "127.0.0.1", 0)]
-    with servers.running(kind, listeners, config=Config()) as srv:
+    config = Config()
+    config.websocket.compress = True  # the real client's deflate stays exercised (off by default)
+    with servers.running(kind, listeners, config=config) as srv:
         yield srv
 
 
@@ -48,7 +50,7 @@ def open_ws(ws_server: servers.Running) -> Iterator:
 def test_subscribe_publish_ack_and_disconnect(open_ws) -> None:
     c = open_ws(subprotocols=("v10.stomp", "v12.stomp"))
     assert c.ws.subprotocol == "v12.stomp"
-    assert "permessage-deflate" in c.ws.response.headers.get("Sec-WebSocket-Extensions", "")  # websockets offers it
+    assert "permessage-deflate" in c.ws.response.headers.get("Sec-WebSocket-Extensions", "")  # websockets offers it, compress = true
     assert c.connect()["version"] == "1.2"
     q = f"/queue/{uid('q')}"
     c.receipt("SUBSCRIBE", {"destination": q, "id": "s1", "ack": "client-individual"})

@@ -9,8 +9,11 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from engine import Broker
 from engine.config import Config
+from engine.model import PreconditionFailed
 from engine.store import MemoryStore
 
 EXPORT = json.loads((Path(__file__).parent / "data" / "rabbitmq-3.10-definitions.json").read_text())
@@ -57,9 +60,28 @@ def test_topology_and_policies_apply():
 def test_what_sansmq_has_not_is_named_in_the_notes():
     _, notes = imported()
     text = "\n".join(notes)
-    assert "parameters: 1 entries ignored" in text and "global_parameters: 1 entries ignored" in text
-    assert "vhost limits ignored (not supported): shop" in text
+    assert "global_parameters: 1 entries ignored" in text
+    assert not any(n.startswith("parameters:") for n in notes)  # the one parameter is a vhost limit
     assert "'app-quorum' in vhost 'shop': quorum queue imported as a classic one" in text
+
+
+def test_vhost_and_user_limits_are_imported_and_exported_as_rabbitmq_writes_them():
+    """Issue 23.8: RabbitMQ's vhost-limits parameter and users' limits were skipped."""
+    doc = json.loads(json.dumps(EXPORT))
+    doc["users"][0]["limits"] = {"max-connections": 3, "max-channels": 7}
+    b = Broker(Config(users={}), MemoryStore(), random.Random(0))
+    b.import_definitions(doc)
+    limits = b.model.limits
+    assert limits.of("vhost", "shop") == {"max-connections": 100}
+    assert limits.of("user", doc["users"][0]["name"]) == {"max-connections": 3, "max-channels": 7}
+    out = b.export_definitions()
+    assert [p for p in out["parameters"] if p["component"] == "vhost-limits"] == EXPORT["parameters"]
+    assert {v["name"]: v["limits"] for v in out["vhosts"]}["shop"] == [["max-connections", 100]]
+    assert {u["name"]: u["limits"] for u in out["users"]}[doc["users"][0]["name"]] == doc["users"][0]["limits"]
+    bad = json.loads(json.dumps(EXPORT))
+    bad["parameters"][0]["value"] = {"max-sessions": 1}
+    with pytest.raises(PreconditionFailed, match="unknown vhost limit 'max-sessions'"):
+        Broker(Config(users={}), MemoryStore(), random.Random(0)).import_definitions(bad)
 
 
 def test_export_after_import_keeps_everything_sansmq_has():

@@ -5,6 +5,7 @@ import pytest
 from enginetest_helpers import ack, bodies, connected, errors, messages, new_net, receipts, send, subscribe, unsubscribe
 
 from engine import Close, Config, Limits, User
+from engine.model.security import Permission
 from stompproto import Abort, Begin, Commit, Connected, Disconnect, Error, Heartbeat, Message, Receipt
 
 
@@ -92,16 +93,43 @@ def test_auth_users_and_guest_loopback_only():
     assert isinstance(remote_alice.stomp_connect({"login": "alice", "passcode": "secret"}), Connected)
     v6 = net.connect(peer=("::1", 5557, 0, 0))
     assert isinstance(v6.stomp_connect({"login": "guest", "passcode": "guest"}), Connected)
-    anon_local = net.connect()
-    assert isinstance(anon_local.stomp_connect(), Connected)  # anonymous = guest, from loopback
-    anon_remote = net.connect(peer=("192.168.0.9", 1))
-    assert isinstance(anon_remote.stomp_connect(), Error)
+
+def test_anonymous_connect_is_refused_by_default():
+    """Issue 23.1: a CONNECT without login used to be admitted as guest with no password check."""
+    net = new_net()
+    err = net.connect().stomp_connect(anonymous=True)
+    assert isinstance(err, Error)
+    assert err.headers["message"] == "Access refused: no login given and anonymous access is disabled"
 
 
-def test_anonymous_refused_when_disabled():
-    cfg = Config(anonymous_user=None)
+def test_anonymous_connect_goes_through_the_normal_login():
+    """RabbitMQ's STOMP default_user/default_pass: the configured credentials are checked like a
+    login: right password from loopback in; guest from another address out; a changed password out."""
+    cfg = Config(anonymous_user="guest", anonymous_password="guest")
     net = new_net(cfg)
-    assert isinstance(net.connect().stomp_connect(), Error)
+    assert isinstance(net.connect().stomp_connect(anonymous=True), Connected)
+    remote = net.connect(peer=("192.168.0.9", 1)).stomp_connect(anonymous=True)
+    assert isinstance(remote, Error)
+    assert remote.headers["message"] == "Access refused: user 'guest' can only connect via localhost"
+    sec = net.broker.model.security
+    sec.add_user("guest", "changed", b"salt", tags=("administrator",))
+    err = net.connect().stomp_connect(anonymous=True)
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'guest' - invalid credentials"
+
+
+def test_anonymous_config_needs_a_password_and_guest_stays_loopback_only():
+    from engine.config_schema import ConfigError, from_mapping
+
+    with pytest.raises(ConfigError, match="anonymous_user needs anonymous_password"):
+        from_mapping({"anonymous_user": "guest"})
+    # issue 23.3: [users.guest] without loopback_only keeps RabbitMQ's loopback_users default
+    cfg = from_mapping({"users": {"guest": {"password": "guest"}, "app": {"password": "pw"}}})
+    assert cfg.users["guest"].loopback_only and not cfg.users["app"].loopback_only
+    assert not from_mapping({"users": {"guest": {"password": "g", "loopback_only": False}}}).users["guest"].loopback_only
+    net = new_net(cfg)
+    err = net.connect(peer=("10.1.2.3", 5555)).stomp_connect()
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'guest' can only connect via localhost"
+    assert isinstance(net.connect(peer=("10.1.2.3", 5556)).stomp_connect({"login": "app", "passcode": "pw"}), Connected)
 
 
 def test_vhost_selection_isolates_queues():
@@ -109,7 +137,7 @@ def test_vhost_selection_isolates_queues():
     cfg.users["bob"] = User("bob", "pw", vhosts=("blue",))
     net = new_net(cfg)
     blue = connected(net, headers={"host": "blue"})
-    default = connected(net, headers={"host": "unknown-host"})
+    default = connected(net, headers={"host": "/"})
     send(blue, "/queue/q", b"blue")
     send(default, "/queue/q", b"default")
     net.run_until_idle()
@@ -122,6 +150,21 @@ def test_vhost_selection_isolates_queues():
     assert isinstance(bob_ok.stomp_connect({"login": "bob", "passcode": "pw", "host": "blue"}), Connected)
     bob_bad = net.connect()
     assert isinstance(bob_bad.stomp_connect({"login": "bob", "passcode": "pw", "host": "/"}), Error)
+
+
+def test_unknown_vhost_in_host_header_is_refused():
+    """Issue 23.8: a host naming no vhost used to land silently in '/'; RabbitMQ's STOMP adapter
+    refuses it ("Virtual host 'x' access denied")."""
+    net = new_net()
+    c = net.connect()
+    err = c.stomp_connect({"host": "unknown-host"})
+    assert isinstance(err, Error)
+    assert err.headers["message"] == "Access refused: Virtual host 'unknown-host' access denied"
+    assert err.body == b"Virtual host 'unknown-host' access denied"
+    net.run_until_idle()
+    assert c.server_closed and "unknown-host" not in net.broker.model.vhosts
+    # a 1.0 CONNECT without host still lands in the default vhost
+    assert isinstance(net.connect().stomp_connect({"accept-version": "1.0"}, version="1.0"), Connected)
 
 
 def test_heartbeat_timeout_closes_and_requeues():
@@ -296,3 +339,25 @@ def test_bug_in_session_code_closes_only_that_connection(monkeypatch):
     send(p, "/queue/q", b"still works")
     net.run_until_idle()
     assert bodies(bystander) == [b"still works"]
+
+
+def test_blank_passwords_are_refused_everywhere():
+    """Issue 23.8: RabbitMQ refuses blank passwords: when a user is created (API, definitions) and
+    at login, whatever the stored hash says."""
+    from engine.definitions import import_definitions
+    from engine.model import PreconditionFailed
+    from engine.model.security import UserRecord, hash_password
+
+    net = new_net()
+    sec = net.broker.model.security
+    with pytest.raises(PreconditionFailed, match="must not be blank"):
+        sec.add_user("blank", "", b"salt")
+    blank = {"name": "blank", "password_hash": hash_password("", b"salt"), "tags": []}
+    with pytest.raises(PreconditionFailed, match="must not be blank"):
+        import_definitions(net.broker.model, {"users": [blank]})
+    assert "blank" not in sec.users
+    sec.put_user(UserRecord.from_json(blank))  # say a store written by an older version holds one
+    sec.set_permissions(Permission("blank", "/"))
+    err = net.connect().stomp_connect({"login": "blank", "passcode": ""})
+    assert isinstance(err, Error) and err.headers["message"] == "Access refused: user 'blank' - invalid credentials"
+    assert sec.authenticate("blank", "") is None

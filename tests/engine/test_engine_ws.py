@@ -15,7 +15,7 @@ from engine import Close, Config, Limits, Write
 from engine.testing import WsSimClient
 from stompproto import Connect, Connected, Disconnect, Error, Heartbeat, Message, Receipt, Subscribe
 
-CONNECT_12 = b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00"
+CONNECT_12 = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\x00"
 
 
 def ws_connected(net, version: str = "1.2", **kw) -> WsSimClient:
@@ -132,8 +132,31 @@ def test_eof_during_handshake_closes_quietly():
     assert not broker.sessions
 
 
-def test_permessage_deflate_when_offered():
-    net = new_net()
+def test_permessage_deflate_is_off_by_default():
+    """Issue 23.8: it was always accepted; RabbitMQ's Web-STOMP has compression off by default."""
+    c = ws_connected(new_net(), deflate=True)
+    assert c.accepted is not None and c.accepted.extensions == []
+
+
+def test_websocket_origin_allow_list():
+    """Issue 23.8: with ``[websocket] allowed_origins`` a page of another site gets 403; a listed
+    origin and a client sending no Origin (not a browser) are let in."""
+    cfg = Config()
+    cfg.websocket.allowed_origins = ("https://app.example",)
+    net = new_net(cfg)
+    foreign = net.connect_ws(origin="https://evil.example")
+    assert foreign.accepted is None and foreign.rejected is not None and foreign.rejected.status == 403
+    assert foreign.server_closed
+    assert ws_connected(net, origin="https://app.example").accepted is not None
+    assert ws_connected(net).accepted is not None
+    # without the option every origin is accepted (RabbitMQ's Web-STOMP checks none)
+    assert ws_connected(new_net(), origin="https://evil.example").accepted is not None
+
+
+def test_permessage_deflate_when_configured_and_offered():
+    cfg = Config()
+    cfg.websocket.compress = True
+    net = new_net(cfg)
     c = ws_connected(net, deflate=True)
     assert c.accepted is not None and c.accepted.extensions and "permessage-deflate" in c.accepted.extensions[0]
     subscribe(c, "/queue/z", "1")
@@ -498,7 +521,7 @@ def test_same_inputs_same_bytes():
 def test_connect_frame_version_is_negotiated_by_stomp_not_subprotocol():
     net = new_net()
     c = net.connect_ws(subprotocols=("v10.stomp",))
-    c.send(Connect({"accept-version": "1.0,1.1", "host": "/"}))
+    c.send(Connect({"accept-version": "1.0,1.1", "host": "/", "login": "guest", "passcode": "guest"}))
     net.run_until_idle()
     (frame,) = c.frames(Connected)
     assert frame.headers["version"] == "1.1"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,66 @@ def test_repeat_limiter_counts_what_it_suppresses() -> None:
     assert rec.suppressed == 47
     assert limiter.filter(record("auth failed from %s", "x")) and limiter.filter(record("auth failed from %s", "y"))
     assert not limiter.filter(record("auth failed from %s", "z"))
+
+
+def test_repeat_limiter_reports_on_its_own_schedule_and_per_kind() -> None:
+    """Issue 23: suppressed counts were reported only when the next similar line came, and AMQP and
+    STOMP refusals (one template) were one kind."""
+    clock = Clock()
+    limiter = RepeatLimiter(burst=2, window=10, clock=clock)
+
+    def refused(protocol: str, port: int) -> logging.LogRecord:
+        rec = record("user '%s' authentication failed from %s", "guest", f"10.0.0.1:{port}")
+        rec.protocol = protocol
+        return rec
+
+    assert [limiter.filter(refused("stomp", i)) for i in range(5)] == [True, True, False, False, False]
+    assert [limiter.filter(refused("amqp", i)) for i in range(3)] == [True, True, False]
+    assert limiter.report() == []  # the windows have not ended
+    clock.now += 10
+    reports = {r.protocol: r for r in limiter.report()}
+    assert reports["stomp"].getMessage() == ("suppressed 3 similar messages in the last 10s, the last: "
+                                              "user 'guest' authentication failed from 10.0.0.1:4")
+    assert reports["amqp"].suppressed == 1 and reports["amqp"].levelno == logging.INFO
+    assert limiter.report() == []  # reported once
+    nxt = refused("stomp", 9)
+    assert limiter.filter(nxt) and "suppressed" not in nxt.getMessage()
+
+
+def test_repeat_limiter_thread_writes_the_report(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(TextFormatter())
+    limiter = RepeatLimiter(burst=1, window=0.2)
+    handler.addFilter(limiter)
+    limiter.start(handler)
+    try:
+        for i in range(4):
+            handler.handle(record("flood %s", i))
+        deadline = time.monotonic() + 5
+        while "suppressed 3 similar" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        limiter.stop()
+    assert "suppressed 3 similar messages in the last 0.2s, the last: flood 3" in stream.getvalue()
+    # what the last window counted is written when reporting stops (the process ends), not lost
+    handler.removeFilter(limiter)
+    limiter = RepeatLimiter(burst=1, window=60)
+    handler.addFilter(limiter)
+    limiter.start(handler)
+    for i in range(3):
+        handler.handle(record("late %s", i))
+    limiter.stop()
+    assert "suppressed 2 similar messages in the last 60s, the last: late 2" in stream.getvalue()
+
+
+def test_text_format_escapes_control_characters() -> None:
+    """Issue 23.8: a login name with a newline forged a log line of its own in the text format."""
+    rec = record("user '%s' authentication failed", "x\n2026-11-26T00:00:00.000Z INFO    sansmq: forged\r\x1b[2J")
+    line = TextFormatter().format(rec)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert line.endswith("user 'x\\n2026-11-26T00:00:00.000Z INFO    sansmq: forged\\r\\x1b[2J' authentication failed")
+    assert json.loads(JsonFormatter().format(rec))["message"].count("\n") == 1  # JSON escapes by itself
 
 
 def test_log_file_rotates(tmp_path: Path) -> None:
@@ -113,11 +175,12 @@ def test_example_config_shows_every_key() -> None:
     from pathlib import Path
 
     import servers
-    from engine.config_schema import LIMIT_KEYS, TOP_LEVEL_KEYS, USER_KEYS, load
+    from engine.config_schema import LIMIT_KEYS, TOP_LEVEL_KEYS, USER_KEYS, WEBSOCKET_KEYS, load
 
     path = Path(servers.__file__).with_name("example-config.toml")
     text = path.read_text()
-    wanted = [*TOP_LEVEL_KEYS, *(f"users.app.{k}" for k in USER_KEYS), *(f"limits.{k}" for k in LIMIT_KEYS)]
+    wanted = [*TOP_LEVEL_KEYS, *(f"users.app.{k}" for k in USER_KEYS), *(f"limits.{k}" for k in LIMIT_KEYS),
+              *(f"websocket.{k}" for k in WEBSOCKET_KEYS)]
     found = [key for key in wanted if find_line(text, key) is not None
              and text.splitlines()[find_line(text, key) - 1].lstrip().startswith((key.rpartition(".")[2], "["))]
     assert found == wanted

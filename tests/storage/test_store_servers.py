@@ -63,10 +63,10 @@ class Listener(stomp.ConnectionListener):
 
 
 def stomp_connect(addr):
-    conn = stomp.Connection12([addr], heartbeats=(0, 0), auto_decode=False)
+    conn = stomp.Connection12([addr], heartbeats=(0, 0), auto_decode=False, vhost="/")
     lst = Listener()
     conn.set_listener("t", lst)
-    conn.connect(wait=True)
+    conn.connect("guest", "guest", wait=True)
     return conn, lst
 
 

@@ -189,6 +189,7 @@ class AmqpSession(Session):
             if chan is not None:
                 chan.teardown()
             hint.reply_text = reply_text(hint.reply_code, hint.reply_text)
+            oplog.channel_error(self, hint.channel, hint.reply_code, hint.reply_text)
             self._send_quietly(hint)
             return
         if isinstance(hint, A.ProtocolHeader):
@@ -199,6 +200,7 @@ class AmqpSession(Session):
             self.teardown_channels()  # no deliveries may follow our connection.close
             hint.reply_text = reply_text(hint.reply_code, hint.reply_text)
             self.close_reason = f"{hint.reply_code} {hint.reply_text}"
+            oplog.connection_error(self, self.close_reason)
             self._send_quietly(hint)
             self._start_closing()
         if exc.fatal or hint is None:
@@ -214,14 +216,17 @@ class AmqpSession(Session):
             del self.channels[channel]
             chan.teardown()
         m = exc.method
-        self._send_quietly(spec.ChannelClose(exc.code, reply_text(exc.code, exc.text),
-                                             m.CLASS_ID if m else 0, m.METHOD_ID if m else 0,
+        text = reply_text(exc.code, exc.text)
+        oplog.channel_error(self, channel, exc.code, text)
+        self._send_quietly(spec.ChannelClose(exc.code, text, m.CLASS_ID if m else 0, m.METHOD_ID if m else 0,
                                              channel=channel))
 
     def close_with(self, code: int, text: str, method: Any = None) -> None:
         """Start the close handshake with a hard error (or a clean 320 shutdown)."""
         if self.closing or self.closed:
             return
+        if not self.close_reason and code != spec.CONNECTION_FORCED:  # not already explained
+            oplog.connection_error(self, f"{code} {reply_text(code, text)}")
         self.close_reason = f"{code} {reply_text(code, text)}"
         self.teardown_channels()
         self._start_closing()
@@ -386,6 +391,7 @@ class AmqpSession(Session):
             why = f"no such user '{login}'" if user is None else f"wrong password for user '{login}'"
             oplog.auth_failed(self, login, mechanism, why)
             self.model.events.authentication(self, "AMQP 0-9-1", login, mechanism, why)
+            self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
             raise AmqpConnectionError(spec.ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                    f"{mechanism}. For details see the broker logfile.")
         if login in security.loopback_users and not is_loopback(self.peer):
@@ -398,6 +404,7 @@ class AmqpSession(Session):
         """An authentication failure the client may be told about as it is (logged the same)."""
         oplog.auth_failed(self, login, self.mechanism, why)
         self.model.events.authentication(self, "AMQP 0-9-1", login, self.mechanism, why)
+        self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
         raise AmqpConnectionError(spec.ACCESS_REFUSED, why)
 
     def _on_tune_ok(self, m: spec.ConnectionTuneOk) -> None:
@@ -413,7 +420,12 @@ class AmqpSession(Session):
         if not self.model.security.can_access_vhost(user.name, name):
             why = f"access to vhost '{name}' refused for user '{user.name}'"
             oplog.auth_failed(self, user.name, self.mechanism, why)
+            self.close_reason = f"access refused: {why}"  # the auth.failed line explains it
             raise AmqpConnectionError(spec.NOT_ALLOWED, why, type(m))
+        refusal = self.model.limits.connection_refusal(user.name, name)
+        if refusal is not None:
+            raise AmqpConnectionError(spec.NOT_ALLOWED, refusal[1], type(m))
+        self.model.limits.opened(self, user.name, name)
         self.vhost = self.model.vhosts[name]
         self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
@@ -464,6 +476,10 @@ class AmqpSession(Session):
         pass
 
     def _channel_open(self, m: spec.ChannelOpen) -> None:
+        if self.user is not None:
+            refusal = self.model.limits.channel_refusal(self.user.name)
+            if refusal is not None:  # RabbitMQ closes the connection (530), not the channel
+                raise AmqpConnectionError(spec.NOT_ALLOWED, refusal, type(m))
         self.channels[m.channel] = chan = AmqpChannel(self, m.channel)
         self.send(spec.ChannelOpenOk(channel=m.channel))
         self.model.events.channel("created", chan)

@@ -201,6 +201,7 @@ class Model(ModelState):
         max_id = max(max_id, rec.max_message_id)
         self._next_msg_id = max_id
         self.security.restore(rec.docs)
+        self.limits.restore(rec.docs)
         self.policies.restore(rec.docs)
         self.policies.apply_all()
         self._restore_held(rec, holders)

@@ -53,7 +53,12 @@ def hash_password(password: str, salt: bytes, algorithm: str = DEFAULT_HASHING) 
 
 def check_password(password_hash: str, algorithm: str, password: str) -> bool:
     """Whether ``password`` matches ``password_hash`` (an empty hash matches nothing: RabbitMQ's
-    passwordless users cannot log in with a password)."""
+    passwordless users cannot log in with a password). A blank password never logs in, as
+    RabbitMQ's internal backend refuses it whatever the stored hash."""
+    return password != "" and _hash_matches(password_hash, algorithm, password)
+
+
+def _hash_matches(password_hash: str, algorithm: str, password: str) -> bool:
     make = HASHING_ALGORITHMS.get(algorithm)
     if make is None or not password_hash:
         return False
@@ -75,6 +80,9 @@ class UserRecord:
 
     def check(self, password: str) -> bool:
         return check_password(self.password_hash, self.hashing_algorithm, password)
+
+    def has_blank_password(self) -> bool:
+        return _hash_matches(self.password_hash, self.hashing_algorithm, "")
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "password_hash": self.password_hash,
@@ -191,7 +199,10 @@ class Security:
         return user
 
     def add_user(self, name: str, password: str | None, salt: bytes, tags: tuple[str, ...] = ()) -> UserRecord:
-        """Create or replace ``name``; a None password makes a user that cannot log in by password."""
+        """Create or replace ``name``; a None password makes a user that cannot log in by password.
+        A blank one is refused (RabbitMQ refuses blank passwords)."""
+        if password == "":
+            raise PreconditionFailed(f"user '{name}': a password must not be blank")
         phash = "" if password is None else hash_password(password, salt)
         return self.put_user(UserRecord(name, phash, DEFAULT_HASHING, tuple(tags)))
 

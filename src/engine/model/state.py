@@ -11,6 +11,7 @@ from typing import Any
 from .._message import GONE, Entry
 from .._timers import TimerQueue
 from ..store import Store
+from .limits import ResourceLimits
 from .objects import Consumer, Queue, VHost
 
 __all__ = ["ModelState"]
@@ -21,11 +22,13 @@ class ModelState:
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
                  "confirmed", "light_limit", "light_dropped", "next_seq",
-                 "light_dropped_total", "page_window", "page_window_bytes", "events")
+                 "light_dropped_total", "page_window", "page_window_bytes", "events", "limits")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
         self.timers = timers
+        #: per-vhost and per-user limits (RabbitMQ's vhost and user limits) and what they count
+        self.limits = ResourceLimits(store)
         #: set by the broker before every operation
         self.now = 0.0
         #: the event exchange (``events.Events``), set by the model

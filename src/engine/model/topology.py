@@ -146,6 +146,7 @@ class Topology:
         if name.startswith(HOLDER_PREFIX):  # the store's name for held messages (``holding``)
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args = check_queue_args(args, name, vhost.name)
+        state.limits.queue_refusal(vhost.name, len(vhost.queues), name)
         check_stream_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
         if args and RETRY_ARG in args:
             parse_retry_delays(args[RETRY_ARG], name, vhost.name)

@@ -12,6 +12,7 @@ from typing import Any
 
 from stompproto import SERVER, Connection, Error, Frame, LocalProtocolError, Receipt, RemoteProtocolError
 
+from .. import oplog
 from .._message import Entry
 from .._session import Host, Session
 from ..model import Consumer, ModelError, Queue, VHost
@@ -83,6 +84,8 @@ class StompBase(Session):
         body = (detail or message).encode()
         headers["content-type"] = "text/plain"
         told = message if not detail or detail == message else f"{message}: {detail}"
+        if not self.close_reason and message != "CONNECTION_FORCED":  # not already explained
+            oplog.connection_error(self, f"ERROR sent: {told}")
         self.close_reason = self.close_reason or told
         self._send_quietly(Error(headers, body))
         self.close()

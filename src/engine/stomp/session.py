@@ -113,6 +113,7 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             hint = Error({"message": str(exc)[:200] or "protocol error"})
         told = hint.headers.get("message") if isinstance(hint, Error) else None
         self.close_reason = f"protocol error: {told or exc}"
+        oplog.connection_error(self, self.close_reason)
         self._send_quietly(hint)
         self.close()
 
@@ -164,16 +165,19 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         headers = frame.headers
         self.version = self.conn.version or "1.0"
         login = headers.get("login")
-        host = headers.get("host")
-        vhost_name = host if host in self.model.vhosts else config.default_vhost
+        # as RabbitMQ's STOMP adapter: the host header names the vhost; no header, the default one
+        vhost_name = headers.get("host", config.default_vhost)
         user, why, told = self._authenticate(login, headers.get("passcode", ""), vhost_name)
         if user is None:
-            oplog.auth_failed(self, login, "login header" if login is not None else "anonymous", why)
+            mechanism = "login header" if login is not None else "anonymous"
+            oplog.auth_failed(self, login or config.anonymous_user, mechanism, why)
             self.model.events.authentication(self, "STOMP", login, "PLAIN", why)
+            self.close_reason = f"Access refused: {told}"  # the auth.failed line above explains it
             raise StompError(f"Access refused: {told}", told)
         self.user = user
         self.model.events.authentication(self, "STOMP", user.name, "PLAIN")
-        self.vhost = self.model.add_vhost(vhost_name, persist=False)
+        self.vhost = self.model.vhosts[vhost_name]
+        self.model.limits.opened(self, user.name, vhost_name)
         self.access = UserAccess(self.model.security, user.name, vhost_name)
         oplog.authenticated(self)
         self.model.events.connection_created(self, "STOMP")
@@ -195,26 +199,29 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         config = self.host.config
         security = self.model.security
         if login is None:
-            name = config.anonymous_user  # RabbitMQ's STOMP default_user, without its password check
-            if name is None:
+            # RabbitMQ's STOMP default_user/default_pass: configured credentials that go through
+            # the same login (a changed password breaks it; guest stays loopback-only)
+            if config.anonymous_user is None:
                 why = "no login given and anonymous access is disabled"
                 return None, why, why
-            user = security.users.get(name)
-            if user is None:
-                why = f"no login given and the anonymous user '{name}' does not exist"
-                return None, why, why
-        else:
-            user = security.users.get(login)
-            if user is None:
-                return None, f"no such user '{login}'", f"user '{login}' - invalid credentials"
-            if not user.check(passcode):
-                return None, f"wrong passcode for user '{login}'", f"user '{login}' - invalid credentials"
+            login, passcode = config.anonymous_user, config.anonymous_password
+        user = security.users.get(login)
+        if user is None:
+            return None, f"no such user '{login}'", f"user '{login}' - invalid credentials"
+        if not user.check(passcode):
+            return None, f"wrong passcode for user '{login}'", f"user '{login}' - invalid credentials"
         if user.name in security.loopback_users and not is_loopback(self.peer):
             why = f"user '{user.name}' can only connect via localhost"
             return None, why, why
+        if vhost_name not in self.model.vhosts:
+            why = f"Virtual host '{vhost_name}' access denied"  # RabbitMQ's words (no such vhost)
+            return None, f"{why}: no such vhost", why
         if not security.can_access_vhost(user.name, vhost_name):
             why = f"access to vhost '{vhost_name}' refused for user '{user.name}'"
             return None, why, why
+        refusal = self.model.limits.connection_refusal(user.name, vhost_name)
+        if refusal is not None:  # RabbitMQ's STOMP words, the limit's own text in the log
+            return None, refusal[1], f"Connection refused: {refusal[0]} connection limit reached"
         return user, "", ""
 
     def _on_closed(self, event: ConnectionClosed) -> None:

@@ -20,7 +20,10 @@ The inner protocol follows the subprotocol:
 Handshake policy: paths ``/ws`` (and ``/stomp/websocket``, the raw-WebSocket path of the SockJS
 endpoint, and ``/ws/amqp``, ``/amqp`` for AMQP clients); any other path gets 404; an HTTP request
 that is not an upgrade gets 426 (the codec's answer), a malformed upgrade the codec's 400/405/426.
-permessage-deflate is accepted when offered (browsers always offer it). A connection that has not
+permessage-deflate is accepted when offered only with ``[websocket] compress = true`` (off by default,
+as RabbitMQ's Web-STOMP ``ws_opts.compress``). With ``[websocket] allowed_origins`` set, a request whose
+``Origin`` is not listed gets 403 (a page of another site cannot use the visitor's loopback access or
+browser credentials); requests without ``Origin`` (not browsers) are not affected. A connection that has not
 completed its upgrade request within ``HANDSHAKE_TIMEOUT`` is closed.
 
 Closing: when the inner session closes (STOMP DISCONNECT after its RECEIPT, ERROR, heart-beat
@@ -49,6 +52,7 @@ from wsframe import (
     Connection,
     ConnectionState,
     LocalProtocolError,
+    PerMessageDeflate,
     Ping,
     Pong,
     RejectConnection,
@@ -76,6 +80,14 @@ CLOSE_TIMEOUT = 5.0
 _CAN_SEND = frozenset((ConnectionState.OPEN, ConnectionState.CLIENT_CLOSING))
 
 
+def _origin_check(allowed: tuple[str, ...]) -> Callable[[str | None], bool] | None:
+    """The handshake's Origin check for ``[websocket] allowed_origins`` (None: every origin)."""
+    if not allowed:
+        return None
+    names = frozenset(allowed)
+    return lambda origin: origin is None or origin in names
+
+
 class WsSession(Session):
     """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
@@ -85,8 +97,11 @@ class WsSession(Session):
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(host, conn_id, peer)
         size = host.config.limits.max_frame_size
+        policy = host.config.websocket
         # a STOMP frame may take one message of up to max_frame_size; bigger is a 1009
-        self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=host.rng.randbytes)
+        self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=host.rng.randbytes,
+                             permessage_deflate=PerMessageDeflate() if policy.compress else None,
+                             origin_check=_origin_check(policy.allowed_origins))
         self.inner: Session | None = None
         #: the client's Close, once received (answered when the inner session has closed)
         self.peer_close: CloseConnection | None = None
@@ -283,13 +298,16 @@ class WsSession(Session):
             self.close()
 
     def _reject(self, status: int, body: bytes) -> None:
-        self._send(RejectConnection(status, body=body))
-        self.close()
+        self._fail(RejectConnection(status, body=body))
 
     def _fail(self, hint: CloseConnection | RejectConnection | None) -> None:
-        self.close_reason = self.close_reason or (
-            f"WebSocket protocol error: {hint.code} {hint.reason}" if isinstance(hint, CloseConnection)
-            else "WebSocket handshake refused")
+        if isinstance(hint, RejectConnection):
+            why = f"WebSocket handshake refused: {hint.status} {hint.body.decode(errors='replace').strip()}"
+        else:
+            why = f"WebSocket protocol error: {hint.code} {hint.reason}" if hint is not None else "WebSocket error"
+        if not self.close_reason:
+            oplog.connection_error(self, why)
+        self.close_reason = self.close_reason or why
         if hint is not None:
             try:
                 self._send(hint)

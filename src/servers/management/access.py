@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.model.errors import PreconditionFailed
 from engine.model.security import DEFAULT_HASHING, UserRecord
 
 from .base import ApiBase
@@ -43,20 +44,22 @@ class AccessRoutes(ApiBase):
 
     # -- users and permissions (the broker's user database) --------------------------------------
     @staticmethod
-    def _user_info(user: Any) -> dict[str, Any]:
+    def _user_info(user: Any, limits: dict[str, dict[str, int]]) -> dict[str, Any]:
         return {"name": user.name, "tags": list(user.tags), "password_hash": user.password_hash,
-                "hashing_algorithm": user.hashing_algorithm, "limits": {}}
+                "hashing_algorithm": user.hashing_algorithm, "limits": limits.get(user.name, {})}
 
     def users(self, req: Request) -> Any:
         self._admin(req)
-        return [self._user_info(u) for u in self.snap()["users"].values()]
+        snap = self.snap()
+        return [self._user_info(u, snap["user_limits"]) for u in snap["users"].values()]
 
     def user(self, req: Request, name: str) -> Any:
         self._admin(req)
-        user = self.snap()["users"].get(name)
+        snap = self.snap()
+        user = snap["users"].get(name)
         if user is None:
             raise not_found()
-        return self._user_info(user)
+        return self._user_info(user, snap["user_limits"])
 
     def put_user(self, req: Request, name: str) -> Any:
         self._admin(req)
@@ -71,12 +74,20 @@ class AccessRoutes(ApiBase):
         old = self.snap(fresh=True)["users"].get(name)
         keep_tags = tuple(tags) if tags is not None else (old.tags if old else ())
 
+        if password is not None and str(password) == "":
+            raise bad_request("a password must not be blank")  # RabbitMQ refuses blank passwords
+
         def put(b: Any) -> None:
-            if password is not None or old is None:  # no password at all: no password login
-                b.add_user(name, None if password is None else str(password), keep_tags)
+            if password is not None:
+                b.add_user(name, str(password), keep_tags)
             elif phash is not None:
-                b.put_user(UserRecord.from_json({"name": name, "password_hash": phash,
-                                                 "hashing_algorithm": algorithm, "tags": list(keep_tags)}))
+                record = UserRecord.from_json({"name": name, "password_hash": phash,
+                                               "hashing_algorithm": algorithm, "tags": list(keep_tags)})
+                if record.has_blank_password():
+                    raise PreconditionFailed("a password must not be blank")
+                b.put_user(record)
+            elif old is None:  # neither: a user that cannot log in by password (RabbitMQ's too)
+                b.add_user(name, None, keep_tags)
             else:
                 b.put_user(UserRecord(name, old.password_hash, old.hashing_algorithm, keep_tags))
 

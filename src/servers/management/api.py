@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import audit
 from .access import AccessRoutes
 from .auth import MANAGEMENT_TAGS, authenticate
 from .bindings import BindingRoutes
@@ -19,6 +20,7 @@ from .connections import ConnectionRoutes
 from .definitions import DefinitionRoutes
 from .guard import SECURITY_HEADERS, check_content_type, check_origin
 from .health import HealthRoutes
+from .limits import LimitRoutes
 from .listing import Streamed
 from .overview import OverviewRoutes
 from .policies import PolicyRoutes
@@ -33,7 +35,7 @@ _EXCHANGE_SEGMENT = {"exchanges": (2,), "bindings": (3,)}
 
 
 class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyRoutes, BindingRoutes,
-                    ConnectionRoutes, DefinitionRoutes, HealthRoutes):
+                     ConnectionRoutes, DefinitionRoutes, HealthRoutes, LimitRoutes):
     """The WSGI application (API and admin page). ``call`` runs a function on the broker's thread
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
@@ -58,6 +60,7 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
             (("topic-permissions", "*", "*"), {"GET": self.topic_permission, "PUT": self.put_topic_permission,
                                                "DELETE": self.delete_topic_permission}),
             (("users", "*", "topic-permissions"), {"GET": self.user_topic_permissions}),
+            *self.limit_routes(),
             (("policies",), {"GET": self.policies}),
             (("policies", "*"), {"GET": self.policies}),
             (("policies", "*", "*"), {"GET": self.policy, "PUT": self.put_policy, "DELETE": self.delete_policy}),
@@ -152,8 +155,10 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
                     raise HttpError(405, "method_not_allowed", f"{method} not allowed")
                 check_content_type(environ)
                 args = [s for p, s in zip(pattern, parts, strict=True) if p == "*"]
-                result = handler(Request(environ, parts, principal), *args)
-                if isinstance(result, tuple):
-                    return result
-                return (200, result, []) if result is not None else (204, None, [])
+                req = Request(environ, parts, principal)
+                result = handler(req, *args)
+                if not isinstance(result, tuple):
+                    result = (200, result, []) if result is not None else (204, None, [])
+                audit.api_change(req, result[0])
+                return result
         raise not_found()
