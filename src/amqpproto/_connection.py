@@ -101,7 +101,7 @@ class Connection(Receiving, Sending):
         if self._queued:
             return self._queued.popleft()
         if self._broken is not None:
-            raise self._broken
+            raise self._broken.detached()  # a fresh copy each time: the kept one has no traceback
         try:
             return self._next()
         except RemoteProtocolError as e:
@@ -157,6 +157,6 @@ class Connection(Receiving, Sending):
                 chan.chunks = []
             return
         if e.fatal:
-            self._broken = e
+            self._broken = e.detached()
         if self.state not in S.CLOSING_BY and self.state is not S.CLOSED:
             self.state = S.ERROR

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,19 @@ def _identity(session: Session) -> tuple[str | None, str | None]:
     """(user name, vhost name) a protocol session logged in with; (None, None) before it did."""
     user, vhost = getattr(session, "user", None), getattr(session, "vhost", None)
     return (None if user is None else user.name, None if vhost is None else vhost.name)
+
+
+def _without_traceback(exc: BaseException) -> BaseException:
+    """``exc`` made fit to be kept: its traceback as text in a note (``engine.testing`` re-raises
+    it), no live traceback along its cause/context chain, whose frames would hold the session."""
+    exc.add_note("".join(["Traceback (kept as text):\n", *traceback.format_tb(exc.__traceback__)]))
+    seen: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and not any(link is s for s in seen):  # a chain may loop back
+        seen.append(link)
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
 
 
 class Broker:
@@ -440,10 +454,10 @@ class Broker:
     def internal_error(self, session: Session, exc: BaseException) -> None:
         """Record and log a bug met while serving ``session`` (whose connection it closes), with
         its traceback; the last 100 are kept in ``internal_errors``."""
-        self.internal_errors.append(exc)  # type: ignore[arg-type]
-        del self.internal_errors[:-100]
         log.error("internal error on connection %d (%s, peer %s); closing it", session.conn_id,
                   type(session).__name__, session.peer, exc_info=(type(exc), exc, exc.__traceback__))
+        self.internal_errors.append(_without_traceback(exc))  # type: ignore[arg-type]
+        del self.internal_errors[:-100]
 
     def _guarded(self, session: Session, fn: Callable[..., None], *args: Any) -> None:
         """A bug met while serving one connection closes that connection, not the broker.

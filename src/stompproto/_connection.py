@@ -18,8 +18,8 @@ Decisions (see also _readers and _state):
   After an ERROR nothing may be sent and any further peer frame is an error.
   EOF at a frame boundary gives one ``ConnectionClosed`` (then ``NEED_DATA``);
   EOF inside a frame is a RemoteProtocolError.
-* Once a RemoteProtocolError was raised, ``next_event`` raises it again; ``send`` still
-  works so the server can send ``exc.hint``.
+* Once a RemoteProtocolError was raised, ``next_event`` raises it again (a fresh copy: no
+  traceback is kept, see ``detached``); ``send`` still works so the server can send ``exc.hint``.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class Connection:
         if self._events:
             return self._events.popleft()
         if self._error is not None:
-            raise self._error
+            raise self._error.detached()
         try:
             ev = self._reader.next(self._wire_version)
             if ev is None:
@@ -223,7 +223,7 @@ class Connection:
         except RemoteProtocolError as exc:
             if exc.hint is None:
                 exc.hint = self._hint(str(exc), self._reader.headers)
-            self._error = exc
+            self._error = exc.detached()
             raise
 
     def _received(self, frame: Frame) -> None:

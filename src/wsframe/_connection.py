@@ -143,11 +143,11 @@ class Connection:
         """The next event, or NEED_DATA. Only RemoteProtocolError escapes; after one, the
         same error is raised again and only its ``hint`` may still be sent."""
         if self._error is not None:
-            raise self._error
+            raise self._error.detached()  # a fresh copy each time: the kept one has no traceback
         try:
             event = self._next()
         except RemoteProtocolError as exc:
-            self._error = exc
+            self._error = exc.detached()
             self._state = S.HANDSHAKE_FAILED if self._writer is None else S.FAILED
             raise
         return event

@@ -361,11 +361,13 @@ class UserAccess:
         client_id of ``(a+)+$`` is those six characters, never a regex), searched in ``routing_key``.
         Compiled once per connection and pattern (bounded)."""
         pattern = perm.pattern(access)
-        rx = self._topic_rx.get(pattern, False)
-        if rx is False:
-            if len(self._topic_rx) >= _CACHE_SIZE:
-                self._topic_rx.clear()
-            rx = self._topic_rx[pattern] = _substituted(pattern, self.variables)
+        cache = self._topic_rx
+        if pattern in cache:
+            rx = cache[pattern]
+        else:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            rx = cache[pattern] = _substituted(pattern, self.variables)
         return rx is not None and rx.search(routing_key) is not None
 
     def refusal(self, access: Access, kind: str, name: str) -> str | None:

@@ -243,6 +243,12 @@ class WsSession(Session):
         if inner is not None and not inner.closed:
             inner.lost()  # as on a TCP drop: released in the model, nothing written
 
+    def _finish(self) -> None:
+        super()._finish()
+        if self.inner is not None:
+            # the inner session points back at us: drop that edge so both go by reference counting
+            self.inner.carrier = None
+
     def abort(self, reason: str) -> None:
         inner = self.inner
         if inner is not None and not inner.closed:
