@@ -116,8 +116,13 @@ class Broker:
         #: queues over their credit -> the publishers paused on them
         self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
-        #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
+        #: the memory alarm: queued message bytes plus ``inbound_bytes`` passed
+        #: Limits.memory_high_watermark
         self.mem_alarm = False
+        #: received bytes the connections' codecs hold (frames still arriving, a large message
+        #: being assembled, a login that never comes): memory a peer makes us spend before any
+        #: message is queued, so the memory alarm counts it too
+        self.inbound_bytes = 0
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
         #: the statistics sampler, once management or Prometheus asked for it (``enable_stats``)
@@ -160,6 +165,7 @@ class Broker:
         self.sessions[conn_id] = session
         oplog.accepted(conn_id, protocol, peer)
         self._guarded(session, session.start)
+        self.timer_moved(session)  # arm the handshake deadline
         self._settle()
 
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
@@ -175,13 +181,16 @@ class Broker:
                 events.actor = None
             else:
                 self._guarded(session, session.data_received, data)
+            held = self._count_inbound(session)
             if self.model.publishes != publishes:
                 session.published = True
                 touched = list(self.model.dirty)  # the queues this call published to (among others)
-                if self.mem_alarm or self._over_watermark():
-                    # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
-                    # (_settle raises the alarm for the other publishers)
-                    self._guarded(session, session.memory_alarm, True)
+            if (touched is not None or held) and (self.mem_alarm or self._over_watermark()):
+                # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
+                # (_settle raises the alarm for the other publishers); so is a connection whose
+                # unfinished input holds memory (a message half received, a login never finished)
+                session.published = True
+                self._guarded(session, session.memory_alarm, True)
         self._settle()
         if touched and session is not None:
             self._flow_check(session, touched)
@@ -192,6 +201,7 @@ class Broker:
         if session is not None:
             session.lost()
             self.sessions.pop(conn_id, None)
+            self._forget_inbound(session)
             if session.flow_blocked:
                 for waiting in self._flow.values():
                     waiting.pop(session, None)
@@ -407,7 +417,9 @@ class Broker:
 
     def close_connection(self, conn_id: int) -> None:
         self._emit(Close(conn_id))
-        self.sessions.pop(conn_id, None)
+        session = self.sessions.pop(conn_id, None)
+        if session is not None:
+            self._forget_inbound(session)
 
     def pause_reading(self, conn_id: int) -> None:
         self._emit(PauseReading(conn_id))
@@ -473,6 +485,7 @@ class Broker:
                     self.internal_error(session, exc2)
                     session.closed = True
                     self.sessions.pop(session.conn_id, None)
+                    self._forget_inbound(session)
                     self._emit(Close(session.conn_id))
 
     def _check_store_writes(self, eager: bool = False) -> None:
@@ -505,9 +518,26 @@ class Broker:
             self.now = now
         self.model.now = self.now
 
+    def _count_inbound(self, session: Session) -> int:
+        """Update ``inbound_bytes`` with what ``session`` holds now; returns that."""
+        held = 0 if session.closed else session.inbound_bytes()
+        if held != session.inbound:
+            self.inbound_bytes += held - session.inbound
+            session.inbound = held
+        return held
+
+    def _forget_inbound(self, session: Session) -> None:
+        self.inbound_bytes -= session.inbound
+        session.inbound = 0
+
+    def memory_used(self) -> int:
+        """What the memory alarm compares with the high watermark: queued message bytes plus the
+        received bytes the codecs hold."""
+        return self.model.queued_bytes + self.inbound_bytes
+
     def _over_watermark(self) -> bool:
         mark = self.config.limits.memory_high_watermark
-        return bool(mark) and self.model.queued_bytes > mark
+        return bool(mark) and self.memory_used() > mark
 
     def _check_memory(self) -> None:
         """Raise or clear the memory alarm; publishing connections are blocked while it is on."""
@@ -516,9 +546,11 @@ class Broker:
             return
         self.mem_alarm = over
         self.model.events.alarm(over, "memory")
-        oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
+        oplog.memory_alarm(over, self.memory_used(), self.config.limits.memory_high_watermark)
         for session in list(self.sessions.values()):
-            if session.published:
+            if session.published or session.inbound:  # publishers, and senders of unfinished input
+                if session.inbound:
+                    session.published = True  # so that it is unblocked with the publishers
                 self._guarded(session, session.memory_alarm, over)
 
     def _flow_check(self, session: Session, touched: list[Any]) -> None:

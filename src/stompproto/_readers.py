@@ -97,6 +97,12 @@ class FrameReader:
         self._body_start = 0
         self._fast_scan = min(max_frame_size, _FAST_HEAD_SCAN)
 
+    def set_size_limits(self, max_frame_size: int, max_body_size: int) -> None:
+        """Change the frame and body caps (between frames: a frame in progress keeps its checks)."""
+        self.max_frame_size = max_frame_size
+        self.max_body_size = max_body_size
+        self._fast_scan = min(max_frame_size, _FAST_HEAD_SCAN)
+
     def mid_frame(self) -> bool:
         """True when unconsumed bytes belong to an unfinished frame (or a lone CR)."""
         return self._phase != _IDLE or self._buf.pending() > 0

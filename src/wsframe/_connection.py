@@ -117,6 +117,22 @@ class Connection:
     def state(self) -> ConnectionState:
         return self._state
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Received bytes held: not parsed yet (a frame still arriving), or the parts of a
+        fragmented message so far. The opening handshake's are bounded by ``max_handshake_size``."""
+        messages = self._messages
+        return len(self._buf) + (messages.assembling if messages is not None else 0)
+
+    def set_limits(self, *, max_frame_size: int, max_message_size: int) -> None:
+        """Change the frame and message caps from the next frame on (a server raising them once
+        the peer has logged in, say)."""
+        self._max_frame = max_frame_size
+        self._max_message = max_message_size
+        if self._reader is not None and self._messages is not None:
+            self._reader.set_max_frame_size(max_frame_size)
+            self._messages.set_max_message_size(max_message_size)
+
     # -- receiving ----------------------------------------------------------------------
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
