@@ -181,16 +181,16 @@ class Broker:
                 events.actor = None
             else:
                 self._guarded(session, session.data_received, data)
-            held = self._count_inbound(session)
+            self._count_inbound(session)
             if self.model.publishes != publishes:
                 session.published = True
                 touched = list(self.model.dirty)  # the queues this call published to (among others)
-            if (touched is not None or held) and (self.mem_alarm or self._over_watermark()):
-                # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
-                # (_settle raises the alarm for the other publishers); so is a connection whose
-                # unfinished input holds memory (a message half received, a login never finished)
-                session.published = True
-                self._guarded(session, session.memory_alarm, True)
+                if self.mem_alarm or self._over_watermark():
+                    # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
+                    # (_settle raises the alarm for the other publishers). A message still arriving
+                    # is read to its end first, as RabbitMQ blocks at the next publish: pausing it
+                    # halfway would keep its bytes, and so the alarm, for good.
+                    self._guarded(session, session.memory_alarm, True)
         self._settle()
         if touched and session is not None:
             self._flow_check(session, touched)
@@ -518,13 +518,12 @@ class Broker:
             self.now = now
         self.model.now = self.now
 
-    def _count_inbound(self, session: Session) -> int:
-        """Update ``inbound_bytes`` with what ``session`` holds now; returns that."""
+    def _count_inbound(self, session: Session) -> None:
+        """Update ``inbound_bytes`` with what ``session`` holds now."""
         held = 0 if session.closed else session.inbound_bytes()
         if held != session.inbound:
             self.inbound_bytes += held - session.inbound
             session.inbound = held
-        return held
 
     def _forget_inbound(self, session: Session) -> None:
         self.inbound_bytes -= session.inbound
@@ -548,9 +547,9 @@ class Broker:
         self.model.events.alarm(over, "memory")
         oplog.memory_alarm(over, self.memory_used(), self.config.limits.memory_high_watermark)
         for session in list(self.sessions.values()):
-            if session.published or session.inbound:  # publishers, and senders of unfinished input
-                if session.inbound:
-                    session.published = True  # so that it is unblocked with the publishers
+            # a publisher in the middle of a message is blocked at its next publish (see
+            # data_received) rather than now, halfway, holding what it sent so far
+            if session.published and not (over and session.inbound):
                 self._guarded(session, session.memory_alarm, over)
 
     def _flow_check(self, session: Session, touched: list[Any]) -> None:

@@ -15,12 +15,18 @@ from pathlib import Path
 import pika
 import pytest
 from e2ekit import ServerProcess, close_quietly, connect, start_server, wait_until
+from test_e2e_amqp_load import RawAmqp
 from tlskit import Pki, make_pki
+
+import amqpproto as A
+from amqpproto import spec
 
 pytestmark = pytest.mark.timeout(180)
 
 #: the deadline the broker runs with here (seconds)
 DEADLINE = 1.0
+#: the memory alarm's high watermark here: only the unfinished-body test comes near it
+WATERMARK = 4 << 20
 PLAIN = ("stomp", "amqp", "ws")
 TLS = ("stomps", "amqps", "wss")
 
@@ -34,7 +40,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def server(kind: str, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     path = tmp_path_factory.mktemp("cfg") / "sansmq.toml"
     path.write_text("[limits]\nheartbeat = [250, 500]\n")
-    srv = start_server(kind, path, "--handshake-timeout", str(DEADLINE), "--tls-cert", str(pki.server_cert),
+    srv = start_server(kind, path, "--handshake-timeout", str(DEADLINE), "--memory-high-watermark", str(WATERMARK),
+                       "--tls-cert", str(pki.server_cert),
                        "--tls-key", str(pki.server_key), "--amqps", "127.0.0.1:0", "--stomps", "127.0.0.1:0",
                        "--wss", "127.0.0.1:0")
     for protocol in TLS:
@@ -144,3 +151,34 @@ def test_large_frames_before_login_are_refused_early_and_memory_stays_flat(serve
         while chunk := sock.recv(65536):
             got += chunk
         assert got.startswith(b"ERROR\n") and b"8192" in got
+
+
+def test_a_half_received_amqp_body_sets_the_memory_alarm(server):
+    """An unfinished message is memory too: 6 MiB of a 20 MiB body, with nothing queued, pass the
+    4 MiB watermark and the publishers are blocked (pika gets connection.blocked); when its sender
+    goes, the alarm clears (issue 23: an unfinished 100 MiB body was not counted)."""
+    events: list[str] = []
+    pub = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port("amqp"), connection_attempts=1,
+                                                            socket_timeout=10))
+    pub.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+    pub.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+    ch = pub.channel()
+    ch.queue_declare("", exclusive=True)
+    ch.basic_publish("", "hs-nowhere", b"a publisher, so the alarm blocks it")
+    c = RawAmqp(("127.0.0.1", server.port("amqp")), timeout=15)
+    try:
+        c.send(A.ProtocolHeader())
+        c.expect(spec.ConnectionStart)
+        c.send(spec.ConnectionStartOk({}, "PLAIN", A.plain_response("guest", "guest"), "en_US"))
+        c.send(c.conn.tune_ok(c.expect(spec.ConnectionTune)), spec.ConnectionOpen("/"))
+        c.expect(spec.ConnectionOpenOk)
+        c.send(spec.ChannelOpen(channel=1))
+        c.expect(spec.ChannelOpenOk)
+        publish = c.conn.send(spec.BasicPublish(routing_key="hs-nowhere", body=b"u" * (20 << 20), channel=1))
+        c.sock.sendall(publish[:6 << 20])
+        wait_until(lambda: pub.process_data_events(0.05) or events == ["blocked"], 10, "connection.blocked")
+    finally:
+        c.close()
+    wait_until(lambda: pub.process_data_events(0.05) or events == ["blocked", "unblocked"], 10,
+               "connection.unblocked once the unfinished message is gone")
+    pub.close()

@@ -48,7 +48,7 @@ STOMP_BAD = b"BOGUS\n\n\0"
 
 def amqp_bytes() -> tuple[bytes, bytes, bytes]:
     """A client's handshake up to an open channel (recorded against a throwaway broker, whose
-    answers the client codec needs), the first 20,000 bytes of a 100,000-byte publish, and a frame
+    answers the client codec needs), a 100,000-byte publish to queue "q", and a frame
     without its frame-end octet (a fatal framing error)."""
     b = broker()
     b.connection_made(1, "amqp", ("127.0.0.1", 40000), 1.0)
@@ -70,10 +70,12 @@ def amqp_bytes() -> tuple[bytes, bytes, bytes]:
     say(spec.ConnectionOpen("/"))
     say(spec.ChannelOpen(channel=1))
     publish = client.send(spec.BasicPublish(routing_key="q", body=b"y" * 100_000, channel=1))
-    return b"".join(sent), publish[:20_000], b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x28\x00"
+    return b"".join(sent), publish, b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x28\x00"
 
 
-AMQP_OPEN, AMQP_PARTIAL, AMQP_BAD = amqp_bytes()
+AMQP_OPEN, AMQP_PUBLISH, AMQP_BAD = amqp_bytes()
+#: the first 20,000 bytes of AMQP_PUBLISH
+AMQP_PARTIAL = AMQP_PUBLISH[:20_000]
 
 #: case -> (protocol, bytes that open the connection, then bytes that leave a frame unfinished,
 #: then bytes that are a protocol error)
