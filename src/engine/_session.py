@@ -179,19 +179,15 @@ class Session:
         return 0
 
     def handshake_done(self) -> None:
-        """The client is logged in: no handshake deadline any more, full-size frames (protocols
-        raise their codec's limits in ``open_limits``)."""
+        """The client is logged in: no handshake deadline any more, and full-size frames (the
+        STOMP and AMQP codecs raise their own limits at CONNECTED and tune-ok; a carrier is told)."""
         if not self.handshaking:
             return
         self.handshaking = False
         self.handshake_deadline = None
-        self.open_limits()
         if self.carrier is not None:
             self.carrier.carried_handshake_done()
         self.host.timer_moved(self)
-
-    def open_limits(self) -> None:
-        """Raise the codec's frame limits from the unauthenticated ones to the configured ones."""
 
     def handshake_timed_out(self) -> None:
         """The handshake deadline passed: close (protocols override this to tell the peer first)."""
