@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pika
 import pytest
-from e2ekit import ServerProcess, close_quietly, connect, start_server, wait_until
+from e2ekit import ServerProcess, WsStomp, close_quietly, connect, start_server, wait_until
 from test_e2e_amqp_load import RawAmqp
 from tlskit import Pki, make_pki
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 import amqpproto as A
 from amqpproto import spec
@@ -182,3 +184,18 @@ def test_a_half_received_amqp_body_sets_the_memory_alarm(server):
     wait_until(lambda: pub.process_data_events(0.05) or events == ["blocked", "unblocked"], 10,
                "connection.unblocked once the unfinished message is gone")
     pub.close()
+
+
+def test_a_large_websocket_message_before_login_is_a_1009(server):
+    """With the `websockets` client: a 20 KB message before the STOMP login is refused with Close
+    1009; after the login a 200 KB SEND goes through."""
+    url = f"ws://127.0.0.1:{server.port('ws')}/ws"
+    with ws_connect(url, subprotocols=["v12.stomp"], open_timeout=10) as ws:
+        ws.send("CONNECT\naccept-version:1.2\nhost:/\nx-pad:" + "p" * 20_000 + "\n\n\0")
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv(timeout=10)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    with ws_connect(url, subprotocols=["v12.stomp"], open_timeout=10, max_size=None) as ws:
+        client = WsStomp(ws)
+        client.connect()
+        client.receipt("SEND", {"destination": "/queue/hs-ws-big"}, b"b" * 200_000)
