@@ -46,10 +46,11 @@ STOMP_PARTIAL = b"SEND\ndestination:/queue/q\ncontent-length:100000\n\n" + b"x" 
 STOMP_BAD = b"BOGUS\n\n\0"
 
 
-def amqp_bytes() -> tuple[bytes, bytes, bytes]:
+def amqp_bytes(busy: bool = False) -> tuple[bytes, bytes, bytes]:
     """A client's handshake up to an open channel (recorded against a throwaway broker, whose
-    answers the client codec needs), a 100,000-byte publish to queue "q", and a frame
-    without its frame-end octet (a fatal framing error)."""
+    answers the client codec needs; ``busy``: then a consumer on a queue of its own with a
+    message delivered and not acked, on a channel in confirm mode), a 100,000-byte publish to
+    queue "q", and a frame without its frame-end octet (a fatal framing error)."""
     b = broker()
     b.connection_made(1, "amqp", ("127.0.0.1", 40000), 1.0)
     client = A.Connection(A.CLIENT)
@@ -69,11 +70,21 @@ def amqp_bytes() -> tuple[bytes, bytes, bytes]:
     say(spec.ConnectionTuneOk(2047, 131072, 0))
     say(spec.ConnectionOpen("/"))
     say(spec.ChannelOpen(channel=1))
+    if busy:
+        say(spec.ConfirmSelect(channel=1))
+        say(spec.QueueDeclare(queue="busy", channel=1))
+        say(spec.BasicConsume(queue="busy", consumer_tag="c", channel=1))
+        say(spec.BasicPublish(routing_key="busy", body=b"unacked", channel=1))
     publish = client.send(spec.BasicPublish(routing_key="q", body=b"y" * 100_000, channel=1))
     return b"".join(sent), publish, b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x28\x00"
 
 
 AMQP_OPEN, AMQP_PUBLISH, AMQP_BAD = amqp_bytes()
+AMQP_BUSY = amqp_bytes(busy=True)[0]
+#: a STOMP client with a subscription holding an unacked message and an open transaction
+STOMP_BUSY = (b"SUBSCRIBE\ndestination:/queue/busy\nid:s\nack:client\n\n\0"
+              b"SEND\ndestination:/queue/busy\n\nunacked\0BEGIN\ntransaction:t\n\n\0"
+              b"SEND\ndestination:/queue/busy\ntransaction:t\n\nin tx\0")
 #: the first 20,000 bytes of AMQP_PUBLISH
 AMQP_PARTIAL = AMQP_PUBLISH[:20_000]
 
@@ -87,6 +98,11 @@ CASES: dict[str, tuple[str, list[bytes], bytes, bytes]] = {
     "ws-stomp-inner": ("ws", [UPGRADE_STOMP, ws_frame(STOMP_CONNECT)], ws_frame(STOMP_PARTIAL),
                        ws_frame(STOMP_BAD)),  # STOMP ERROR inside, then Close
     "ws-amqp-inner": ("ws", [UPGRADE_AMQP, ws_frame(AMQP_OPEN)], ws_frame(AMQP_PARTIAL), ws_frame(AMQP_BAD)),
+    # with consumers, unacked deliveries, confirms, a transaction: what the model holds of them
+    "stomp-busy": ("stomp", [STOMP_CONNECT, STOMP_BUSY], STOMP_PARTIAL, STOMP_BAD),
+    "amqp-busy": ("amqp", [AMQP_BUSY], AMQP_PARTIAL, AMQP_BAD),
+    "ws-stomp-busy": ("ws", [UPGRADE_STOMP, ws_frame(STOMP_CONNECT), ws_frame(STOMP_BUSY)],
+                      ws_frame(STOMP_PARTIAL), ws_frame(STOMP_BAD)),
 }
 
 
