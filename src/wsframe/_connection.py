@@ -120,9 +120,12 @@ class Connection:
     @property
     def buffered_bytes(self) -> int:
         """Received bytes held: not parsed yet (a frame still arriving), or the parts of a
-        fragmented message so far. The opening handshake's are bounded by ``max_handshake_size``."""
+        fragmented message so far; during the opening handshake, the request received so far."""
         messages = self._messages
-        return len(self._buf) + (messages.assembling if messages is not None else 0)
+        if messages is None:
+            hs = self._hs_server
+            return hs.buffered_bytes() if hs is not None and self._state is S.IDLE else 0
+        return len(self._buf) + messages.assembling
 
     def set_limits(self, *, max_frame_size: int, max_message_size: int) -> None:
         """Change the frame and message caps from the next frame on (a server raising them once

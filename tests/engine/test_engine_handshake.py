@@ -215,3 +215,16 @@ def test_unfinished_input_of_connections_not_logged_in_counts_too(protocol: str)
         b.connection_lost(conn_id, T0 + 1)
     out = b.drain()
     assert b.inbound_bytes == 0 and not b.mem_alarm and ResumeReading(9) in out
+
+
+def test_half_an_upgrade_request_is_counted_until_it_is_parsed_or_gone() -> None:
+    b = broker()
+    b.connection_made(1, "ws", PEER, T0)
+    b.data_received(1, UPGRADE_STOMP[:40], T0)
+    assert b.inbound_bytes == 40
+    b.data_received(1, UPGRADE_STOMP[40:], T0)
+    assert b.inbound_bytes == 0  # answered: nothing held
+    b.connection_made(2, "ws", PEER, T0)
+    b.data_received(2, UPGRADE_STOMP[:40], T0)
+    b.connection_lost(2, T0)
+    assert b.inbound_bytes == 0
