@@ -46,3 +46,34 @@ def test_amqp_states_still_equal_their_old_string_constants():
     assert amqpproto.Connection(amqpproto.CLIENT).state == "AWAIT_HEADER"
     assert amqpproto.Connection(amqpproto.CLIENT).channel_state(1) == "CH_CLOSED"
     assert f"{amqpproto.OPEN}" == "OPEN"
+
+
+#: per codec: bytes a server-role connection fails on with a RemoteProtocolError it keeps
+BAD_INPUT = {
+    "amqpproto": b"AMQP\x00\x00\x09\x01" + b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x0b\x00",
+    "stompproto": b"BOGUS\n\n\x00",
+    "wsframe": b"GET /ws HTTP/1.0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
+def test_a_failed_connection_keeps_no_traceback(codec):
+    """The error a connection keeps (and raises again) holds no traceback: its frames would hold
+    the connection, its caller and their buffers in a cycle only the cyclic GC frees (issue 23)."""
+    import gc
+
+    conn = codec.Connection(codec.SERVER)
+    conn.receive_data(BAD_INPUT[codec.__name__])
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):  # the first raise and the repeat
+            with pytest.raises(codec.RemoteProtocolError) as info:
+                while conn.next_event() is not codec.NEED_DATA:
+                    pass
+            assert info.value.hint is not None
+            del info
+        del conn
+        assert gc.collect() == 0  # nothing was left for the cyclic GC: reference counting freed it all
+    finally:
+        gc.enable()

@@ -27,6 +27,9 @@ class Connection(Receiving, Sending):
     ``frame_max``/``channel_max``/``heartbeat`` are this side's limits and preferences; the
     negotiated values replace them once connection.tune-ok has passed (either direction).
     ``max_body_size`` caps an announced content body (a breach is the soft error 311).
+    ``initial_frame_max`` caps the frames received until connection.tune-ok has passed (None:
+    ``frame_max``): a server's peer is not logged in before that, and RabbitMQ takes only small
+    frames from it (FRAME_MIN_SIZE; the spec guarantees a peer at least 4096).
     """
 
     def __init__(
@@ -37,11 +40,14 @@ class Connection(Receiving, Sending):
         channel_max: int = 2047,
         heartbeat: int = 60,
         max_body_size: int = 128 * 1024 * 1024,
+        initial_frame_max: int | None = None,
     ) -> None:
         if role not in (CLIENT, SERVER):
             raise ValueError("role must be CLIENT or SERVER")
         if not spec.FRAME_MIN_SIZE <= frame_max <= 0xFFFFFFFF:
             raise ValueError("frame_max must be in 4096..2**32-1")
+        if initial_frame_max is not None and not spec.FRAME_MIN_SIZE <= initial_frame_max:
+            raise ValueError("initial_frame_max must be at least 4096")
         self.our_role = role
         self.their_role = role.peer
         self.state = S.AWAIT_HEADER
@@ -52,7 +58,7 @@ class Connection(Receiving, Sending):
         self.frame_max = frame_max
         self.channel_max = channel_max or 65535
         self.heartbeat = 0  # negotiated seconds; 0 = off until tune-ok says otherwise
-        self._recv_max_payload = frame_max - 8
+        self._recv_max_payload = min(frame_max, initial_frame_max or frame_max) - 8
         self._send_max_payload = spec.FRAME_MIN_SIZE - 8
         self._buf = ReceiveBuffer()
         self._eof = False
@@ -101,7 +107,7 @@ class Connection(Receiving, Sending):
         if self._queued:
             return self._queued.popleft()
         if self._broken is not None:
-            raise self._broken
+            raise self._broken.detached()  # a fresh copy each time: the kept one has no traceback
         try:
             return self._next()
         except RemoteProtocolError as e:
@@ -143,6 +149,11 @@ class Connection(Receiving, Sending):
             self._queued.append(HeartbeatDue())
 
     @property
+    def buffered_bytes(self) -> int:
+        """Received bytes held: not parsed yet, or the body frames of a message being assembled."""
+        return len(self._buf) + sum(chan.got for chan in self._channels.values() if chan.chunks)
+
+    @property
     def trailing_data(self) -> tuple[bytes, bool]:
         """Unparsed bytes and whether EOF was seen (like h11)."""
         return bytes(self._buf.data[self._buf.pos:]), self._eof
@@ -157,6 +168,6 @@ class Connection(Receiving, Sending):
                 chan.chunks = []
             return
         if e.fatal:
-            self._broken = e
+            self._broken = e.detached()
         if self.state not in S.CLOSING_BY and self.state is not S.CLOSED:
             self.state = S.ERROR

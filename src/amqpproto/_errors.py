@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Self
 
 
 class ProtocolError(Exception):
@@ -15,6 +16,12 @@ class ProtocolError(Exception):
         self.reply_code = reply_code
         self.hint = hint
         self.fatal = fatal
+
+    def detached(self) -> Self:
+        """A copy without traceback, cause or context, for a connection to keep and raise again:
+        a kept traceback's frames would hold the connection, its caller (the broker's session) and
+        their receive buffers in a reference cycle that only the cyclic GC frees."""
+        return copy.copy(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.msg!r}, reply_code={self.reply_code})"

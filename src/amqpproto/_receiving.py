@@ -56,7 +56,7 @@ class Receiving(Handshake, ChannelTracking):
             ftype, ch, size = _unpack_frame_header(data, pos)
             if size > max_payload:
                 raise self._hard(spec.FRAME_ERROR,
-                                 f"frame of {size + 8} bytes exceeds frame_max {self.frame_max}",
+                                 f"frame of {size + 8} bytes exceeds frame_max {max_payload + 8}",
                                  fatal=True)
             end = pos + 7 + size
             if end >= len(data):

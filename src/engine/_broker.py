@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +68,19 @@ def _identity(session: Session) -> tuple[str | None, str | None]:
     return (None if user is None else user.name, None if vhost is None else vhost.name)
 
 
+def _without_traceback(exc: BaseException) -> BaseException:
+    """``exc`` made fit to be kept: its traceback as text in a note (``engine.testing`` re-raises
+    it), no live traceback along its cause/context chain, whose frames would hold the session."""
+    exc.add_note("".join(["Traceback (kept as text):\n", *traceback.format_tb(exc.__traceback__)]))
+    seen: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and not any(link is s for s in seen):  # a chain may loop back
+        seen.append(link)
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
+
+
 class Broker:
     """All broker state behind the synchronous driver contract (see DESIGN.md section 2).
 
@@ -103,7 +117,8 @@ class Broker:
         #: queues over their credit -> the publishers paused on them
         self._flow: dict[Queue, dict[Session, None]] = {}
         self._name_seq = 0
-        #: the memory alarm: queued message bytes passed Limits.memory_high_watermark
+        #: the memory alarm: queued message bytes plus ``inbound_bytes`` passed
+        #: Limits.memory_high_watermark
         self.mem_alarm = False
         #: the disk alarm: the free space the server last sampled (None: never) is below
         #: ``disk_free_limit`` (RabbitMQ's disk_free_limit; the server samples, the engine never reads disks)
@@ -112,6 +127,10 @@ class Broker:
         self.disk_free_limit = config.disk_free_limit
         #: publishers are blocked (reading paused, AMQP connection.blocked) while either alarm is on
         self.publishers_blocked = False
+        #: received bytes the connections' codecs hold (frames still arriving, a large message
+        #: being assembled, a login that never comes): memory a peer makes us spend before any
+        #: message is queued, so the memory alarm counts it too
+        self.inbound_bytes = 0
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
         #: the statistics sampler, once management or Prometheus asked for it (``enable_stats``)
@@ -154,6 +173,7 @@ class Broker:
         self.sessions[conn_id] = session
         oplog.accepted(conn_id, protocol, peer)
         self._guarded(session, session.start)
+        self.timer_moved(session)  # arm the handshake deadline
         self._settle()
 
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
@@ -169,12 +189,15 @@ class Broker:
                 events.actor = None
             else:
                 self._guarded(session, session.data_received, data)
+            self._count_inbound(session)
             if self.model.publishes != publishes:
                 session.published = True
                 touched = list(self.model.dirty)  # the queues this call published to (among others)
                 if self.publishers_blocked or self._over_watermark():
                     # as RabbitMQ: a publisher is blocked once it publishes while the alarm is on
-                    # (_settle raises the alarm for the other publishers)
+                    # (_settle raises the alarm for the other publishers). A message still arriving
+                    # is read to its end first, as RabbitMQ blocks at the next publish: pausing it
+                    # halfway would keep its bytes, and so the alarm, for good.
                     self._guarded(session, session.memory_alarm, True)
         self._settle()
         if touched and session is not None:
@@ -186,6 +209,7 @@ class Broker:
         if session is not None:
             session.lost()
             self.sessions.pop(conn_id, None)
+            self._forget_inbound(session)
             if session.flow_blocked:
                 for waiting in self._flow.values():
                     waiting.pop(session, None)
@@ -433,7 +457,9 @@ class Broker:
 
     def close_connection(self, conn_id: int) -> None:
         self._emit(Close(conn_id))
-        self.sessions.pop(conn_id, None)
+        session = self.sessions.pop(conn_id, None)
+        if session is not None:
+            self._forget_inbound(session)
 
     def pause_reading(self, conn_id: int) -> None:
         self._emit(PauseReading(conn_id))
@@ -480,10 +506,10 @@ class Broker:
     def internal_error(self, session: Session, exc: BaseException) -> None:
         """Record and log a bug met while serving ``session`` (whose connection it closes), with
         its traceback; the last 100 are kept in ``internal_errors``."""
-        self.internal_errors.append(exc)  # type: ignore[arg-type]
-        del self.internal_errors[:-100]
         log.error("internal error on connection %d (%s, peer %s); closing it", session.conn_id,
                   type(session).__name__, session.peer, exc_info=(type(exc), exc, exc.__traceback__))
+        self.internal_errors.append(_without_traceback(exc))  # type: ignore[arg-type]
+        del self.internal_errors[:-100]
 
     def _guarded(self, session: Session, fn: Callable[..., None], *args: Any) -> None:
         """A bug met while serving one connection closes that connection, not the broker.
@@ -499,6 +525,7 @@ class Broker:
                     self.internal_error(session, exc2)
                     session.closed = True
                     self.sessions.pop(session.conn_id, None)
+                    self._forget_inbound(session)
                     self._emit(Close(session.conn_id))
 
     def _check_store_writes(self, eager: bool = False) -> None:
@@ -531,9 +558,25 @@ class Broker:
             self.now = now
         self.model.now = self.now
 
+    def _count_inbound(self, session: Session) -> None:
+        """Update ``inbound_bytes`` with what ``session`` holds now."""
+        held = 0 if session.closed else session.inbound_bytes()
+        if held != session.inbound:
+            self.inbound_bytes += held - session.inbound
+            session.inbound = held
+
+    def _forget_inbound(self, session: Session) -> None:
+        self.inbound_bytes -= session.inbound
+        session.inbound = 0
+
+    def memory_used(self) -> int:
+        """What the memory alarm compares with the high watermark: queued message bytes plus the
+        received bytes the codecs hold."""
+        return self.model.queued_bytes + self.inbound_bytes
+
     def _over_watermark(self) -> bool:
         mark = self.config.limits.memory_high_watermark
-        return bool(mark) and self.model.queued_bytes > mark
+        return bool(mark) and self.memory_used() > mark
 
     def _below_disk_limit(self) -> bool:
         return bool(self.disk_free_limit) and self.disk_free is not None and self.disk_free < self.disk_free_limit
@@ -545,7 +588,7 @@ class Broker:
         if over != self.mem_alarm:
             self.mem_alarm = over
             self.model.events.alarm(over, "memory")
-            oplog.memory_alarm(over, self.model.queued_bytes, self.config.limits.memory_high_watermark)
+            oplog.memory_alarm(over, self.memory_used(), self.config.limits.memory_high_watermark)
         low = self._below_disk_limit()
         if low != self.disk_alarm:
             self.disk_alarm = low
@@ -556,7 +599,9 @@ class Broker:
             return
         self.publishers_blocked = blocked
         for session in list(self.sessions.values()):
-            if session.published:
+            # a publisher in the middle of a message is blocked at its next publish (see
+            # data_received) rather than now, halfway, holding what it sent so far
+            if session.published and not (blocked and session.inbound):
                 self._guarded(session, session.memory_alarm, blocked)
 
     def _flow_check(self, session: Session, touched: list[Any]) -> None:

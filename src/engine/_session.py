@@ -1,5 +1,12 @@
 """What every protocol session shares: outbound accounting (back-pressure), its codec timer in the
-broker's timer queue, receipts held until the store is synced, the memory alarm, and closing.
+broker's timer queue, the handshake deadline, receipts held until the store is synced, the memory
+alarm, and closing.
+
+Handshake deadline (RabbitMQ's ``handshake_timeout``, ``Limits.handshake_timeout``): from the
+moment the transport is accepted, a connection has that long to be logged in (STOMP CONNECTED, AMQP
+connection.open-ok; over WebSocket the upgrade and the inner handshake together; over TLS the TLS
+handshake too, which happens under the session). Until then its codec also takes only small frames
+(``Limits.max_frame_size_unauthenticated``): nobody sends a large frame without credentials.
 
 Reading from a connection is paused for any of four reasons, each a flag: ``out_paused`` (the
 client does not read what we send), ``held_paused`` (too many receipts wait for the store),
@@ -96,6 +103,9 @@ class Carrier(Protocol):
     def carried_closed(self) -> None:
         """The nested session closed itself: end the outer protocol, then close the connection."""
 
+    def carried_handshake_done(self) -> None:
+        """The nested session logged in: the transport may take full-size frames from now on."""
+
     def update_reading(self) -> None:
         """A pause reason of the nested session changed: pause or resume the socket."""
 
@@ -104,7 +114,7 @@ class Session:
     __slots__ = (
         "host", "model", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",
         "held", "held_paused", "out_paused", "carrier", "mem_blocked", "flow_blocked", "published",
-        "reading_paused",
+        "reading_paused", "handshaking", "handshake_deadline", "inbound",
         "close_reason", "__weakref__",
     )
     #: the protocol's name in log lines
@@ -141,6 +151,14 @@ class Session:
         self.reading_paused = False
         #: why the connection ends, for the log line (set by whoever decides to close it)
         self.close_reason = ""
+        #: not logged in yet: small frames only (see ``handshake_done``)
+        self.handshaking = True
+        #: when the connection must have finished its handshake; None once it has (or no deadline)
+        timeout = host.config.limits.handshake_timeout
+        self.handshake_deadline: float | None = host.now + timeout / 1000 if timeout else None
+        #: received bytes the codec holds (unparsed, or a message being assembled), as the broker
+        #: last counted them for the memory alarm
+        self.inbound = 0
 
     # -- to implement ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -158,6 +176,31 @@ class Session:
 
     def teardown(self) -> None:
         """Release everything the connection holds in the model (requeue its unacked messages)."""
+
+    def inbound_bytes(self) -> int:
+        """Received bytes the codec holds: not parsed yet, or parts of a message being assembled."""
+        return 0
+
+    def handshake_done(self) -> None:
+        """The client is logged in: no handshake deadline any more, and full-size frames (the
+        STOMP and AMQP codecs raise their own limits at CONNECTED and tune-ok; a carrier is told)."""
+        if not self.handshaking:
+            return
+        self.handshaking = False
+        self.handshake_deadline = None
+        if self.carrier is not None:
+            self.carrier.carried_handshake_done()
+        self.host.timer_moved(self)
+
+    def handshake_timed_out(self) -> None:
+        """The handshake deadline passed: close (protocols override this to tell the peer first)."""
+        self.close()
+
+    def _handshake_expired(self) -> None:
+        timeout = self.host.config.limits.handshake_timeout / 1000
+        self.close_reason = self.close_reason or f"handshake not finished within {timeout:g} s (handshake_timeout)"
+        oplog.handshake_timeout(self, timeout)
+        self.handshake_timed_out()
 
     def codec_timer(self) -> float | None:
         return None
@@ -242,10 +285,18 @@ class Session:
         self.timer_key = None
 
     # -- timers -----------------------------------------------------------------------------------
+    def next_deadline(self) -> float | None:
+        """The earliest of the codec's deadline and the handshake deadline."""
+        deadline = self.codec_timer()
+        handshake = self.handshake_deadline
+        if handshake is not None and (deadline is None or handshake < deadline):
+            return handshake
+        return deadline
+
     def refresh_timer(self) -> None:
         if self.closed:
             return
-        deadline = self.codec_timer()
+        deadline = self.next_deadline()
         current = self.timer_deadline
         if deadline == current:
             return
@@ -264,9 +315,15 @@ class Session:
         session.timer_deadline = None
         if session.closed:
             return
+        handshake = session.handshake_deadline
+        if handshake is not None and now >= handshake:
+            session.handshake_deadline = None
+            session._handshake_expired()
+            if session.closed:
+                return
         session.handle_codec_timer(now)
         if not session.closed:
-            deadline = session.codec_timer()
+            deadline = session.next_deadline()
             if deadline is not None and deadline <= now and deadline == fired:
                 return  # the codec did not move its deadline; do not spin on it
             session.refresh_timer()

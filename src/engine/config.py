@@ -39,6 +39,15 @@ class Limits:
     #: shortest heart-beat periods (ms) the broker agrees to: (send every, receive every). CONNECTED
     #: grants the periods the client asks for, as RabbitMQ does, but never below these.
     heartbeat: tuple[int, int] = (100, 100)
+    #: milliseconds a connection has, from its accept, to finish its handshake (TLS, the WebSocket
+    #: upgrade, STOMP CONNECTED, AMQP connection.open-ok) before it is closed; RabbitMQ's
+    #: ``handshake_timeout`` and default. 0 = no deadline
+    handshake_timeout: int = 10_000
+    #: the largest frame a connection may send before it has logged in (a STOMP frame before
+    #: CONNECTED, an AMQP frame before connection.tune-ok, a WebSocket message before the inner
+    #: handshake): RabbitMQ's pre-authentication frame_max (8192 since 4.0.8; an AMQP peer is
+    #: always allowed 4096). Credentials fit; a 16 MiB frame from a stranger does not
+    max_frame_size_unauthenticated: int = 8192
     #: a STOMP peer counts as dead after its heart-beat period times this factor without a byte from it
     heartbeat_grace: float = 1.5
     default_prefetch: int = 0  # 0 = unlimited, as RabbitMQ's STOMP adapter

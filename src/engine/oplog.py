@@ -116,12 +116,12 @@ def closed(session: Session, reason: str) -> None:
 
 def memory_alarm(on: bool, queued: int, mark: int) -> None:
     if on:
-        log.warning("memory alarm set: %d bytes of queued messages above the high watermark of %d; "
-                    "publishing connections are blocked", queued, mark,
+        log.warning("memory alarm set: %d bytes of queued messages and unfinished input above the high "
+                    "watermark of %d; publishing connections are blocked", queued, mark,
                     extra={"event": "alarm.set", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
     else:
-        log.info("memory alarm cleared: %d bytes of queued messages, watermark %d; publishers unblocked",
-                 queued, mark,
+        log.info("memory alarm cleared: %d bytes of queued messages and unfinished input, watermark %d; "
+                 "publishers unblocked", queued, mark,
                  extra={"event": "alarm.clear", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
 
 
@@ -133,3 +133,11 @@ def disk_alarm(on: bool, free: int, limit: int) -> None:
     else:
         log.info("disk alarm cleared: %d bytes free, limit %d; publishers unblocked", free, limit,
                  extra={"event": "alarm.clear", "alarm": "disk", "disk_free": free, "disk_free_limit": limit})
+
+
+def handshake_timeout(session: Session, seconds: float) -> None:
+    """A connection that did not log in within ``handshake_timeout`` (RabbitMQ logs these too)."""
+    facts = _who(session)
+    log.warning("connection %d (%s, %s): handshake not finished within %g s; closing it",
+                session.conn_id, facts["peer"], facts["protocol"], seconds,
+                extra={"event": "connection.handshake_timeout", "timeout": seconds, **facts})

@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="publish the broker's events (connections, channels, queues, consumers, "
                             "bindings, users, alarms) to the amq.rabbitmq.event exchange of VHOST "
                             "(overrides the config's event_vhost)")
+    serve.add_argument("--handshake-timeout", metavar="SECONDS", type=_seconds, default=None,
+                       help="a connection not logged in this long after its accept (TLS, WebSocket upgrade, "
+                            "STOMP CONNECT, AMQP connection.open) is closed; 0 disables; overrides "
+                            "limits.handshake_timeout (milliseconds; default 10 s, as RabbitMQ)")
     serve.add_argument("--shutdown-timeout", metavar="SECONDS", type=_seconds, default=None,
                        help="on SIGTERM/SIGINT, how long clients get to answer their protocol's close "
                             "before they are dropped (default 5)")
@@ -357,6 +361,8 @@ def _load_config(args: argparse.Namespace) -> Config:
         config.limits.flow_credit = args.flow_credit
     if args.tcp_recv_buffer is not None:
         config.limits.tcp_recv_buffer = args.tcp_recv_buffer
+    if args.handshake_timeout is not None:
+        config.limits.handshake_timeout = round(args.handshake_timeout * 1000)
     for vhost in args.trace:
         if vhost not in config.vhosts:
             raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)

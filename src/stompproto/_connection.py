@@ -18,8 +18,11 @@ Decisions (see also _readers and _state):
   After an ERROR nothing may be sent and any further peer frame is an error.
   EOF at a frame boundary gives one ``ConnectionClosed`` (then ``NEED_DATA``);
   EOF inside a frame is a RemoteProtocolError.
-* Once a RemoteProtocolError was raised, ``next_event`` raises it again; ``send`` still
-  works so the server can send ``exc.hint``.
+* ``max_connect_frame_size`` caps every frame (and body) until CONNECTED has passed, so a peer
+  that has not logged in cannot make the connection buffer a full-size frame; the other limits
+  apply from then on.
+* Once a RemoteProtocolError was raised, ``next_event`` raises it again (a fresh copy: no
+  traceback is kept, see ``detached``); ``send`` still works so the server can send ``exc.hint``.
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class Connection:
         max_body_size: int = 16 * 1024 * 1024,
         heartbeat_grace: float = 1.5,
         versions: Iterable[str] = SUPPORTED_VERSIONS,
+        max_connect_frame_size: int | None = None,
     ) -> None:
         if not isinstance(role, Role):
             raise TypeError("role must be CLIENT or SERVER")
@@ -147,6 +151,11 @@ class Connection:
         self._wire_version: str | None = None  # escaping/header rules: set once CONNECTED passed
         self._set_state(State.AWAIT_CONNECT)
         self._buf = ReceiveBuffer()
+        #: the frame and body caps once CONNECTED has passed (before: max_connect_frame_size)
+        self._open_limits = (max_frame_size, max_body_size)
+        if max_connect_frame_size is not None:
+            max_frame_size = min(max_frame_size, max_connect_frame_size)
+            max_body_size = min(max_body_size, max_connect_frame_size)
         self._reader = FrameReader(
             self._buf, max_frame_size=max_frame_size, max_header_count=max_header_count,
             max_header_line=max_header_line, max_body_size=max_body_size,
@@ -179,6 +188,11 @@ class Connection:
         return self._version
 
     @property
+    def buffered_bytes(self) -> int:
+        """Received bytes not parsed into events yet (a frame still arriving, say)."""
+        return self._buf.pending()
+
+    @property
     def heartbeat(self) -> tuple[int, int]:
         """Negotiated (send_every_ms, expect_every_ms) for our side; (0, 0) = off."""
         return self._hb
@@ -203,7 +217,7 @@ class Connection:
         if self._events:
             return self._events.popleft()
         if self._error is not None:
-            raise self._error
+            raise self._error.detached()
         try:
             ev = self._reader.next(self._wire_version)
             if ev is None:
@@ -223,7 +237,7 @@ class Connection:
         except RemoteProtocolError as exc:
             if exc.hint is None:
                 exc.hint = self._hint(str(exc), self._reader.headers)
-            self._error = exc
+            self._error = exc.detached()
             raise
 
     def _received(self, frame: Frame) -> None:
@@ -443,6 +457,7 @@ class Connection:
                     f"CONNECTED must carry version:{version} (got {given!r})"
                 )
         self._wire_version = version
+        self._reader.set_size_limits(*self._open_limits)
         self._recv_rules = _RULES[(self._peer, self._state, version)]
         c2s, s2c = negotiate_heartbeat(self._connect_hb, hb)
         self._hb = (c2s, s2c) if self._role is CLIENT else (s2c, c2s)

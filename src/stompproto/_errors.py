@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from ._events import Error
@@ -16,6 +17,12 @@ class ProtocolError(Exception):
     def __init__(self, msg: str, hint: Error | None = None) -> None:
         super().__init__(msg)
         self.hint = hint
+
+    def detached(self) -> Self:
+        """A copy without traceback, cause or context, for a connection to keep and raise again:
+        a kept traceback's frames would hold the connection, its caller (the broker's session) and
+        their receive buffers in a reference cycle that only the cyclic GC frees."""
+        return copy.copy(self)
 
 
 class LocalProtocolError(ProtocolError):

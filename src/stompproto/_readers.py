@@ -97,6 +97,12 @@ class FrameReader:
         self._body_start = 0
         self._fast_scan = min(max_frame_size, _FAST_HEAD_SCAN)
 
+    def set_size_limits(self, max_frame_size: int, max_body_size: int) -> None:
+        """Change the frame and body caps (between frames: a frame in progress keeps its checks)."""
+        self.max_frame_size = max_frame_size
+        self.max_body_size = max_body_size
+        self._fast_scan = min(max_frame_size, _FAST_HEAD_SCAN)
+
     def mid_frame(self) -> bool:
         """True when unconsumed bytes belong to an unfinished frame (or a lone CR)."""
         return self._phase != _IDLE or self._buf.pending() > 0
@@ -212,7 +218,7 @@ class FrameReader:
             return False  # CRLF (or a bare CR): the first "\n\n" is not the head's end
         head_len = e + 2 - pos
         if head_len > self.max_frame_size:
-            raise RemoteProtocolError("frame too large")
+            raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
         if block.count(b"\n") > self.max_header_count:
             raise RemoteProtocolError("too many headers")
         max_line = self.max_header_line
@@ -241,7 +247,7 @@ class FrameReader:
                 if partial > max_line + 1 or (partial == max_line + 1 and buf[end - 1] != 13):
                     raise RemoteProtocolError("header line too long")
                 if end - pos > self.max_frame_size:
-                    raise RemoteProtocolError("frame too large")
+                    raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
                 if not lines:
                     self._check_command_prefix(bytes(buf[s:end]))
                 self._scan = end - pos
@@ -250,7 +256,7 @@ class FrameReader:
             if stop - s > max_line:
                 raise RemoteProtocolError("header line too long")
             if lf + 1 - pos > self.max_frame_size:
-                raise RemoteProtocolError("frame too large")
+                raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
             self._line_start = self._scan = lf + 1 - pos
             if stop == s:  # blank line: end of head
                 self._finish_head(b"\n".join(lines[1:]), lf + 1 - pos, version)
@@ -307,9 +313,9 @@ class FrameReader:
                 raise RemoteProtocolError(f"invalid content-length {clen[:32]!r}")
             n = int(clen)
             if n > self.max_body_size:
-                raise RemoteProtocolError("frame body too large")
+                raise RemoteProtocolError(f"frame body too large (at most {self.max_body_size} bytes)")
             if head_len + n + 1 > self.max_frame_size:
-                raise RemoteProtocolError("frame too large")
+                raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
             self._clen = n
         else:
             self._clen = None
@@ -332,15 +338,15 @@ class FrameReader:
             if nul < 0:
                 end = len(buf)
                 if end - bs > self.max_body_size:
-                    raise RemoteProtocolError("frame body too large")
+                    raise RemoteProtocolError(f"frame body too large (at most {self.max_body_size} bytes)")
                 if end - pos > self.max_frame_size:
-                    raise RemoteProtocolError("frame too large")
+                    raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
                 self._scan = end - pos
                 return None
             if nul - bs > self.max_body_size:
-                raise RemoteProtocolError("frame body too large")
+                raise RemoteProtocolError(f"frame body too large (at most {self.max_body_size} bytes)")
             if nul + 1 - pos > self.max_frame_size:
-                raise RemoteProtocolError("frame too large")
+                raise RemoteProtocolError(f"frame too large (at most {self.max_frame_size} bytes)")
         cls = self._cls
         assert cls is not None and self.headers is not None
         body = bytes(buf[bs:nul])

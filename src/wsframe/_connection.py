@@ -117,6 +117,25 @@ class Connection:
     def state(self) -> ConnectionState:
         return self._state
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Received bytes held: not parsed yet (a frame still arriving), or the parts of a
+        fragmented message so far; during the opening handshake, the request received so far."""
+        messages = self._messages
+        if messages is None:
+            hs = self._hs_server
+            return hs.buffered_bytes() if hs is not None and self._state is S.IDLE else 0
+        return len(self._buf) + messages.assembling
+
+    def set_limits(self, *, max_frame_size: int, max_message_size: int) -> None:
+        """Change the frame and message caps from the next frame on (a server raising them once
+        the peer has logged in, say)."""
+        self._max_frame = max_frame_size
+        self._max_message = max_message_size
+        if self._reader is not None and self._messages is not None:
+            self._reader.set_max_frame_size(max_frame_size)
+            self._messages.set_max_message_size(max_message_size)
+
     # -- receiving ----------------------------------------------------------------------
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
@@ -143,11 +162,11 @@ class Connection:
         """The next event, or NEED_DATA. Only RemoteProtocolError escapes; after one, the
         same error is raised again and only its ``hint`` may still be sent."""
         if self._error is not None:
-            raise self._error
+            raise self._error.detached()  # a fresh copy each time: the kept one has no traceback
         try:
             event = self._next()
         except RemoteProtocolError as exc:
-            self._error = exc
+            self._error = exc.detached()
             self._state = S.HANDSHAKE_FAILED if self._writer is None else S.FAILED
             raise
         return event

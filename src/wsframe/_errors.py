@@ -1,7 +1,8 @@
 """The two error kinds: whose fault it is decides which one is raised."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from ._events import CloseConnection, RejectConnection
@@ -16,6 +17,12 @@ class ProtocolError(Exception):
         super().__init__(msg)
         self.msg = msg
         self.hint = hint
+
+    def detached(self) -> Self:
+        """A copy without traceback, cause or context, for a connection to keep and raise again:
+        a kept traceback's frames would hold the connection, its caller (the broker's session) and
+        their receive buffers in a reference cycle that only the cyclic GC frees."""
+        return copy.copy(self)
 
 
 class LocalProtocolError(ProtocolError):

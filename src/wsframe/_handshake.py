@@ -95,6 +95,10 @@ class ServerHandshake:
     def receive_data(self, data: bytes) -> None:
         self._h11.receive_data(data)
 
+    def buffered_bytes(self) -> int:
+        """Bytes of the opening request received and not parsed yet (at most ``max_size``)."""
+        return len(self._h11.trailing_data[0])
+
     def next_request(self) -> Request | None:
         """The validated Request once it (and its empty body) is complete; None: need data.
 

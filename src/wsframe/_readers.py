@@ -47,6 +47,9 @@ class FrameReader:
         self._rsv1_ok = rsv1_ok
         self._pending: tuple[int, int, int, bool] | None = None  # (b0, header length, payload length, masked)
 
+    def set_max_frame_size(self, size: int) -> None:
+        self._max_frame = size
+
     def next_frame(self) -> tuple[int, bool, bool, bytes] | None:
         """(opcode, fin, rsv1, unmasked payload), or None until the frame is complete."""
         buf = self._buf
@@ -147,6 +150,14 @@ class MessageReader:
         self._decoder: codecs.IncrementalDecoder | None = None
         self._parts: list[bytes] | list[str] = []
         self._size = 0
+
+    def set_max_message_size(self, size: int) -> None:
+        self._max_message = size
+
+    @property
+    def assembling(self) -> int:
+        """Bytes of the message in progress received so far (0 between messages)."""
+        return self._size if self._opcode is not None else 0
 
     def frame(self, opcode: int, fin: bool, rsv1: bool, payload: bytes) -> Event | None:
         if opcode == OP_PING:

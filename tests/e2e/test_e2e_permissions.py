@@ -9,6 +9,7 @@ configure, write and read only resources named ``app-*`` in vhost ``/`` and has 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import pika
@@ -25,6 +26,11 @@ from engine.model.security import hash_password
 
 pytestmark = pytest.mark.timeout(120)
 
+#: a client_id / user name that, read as a regex, backtracks exponentially on "aaaa...!"
+REDOS = "(a+)+$"
+#: a routing key that would make the unescaped pattern backtrack (2**24 paths: seconds, not ms)
+REDOS_KEY = "a" * 24 + "!"
+
 DEFINITIONS = {
     "users": [
         {"name": "app", "password_hash": hash_password("app-pw", b"\x00\x01\x02\x03"),
@@ -33,12 +39,16 @@ DEFINITIONS = {
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
         {"name": "reader", "password_hash": hash_password("reader-pw", b"\x09\x08\x07\x06"),
          "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["monitoring"]},
+        # a user name that is a catastrophic regex: {username} must be substituted as text
+        {"name": REDOS, "password_hash": hash_password("redos-pw", b"\x01\x01\x01\x01"),
+         "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
     ],
     "vhosts": [{"name": "/"}, {"name": "other"}],
     "permissions": [
         {"user": "app", "vhost": "/", "configure": "^app-", "write": "^app-", "read": "^app-"},
         {"user": "reader", "vhost": "/", "configure": "", "write": "", "read": ".*"},
         {"user": "tp", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": REDOS, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
     ],
     "queues": [{"name": "guest-q", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}},
                {"name": "app-fixed", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}],
@@ -49,7 +59,9 @@ DEFINITIONS = {
     # topic authorisation on app-topics only: publish with "app." or "<client_id>." keys, bind "app." ones
     "topic_permissions": [{"user": "app", "vhost": "/", "exchange": "app-topics",
                            "write": "^{username}\\.|^{client_id}\\.", "read": "^{username}\\."},
-                          {"user": "tp", "vhost": "/", "exchange": "amq.topic", "write": "", "read": "^tp\\."}],
+                          {"user": "tp", "vhost": "/", "exchange": "amq.topic", "write": "", "read": "^tp\\."},
+                          {"user": REDOS, "vhost": "/", "exchange": "app-topics", "write": "^{username}\\.",
+                           "read": ""}],
 }
 
 
@@ -342,3 +354,38 @@ def test_topic_permissions_over_websocket(srv):
         c.send(spec.QueueBind(queue="app-fixed", exchange="app-topics", routing_key="other.#", channel=1))
         close = c.expect(spec.ChannelClose)
         assert (close.reply_code, close.reply_text) == (403, "ACCESS_REFUSED - " + TOPIC_REFUSED.format("other.#"))
+
+
+def test_amqp_client_id_is_substituted_literally_and_quickly(srv):
+    """Issue 23 item 6: a client_id of ``(a+)+$`` is six characters to match, not a regex that
+    freezes the broker for the length of one publish."""
+    host, port = srv.address("amqp")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, "/", pika.PlainCredentials("app", "app-pw"), client_properties={"client_id": REDOS},
+        connection_attempts=1, socket_timeout=10))
+    try:
+        ch = conn.channel()
+        ch.basic_publish("app-topics", REDOS + ".reading", b"the literal client_id")
+        ch.queue_declare("app-fixed", passive=True)
+        started = time.monotonic()
+        refused(lambda: (ch.basic_publish("app-topics", REDOS_KEY, b"refused"),
+                         ch.queue_declare("app-fixed", passive=True)), TOPIC_REFUSED.format(REDOS_KEY))
+        assert time.monotonic() - started < 2.0
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_stomp_username_is_substituted_literally_and_quickly(srv):
+    conn, col = stomp_conn(srv, REDOS, "redos-pw")
+    try:
+        conn.send(f"/exchange/app-topics/{REDOS}.ok", "the literal user name", receipt="r1")
+        col.wait_receipt("r1")
+        started = time.monotonic()
+        conn.send(f"/exchange/app-topics/{REDOS_KEY}", "refused")
+        col.wait(lambda: col.errors, timeout=5, what="ERROR")
+        assert time.monotonic() - started < 2.0
+        assert (f"access to topic '{REDOS_KEY}' in exchange 'app-topics' in vhost '/' refused for user '{REDOS}'"
+                in col.errors[0].body)
+    finally:
+        close_quietly(conn)

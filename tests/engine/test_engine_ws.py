@@ -533,9 +533,9 @@ def test_incomplete_upgrade_request_times_out():
     broker.connection_made(7, "ws", ("127.0.0.1", 1), net.now)
     broker.data_received(7, b"GET /ws HTTP/1.1\r\nHost: x\r\n", net.now)
     assert broker.drain() == [] and broker.get_timer() is not None
-    broker.handle_timer(net.now + 29)
+    broker.handle_timer(net.now + 9)  # handshake_timeout: 10 s, as RabbitMQ's
     assert broker.drain() == [] and 7 in broker.sessions
-    broker.handle_timer(net.now + 31)
+    broker.handle_timer(net.now + 11)
     assert broker.drain() == [Close(7)] and not broker.sessions
 
 

@@ -285,3 +285,35 @@ def test_topic_permissions_persist_export_import_and_go_with_their_user_and_vhos
     again.delete_user("u")
     assert again.model.security.topic_permissions == {}
     assert Broker(Config(vhosts=("/", "v2")), store, random.Random(1)).model.security.topic_permissions == {}
+
+
+def test_topic_permission_variables_are_substituted_literally_and_quickly():
+    """A client_id (or user name) full of regex syntax is matched as text: RabbitMQ substitutes it
+    literally. Unescaped, ``(a+)+$`` made one publish backtrack for minutes."""
+    import time
+
+    from engine.model.security import Security, TopicPermission, UserAccess
+
+    sec = Security(MemoryStore())
+    tp = TopicPermission("u", "/", "amq.topic", "^{client_id}\\.", "")
+    access = UserAccess(sec, "u", "/", client_id="(a+)+$")
+    started = time.perf_counter()
+    assert not access.topic_allows(tp, "write", "a" * 40 + "!")
+    assert time.perf_counter() - started < 0.5
+    assert access.topic_allows(tp, "write", "(a+)+$.reading")  # the literal text
+    assert not access.topic_allows(tp, "write", "aaa.reading")  # not the regex
+    assert tp.allows("write", "(a+)+$.x", {"client_id": "(a+)+$"})
+
+
+@pytest.mark.parametrize("pattern", ["^(a+)+$", "(\\w*)*x", "^(x|y+)*$", "(a{2,5})+"])
+def test_patterns_whose_matching_time_can_explode_are_refused_when_set(pattern):
+    from engine.model.security import TopicPermission
+
+    b = Broker(Config(), MemoryStore(), random.Random(1))
+    with pytest.raises(PreconditionFailed, match="nests a repeat"):
+        b.set_permissions("guest", "/", ".*", pattern, ".*")
+    with pytest.raises(PreconditionFailed, match="nests a repeat"):
+        TopicPermission("u", "/", "amq.topic", pattern, "")
+    # ordinary patterns, repeats side by side or of a fixed count, still pass
+    for fine in ("^app-", ".*", "^(amq\\.gen-[a-z]+)?$", "^(a|b)*x", "(ab){3}", "^{username}\\.|^{client_id}\\."):
+        b.set_permissions("guest", "/", fine, fine, fine)

@@ -159,7 +159,8 @@ def test_error_repeats_and_hint_is_sendable():
     assert err.hint.headers["receipt-id"] == "r-9"
     with pytest.raises(RemoteProtocolError) as again:
         server.next_event()
-    assert again.value is err
+    # the same error again, as a fresh copy (the kept one holds no traceback: issue 23)
+    assert str(again.value) == str(err) and again.value.hint is err.hint and again.value.__traceback__ is not None
     assert server.send(err.hint).startswith(b"ERROR\n")
     assert server.state.value == "CLOSED"
 

@@ -82,7 +82,9 @@ class AmqpSession(Session):
         super().__init__(host, conn_id, peer)
         self.conn = A.Connection(A.SERVER, frame_max=FRAME_MAX, channel_max=CHANNEL_MAX,
                                  heartbeat=HEARTBEAT,
-                                 max_body_size=host.config.limits.max_message_size)
+                                 max_body_size=host.config.limits.max_message_size,
+                                 initial_frame_max=max(spec.FRAME_MIN_SIZE,
+                                                       host.config.limits.max_frame_size_unauthenticated))
         self.vhost: VHost | None = None
         self.user: UserRecord | None = None
         self.access: UserAccess = None  # type: ignore[assignment]  # set by connection.open
@@ -246,6 +248,9 @@ class AmqpSession(Session):
         self.write(self.conn.send(event, self.host.now))
 
     # -- timers and lifecycle --------------------------------------------------------------------
+    def inbound_bytes(self) -> int:
+        return self.conn.buffered_bytes
+
     def codec_timer(self) -> float | None:
         t = self.conn.get_timer()
         d = self.close_deadline
@@ -429,6 +434,7 @@ class AmqpSession(Session):
         self.vhost = self.model.vhosts[name]
         self.access = UserAccess(self.model.security, user.name, name, client_id_of(self.client_properties))
         self.send(spec.ConnectionOpenOk())
+        self.handshake_done()
         oplog.authenticated(self)
         self.model.events.connection_created(self, "AMQP 0-9-1")
 

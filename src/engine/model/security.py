@@ -25,6 +25,7 @@ from typing import Any, Literal
 from ..store import Store
 from .errors import AccessRefused, NotFound, PreconditionFailed
 from .objects import amqp_type_name
+from .regex_guard import may_explode
 
 __all__ = [
     "HASHING_ALGORITHMS", "DEFAULT_HASHING", "hash_password", "check_password", "UserRecord", "Permission",
@@ -100,12 +101,19 @@ class UserRecord:
 
 
 def _compile(pattern: str) -> re.Pattern[str] | None:
+    """A permission pattern, compiled; refused (406) when invalid or when its matching time may
+    explode (a repeat inside a repeat: Python's ``re`` has no time limit, unlike RabbitMQ's)."""
     if pattern == "":
         return None  # RabbitMQ: an empty pattern grants nothing
     try:
-        return re.compile(pattern)
+        compiled = re.compile(pattern)
     except re.error as exc:
         raise PreconditionFailed(f"invalid regular expression '{pattern}': {exc}") from None
+    if may_explode(pattern):
+        raise PreconditionFailed(f"regular expression '{pattern}' nests a repeat inside a repeat (or an "
+                                 "alternation in one, or refers back to a group): its matching time can "
+                                 "explode; write it without")
+    return compiled
 
 
 @dataclass(slots=True)
@@ -154,15 +162,15 @@ class TopicPermission:
         for pattern in (self.write, self.read):
             _compile(pattern)  # a bad regular expression is refused when set, not when used
 
+    def pattern(self, access: TopicAccess) -> str:
+        """The pattern of ``access`` as written (variables not substituted yet)."""
+        return (self.write if access == "write" else self.read) or "^$"
+
     def allows(self, access: TopicAccess, routing_key: str, variables: dict[str, str]) -> bool:
-        pattern = (self.write if access == "write" else self.read) or "^$"
-        if "{" in pattern:
-            for name, value in variables.items():
-                pattern = pattern.replace("{" + name + "}", value)
-        try:
-            return re.search(pattern, routing_key) is not None  # re caches the compiled patterns
-        except re.error:  # a variable's value broke the expression: refused
-            return False
+        """Whether ``routing_key`` passes ``access`` with these variables (connections go through
+        ``UserAccess.topic_allows``, which keeps the compiled pattern)."""
+        rx = _substituted(self.pattern(access), variables)
+        return rx is not None and rx.search(routing_key) is not None
 
     def to_json(self) -> dict[str, Any]:
         return {"user": self.user, "vhost": self.vhost, "exchange": self.exchange, "write": self.write,
@@ -303,7 +311,7 @@ class UserAccess:
     """One connection's view of its user's permissions in its vhost, with the answers cached (a
     publish asks for the same exchange again and again; a permission change drops the cache)."""
 
-    __slots__ = ("security", "user", "vhost", "_cache", "_version", "variables")
+    __slots__ = ("security", "user", "vhost", "_cache", "_version", "variables", "_topic_rx")
 
     def __init__(self, security: Security, user: str, vhost: str, client_id: str | None = None) -> None:
         self.security = security
@@ -315,6 +323,8 @@ class UserAccess:
             self.variables["client_id"] = client_id
         self._cache: dict[tuple[str, str], bool] = {}
         self._version = security.version
+        #: topic permission pattern as written -> compiled with this connection's variables
+        self._topic_rx: dict[str, re.Pattern[str] | None] = {}
 
     def allows(self, access: Access, resource: str) -> bool:
         sec = self.security
@@ -329,6 +339,21 @@ class UserAccess:
             ok = self._cache[key] = sec.allows(self.user, self.vhost, access, resource)
         return ok
 
+    def topic_allows(self, perm: TopicPermission, access: TopicAccess, routing_key: str) -> bool:
+        """``perm``'s ``access`` pattern, with ``{username}``, ``{vhost}``, ``{client_id}`` replaced
+        by this connection's values taken literally (escaped, as RabbitMQ substitutes them: a
+        client_id of ``(a+)+$`` is those six characters, never a regex), searched in ``routing_key``.
+        Compiled once per connection and pattern (bounded)."""
+        pattern = perm.pattern(access)
+        cache = self._topic_rx
+        if pattern in cache:
+            rx = cache[pattern]
+        else:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            rx = cache[pattern] = _substituted(pattern, self.variables)
+        return rx is not None and rx.search(routing_key) is not None
+
     def refusal(self, access: Access, kind: str, name: str) -> str | None:
         """None when ``access`` to the ``kind`` (queue, exchange) ``name`` is allowed, else RabbitMQ's
         refusal text. The default exchange is the resource ``amq.default``."""
@@ -337,6 +362,18 @@ class UserAccess:
         if self.allows(access, name):
             return None
         return refused_text(kind, name, self.vhost, self.user)
+
+
+def _substituted(pattern: str, variables: dict[str, str]) -> re.Pattern[str] | None:
+    """``pattern`` with its variables replaced by their escaped values, compiled; None (nothing
+    matches) when a variable the pattern names is missing and so leaves it invalid."""
+    if "{" in pattern:
+        for name, value in variables.items():
+            pattern = pattern.replace("{" + name + "}", re.escape(value))
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
 
 
 def client_id_of(client_properties: dict[str, Any] | None) -> str | None:
@@ -357,7 +394,7 @@ def topic_refusal(access: UserAccess, exchange: Any, routing_key: str, want: Top
     if not perms or exchange is None or exchange.type != "topic":
         return None
     perm = perms.get((access.vhost, access.user, exchange.name))
-    if perm is None or perm.allows(want, routing_key, access.variables):
+    if perm is None or access.topic_allows(perm, want, routing_key):
         return None
     return (f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost '{access.vhost}' refused "
             f"for user '{access.user}'")

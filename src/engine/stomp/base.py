@@ -60,6 +60,7 @@ class StompBase(Session):
             max_header_line=limits.max_header_line,
             max_body_size=limits.max_body_size,
             heartbeat_grace=limits.heartbeat_grace,
+            max_connect_frame_size=limits.max_frame_size_unauthenticated,
         )
         self.vhost: VHost | None = None
         self.user: UserRecord | None = None

@@ -120,6 +120,12 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
     def codec_timer(self) -> float | None:
         return self.conn.get_timer()
 
+    def inbound_bytes(self) -> int:
+        return self.conn.buffered_bytes
+
+    def handshake_timed_out(self) -> None:
+        self._fail("Handshake timeout", "no CONNECT frame within the handshake timeout")
+
     def handle_codec_timer(self, now: float) -> None:
         self._guard(self.conn.handle_timer, now)
 
@@ -191,7 +197,8 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             out["heart-beat"] = f"{send_ms},{want_ms}"
         out["server"] = SERVER_NAME
         out["session"] = f"session-{self.conn_id}"
-        self.send(Connected(out))
+        self.send(Connected(out))  # the codec takes full-size frames from now on
+        self.handshake_done()
 
     def _authenticate(self, login: str | None, passcode: str,
                       vhost_name: str) -> tuple[UserRecord | None, str, str]:

@@ -23,8 +23,10 @@ that is not an upgrade gets 426 (the codec's answer), a malformed upgrade the co
 permessage-deflate is accepted when offered only with ``[websocket] compress = true`` (off by default,
 as RabbitMQ's Web-STOMP ``ws_opts.compress``). With ``[websocket] allowed_origins`` set, a request whose
 ``Origin`` is not listed gets 403 (a page of another site cannot use the visitor's loopback access or
-browser credentials); requests without ``Origin`` (not browsers) are not affected. A connection that has not
-completed its upgrade request within ``HANDSHAKE_TIMEOUT`` is closed.
+browser credentials); requests without ``Origin`` (not browsers) are not affected. The handshake deadline
+(``Limits.handshake_timeout``, see ``engine._session``) runs from the accept through the upgrade
+into the inner session: the upgrade and the STOMP/AMQP login together must fit in it. Until the
+inner session has logged in, messages are capped at ``Limits.max_frame_size_unauthenticated``.
 
 Closing: when the inner session closes (STOMP DISCONNECT after its RECEIPT, ERROR, heart-beat
 timeout; AMQP connection.close-ok) a Close 1000 goes out and the connection closes when the
@@ -72,8 +74,6 @@ __all__ = ["WsSession", "WS_PATHS"]
 
 #: request paths (query string ignored) that upgrade to STOMP or AMQP over WebSocket
 WS_PATHS = ("/ws", "/stomp/websocket", "/ws/amqp", "/amqp")
-#: seconds a connection may take to complete its upgrade request (slow or silent clients)
-HANDSHAKE_TIMEOUT = 30.0
 #: seconds to wait for the client's answer to our Close before closing the TCP connection anyway
 CLOSE_TIMEOUT = 5.0
 #: states in which the server may still send messages
@@ -91,21 +91,21 @@ def _origin_check(allowed: tuple[str, ...]) -> Callable[[str | None], bool] | No
 class WsSession(Session):
     """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
-    __slots__ = ("ws", "inner", "peer_close", "handshake_deadline", "close_deadline", "binary", "going_away")
+    __slots__ = ("ws", "inner", "peer_close", "close_deadline", "binary", "going_away")
     PROTOCOL = "ws"
 
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(host, conn_id, peer)
-        size = host.config.limits.max_frame_size
+        # until the inner session logs in, a message may be no larger than a pre-login frame; then
+        # a STOMP frame may take one message of up to max_frame_size (see carried_handshake_done)
+        size = host.config.limits.max_frame_size_unauthenticated
         policy = host.config.websocket
-        # a STOMP frame may take one message of up to max_frame_size; bigger is a 1009
         self.ws = Connection(SERVER, max_frame_size=size, max_message_size=size, rng=host.rng.randbytes,
                              permessage_deflate=PerMessageDeflate() if policy.compress else None,
                              origin_check=_origin_check(policy.allowed_origins))
         self.inner: Session | None = None
         #: the client's Close, once received (answered when the inner session has closed)
         self.peer_close: CloseConnection | None = None
-        self.handshake_deadline: float | None = host.now + HANDSHAKE_TIMEOUT
         #: set once our Close is out: when to stop waiting for the client's answer
         self.close_deadline: float | None = None
         #: the inner protocol is binary (AMQP): its output goes out as binary messages
@@ -115,9 +115,6 @@ class WsSession(Session):
 
     def __repr__(self) -> str:
         return f"WsSession(conn_id={self.conn_id})"
-
-    def start(self) -> None:
-        self.host.timer_moved(self)  # arm the handshake deadline
 
     # -- input ------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -146,12 +143,14 @@ class WsSession(Session):
             factory = AmqpSession
             self.binary = True
         self._send(AcceptConnection(subprotocol=subprotocol))
-        self.handshake_deadline = None
-        self.host.timer_moved(self)
         inner = factory(self.host, self.conn_id, self.peer)
         inner.carrier = self
         inner.blocked = self.blocked
+        # the deadline runs on inside: upgrade and login together must fit in handshake_timeout
+        inner.handshake_deadline, self.handshake_deadline = self.handshake_deadline, None
         self.inner = inner
+        self.host.timer_moved(self)
+        self.host.timer_moved(inner)
         inner.start()
 
     def _on_text(self, message: TextMessage) -> None:
@@ -185,16 +184,19 @@ class WsSession(Session):
         elif not self.closed:
             self.carried_closed()
 
-    # -- timers (the inner session keeps its own heart-beat timer) ---------------------------------------
+    # -- timers (the inner session keeps its own heart-beat timer and handshake deadline) ---------------
     def codec_timer(self) -> float | None:
-        return self.handshake_deadline if self.close_deadline is None else self.close_deadline
+        return self.close_deadline
 
     def handle_codec_timer(self, now: float) -> None:
-        deadline = self.codec_timer()
+        deadline = self.close_deadline
         if deadline is not None and now >= deadline:
-            self.handshake_deadline = self.close_deadline = None
-            # no complete request to answer (HTTP cannot respond before one), or no answer to our Close
-            self.close()
+            self.close_deadline = None
+            self.close()  # no answer to our Close
+
+    def inbound_bytes(self) -> int:
+        inner = self.inner
+        return self.ws.buffered_bytes + (inner.inbound_bytes() if inner is not None else 0)
 
     # -- the carrier side of the inner session ---------------------------------------------------------
     def carry(self, data: bytes) -> None:
@@ -208,6 +210,11 @@ class WsSession(Session):
         except UnicodeDecodeError:  # a text message must be valid UTF-8 (RFC 6455 8.1)
             event = BytesMessage(data)
         self._send(event)
+
+    def carried_handshake_done(self) -> None:
+        size = self.host.config.limits.max_frame_size
+        self.ws.set_limits(max_frame_size=size, max_message_size=size)
+        self.handshaking = False
 
     def carried_closed(self) -> None:
         if self.closed:
@@ -257,6 +264,12 @@ class WsSession(Session):
         inner = self.inner
         if inner is not None and not inner.closed:
             inner.lost()  # as on a TCP drop: released in the model, nothing written
+
+    def _finish(self) -> None:
+        super()._finish()
+        if self.inner is not None:
+            # the inner session points back at us: drop that edge so both go by reference counting
+            self.inner.carrier = None
 
     def abort(self, reason: str) -> None:
         inner = self.inner

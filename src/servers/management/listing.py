@@ -9,13 +9,14 @@ only its own objects, and a full listing is streamed and freed as it goes.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from engine.model.regex_guard import may_explode
 
 from .request import HttpError, Request, bad_request
 
@@ -82,40 +83,15 @@ class Page:
             return lambda _: True
         if self.regex:
             try:
-                explosive = _explosive(_parser.parse(self.name))
                 pattern = re.compile(self.name, re.IGNORECASE)
             except re.error as exc:
                 raise bad_request(f"invalid regular expression {self.name!r}: {exc}") from None
-            if explosive:  # Python's matcher holds the GIL: a runaway match would freeze the broker too
+            if may_explode(self.name):  # Python's matcher holds the GIL: a runaway match would freeze the broker too
                 raise bad_request(f"regular expression {self.name!r} repeats a repeat or an alternation, or "
                                   "refers back to a group (its matching time can explode); write it without")
             return lambda name: pattern.search(name) is not None
         wanted = self.name.lower()
         return lambda name: wanted in name.lower()
-
-
-#: CPython's own regex parser (the tree ``re`` compiles), to vet patterns before running them
-_parser: Any = importlib.import_module("re._parser")
-_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
-
-
-def _explosive(parsed: Any, inside: bool = False) -> bool:
-    """Whether a parsed pattern can backtrack exponentially: a variable repeat around another
-    variable repeat or an alternation, or a back-reference."""
-    for op, av in parsed:
-        kind = str(op)
-        if kind.startswith("GROUPREF") or (inside and kind == "BRANCH"):
-            return True
-        if kind in _REPEATS:
-            low, high, body = av
-            if (inside and low != high) or _explosive(body, inside or low != high):
-                return True
-            continue
-        for part in av if isinstance(av, (tuple, list)) else ():
-            for sub in part if isinstance(part, list) else [part]:
-                if isinstance(sub, _parser.SubPattern) and _explosive(sub, inside):
-                    return True
-    return False
 
 
 def page_of(page: Page, refs: list[Any], name: Callable[[Any], str], total: int,
