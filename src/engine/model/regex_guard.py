@@ -28,7 +28,7 @@ def _explosive(parsed: Any, inside: bool = False) -> bool:
             return True
         if kind in _REPEATS:
             low, high, body = av
-            variable = low != high
+            variable = high > 1 and low != high  # `?` cannot backtrack exponentially
             if (inside and variable) or _explosive(body, inside or variable):
                 return True
             continue
