@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Exchange, Queue
+from .model.queue_types import queue_type
 
 __all__ = ["COUNTERS", "QUEUE_COUNTERS", "QUEUE_DEPTHS", "SECTIONS", "Sampler", "snapshot"]
 
@@ -117,7 +118,7 @@ def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
-            "type": "stream" if q.stream else "classic",
+            "type": queue_type(q),
             "effective_arguments": dict(q.args or {}), "messages_ready": ready,
             "messages_unacknowledged": unacked, "messages": ready + unacked, "consumers": q.consumer_count(),
             "message_bytes_ready": nbytes}

@@ -59,7 +59,15 @@ def test_what_sansmq_has_not_is_named_in_the_notes():
     text = "\n".join(notes)
     assert "parameters: 1 entries ignored" in text and "global_parameters: 1 entries ignored" in text
     assert "vhost limits ignored (not supported): shop" in text
-    assert "'app-quorum' in vhost 'shop': quorum queue imported as a classic one" in text
+    assert "app-quorum" not in text  # a quorum queue is imported as one
+
+
+def test_quorum_queue_is_imported_as_a_quorum_queue():
+    b, _ = imported()
+    q = b.model.vhosts["shop"].queues["app-quorum"]
+    assert q.quorum and q.durable and q.declared_args == {"x-queue-type": "quorum"}
+    assert [e for e in b.export_definitions()["queues"] if e["name"] == "app-quorum"][0]["arguments"] == \
+        {"x-queue-type": "quorum"}
 
 
 def test_export_after_import_keeps_everything_sansmq_has():

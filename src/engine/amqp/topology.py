@@ -9,6 +9,7 @@ from amqpproto import spec
 
 from ..model import Exchange, Queue
 from ..model.objects import inequivalent, term
+from ..model.quorum import check_server_named
 from ..model.security import check_target_exchange, check_topic_access
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
@@ -119,6 +120,7 @@ class TopologyMethods(ChannelBase):
             q = self._queue(name, type(m))
         else:
             if not name:
+                check_server_named(m.arguments)
                 name = session.host.new_name("amq.gen-")
             elif name.startswith("amq."):
                 if name not in vhost.queues:

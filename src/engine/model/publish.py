@@ -18,6 +18,7 @@ from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
 from .objects import STREAM_FLAG, Exchange, Queue, VHost, extras, over_limits, pageable
 from .paging import Pager
+from .quorum import at_least_once, overflow
 from .routing import route, route_cc
 from .state import ModelState
 from .streams import Streams
@@ -116,7 +117,7 @@ class Publisher:
         state = self.state
         expires = msg.expires_at
         args = x.args
-        if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
+        if args and persist and "x-overflow" in args and overflow(q, args) != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
                     self.dead_letter(q, Entry(msg, state.next_seq(), count), "maxlen")
@@ -130,7 +131,7 @@ class Publisher:
                 expires = queue_expiry(args, msg, state.now)
         if not persist and queue_expires is not None:
             expires = queue_expires  # recovered with this queue's own (x-message-ttl) expiry
-        stored = msg.persistent and q.durable
+        stored = q.stores(msg.persistent)
         if persist and stored:
             if expires is not None and expires != msg.expires_at:
                 state.store.enqueue_expiring(q.vhost.name, q.name, msg, expires)
@@ -166,7 +167,13 @@ class Publisher:
 
     # -- leaving a queue dead ------------------------------------------------------------------------
     def remove(self, q: Queue, entry: Entry, reason: str) -> None:
-        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards."""
+        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards. At least
+        once (``quorum.at_least_once``): the dead-lettered copy is written before the removal, so
+        the store never holds neither."""
+        if type(q) is Queue and q.quorum and at_least_once(q):
+            self.dead_letter(q, entry, reason)
+            self.state.forget(q, entry)
+            return
         self.state.forget(q, entry)
         self.dead_letter(q, entry, reason)
 

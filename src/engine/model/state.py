@@ -98,6 +98,6 @@ class ModelState:
         if entry.timer is not None:
             self.timers.cancel(entry.timer)
             entry.timer = None
-        if entry.msg.persistent and q.durable:
+        if q.stores(entry.msg.persistent):
             self.store.remove(q.vhost.name, q.name, entry.msg.id)
             self.store_write(lazy=True)
