@@ -47,7 +47,7 @@ from ..streams import (
 )
 from .errors import PreconditionFailed
 from .objects import Consumer, Queue, queue_type_of
-from .queue_types import check_durable_only, wrong_type_arg
+from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
 __all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "check_not_stream_consumer",
@@ -84,7 +84,7 @@ def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, 
     if not is_stream_args(args):
         for arg in STREAM_QUEUE_ARGS:
             if args and arg in args:
-                raise _not_a_stream(arg, name, vhost)
+                raise wrong_type_arg(arg, name, vhost, queue_type_of(args))
         return
     check_durable_only(name, vhost, durable, exclusive, auto_delete)
     try:
@@ -99,11 +99,7 @@ def check_not_stream_consumer(q: Queue, args: Mapping[str, Any] | None) -> None:
     if args and not q.stream:
         for arg in STREAM_CONSUMER_ARGS:
             if arg in args:
-                raise _not_a_stream(arg, q.name, q.vhost.name)
-
-
-def _not_a_stream(arg: str, name: str, vhost: str) -> PreconditionFailed:
-    return wrong_type_arg(arg, name, vhost, "classic")
+                raise wrong_type_arg(arg, q.name, q.vhost.name, queue_type(q))
 
 
 class StreamEntry(Entry):
