@@ -11,7 +11,23 @@ from typing import Any
 from .errors import PreconditionFailed
 from .objects import Queue, inequivalent, queue_type_of
 
-__all__ = ["queue_type", "check_durable_only", "wrong_type_arg", "check_same_queue_type"]
+__all__ = ["queue_type", "check_durable_only", "wrong_type_arg", "check_same_queue_type", "comparison_order"]
+
+#: the order in which RabbitMQ 3.10 compares a redeclare's arguments, per queue type (its queue
+#: types' ``queue_arguments``): the first that differs is the one its 406 names
+_COMPARED = {
+    "classic": ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+                "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-max-priority",
+                "x-overflow", "x-queue-mode", "x-queue-version", "x-single-active-consumer", "x-queue-type",
+                "x-queue-master-locator"),
+    "quorum": ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-expires",
+               "x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-overflow",
+               "x-single-active-consumer", "x-queue-type", "x-quorum-initial-group-size", "x-delivery-limit",
+               "x-message-ttl", "x-queue-leader-locator"),
+    "stream": ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
+               "x-single-active-consumer", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+               "x-initial-cluster-size", "x-queue-leader-locator"),
+}
 
 
 def queue_type(q: Queue) -> str:
@@ -32,6 +48,13 @@ def wrong_type_arg(arg: str, name: str, vhost: str, qtype: str) -> PreconditionF
     quorum queue, ``x-max-age`` on a classic one)."""
     return PreconditionFailed(f"invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue type "
                               f"rabbit_{qtype}_queue")
+
+
+def comparison_order(q: Queue, keys: set[str]) -> list[str]:
+    """``keys`` in the order RabbitMQ compares them for a redeclare of ``q`` (those it does not
+    know after its own, sorted: the same declare always names the same argument)."""
+    known = _COMPARED[queue_type(q)]
+    return [k for k in known if k in keys] + sorted(keys.difference(known))
 
 
 def check_same_queue_type(q: Queue, args: Mapping[str, Any] | None) -> None:
