@@ -5,8 +5,9 @@ Only one policy applies to an object: the matching one of highest priority (ties
 first, so the choice never depends on insertion order). A queue's effective arguments combine its
 declared ``x-`` arguments with the policy's definition as RabbitMQ's "Combining policies and
 x-arguments" says: for the numeric limits (max-length, max-length-bytes, message-ttl, expires,
-delivery-limit) the lower value wins, for the others (overflow, dead-letter-exchange,
-dead-letter-routing-key) the queue argument wins. Keys of features sansmq does not have (queue-mode,
+delivery-limit) the lower value wins (a negative delivery-limit, none, loses to any), for the others
+(overflow, dead-letter-exchange, dead-letter-routing-key, dead-letter-strategy) the queue argument wins.
+Apply-to ``classic_queues``, ``quorum_queues`` or ``streams`` selects one queue type. Keys of features sansmq does not have (queue-mode,
 ha-*, queue-version, ...) are accepted and ignored with a logged warning, as clients and exported
 definitions still carry them; an unknown key is refused as RabbitMQ refuses it.
 
