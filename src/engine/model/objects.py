@@ -162,6 +162,19 @@ def _extra(name: str, default: Any) -> property:
 
 _entry_seq = attrgetter("seq")
 
+
+def _flag(bit: int, doc: str) -> property:
+    """A Queue attribute kept as one bit of its ``_f``."""
+
+    def get(q: Queue) -> bool:
+        return bool(q._f & bit)
+
+    def set_(q: Queue, value: bool) -> None:
+        q._f = q._f | bit if value else q._f & ~bit
+
+    return property(get, set_, doc=doc)
+
+
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
@@ -201,39 +214,12 @@ class Queue:
         self.consumers: list[Consumer] | None = None
         self._rr = 0
 
-    @property
-    def durable(self) -> bool:
-        return bool(self._f & _DURABLE)
-
-    @durable.setter
-    def durable(self, value: bool) -> None:
-        self._f = self._f | _DURABLE if value else self._f & ~_DURABLE
-
-    @property
-    def auto_delete(self) -> bool:
-        return bool(self._f & _AUTO_DELETE)
-
-    @auto_delete.setter
-    def auto_delete(self, value: bool) -> None:
-        self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
-
-    @property
-    def stream(self) -> bool:
-        """A stream queue (``x-queue-type: stream``): its messages live in a stream log (model.streams)."""
-        return bool(self._f & STREAM_FLAG)
-
-    @stream.setter
-    def stream(self, value: bool) -> None:
-        self._f = self._f | STREAM_FLAG if value else self._f & ~STREAM_FLAG
-
-    @property
-    def quorum(self) -> bool:
-        """A quorum queue (``x-queue-type: quorum``): durable, every message stored, a delivery limit."""
-        return bool(self._f & QUORUM_FLAG)
-
-    @quorum.setter
-    def quorum(self, value: bool) -> None:
-        self._f = self._f | QUORUM_FLAG if value else self._f & ~QUORUM_FLAG
+    durable = _flag(_DURABLE, "A durable queue: its definition and persistent messages are stored.")
+    auto_delete = _flag(_AUTO_DELETE, "Deleted when its last consumer goes.")
+    stream = _flag(STREAM_FLAG, "A stream queue (``x-queue-type: stream``): its messages live in a stream log "
+                   "(model.streams).")
+    quorum = _flag(QUORUM_FLAG, "A quorum queue (``x-queue-type: quorum``; model.quorum): durable, every message "
+                   "stored, a delivery limit.")
 
     def stores(self, persistent: bool) -> bool:
         """Whether a message (persistent or not) in this queue is kept in the store: a persistent

@@ -7,9 +7,9 @@ declared ``x-`` arguments with the policy's definition as RabbitMQ's "Combining 
 x-arguments" says: for the numeric limits (max-length, max-length-bytes, message-ttl, expires,
 delivery-limit) the lower value wins (a negative delivery-limit, none, loses to any), for the others
 (overflow, dead-letter-exchange, dead-letter-routing-key, dead-letter-strategy) the queue argument wins.
-Apply-to ``classic_queues``, ``quorum_queues`` or ``streams`` selects one queue type. Keys of features sansmq does not have (queue-mode,
-ha-*, queue-version, ...) are accepted and ignored with a logged warning, as clients and exported
-definitions still carry them; an unknown key is refused as RabbitMQ refuses it.
+Apply-to ``classic_queues``, ``quorum_queues`` or ``streams`` selects one queue type. Keys of features
+sansmq does not have (queue-mode, ha-*, queue-version, ...) are accepted and ignored with a logged
+warning, as clients and exported definitions still carry them; an unknown key is refused as RabbitMQ refuses it.
 
 Durable through the store's documents: kind ``policy``, keyed ``["vhost", "name"]``, the JSON object in
 the definitions file's shape.

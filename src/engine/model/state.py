@@ -92,12 +92,13 @@ class ModelState:
     def forget(self, q: Any, entry: Entry) -> None:
         """``entry`` leaves ``q`` (a queue or a light subscription) for good (acked, expired,
         dropped): its memory (light subscriptions do not count theirs), timer and stored copy."""
-        if entry.state != GONE and isinstance(q, Queue):
+        queue = isinstance(q, Queue)
+        if entry.state != GONE and queue:
             self.queued_bytes -= len(entry.msg.body)
         entry.state = GONE
         if entry.timer is not None:
             self.timers.cancel(entry.timer)
             entry.timer = None
-        if q.stores(entry.msg.persistent):
+        if q.stores(entry.msg.persistent) if queue else entry.msg.persistent and q.durable:
             self.store.remove(q.vhost.name, q.name, entry.msg.id)
             self.store_write(lazy=True)
