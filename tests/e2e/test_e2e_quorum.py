@@ -270,9 +270,11 @@ def test_celery_with_quorum_queues_runs_tasks(target: Target, tmp_path: Path) ->
         client.close()
     assert worker.returncode == 0, err.decode(errors="replace")[-2000:]
     conn = target.conn()
-    ok = conn.channel().queue_declare(queue, durable=True, arguments=QUORUM)  # it is a quorum queue
+    ok = conn.channel().queue_declare(queue, durable=True, arguments=QUORUM)
     assert ok.method.message_count == 0
     conn.close()
+    if target.http is not None:  # Celery made it a quorum queue
+        assert api(target, "GET", f"/api/queues/%2F/{queue}")["type"] == "quorum"
 
 
 def test_stomp_declares_and_redelivers_with_the_count(target: Target) -> None:
