@@ -106,7 +106,7 @@ class Sampler:
         return out
 
 
-def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
+def _queue(q: Queue, sampler: Sampler | None, streams: Any, at_least_once: Any) -> dict[str, Any]:
     unacked = q.unacked_count()
     owner = q.exclusive_owner
     x = q._x
@@ -114,14 +114,16 @@ def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
     if q.stream:  # as RabbitMQ lists a stream: what it holds (reading removes nothing)
         log = streams.log(q)
         ready, nbytes, unacked = max(0, streams.visible_end(q) - log.first), log.size_bytes, 0
+    # a quorum queue's dead messages kept until their dead letters are taken (at-least-once)
+    dlx = at_least_once.held(q) if q.quorum else 0
     return {"counters": {name: getattr(x, attr) if x is not None else 0 for name, attr in QUEUE_COUNTERS},
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
             "type": queue_type(q),
             "effective_arguments": dict(q.args or {}), "messages_ready": ready,
-            "messages_unacknowledged": unacked, "messages": ready + unacked, "consumers": q.consumer_count(),
-            "message_bytes_ready": nbytes}
+            "messages_unacknowledged": unacked, "messages": ready + unacked + dlx, "consumers": q.consumer_count(),
+            "message_bytes_ready": nbytes, **({"messages_dlx": dlx} if q.quorum else {})}
 
 
 def _exchange(x: Exchange) -> dict[str, Any]:
@@ -195,7 +197,8 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
     }
     vhosts = model.vhosts.values()
     if "queues" in sections:
-        out["queues"] = [_queue(q, sampler, model.streams) for v in vhosts for q in v.queues.values()]
+        kept = model.publisher.at_least_once
+        out["queues"] = [_queue(q, sampler, model.streams, kept) for v in vhosts for q in v.queues.values()]
     if "exchanges" in sections:
         out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
     if "bindings" in sections:

@@ -13,6 +13,7 @@ from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
 from engine.model.policies import Policy
+from engine.stats import snapshot
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 
 QUORUM = {"x-queue-type": "quorum"}
@@ -326,3 +327,72 @@ def test_stomp_declares_quorum_queues_with_headers() -> None:
     net.run_until_idle()
     [redelivered] = messages(f)
     assert redelivered.headers["x-delivery-count"] == "1"
+
+
+def _at_least_once(c: AmqpSimClient, dlx: str, **extra: Any) -> None:
+    declare(c, "work", durable=True, arguments={**QUORUM, "x-dead-letter-exchange": dlx, "x-overflow": "reject-publish",
+                                                "x-dead-letter-strategy": "at-least-once", **extra})
+
+
+def test_at_least_once_keeps_a_dead_letter_that_reaches_no_queue_until_one_takes_it() -> None:
+    store = FakeStore(needs_sync=False)
+    net = new_net(store=store)
+    c = amqp(net)
+    _at_least_once(c, "later")  # the dead-letter exchange does not exist yet
+    publish(c, "work", b"m", props=BasicProperties(delivery_mode=2))
+    net.run_until_idle()
+    got = _get(c, "work")
+    c.send(spec.BasicReject(got.delivery_tag, requeue=False, channel=1))
+    net.run_until_idle()
+    work = net.broker.model.vhosts["/"].queues["work"]
+    assert _get(c, "work") is None and net.broker.model.publisher.at_least_once.held(work) == 1
+    [info] = [q for q in snapshot(net.broker, ("queues",))["queues"] if q["name"] == "work"]
+    assert (info["messages_ready"], info["messages_dlx"], info["messages"]) == (0, 1, 1)  # as RabbitMQ lists it
+    c.call(spec.ExchangeDeclare(exchange="later", type="fanout", durable=True, channel=1))
+    declare(c, "dead", durable=True)
+    c.call(spec.QueueBind(queue="dead", exchange="later", channel=1))
+    del store.ops[:]
+    net.advance(9.0)
+    assert _get(c, "dead") is None  # not yet: routed again every 10 seconds
+    net.advance(1.5)
+    dead = _get(c, "dead")
+    assert dead.body == b"m" and dead.properties.headers["x-first-death-reason"] == "rejected"
+    assert net.broker.model.publisher.at_least_once.held(work) == 0
+    assert [name for name, _ in store.ops if name in ("enqueue", "remove")][:2] == ["enqueue", "remove"]
+
+
+def test_at_least_once_retries_only_the_queue_that_refused() -> None:
+    net = new_net()
+    c = amqp(net)
+    c.call(spec.ExchangeDeclare(exchange="dlx", type="fanout", durable=True, channel=1))
+    declare(c, "full", durable=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    declare(c, "open", durable=True)
+    for q in ("full", "open"):
+        c.call(spec.QueueBind(queue=q, exchange="dlx", channel=1))
+    _at_least_once(c, "dlx")
+    publish(c, "full", b"filler")
+    publish(c, "work", b"m")
+    net.run_until_idle()
+    got = _get(c, "work")
+    c.send(spec.BasicReject(got.delivery_tag, requeue=False, channel=1))
+    net.run_until_idle()
+    assert _get(c, "open").body == b"m" and _get(c, "open") is None
+    c.send(spec.BasicAck(_get(c, "full").delivery_tag, channel=1))  # room in "full" now
+    net.run_until_idle()
+    net.advance(10.5)
+    assert _get(c, "full").body == b"m"
+    assert _get(c, "open") is None  # it took the dead letter once: not again
+
+
+def test_a_kept_dead_letter_is_back_in_its_queue_after_a_crash() -> None:
+    store = FakeStore(needs_sync=True)
+    net = new_net(store=store)
+    c = amqp(net)
+    _at_least_once(c, "nowhere")
+    publish(c, "work", b"m")
+    net.run_until_idle()
+    got = _get(c, "work")
+    c.send(spec.BasicReject(got.delivery_tag, requeue=False, channel=1))
+    net.run_until_idle()
+    net2 = new_net(store=store.crash())
+    assert _get(amqp(net2), "work").body == b"m"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._message import READY, Entry, Message
+from .at_least_once import AtLeastOnce
 from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
@@ -32,11 +33,13 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light", "streams")
+    __slots__ = ("state", "pager", "light", "streams", "at_least_once")
 
     def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
         self.streams = streams
+        self.at_least_once = AtLeastOnce(state)
+        self.at_least_once.enqueue = self.enqueue
         # attached by the model: both report back to this layer through callbacks, so they are
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
@@ -167,12 +170,10 @@ class Publisher:
 
     # -- leaving a queue dead ------------------------------------------------------------------------
     def remove(self, q: Queue, entry: Entry, reason: str) -> None:
-        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards. At least
-        once (``quorum.at_least_once``): the dead-lettered copy is written before the removal, so
-        the store never holds neither."""
+        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards (at least
+        once for the queues that say so: ``at_least_once``)."""
         if type(q) is Queue and q.quorum and at_least_once(q):
-            self.dead_letter(q, entry, reason)
-            self.state.forget(q, entry)
+            self.at_least_once.dead(q, entry, reason)
             return
         self.state.forget(q, entry)
         self.dead_letter(q, entry, reason)
