@@ -343,3 +343,33 @@ def test_management_lists_declares_and_exports_quorum_queues(target: Target) -> 
         conn.close()
     finally:
         api(target, "DELETE", f"/api/policies/%2F/{policy}")
+
+
+def test_at_least_once_keeps_a_dead_letter_until_a_queue_takes_it(target: Target) -> None:
+    conn = target.conn()
+    ch = conn.channel()
+    dlx = f"later-{os.getpid()}-{next(_names)}"  # declared only after the message died
+    work = fresh(target, ch, "alo", **{"x-dead-letter-exchange": dlx, "x-dead-letter-strategy": "at-least-once",
+                                      "x-overflow": "reject-publish"})
+    ch.confirm_delivery()
+    ch.basic_publish("", work, b"precious", pika.BasicProperties(delivery_mode=2))
+    got = get(ch, work)
+    assert got is not None
+    ch.basic_reject(got[0].delivery_tag, requeue=False)
+    assert get(ch, work, timeout=0.5) is None  # out of consumers' sight
+    if target.http is not None:
+        info = api(target, "GET", f"/api/queues/%2F/{work}")
+        deadline = time.monotonic() + 15  # RabbitMQ's statistics lag a few seconds
+        while info.get("messages_dlx") != 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            info = api(target, "GET", f"/api/queues/%2F/{work}")
+        assert (info["messages_dlx"], info["messages_ready"]) == (1, 0)
+    ch.exchange_declare(dlx, "fanout", durable=True)
+    dead = f"{dlx}-q"
+    ch.queue_declare(dead, durable=True)
+    ch.queue_bind(dead, dlx)
+    sansmq_only(target, "RabbitMQ 3.10's dead-letter worker routes a kept dead letter again after 180 s, sansmq "
+                        "after 10 s")
+    got = get(ch, dead, timeout=15)
+    assert got is not None and got[2] == b"precious" and got[1].headers["x-first-death-reason"] == "rejected"
+    conn.close()
