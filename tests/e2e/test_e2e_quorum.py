@@ -110,6 +110,18 @@ def test_arguments_a_quorum_queue_takes_and_redeclares(target: Target) -> None:
                                  "vhost '/': received none but current is the value 'quorum' of type 'longstr'")
 
 
+def test_global_qos_consumer_is_refused(target: Target) -> None:
+    conn = target.conn()
+    q = fresh(target, conn.channel())
+    conn.close()
+
+    def consume(ch: Any) -> None:
+        ch.basic_qos(prefetch_count=10, global_qos=True)
+        ch.basic_consume(q, lambda *a: None)
+
+    assert refused(target, consume) == (540, f"NOT_IMPLEMENTED - queue '{q}' in vhost '/' does not support global qos")
+
+
 # -- the delivery limit ------------------------------------------------------------------------------
 def test_delivery_limit_dead_letters_with_the_delivery_count(target: Target) -> None:
     conn = target.conn()

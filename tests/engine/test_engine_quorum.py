@@ -396,3 +396,13 @@ def test_a_kept_dead_letter_is_back_in_its_queue_after_a_crash() -> None:
     net.run_until_idle()
     net2 = new_net(store=store.crash())
     assert _get(amqp(net2), "work").body == b"m"
+
+
+def test_consuming_from_a_quorum_queue_under_global_qos_is_540() -> None:
+    net = new_net()
+    c = amqp(net)
+    declare(c, "qq", durable=True, arguments=QUORUM)
+    c.call(spec.BasicQos(0, 10, True, channel=1))
+    close = c.call(spec.BasicConsume(queue="qq", consumer_tag="t", channel=1))
+    assert isinstance(close, spec.ConnectionClose) and (close.reply_code, close.reply_text) == (
+        540, "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos")

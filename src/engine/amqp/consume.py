@@ -70,6 +70,9 @@ class ConsumeMethods(ChannelBase):
             model.consume_stream(q, consumer, start, tracking, priority)
             return
         check_not_stream_consumer(q, m.arguments)
+        if q.quorum and self.global_prefetch:  # RabbitMQ 3.10: a hard error
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, f"queue '{q.name}' in vhost '{self.vhost.name}' does "
+                                      "not support global qos", type(m))
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send(spec.BasicConsumeOk(tag))
