@@ -206,8 +206,8 @@ def test_transient_messages_and_delivery_counts_survive_kill_9(target: Target) -
         got = get(ch, q)
         assert got is not None and got[2] == b"a"
         ch.basic_nack(got[0].delivery_tag, requeue=True)
-    ch.queue_declare(q, passive=True)  # a round trip: the last nack was handled
-    time.sleep(0.3)  # the count's store write is synced (group commit) before the kill
+    # confirmed after a sync that covers every write before it, the nacks' counts included
+    ch.basic_publish("", classic, b"persistent", pika.BasicProperties(delivery_mode=2))
     conn.close()
     restart(target, kill=True)
     conn = target.conn()
@@ -216,7 +216,7 @@ def test_transient_messages_and_delivery_counts_survive_kill_9(target: Target) -
     assert a is not None and b is not None
     assert (a[2], a[0].redelivered, a[1].headers) == (b"a", True, {"x-delivery-count": 3})
     assert (b[2], b[1].headers) == (b"b", {"x-delivery-count": 0})
-    assert ch.queue_declare(classic, durable=True).method.message_count == 0
+    assert ch.queue_declare(classic, durable=True).method.message_count == 1  # the persistent one
     conn.close()
 
 
@@ -309,6 +309,10 @@ def test_stomp_declares_and_redelivers_with_the_count(target: Target) -> None:
     c.send(f"/queue/{q}-nd", "m", headers={**QUORUM, "durable": "false"})
     col.wait(lambda: col.errors, what="an ERROR")
     assert "invalid property" in col.errors[0].headers.get("message", "") + col.errors[0].body
+    c, col = stomp_conn(target)  # a SUBSCRIBE to /queue/ without the type redeclares it as classic: refused
+    c.subscribe(f"/queue/{q}", "s2")
+    col.wait(lambda: col.errors, what="an ERROR")
+    assert f"inequivalent arg 'x-queue-type' for queue '{q}'" in col.errors[0].body
 
 
 # -- management -----------------------------------------------------------------------------------------
