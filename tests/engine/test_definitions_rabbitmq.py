@@ -86,3 +86,14 @@ def test_export_after_import_keeps_everything_sansmq_has():
     again = Broker(Config(users={}), MemoryStore(), random.Random(1))
     again.import_definitions(out)
     assert again.export_definitions() == out
+
+
+def test_a_queue_typed_only_by_its_type_field_is_imported_as_that_type():
+    b = Broker(Config(users={}), MemoryStore(), random.Random(0))
+    notes = b.import_definitions({"queues": [
+        {"name": "q1", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}, "type": "quorum"},
+        {"name": "c1", "vhost": "/", "durable": True, "auto_delete": False,
+         "arguments": {"x-queue-type": "classic"}, "type": "classic"}]})
+    queues = b.model.vhosts["/"].queues
+    assert not notes and queues["q1"].quorum and queues["q1"].declared_args == {"x-queue-type": "quorum"}
+    assert not queues["c1"].quorum and queues["c1"].declared_args is None
