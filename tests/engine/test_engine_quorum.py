@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from enginetest_helpers import bodies, connected, errors, messages, new_net, send, subscribe
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
@@ -406,3 +408,54 @@ def test_consuming_from_a_quorum_queue_under_global_qos_is_540() -> None:
     close = c.call(spec.BasicConsume(queue="qq", consumer_tag="t", channel=1))
     assert isinstance(close, spec.ConnectionClose) and (close.reply_code, close.reply_text) == (
         540, "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos")
+
+
+@settings(max_examples=40, deadline=None)
+@given(limit=st.integers(min_value=0, max_value=4),
+       actions=st.lists(st.sampled_from(["ack", "nack", "reject", "close", "discard"]), min_size=1, max_size=40))
+def test_delivery_counts_and_deaths_follow_a_reference_model(limit: int, actions: list[str]) -> None:
+    """Random verdicts on three messages of a quorum queue: every delivery's x-delivery-count is the
+    returns so far, a message dies with ``delivery_limit`` exactly on its return past the limit,
+    with ``rejected`` when discarded, and nothing is lost or duplicated."""
+    net = new_net()
+    c = amqp(net)
+    _dead_lettering(c, limit)
+    bodies_ = [b"m0", b"m1", b"m2"]
+    for body in bodies_:
+        publish(c, "work", body)
+    net.run_until_idle()
+    returns = dict.fromkeys(bodies_, 0)
+    fate: dict[bytes, str] = {}
+    for action in actions:
+        got = _get(c, "work")
+        if got is None:
+            break
+        assert got.properties.headers["x-delivery-count"] == returns[got.body]
+        assert got.redelivered == (returns[got.body] > 0)
+        tag = got.delivery_tag
+        if action == "ack":
+            c.send(spec.BasicAck(tag, channel=1))
+            fate[got.body] = "acked"
+        elif action == "discard":
+            c.send(spec.BasicReject(tag, requeue=False, channel=1))
+            fate[got.body] = "rejected"
+        else:
+            if action == "nack":
+                c.send(spec.BasicNack(tag, requeue=True, channel=1))
+            elif action == "reject":
+                c.send(spec.BasicReject(tag, requeue=True, channel=1))
+            else:
+                c.call(spec.ChannelClose(200, "bye", 0, 0, channel=1))
+                c.open_channel(1)
+            returns[got.body] += 1
+            if returns[got.body] > limit:
+                fate[got.body] = "delivery_limit"
+        net.run_until_idle()
+    dead = {}
+    while (got := c.call(spec.BasicGet(queue="dead", no_ack=True, channel=1))) is not None and \
+            isinstance(got, spec.BasicGetOk):
+        assert got.body not in dead
+        dead[got.body] = got.properties.headers["x-first-death-reason"]
+    assert dead == {b: f for b, f in fate.items() if f != "acked"}
+    left = declare(c, "work", passive=True).message_count
+    assert left == len(bodies_) - len(fate)
