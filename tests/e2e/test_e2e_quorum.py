@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +26,7 @@ import aio_pika
 import celery
 import pika
 import pytest
+from e2ekit import celery_worker
 from targets import Target, pg_url, refused, restart, sansmq_only, stomp_conn, target
 
 __all__ = ["pg_url", "target"]  # the fixtures this module's tests use
@@ -267,20 +267,11 @@ def test_celery_with_quorum_queues_runs_tasks(target: Target, tmp_path: Path) ->
     queue = f"celery-qq-{os.getpid()}-{next(_names)}"
     url = f"amqp://guest:guest@{target.amqp[0]}:{target.amqp[1]}//"
     env = dict(os.environ, SANSMQ_BROKER_URL=url, QAPP_QUEUE=queue, PYTHONPATH=str(tmp_path))
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "qapp", "worker", "--pool=solo", "-l", "warning",
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = celery.Celery("qapp", broker=url, backend="rpc://")
     client.conf.update(task_default_queue=queue, task_default_queue_type="quorum")
-    try:
+    with celery_worker("qapp", tmp_path, env), contextlib.closing(client):
         results = [client.send_task("qapp.mul", (i, 3)) for i in range(50)]
         assert [r.get(timeout=60) for r in results] == [3 * i for i in range(50)]
-    finally:
-        worker.terminate()
-        _, err = worker.communicate(timeout=30)
-        client.close()
-    assert worker.returncode == 0, err.decode(errors="replace")[-2000:]
     conn = target.conn()
     ok = conn.channel().queue_declare(queue, durable=True, arguments=QUORUM)
     assert ok.method.message_count == 0
