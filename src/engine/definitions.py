@@ -44,7 +44,7 @@ def export_definitions(model: Model, server_version: str = DEFINITIONS_VERSION) 
         for q in vhost.queues.values():
             if q.durable and q.exclusive_owner is None:
                 queues.append({"name": q.name, "vhost": vhost.name, "durable": True, "auto_delete": q.auto_delete,
-                               "arguments": dict(q.declared_args or {})})
+                               "arguments": dict(q.declared_args or {})})  # a quorum queue's x-queue-type too
         for x in vhost.exchanges.values():
             if x.durable and not _builtin(x.name):
                 exchanges.append({"name": x.name, "vhost": vhost.name, "type": x.type, "durable": True,
@@ -143,9 +143,10 @@ def import_definitions(model: Model, doc: dict[str, Any]) -> list[str]:
     for q in doc.get("queues") or ():
         vhost = model.add_vhost(str(q.get("vhost", "/")))
         args = dict(q.get("arguments") or {})
-        qtype = args.pop("x-queue-type", None) if args.get("x-queue-type") in ("quorum", "classic") else None
-        if qtype == "quorum":  # sansmq's queues are classic: a quorum queue keeps its name and args
-            notes.append(f"queue {q['name']!r} in vhost {vhost.name!r}: quorum queue imported as a classic one")
+        if args.get("x-queue-type") == "classic":  # the default type: declared as clients declare it
+            del args["x-queue-type"]
+        elif q.get("type") in ("quorum", "stream") and "x-queue-type" not in args:  # exports name it so too
+            args["x-queue-type"] = q["type"]
         _declare(notes, "queue", q, model.declare_queue, vhost, str(q["name"]), bool(q.get("durable", True)),
                  bool(q.get("auto_delete", False)), None, args or None)
     for b in doc.get("bindings") or ():

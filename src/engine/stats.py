@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Exchange, Queue
+from .model.queue_types import queue_type
 
 __all__ = ["COUNTERS", "QUEUE_COUNTERS", "QUEUE_DEPTHS", "SECTIONS", "Sampler", "snapshot"]
 
@@ -113,18 +114,20 @@ def _depths(q: Queue, streams: Any) -> tuple[int, int, int]:
     return q.count, q.unacked_count(), q.bytes + q.paged_bytes
 
 
-def _queue(q: Queue, sampler: Sampler | None, streams: Any) -> dict[str, Any]:
+def _queue(q: Queue, sampler: Sampler | None, streams: Any, at_least_once: Any) -> dict[str, Any]:
     owner = q.exclusive_owner
     x = q._x
     ready, unacked, nbytes = _depths(q, streams)
+    # a quorum queue's dead messages kept until their dead letters are taken (at-least-once)
+    dlx = at_least_once.held(q) if q.quorum else 0
     return {"counters": {name: getattr(x, attr) if x is not None else 0 for name, attr in QUEUE_COUNTERS},
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
-            "type": "stream" if q.stream else "classic",
+            "type": queue_type(q),
             "effective_arguments": dict(q.args or {}), "messages_ready": ready,
-            "messages_unacknowledged": unacked, "messages": ready + unacked, "consumers": q.consumer_count(),
-            "message_bytes_ready": nbytes}
+            "messages_unacknowledged": unacked, "messages": ready + unacked + dlx, "consumers": q.consumer_count(),
+            "message_bytes_ready": nbytes, **({"messages_dlx": dlx} if q.quorum else {})}
 
 
 def _exchange(x: Exchange) -> dict[str, Any]:
@@ -174,7 +177,8 @@ def _alive(q: Queue) -> bool:
 
 def queue_infos(broker: Any, queues: list[Queue]) -> list[dict[str, Any]]:
     """The snapshot's queue entries of ``queues`` still declared (run on the broker's thread)."""
-    return [_queue(q, broker.sampler, broker.model.streams) for q in queues if _alive(q)]
+    model = broker.model
+    return [_queue(q, broker.sampler, model.streams, model.publisher.at_least_once) for q in queues if _alive(q)]
 
 
 #: the figures of one queue Prometheus exports per object, in this order (``queue_gauges``)
@@ -245,7 +249,8 @@ def snapshot(broker: Any, sections: tuple[str, ...] = ()) -> dict[str, Any]:
     }
     vhosts = model.vhosts.values()
     if "queues" in sections:
-        out["queues"] = [_queue(q, sampler, model.streams) for v in vhosts for q in v.queues.values()]
+        kept = model.publisher.at_least_once
+        out["queues"] = [_queue(q, sampler, model.streams, kept) for v in vhosts for q in v.queues.values()]
     if "exchanges" in sections:
         out["exchanges"] = [_exchange(x) for v in vhosts for x in v.exchanges.values()]
     if "bindings" in sections:

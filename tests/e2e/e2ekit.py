@@ -446,3 +446,19 @@ class WsAmqp:
         with pytest.raises(ConnectionClosed) as info:  # the server ends the WebSocket with a Close 1000
             self.ws.recv(timeout=10.0)
         assert info.value.rcvd is not None and info.value.rcvd.code == 1000
+
+
+@contextlib.contextmanager
+def celery_worker(app: str, cwd: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A Celery worker process (solo pool, no gossip, mingle or heartbeat) for the app module ``app``
+    in ``cwd``; stopped on exit, where it must have exited cleanly."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", app, "worker", "--pool=solo", "-l", "warning",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err.decode(errors="replace")[-2000:]

@@ -3,13 +3,13 @@ through the rpc:// backend (kombu on py-amqp), against each server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import celery
 import pytest
+from e2ekit import celery_worker
 
 import servers
 
@@ -35,17 +35,7 @@ def test_celery_worker_runs_200_tasks_with_results(kind: str, tmp_path: Path) ->
         host, port = srv.address("amqp")
         url = f"amqp://guest:guest@{host}:{port}//"
         env = dict(os.environ, SANSMQ_BROKER_URL=url, PYTHONPATH=str(tmp_path))
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "celapp", "worker", "--pool=solo", "-l", "warning",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE)
         client = celery.Celery("celapp", broker=url, backend="rpc://")
-        try:
+        with celery_worker("celapp", tmp_path, env), contextlib.closing(client):
             results = [client.send_task("celapp.add", (i, i)) for i in range(200)]
             assert [r.get(timeout=60) for r in results] == [2 * i for i in range(200)]
-        finally:
-            worker.terminate()
-            _, err = worker.communicate(timeout=30)
-            client.close()
-        assert worker.returncode == 0, err.decode(errors="replace")[-2000:]

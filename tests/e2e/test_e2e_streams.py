@@ -20,101 +20,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 import stomp
-from e2ekit import BASE_CONFIG, Collector, ServerProcess, close_quietly, start_server
+from e2ekit import Collector, close_quietly
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+from targets import Target, pg_url, refused, restart, sansmq_only, stomp_conn, target
 
-import servers
+__all__ = ["pg_url", "target"]  # the fixtures this module's tests use
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
-from pgtest import PgCluster, create_db, postgres_bindir  # noqa: E402
-
-RABBITMQ = os.environ.get("SANSMQ_RABBITMQ")
-RABBITMQ_STOMP = os.environ.get("SANSMQ_RABBITMQ_STOMP")
-TARGETS = [f"{kind}-{store}" for kind in servers.SERVER_KINDS for store in ("segment", "postgres")]
-if RABBITMQ:
-    TARGETS.append("rabbitmq")
 _names = itertools.count()
-
-
-class Target:
-    def __init__(self, name: str, amqp: tuple[str, int], stomp_addr: tuple[str, int] | None,
-                 server: ServerProcess | None = None) -> None:
-        self.name = name
-        self.amqp = amqp
-        self.stomp = stomp_addr
-        self.server = server
-
-    @property
-    def rabbitmq(self) -> bool:
-        return self.name == "rabbitmq"
-
-    def conn(self) -> pika.BlockingConnection:
-        return pika.BlockingConnection(pika.ConnectionParameters(*self.amqp, heartbeat=0))
-
-
-def _addr(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str | None]:
-    url = os.environ.get("SANSMQ_PG_DSN")
-    if url:
-        yield url
-        return
-    if postgres_bindir() is None:
-        yield None
-        return
-    cluster = PgCluster()
-    try:
-        yield cluster.start()
-    except RuntimeError:
-        yield None
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module", params=TARGETS)
-def target(request: pytest.FixtureRequest, pg_url: str | None, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Target]:
-    name = request.param
-    if name == "rabbitmq":
-        assert RABBITMQ is not None
-        yield Target(name, _addr(RABBITMQ), _addr(RABBITMQ_STOMP) if RABBITMQ_STOMP else None)
-        return
-    kind, store = name.split("-")
-    extra: list[str] = []
-    if store == "postgres":
-        if pg_url is None:
-            reason = "PostgreSQL not available (scripts/install-postgres.sh)"
-            if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
-                pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
-            pytest.skip(reason)
-        extra = ["--store", create_db(pg_url)]
-    cfg = tmp_path_factory.mktemp("cfg") / "sansmq.toml"
-    cfg.write_text(BASE_CONFIG)
-    srv = start_server(kind, cfg, *extra)
-    t = Target(name, ("127.0.0.1", srv.port("amqp")), ("127.0.0.1", srv.port("stomp")), srv)
-    try:
-        yield t
-    finally:
-        assert t.server is not None
-        assert t.server.terminate() == 0, t.server.lines[-20:]
-
-
-def sansmq_only(t: Target, why: str) -> None:
-    if t.rabbitmq:
-        pytest.skip(f"sansmq only: {why}")
-
-
 STREAM = {"x-queue-type": "stream"}
 
 
@@ -151,22 +68,6 @@ def read(t: Target, queue: str, n: int, offset: Any = "first", prefetch: int = 1
         conn.process_data_events(0.05)
     conn.close()
     return got
-
-
-def refused(t: Target, fn: Any) -> tuple[int, str]:
-    """The (code, text) a broker closes a channel or connection with for ``fn(channel)``."""
-    conn = t.conn()
-    ch = conn.channel()
-    try:
-        fn(ch)
-        conn.process_data_events(0.5)
-        ch.queue_declare("", exclusive=True)  # a round trip: the refusal arrives before its answer
-    except (ChannelClosedByBroker, ConnectionClosedByBroker) as exc:
-        return exc.reply_code, exc.reply_text
-    finally:
-        if conn.is_open:
-            conn.close()
-    raise AssertionError("not refused")
 
 
 # -- declaring -------------------------------------------------------------------------------------------
@@ -454,16 +355,6 @@ def test_server_side_offset_tracking(target: Target) -> None:
 # -- STOMP -----------------------------------------------------------------------------------------------
 #: the headers a SEND or SUBSCRIBE to /queue/NAME declares a stream with (RabbitMQ's STOMP plugin)
 DECLARE = {"x-queue-type": "stream", "durable": "true", "auto-delete": "false"}
-
-
-def stomp_conn(t: Target) -> tuple[stomp.Connection, Collector]:
-    if t.stomp is None:
-        pytest.skip("no STOMP address for this broker")
-    c = stomp.Connection([t.stomp], heartbeats=(0, 0), reconnect_attempts_max=1, vhost="/")
-    col = Collector()
-    c.set_listener("c", col)
-    c.connect("guest", "guest", wait=True)
-    return c, col
 
 
 def stomp_ack(c: stomp.Connection, m: Any, sub: str = "s") -> None:
@@ -792,21 +683,6 @@ def test_survives_sigkill(target: Target) -> None:
         publish(ch, dedup, [b"again-%d" % pid], headers={"x-producer": "killed", "x-publishing-id": pid})
     conn.close()
     assert [b for _, b in read(target, dedup, 5, timeout=1)] == [b"d0", b"d1", b"d2", b"again-3"]
-
-
-def restart(t: Target, kill: bool) -> None:
-    """Stop the sansmq server (SIGKILL or SIGTERM) and start it again on the same data directory or
-    database."""
-    old = t.server
-    assert old is not None
-    if kill:
-        old.proc.kill()
-        old.proc.wait()
-    else:
-        assert old.terminate() == 0, old.lines[-20:]
-    srv = t.server = ServerProcess(list(old.proc.args), old.kind)
-    t.amqp = ("127.0.0.1", srv.port("amqp"))
-    t.stomp = ("127.0.0.1", srv.port("stomp"))
 
 
 def test_stomp_tracking_and_dedup_survive_a_restart(target: Target) -> None:

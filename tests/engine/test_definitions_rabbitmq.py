@@ -62,7 +62,15 @@ def test_what_sansmq_has_not_is_named_in_the_notes():
     text = "\n".join(notes)
     assert "global_parameters: 1 entries ignored" in text
     assert not any(n.startswith("parameters:") for n in notes)  # the one parameter is a vhost limit
-    assert "'app-quorum' in vhost 'shop': quorum queue imported as a classic one" in text
+    assert "app-quorum" not in text  # a quorum queue is imported as one
+
+
+def test_quorum_queue_is_imported_as_a_quorum_queue():
+    b, _ = imported()
+    q = b.model.vhosts["shop"].queues["app-quorum"]
+    assert q.quorum and q.durable and q.declared_args == {"x-queue-type": "quorum"}
+    assert [e for e in b.export_definitions()["queues"] if e["name"] == "app-quorum"][0]["arguments"] == \
+        {"x-queue-type": "quorum"}
 
 
 def test_vhost_and_user_limits_are_imported_and_exported_as_rabbitmq_writes_them():
@@ -100,3 +108,14 @@ def test_export_after_import_keeps_everything_sansmq_has():
     again = Broker(Config(users={}), MemoryStore(), random.Random(1))
     again.import_definitions(out)
     assert again.export_definitions() == out
+
+
+def test_a_queue_typed_only_by_its_type_field_is_imported_as_that_type():
+    b = Broker(Config(users={}), MemoryStore(), random.Random(0))
+    notes = b.import_definitions({"queues": [
+        {"name": "q1", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}, "type": "quorum"},
+        {"name": "c1", "vhost": "/", "durable": True, "auto_delete": False,
+         "arguments": {"x-queue-type": "classic"}, "type": "classic"}]})
+    queues = b.model.vhosts["/"].queues
+    assert not notes and queues["q1"].quorum and queues["q1"].declared_args == {"x-queue-type": "quorum"}
+    assert not queues["c1"].quorum and queues["c1"].declared_args is None

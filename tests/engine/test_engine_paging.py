@@ -314,3 +314,22 @@ def test_queue_ttl_survives_a_restart(env: Env) -> None:
     c, log = env.consume(q, auto_ack=True)
     assert log == [] and q.count == 0
     assert env.ready_bodies(env.vhost.queues["dead"]) == bodies(8)
+
+
+def test_quorum_queue_pages_and_recovers_transient_messages(env: Env) -> None:
+    """A quorum queue stores every message, paged or not, whatever its delivery mode: all come back
+    after a crash, in order, without the ones acked before it."""
+    q = env.declare("qq", **{"x-queue-type": "quorum"})
+    classic = env.declare("cl")
+    for body in bodies(30):
+        env.publish("qq", body, persistent=False)
+        env.publish("cl", body, persistent=False)
+    assert q.paged == 30 - WINDOW
+    c, log = env.consume(q, prefetch=5)
+    for consumer, tag, _, _ in list(log):
+        env.model.ack(consumer, tag)
+    env.sync()
+    env.restart(1.0)
+    q, classic = env.vhost.queues["qq"], env.vhost.queues["cl"]
+    assert q.quorum and env.ready_bodies(q) == bodies(25, 5)
+    assert classic.count == 0

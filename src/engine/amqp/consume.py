@@ -5,6 +5,7 @@ re-armed at the earliest deadline when it fires, so a delivery costs no timer of
 from __future__ import annotations
 
 from amqpproto import spec
+from amqpproto.spec import encode_properties
 
 from .._message import Entry
 from ..model import Queue
@@ -12,7 +13,7 @@ from ..model.streams import check_not_stream_consumer
 from .base import REPLY_TO, AmqpConsumer, ChannelBase, GetHolder
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit
-from .properties import message_props, props_bytes
+from .properties import counted_props, message_props, props_bytes
 from .stream_consume import refuse_get, stream_start
 
 __all__ = ["ConsumeMethods"]
@@ -69,6 +70,9 @@ class ConsumeMethods(ChannelBase):
             model.consume_stream(q, consumer, start, tracking, priority)
             return
         check_not_stream_consumer(q, m.arguments)
+        if q.quorum and self.global_prefetch:  # RabbitMQ 3.10: a hard error
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, f"queue '{q.name}' in vhost '{self.vhost.name}' does "
+                                      "not support global qos", type(m))
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send(spec.BasicConsumeOk(tag))
@@ -118,8 +122,12 @@ class ConsumeMethods(ChannelBase):
             else:
                 self.unacked[dtag] = (consumer, tag, 0.0)
         msg = entry.msg
-        session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, entry.count > 0, msg.exchange,
-                                                msg.routing_key, props_bytes(msg), msg.body, session.host.now))
+        count = entry.count
+        # a quorum queue's redeliveries say how often the message came back (RabbitMQ 3.10: only
+        # redeliveries carry x-delivery-count; basic.get always does)
+        props = encode_properties(counted_props(msg, count)) if count and consumer.queue.quorum else props_bytes(msg)
+        session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, count > 0, msg.exchange,
+                                                msg.routing_key, props, msg.body, session.host.now))
 
     def on_get(self, m: spec.BasicGet) -> None:
         permit(self.session.access, "read", "queue", m.queue, type(m))
@@ -141,8 +149,8 @@ class ConsumeMethods(ChannelBase):
         if not m.no_ack:
             self.unacked[dtag] = (holder, tag, self._deadline(q))
         msg = entry.msg
-        self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, q.count,
-                                  message_props(msg), msg.body))
+        props = counted_props(msg, entry.count) if q.quorum else message_props(msg)
+        self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, q.count, props, msg.body))
 
     # -- consumer timeout -------------------------------------------------------------------------------
     def _deadline(self, q: Queue) -> float:

@@ -11,13 +11,20 @@ from amqpproto.spec import encode_properties
 
 from .._message import Message, SharedMessage
 from .._props import headers_to_props
+from ..model.quorum import DELIVERY_COUNT
 from ..model.streams import STREAM_OFFSET_HEADER
 
-__all__ = ["message_props", "props_bytes"]
+__all__ = ["message_props", "props_bytes", "counted_props"]
 
 
 def message_props(msg: Message) -> BasicProperties:
     return headers_to_props(msg.headers, msg.persistent, msg.priority)
+
+
+def counted_props(msg: Message, count: int) -> BasicProperties:
+    """``msg``'s properties with the ``x-delivery-count`` header a quorum queue's deliveries
+    carry (the message itself is shared with other queues and keeps its headers)."""
+    return headers_to_props({**msg.headers, DELIVERY_COUNT: count}, msg.persistent, msg.priority)
 
 
 _PLAIN_PROPS = encode_properties(headers_to_props({}, False, 0))

@@ -9,6 +9,8 @@ from amqpproto import spec
 
 from ..model import Exchange, Queue
 from ..model.objects import inequivalent, term
+from ..model.queue_types import comparison_order
+from ..model.quorum import check_server_named
 from ..model.security import check_target_exchange, check_topic_access
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
@@ -119,6 +121,7 @@ class TopologyMethods(ChannelBase):
             q = self._queue(name, type(m))
         else:
             if not name:
+                check_server_named(m.arguments)
                 name = session.host.new_name("amq.gen-")
             elif name.startswith("amq."):
                 if name not in vhost.queues:
@@ -153,7 +156,7 @@ class TopologyMethods(ChannelBase):
                                    f"'{q.name}' in vhost '{self.vhost.name}': received '{term(theirs)}' but "
                                    f"current is '{term(ours)}'", type(m))
         ours_args = q.declared_args or {}
-        for key in set(ours_args) | set(args or {}):
+        for key in comparison_order(q, set(ours_args) | set(args or {})):
             if key.startswith("x-") and ours_args.get(key) != (args or {}).get(key):
                 if key in _NUMERIC_ARGS and \
                         str(ours_args.get(key)) == str((args or {}).get(key)):

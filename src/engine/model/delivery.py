@@ -13,6 +13,7 @@ from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority, extras
 from .paging import Pager
 from .publish import Publisher
+from .quorum import delivery_limit
 from .retry import Retries
 from .state import ModelState
 from .streams import Streams
@@ -227,12 +228,12 @@ class Delivery:
                 entry.state = GONE
             return
         entry.count += 1
-        limit = q.args.get("x-delivery-limit") if q.args else None
+        limit = delivery_limit(q)
         if limit is not None and entry.count > limit:
             self.publisher.remove(q, entry, "delivery_limit")
             return
         entry.state = READY
-        if entry.msg.persistent and q.durable:
+        if q.stores(entry.msg.persistent):
             state.store.update_delivery(q.vhost.name, q.name, entry.msg.id, entry.count)
             state.store_write()
         if entry.expires is not None:

@@ -41,6 +41,7 @@ from .objects import Exchange, Queue
 from .paging import Pager
 from .policies import Policies
 from .publish import Publisher
+from .quorum import is_quorum_args
 from .retry import RETRY_ARG, Retries
 from .routing import route
 from .security import Security
@@ -166,6 +167,7 @@ class Model(ModelState):
                     self.retries.attach(queue, persist=False)
                 if is_stream_args(qd.args):
                     self.streams.open(queue)
+                queue.quorum = is_quorum_args(qd.args)
         for bd in rec.bindings:
             bound = self.vhosts.get(bd.vhost)
             if bound is None:

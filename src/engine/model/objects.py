@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Mapping
 from decimal import Decimal
 from operator import attrgetter
 from typing import Any, Protocol
@@ -24,6 +25,8 @@ __all__ = [
     "STANDARD_EXCHANGES",
     "MAX_PRIORITY",
     "check_queue_args",
+    "queue_type_of",
+    "DEAD_LETTER_STRATEGIES",
     "amqp_type_name",
     "inequivalent",
     "term",
@@ -31,6 +34,7 @@ __all__ = [
     "pageable",
     "consumer_priority",
     "STREAM_FLAG",
+    "QUORUM_FLAG",
 ]
 
 
@@ -158,11 +162,26 @@ def _extra(name: str, default: Any) -> property:
 
 _entry_seq = attrgetter("seq")
 
+
+def _flag(bit: int, doc: str) -> property:
+    """A Queue attribute kept as one bit of its ``_f``."""
+
+    def get(q: Queue) -> bool:
+        return bool(q._f & bit)
+
+    def set_(q: Queue, value: bool) -> None:
+        q._f = q._f | bit if value else q._f & ~bit
+
+    return property(get, set_, doc=doc)
+
+
 #: Queue._f bits
 _DURABLE = 1
 _AUTO_DELETE = 2
 #: a stream queue (read on the publish path without the property)
 STREAM_FLAG = 4
+#: a quorum queue (``x-queue-type: quorum``; model.quorum): read where persistence is decided
+QUORUM_FLAG = 8
 
 
 class Queue:
@@ -195,30 +214,18 @@ class Queue:
         self.consumers: list[Consumer] | None = None
         self._rr = 0
 
-    @property
-    def durable(self) -> bool:
-        return bool(self._f & _DURABLE)
+    durable = _flag(_DURABLE, "A durable queue: its definition and persistent messages are stored.")
+    auto_delete = _flag(_AUTO_DELETE, "Deleted when its last consumer goes.")
+    stream = _flag(STREAM_FLAG, "A stream queue (``x-queue-type: stream``): its messages live in a stream log "
+                   "(model.streams).")
+    quorum = _flag(QUORUM_FLAG, "A quorum queue (``x-queue-type: quorum``; model.quorum): durable, every message "
+                   "stored, a delivery limit.")
 
-    @durable.setter
-    def durable(self, value: bool) -> None:
-        self._f = self._f | _DURABLE if value else self._f & ~_DURABLE
-
-    @property
-    def auto_delete(self) -> bool:
-        return bool(self._f & _AUTO_DELETE)
-
-    @auto_delete.setter
-    def auto_delete(self, value: bool) -> None:
-        self._f = self._f | _AUTO_DELETE if value else self._f & ~_AUTO_DELETE
-
-    @property
-    def stream(self) -> bool:
-        """A stream queue (``x-queue-type: stream``): its messages live in a stream log (model.streams)."""
-        return bool(self._f & STREAM_FLAG)
-
-    @stream.setter
-    def stream(self, value: bool) -> None:
-        self._f = self._f | STREAM_FLAG if value else self._f & ~STREAM_FLAG
+    def stores(self, persistent: bool) -> bool:
+        """Whether a message (persistent or not) in this queue is kept in the store: a persistent
+        one in a durable queue, and every one in a quorum queue (RabbitMQ's quorum queues log all
+        messages, whatever their delivery mode)."""
+        return (persistent and bool(self._f & _DURABLE)) or bool(self._f & QUORUM_FLAG)
 
     exclusive_owner = _extra("exclusive_owner", None)
     #: effective arguments (declared ones combined with the policy's); every layer reads these
@@ -339,7 +346,11 @@ class Queue:
 
 #: queue arguments holding a non-negative integer (milliseconds, a count or bytes)
 _INT_QUEUE_ARGS = ("x-message-ttl", "x-max-length", "x-max-length-bytes", "x-expires", "x-delivery-limit",
-                   "x-max-priority", "x-consumer-timeout")
+                   "x-max-priority", "x-consumer-timeout", "x-quorum-initial-group-size")
+#: integer arguments RabbitMQ refuses at 0 too
+_POSITIVE_QUEUE_ARGS = ("x-expires", "x-quorum-initial-group-size")
+#: x-dead-letter-strategy values (quorum queues)
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 #: RabbitMQ's ceiling for x-max-priority
 MAX_PRIORITY = 255
 #: x-overflow values (RabbitMQ's): what a full x-max-length queue does with a new message
@@ -364,9 +375,10 @@ def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = 
                     raise TypeError
             except (TypeError, ValueError):
                 raise invalid(name, f'"expected integer, got {amqp_type_name(out[name])}"') from None
-            if value < 0:
+            # a quorum queue's negative x-delivery-limit means none (RabbitMQ 4's -1)
+            if value < 0 and not (name == "x-delivery-limit" and queue_type_of(out) == "quorum"):
                 raise invalid(name, f"{{value_negative,{value}}}")
-            if name == "x-expires" and value == 0:
+            if name in _POSITIVE_QUEUE_ARGS and value == 0:
                 raise invalid(name, f"{{value_zero,{value}}}")
             if name == "x-max-priority" and value > MAX_PRIORITY:
                 raise invalid(name, f"{{max_value_exceeded,{value}}}")
@@ -376,7 +388,19 @@ def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = 
             out[name] = str(out[name])
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
         raise invalid("x-overflow", "invalid_overflow")
+    if "x-dead-letter-strategy" in out and out["x-dead-letter-strategy"] not in DEAD_LETTER_STRATEGIES:
+        raise invalid("x-dead-letter-strategy", "invalid_dlx_strategy")
     return out
+
+
+def queue_type_of(args: Mapping[str, Any] | None) -> str:
+    """The queue type (``classic``, ``quorum``, ``stream``) that declare arguments ask for."""
+    kind = args.get("x-queue-type") if args else None
+    if kind is None:
+        return "classic"
+    if isinstance(kind, (bytes, bytearray)):
+        kind = bytes(kind).decode("utf-8", "replace")
+    return str(kind)
 
 
 def amqp_type_name(value: Any) -> str:

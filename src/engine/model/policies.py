@@ -5,10 +5,11 @@ Only one policy applies to an object: the matching one of highest priority (ties
 first, so the choice never depends on insertion order). A queue's effective arguments combine its
 declared ``x-`` arguments with the policy's definition as RabbitMQ's "Combining policies and
 x-arguments" says: for the numeric limits (max-length, max-length-bytes, message-ttl, expires,
-delivery-limit) the lower value wins, for the others (overflow, dead-letter-exchange,
-dead-letter-routing-key) the queue argument wins. Keys of features sansmq does not have (queue-mode,
-ha-*, queue-version, ...) are accepted and ignored with a logged warning, as clients and exported
-definitions still carry them; an unknown key is refused as RabbitMQ refuses it.
+delivery-limit) the lower value wins (a negative delivery-limit, none, loses to any), for the others
+(overflow, dead-letter-exchange, dead-letter-routing-key, dead-letter-strategy) the queue argument wins.
+Apply-to ``classic_queues``, ``quorum_queues`` or ``streams`` selects one queue type. Keys of features
+sansmq does not have (queue-mode, ha-*, queue-version, ...) are accepted and ignored with a logged
+warning, as clients and exported definitions still carry them; an unknown key is refused as RabbitMQ refuses it.
 
 Durable through the store's documents: kind ``policy``, keyed ``["vhost", "name"]``, the JSON object in
 the definitions file's shape.
@@ -25,7 +26,8 @@ from typing import Any
 
 from ..store import Store
 from .errors import NotFound, PreconditionFailed
-from .objects import _OVERFLOW, Exchange, Queue, VHost
+from .objects import _OVERFLOW, DEAD_LETTER_STRATEGIES, Exchange, Queue, VHost
+from .queue_types import queue_type
 
 __all__ = ["Policy", "Policies", "QUEUE_KEYS", "IGNORED_KEYS", "APPLY_TO"]
 
@@ -42,6 +44,7 @@ QUEUE_KEYS: dict[str, tuple[str, bool]] = {
     "overflow": ("x-overflow", False),
     "dead-letter-exchange": ("x-dead-letter-exchange", False),
     "dead-letter-routing-key": ("x-dead-letter-routing-key", False),
+    "dead-letter-strategy": ("x-dead-letter-strategy", False),
 }
 #: keys exchanges take (the exchange argument wins)
 EXCHANGE_KEYS = {"alternate-exchange": "alternate-exchange"}
@@ -51,10 +54,12 @@ IGNORED_KEYS = frozenset((
     "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown", "ha-promote-on-failure",
     "max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "federation-upstream",
     "federation-upstream-set", "single-active-consumer", "consumer-timeout", "max-in-memory-length",
-    "max-in-memory-bytes", "delivery-limit-strategy", "dead-letter-strategy",
+    "max-in-memory-bytes", "delivery-limit-strategy",
 ))
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 _POSITIVE = ("expires",)  # RabbitMQ refuses expires 0
+#: the queue type each queue-specific apply-to value selects (model.queue_types.queue_type)
+_APPLY_TO_TYPE = {"classic_queues": "classic", "quorum_queues": "quorum", "streams": "stream"}
 
 
 @dataclass(slots=True)
@@ -70,7 +75,11 @@ class Policy:
     def __post_init__(self) -> None:
         self._rx = _validate(self)
 
-    def applies_to_queues(self) -> bool:
+    def applies_to_queues(self, qtype: str) -> bool:
+        """Whether the policy applies to queues of type ``qtype`` (``classic_queues`` only to
+        classic ones, ``quorum_queues`` to quorum ones, ``streams`` to streams)."""
+        if self.apply_to in _APPLY_TO_TYPE:
+            return _APPLY_TO_TYPE[self.apply_to] == qtype
         return self.apply_to != "exchanges"
 
     def applies_to_exchanges(self) -> bool:
@@ -104,6 +113,12 @@ def _validate(p: Policy) -> re.Pattern[str]:
         if key in EXCHANGE_KEYS or key in ("dead-letter-exchange", "dead-letter-routing-key"):
             if not isinstance(value, str):
                 raise PreconditionFailed(f"{key} must be a string, not {value!r}")
+        elif key == "dead-letter-strategy":
+            if value not in DEAD_LETTER_STRATEGIES:
+                raise PreconditionFailed(f"{value!r} is not a valid dead-letter-strategy value")
+        elif key == "delivery-limit":  # negative: no limit (RabbitMQ 4's -1)
+            if type(value) is not int:
+                raise PreconditionFailed(f"delivery-limit must be an integer, not {value!r}")
         elif key == "overflow":
             if value not in _OVERFLOW:
                 raise PreconditionFailed(f"{value!r} is not a valid overflow value")
@@ -130,9 +145,17 @@ def combine(declared: dict[str, Any] | None, definition: dict[str, Any]) -> dict
         mine = out.get(arg)
         if mine is None:
             out[arg] = value
-        elif lower_wins and isinstance(mine, int) and value < mine:
+        elif lower_wins and isinstance(mine, int) and _lower(key, value, mine):
             out[arg] = value
     return out or None
+
+
+def _lower(key: str, policy: int, arg: int) -> bool:
+    """Whether the policy's value wins over the queue argument's: the lower one, except that a
+    negative delivery-limit (none) loses to any limit, as RabbitMQ 4 resolves them."""
+    if key == "delivery-limit" and (policy < 0 or arg < 0):
+        return policy > arg
+    return policy < arg
 
 
 class Policies:
@@ -173,11 +196,12 @@ class Policies:
     def in_vhost(self, vhost: str | None = None) -> list[Policy]:
         return [p for p in self.policies.values() if vhost is None or p.vhost == vhost]
 
-    def best(self, vhost: str, name: str, for_queue: bool) -> Policy | None:
-        """The policy that applies to the queue (or exchange) ``name`` in ``vhost``."""
+    def best(self, vhost: str, name: str, qtype: str | None) -> Policy | None:
+        """The policy that applies to the queue of type ``qtype`` (or the exchange, when None)
+        ``name`` in ``vhost``."""
         best: Policy | None = None
         for p in self.policies.values():
-            if p.vhost != vhost or not (p.applies_to_queues() if for_queue else p.applies_to_exchanges()):
+            if p.vhost != vhost or not (p.applies_to_queues(qtype) if qtype else p.applies_to_exchanges()):
                 continue
             if not p.matches(name):
                 continue
@@ -203,7 +227,7 @@ class Policies:
         if q.vhost.queues.get(q.name) is not q:
             return
         declared = q.declared_args
-        policy = self.best(q.vhost.name, q.name, True)
+        policy = self.best(q.vhost.name, q.name, queue_type(q))
         before = q.args
         if policy is None:
             if q.policy is None:
@@ -221,7 +245,7 @@ class Policies:
     def apply_exchange(self, x: Exchange) -> None:
         if x.name == "" or x.name.startswith("amq."):
             return  # RabbitMQ applies no policy to the default and amq.* exchanges
-        policy = self.best(x.vhost.name, x.name, False)
+        policy = self.best(x.vhost.name, x.name, None)
         x.policy = None if policy is None else policy.name
         args = x.args
         if args and "alternate-exchange" in args:

@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from .._message import READY, Entry, Message
+from .at_least_once import AtLeastOnce
 from .delayed import DelayedTarget
 from .errors import NotFound
 from .expiry import dead_letter, queue_expiry
 from .light import LightConsumer, LightTopics
 from .objects import STREAM_FLAG, Exchange, Queue, VHost, extras, over_limits, pageable
 from .paging import Pager
+from .quorum import at_least_once, overflow
 from .routing import route, route_cc
 from .state import ModelState
 from .streams import Streams
@@ -31,11 +33,13 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light", "streams")
+    __slots__ = ("state", "pager", "light", "streams", "at_least_once")
 
     def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
         self.streams = streams
+        self.at_least_once = AtLeastOnce(state)
+        self.at_least_once.enqueue = self.enqueue
         # attached by the model: both report back to this layer through callbacks, so they are
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
@@ -116,7 +120,7 @@ class Publisher:
         state = self.state
         expires = msg.expires_at
         args = x.args
-        if args and persist and "x-overflow" in args and args["x-overflow"] != "drop-head":
+        if args and persist and "x-overflow" in args and overflow(q, args) != "drop-head":
             if over_limits(q, args, 1, len(msg.body)):
                 if args["x-overflow"] == "reject-publish-dlx":
                     self.dead_letter(q, Entry(msg, state.next_seq(), count), "maxlen")
@@ -130,7 +134,7 @@ class Publisher:
                 expires = queue_expiry(args, msg, state.now)
         if not persist and queue_expires is not None:
             expires = queue_expires  # recovered with this queue's own (x-message-ttl) expiry
-        stored = msg.persistent and q.durable
+        stored = q.stores(msg.persistent)
         if persist and stored:
             if expires is not None and expires != msg.expires_at:
                 state.store.enqueue_expiring(q.vhost.name, q.name, msg, expires)
@@ -166,7 +170,11 @@ class Publisher:
 
     # -- leaving a queue dead ------------------------------------------------------------------------
     def remove(self, q: Queue, entry: Entry, reason: str) -> None:
-        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards."""
+        """``entry`` dies in ``q`` for ``reason``: forgotten there, dead-lettered onwards (at least
+        once for the queues that say so: ``at_least_once``)."""
+        if type(q) is Queue and q.quorum and at_least_once(q):
+            self.at_least_once.dead(q, entry, reason)
+            return
         self.state.forget(q, entry)
         self.dead_letter(q, entry, reason)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from itertools import count
 from typing import Any
 
-from .._message import GONE, Entry
+from .._message import GONE, Entry, Message
 from .._timers import TimerQueue
 from ..store import Store
 from .limits import ResourceLimits
@@ -92,15 +92,25 @@ class ModelState:
         for c in consumers:
             self.dirty[c.queue] = None
 
-    def forget(self, q: Any, entry: Entry) -> None:
+    def forget(self, q: Any, entry: Entry, keep_stored: bool = False) -> None:
         """``entry`` leaves ``q`` (a queue or a light subscription) for good (acked, expired,
-        dropped): its memory (light subscriptions do not count theirs), timer and stored copy."""
-        if entry.state != GONE and isinstance(q, Queue):
+        dropped): its memory (light subscriptions do not count theirs), timer and stored copy
+        (unless ``keep_stored``: ``unstore`` removes it later)."""
+        queue = isinstance(q, Queue)
+        if entry.state != GONE and queue:
             self.queued_bytes -= len(entry.msg.body)
         entry.state = GONE
         if entry.timer is not None:
             self.timers.cancel(entry.timer)
             entry.timer = None
-        if entry.msg.persistent and q.durable:
+        if keep_stored:
+            return
+        if q.stores(entry.msg.persistent) if queue else entry.msg.persistent and q.durable:
             self.store.remove(q.vhost.name, q.name, entry.msg.id)
+            self.store_write(lazy=True)
+
+    def unstore(self, q: Queue, msg: Message) -> None:
+        """Remove ``msg``'s stored copy from ``q`` (forgotten earlier with ``keep_stored``)."""
+        if q.stores(msg.persistent):
+            self.store.remove(q.vhost.name, q.name, msg.id)
             self.store_write(lazy=True)

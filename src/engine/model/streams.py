@@ -46,11 +46,12 @@ from ..streams import (
     stream_settings,
 )
 from .errors import PreconditionFailed
-from .objects import Consumer, Queue, inequivalent
+from .objects import Consumer, Queue, queue_type_of
+from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
-__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "check_same_queue_type",
-           "check_not_stream_consumer", "parse_consumer_args", "STREAM_OFFSET_HEADER"]
+__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "check_not_stream_consumer",
+           "parse_consumer_args", "STREAM_OFFSET_HEADER"]
 
 #: the delivery header carrying a message's offset
 STREAM_OFFSET_HEADER = "x-stream-offset"
@@ -72,12 +73,7 @@ RETENTION_PERIOD = 60.0
 
 
 def is_stream_args(args: Mapping[str, Any] | None) -> bool:
-    if not args:
-        return False
-    kind = args.get("x-queue-type")
-    if isinstance(kind, (bytes, bytearray)):
-        kind = bytes(kind).decode("utf-8", "replace")
-    return kind == "stream"
+    return bool(args) and queue_type_of(args) == "stream"
 
 
 def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, auto_delete: bool,
@@ -88,12 +84,9 @@ def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, 
     if not is_stream_args(args):
         for arg in STREAM_QUEUE_ARGS:
             if args and arg in args:
-                raise _not_a_stream(arg, name, vhost)
+                raise wrong_type_arg(arg, name, vhost, queue_type_of(args))
         return
-    # RabbitMQ's order (rabbit_stream_queue): a declare breaking several rules names auto-delete first
-    for prop, bad in (("auto-delete", auto_delete), ("exclusive-owner", exclusive), ("non-durable", not durable)):
-        if bad:
-            raise PreconditionFailed(f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'")
+    check_durable_only(name, vhost, durable, exclusive, auto_delete)
     try:
         stream_settings(args)
     except StreamArgumentError as exc:  # RabbitMQ's text names the queue: "invalid arg 'x' for queue ..."
@@ -101,26 +94,12 @@ def check_stream_declare(name: str, vhost: str, durable: bool, exclusive: bool, 
                                                   f"'{name}' in vhost '{vhost}'", 1)) from None
 
 
-def check_same_queue_type(q: Queue, args: Mapping[str, Any] | None) -> None:
-    """A redeclare of ``q`` whose arguments make it a stream when it is none, or the other way
-    round, is refused (406) with RabbitMQ's text."""
-    if q.stream != is_stream_args(args):
-        ours = (q.declared_args or {}).get("x-queue-type")
-        raise PreconditionFailed(inequivalent("x-queue-type", "queue", q.name, q.vhost.name,
-                                              (args or {}).get("x-queue-type"), ours))
-
-
 def check_not_stream_consumer(q: Queue, args: Mapping[str, Any] | None) -> None:
     """A consumer of a queue that is no stream may not give a stream's consumer arguments (406)."""
     if args and not q.stream:
         for arg in STREAM_CONSUMER_ARGS:
             if arg in args:
-                raise _not_a_stream(arg, q.name, q.vhost.name)
-
-
-def _not_a_stream(arg: str, name: str, vhost: str) -> PreconditionFailed:
-    return PreconditionFailed(f"invalid arg '{arg}' for queue '{name}' in vhost '{vhost}' of queue type "
-                              "rabbit_classic_queue")
+                raise wrong_type_arg(arg, q.name, q.vhost.name, queue_type(q))
 
 
 class StreamEntry(Entry):

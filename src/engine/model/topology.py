@@ -13,6 +13,7 @@ from .errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked,
 from .holding import HOLDER_PREFIX
 from .objects import STANDARD_EXCHANGES, Exchange, Queue, VHost, check_queue_args
 from .paging import Pager
+from .quorum import check_quorum_declare, is_quorum_args
 from .retry import RETRY_ARG, Retries, parse_retry_delays
 from .routers import ROUTER_TYPES
 from .state import ModelState
@@ -148,12 +149,14 @@ class Topology:
         args = check_queue_args(args, name, vhost.name)
         state.limits.queue_refusal(vhost.name, len(vhost.queues), name)
         check_stream_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
+        check_quorum_declare(name, vhost.name, durable, exclusive_owner is not None, auto_delete, args)
         if args and RETRY_ARG in args:
             parse_retry_delays(args[RETRY_ARG], name, vhost.name)
         if durable:  # store first: a failing store leaves no half-declared queue behind
             state.store.add_queue(QueueDef(vhost.name, name, durable, auto_delete, args or None))
             state.store_write()
         q = vhost.queues[name] = Queue(vhost, name, durable, auto_delete, exclusive_owner, args or None)
+        q.quorum = is_quorum_args(args)
         if self.on_declared is not None:
             self.on_declared(q)
         if q.args and "x-expires" in q.args:

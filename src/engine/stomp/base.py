@@ -16,20 +16,24 @@ from .. import oplog
 from .._message import Entry
 from .._session import Host, Session
 from ..model import Consumer, ModelError, Queue, VHost
+from ..model.objects import QUORUM_FLAG, STREAM_FLAG
+from ..model.queue_types import check_same_queue_type
 from ..model.security import UserAccess, UserRecord
-from ..model.streams import check_same_queue_type
 from .destinations import BadDestination, Destination, parse_destination
 from .errors import StompError, model_error_title
 from .permissions import permit_declare, permit_temp_queue
-from .stream_declare import check_new_stream
 from .subscriptions import AnySubscription, StompSubscription
+from .typed_declare import check_new_typed_queue
 from .wire import tail_cache
 
 __all__ = ["StompBase", "Tx", "QUEUE_ARGS", "DESTS_MAX", "queue_args", "num"]
 
 #: queue arguments a SEND/SUBSCRIBE may give when it declares a queue (RabbitMQ's STOMP headers)
 QUEUE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-length",
-              "x-expires", "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes")
+              "x-expires", "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes",
+              "x-overflow", "x-delivery-limit", "x-dead-letter-strategy", "x-quorum-initial-group-size")
+#: Queue._f bits of the queue types a SEND or SUBSCRIBE without their x-queue-type redeclares wrongly
+_TYPED = STREAM_FLAG | QUORUM_FLAG
 #: parsed destinations and their encoded header lines kept per connection (forgotten all at once when full)
 DESTS_MAX = 64
 
@@ -135,12 +139,12 @@ class StompBase(Session):
         q = vhost.queues.get(name)
         try:
             if q is not None and (q.exclusive_owner is None or q.exclusive_owner is self):
-                if q.stream or "x-queue-type" in headers:  # a SEND to a classic queue pays one look-up
+                if q._f & _TYPED or "x-queue-type" in headers:  # a SEND to a classic queue pays one look-up
                     check_same_queue_type(q, headers)  # another type: RabbitMQ's redeclare 406
                 self.model.touch(q)
                 return q  # already declared: the common path of every SEND to /queue/q
             args = queue_args(headers)
-            check_new_stream(name, vhost.name, headers, args)
+            check_new_typed_queue(name, vhost.name, headers, args)
             return self.model.declare_queue(vhost, name, durable=True, args=args)
         except ModelError as exc:
             raise StompError(model_error_title(exc), exc.text) from None

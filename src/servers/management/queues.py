@@ -33,6 +33,8 @@ class QueueRoutes(ApiBase):
                if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates")}
         out.update({"node": self.node, "state": "running",
                     "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"]})
+        if q["type"] == "quorum":  # RabbitMQ lists a quorum queue's members; on one node, this one
+            out.update({"leader": self.node, "members": [self.node], "online": [self.node]})
         out.update(queue_rates(q["counters"], q["rates"]))
         return out
 
