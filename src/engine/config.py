@@ -125,6 +125,7 @@ class Config:
     #: (RabbitMQ's STOMP ``default_user``/``default_pass``): the normal login, password and
     #: loopback checks included. None (the default) refuses them.
     anonymous_user: str | None = None
+    #: the password ``anonymous_user`` logs in with (required with it; never blank)
     anonymous_password: str = ""
     #: management HTTP API / Prometheus listeners as HOST:PORT ('' = off; None = the CLI's default)
     http: str | None = None
