@@ -1,0 +1,82 @@
+"""What the AMQP and STOMP sessions share: one socket's life, its output buffer and how it ends.
+
+A session is sans-IO: the front end feeds it bytes and timer ticks and writes ``data_to_send()``.
+It lives from the socket's first byte to its loss; the ``Core`` above it outlives reconnects."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._pending import Pending
+
+if TYPE_CHECKING:
+    from ._core import Core
+    from ._model import ConsumerRecord, Delivery
+
+__all__ = ["Session", "TxRecord", "SETTLE"]
+
+#: how a delivery is settled: ack, nack (requeue as asked) or reject
+SETTLE = ("ack", "nack", "reject")
+
+
+@dataclass(slots=True, eq=False)
+class TxRecord:
+    """A transaction; bound to the session (and AMQP channel) it began on, so a reconnect breaks it."""
+
+    generation: int
+    name: str
+    channel: int = 0
+
+
+class Session(ABC):
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.params = core.params
+        self.generation = core.generation
+        self.out = bytearray()
+        self.ready: Pending[None] = Pending()  # logged in and restored: user operations may run
+        self.error: BaseException | None = None  # set once the session is over
+        self.fatal = False  # over for good: do not reconnect (refused log-in, closed by the user, ...)
+
+    def data_to_send(self) -> bytes:
+        data = bytes(self.out)
+        self.out.clear()
+        return data
+
+    def end(self, error: BaseException, *, fatal: bool = False) -> None:
+        """The session is over: everything in flight fails with ``error`` (never lost silently)."""
+        if self.error is None:
+            self.error, self.fatal = error, fatal
+            self.fail_in_flight(error)
+            self.ready.fail(error)
+
+    # -- what each protocol implements --------------------------------------------------
+    @abstractmethod
+    def receive_data(self, data: bytes, now: float) -> None: ...
+    @abstractmethod
+    def get_timer(self) -> float | None: ...
+    @abstractmethod
+    def handle_timer(self, now: float) -> None: ...
+    @abstractmethod
+    def fail_in_flight(self, error: BaseException) -> None: ...
+    @abstractmethod
+    def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
+                confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def subscribe(self, consumer: ConsumerRecord, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def cancel(self, consumer: ConsumerRecord, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None, now: float) -> None: ...
+    @abstractmethod
+    def declare(self, kind: str, args: dict[str, Any], now: float) -> Pending[Any]: ...
+    @abstractmethod
+    def tx_begin(self, tx: TxRecord, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def tx_end(self, tx: TxRecord, commit: bool, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def qos(self, consumer: ConsumerRecord, prefetch: int, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def close(self, now: float) -> Pending[None]: ...
