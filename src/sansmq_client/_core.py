@@ -59,7 +59,7 @@ class Core:
 
     def backoff(self) -> float:
         """Seconds to wait before the next attempt: doubling from reconnect_delay, capped."""
-        return min(self.params.reconnect_max_delay, self.params.reconnect_delay * 2 ** max(0, self.failures - 1))
+        return float(min(self.params.reconnect_max_delay, self.params.reconnect_delay * 2 ** max(0, self.failures - 1)))
 
     def attach(self) -> Session:
         self.generation += 1

@@ -20,7 +20,7 @@ class Pending(Generic[T]):
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
-        self._callbacks: list[Callable[[Pending[T]], None]] = []
+        self._callbacks: list[Callable[[Pending[T]], object]] = []
 
     @classmethod
     def resolved(cls, value: T) -> Pending[T]:
@@ -44,7 +44,7 @@ class Pending(Generic[T]):
             raise self.error
         return self.value  # type: ignore[no-any-return]
 
-    def add_done_callback(self, fn: Callable[[Pending[T]], None]) -> None:
+    def add_done_callback(self, fn: Callable[[Pending[T]], object]) -> None:
         if self.done:
             fn(self)
         else:

@@ -40,8 +40,12 @@ class Connection(AsyncConnection):
 
     async def _wait(self, pending: Pending[Any]) -> Any:
         if not pending.done:
-            future = asyncio.get_running_loop().create_future()
-            pending.add_done_callback(lambda p: future.done() or future.set_result(None))
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def wake(p: Pending[Any]) -> None:
+                if not future.done():  # the waiter may have been cancelled
+                    future.set_result(None)
+            pending.add_done_callback(wake)
             await future
         return pending.result()
 
@@ -64,11 +68,12 @@ class Connection(AsyncConnection):
         while core.final_error is None:
             host, port = core.next_host()
             try:
-                reader, self._writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                              core.params.connect_timeout)
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                                        core.params.connect_timeout)
             except (OSError, TimeoutError) as exc:
                 core.connect_failed(exc)
             else:
+                self._writer = writer
                 core.attach()
                 try:
                     await self._pump(reader)
@@ -76,7 +81,7 @@ class Connection(AsyncConnection):
                     core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
                 finally:
                     self._kick()  # e.g. the close-ok owed to the broker's connection.close
-                    self._writer.close()
+                    writer.close()
                     self._writer = None
                     core.detach()
             if core.final_error is None:
