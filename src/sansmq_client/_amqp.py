@@ -285,12 +285,6 @@ class AmqpSession(Session):
         self.rpcs.setdefault(channel, deque()).append(((reply,), p))
         return p
 
-    def qos(self, consumer: ConsumerRecord, prefetch: int, now: float) -> Pending[None]:
-        ch = self._channel_of(consumer)
-        if ch is None:
-            return Pending.resolved(None)
-        return self._rpc(spec.BasicQos(prefetch_count=prefetch, channel=ch), now)
-
     def _deliver(self, m: spec.BasicDeliver) -> None:
         consumer = self.consumers.get(m.channel)
         if consumer is None:

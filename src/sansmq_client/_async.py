@@ -34,7 +34,7 @@ class AsyncConnection(ABC):
         """Make the I/O task write what the core has to send."""
     @abstractmethod
     def _inbox(self) -> Any:
-        """A queue with ``put_nowait(item)`` and ``async get()``."""
+        """A queue with ``put_nowait(item)``, ``qsize()`` and ``async get()``."""
     @abstractmethod
     async def _stop(self) -> None:
         """Stop the I/O task once the core is finished."""
@@ -136,9 +136,9 @@ class AsyncSubscription:
             raise StopAsyncIteration
         return item  # type: ignore[no-any-return]
 
-    async def qos(self, prefetch: int) -> None:
-        """Change the prefetch (AMQP basic.qos on this consumer's channel)."""
-        await self._conn._do(self._conn._core.qos(self.consumer, prefetch))
+    def pending(self) -> int:
+        """Deliveries received and not yet taken by the iteration (at most the prefetch)."""
+        return int(self._inbox.qsize())
 
     async def cancel(self) -> None:
         await self._conn._do(self._conn._core.cancel(self.consumer))

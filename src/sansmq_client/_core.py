@@ -197,10 +197,6 @@ class Core:
         pending.add_done_callback(lambda p: consumer.end(None))
         return pending
 
-    def qos(self, consumer: ConsumerRecord, prefetch: int) -> Pending[None]:
-        consumer.prefetch = prefetch  # a restored consumer gets the new value too
-        return self.run(lambda s: s.qos(consumer, prefetch, self.clock()))
-
     def settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
         """Ack, nack or reject. A delivery from an earlier connection is not settled: the broker requeued
         it when that connection died and delivers it again (redelivered=True)."""

@@ -123,9 +123,6 @@ class StompSession(Session):
             return Pending.resolved(None)
         return self._send(stomp.Unsubscribe({"id": consumer.tag}), now, receipt=True)
 
-    def qos(self, consumer: ConsumerRecord, prefetch: int, now: float) -> Pending[None]:
-        raise NotSupported("STOMP sets prefetch-count at SUBSCRIBE only")
-
     def _deliver(self, m: stomp.Message) -> None:
         consumer = self.subscriptions.get(m.headers.get("subscription", ""))
         if consumer is None:

@@ -273,8 +273,9 @@ class Subscription:
             self.error = exc
             log.error("sansmq_client: subscription %s ended: %s", self.consumer.tag, exc)
 
-    def qos(self, prefetch: int) -> None:
-        self._conn._call(lambda core: core.qos(self.consumer, prefetch))
+    def pending(self) -> int:
+        """Deliveries received and not yet taken by the iteration or the callback."""
+        return self._inbox.qsize()
 
     def cancel(self) -> None:
         self._conn._call(lambda core: core.cancel(self.consumer))

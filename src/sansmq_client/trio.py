@@ -41,6 +41,9 @@ class _Inbox:
     def put_nowait(self, item: Any) -> None:
         self._send.send_nowait(item)
 
+    def qsize(self) -> int:
+        return int(self._receive.statistics().current_buffer_used)
+
     async def get(self) -> Any:
         return await self._receive.receive()
 
