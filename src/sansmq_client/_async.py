@@ -128,13 +128,15 @@ class AsyncSubscription:
         return self
 
     async def __anext__(self) -> Delivery:
-        item = await self._inbox.get()
-        if isinstance(item, tuple):
-            self._inbox.put_nowait(item)  # stay ended for every later call
-            if item[1] is not None:
-                raise item[1]
-            raise StopAsyncIteration
-        return item  # type: ignore[no-any-return]
+        while True:
+            item = await self._inbox.get()
+            if isinstance(item, tuple):
+                self._inbox.put_nowait(item)  # stay ended for every later call
+                if item[1] is not None:
+                    raise item[1]
+                raise StopAsyncIteration
+            if not self._conn._core.is_stale(item):  # the broker delivers it again after the reconnect
+                return item  # type: ignore[no-any-return]
 
     def pending(self) -> int:
         """Deliveries received and not yet taken by the iteration (at most the prefetch)."""

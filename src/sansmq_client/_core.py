@@ -206,6 +206,11 @@ class Core:
         if self.ready and delivery.generation == self.generation and self.session is not None:
             self.session.settle(delivery, how, requeue, tx, self.clock())
 
+    def is_stale(self, delivery: Delivery) -> bool:
+        """A delivery still to be acked whose connection is gone: the broker requeued it (or, for a stream,
+        the consumer resumes before it), so handing it to user code would process it twice."""
+        return not delivery.consumer.auto_ack and (delivery.generation != self.generation or not self.ready)
+
     def tx_begin(self) -> tuple[TxRecord, Pending[None]]:
         tx = TxRecord(0, f"tx-{next(self.names)}")
 

@@ -103,8 +103,8 @@ class Connection(AsyncConnection):
                 nursery.cancel_scope.cancel()
             with trio.move_on_after(1):  # e.g. the close-ok owed to the broker's connection.close
                 await stream.send_all(core.data_to_send())
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
+        except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as group:  # the nursery groups them
+            core.detach(ConnectionLost(f"connection to {host}:{port} lost: {group.exceptions[0]}"))
         finally:
             core.detach()
 
