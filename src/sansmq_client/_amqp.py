@@ -7,7 +7,10 @@ fail), every consumer and every transaction gets its own channel."""
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import amqpproto as amqp
@@ -26,6 +29,8 @@ from ._pending import Pending
 from ._session import Session, TxRecord
 
 __all__ = ["AmqpSession", "DECLARE_METHODS"]
+
+log = logging.getLogger("sansmq_client")
 
 CONTROL, PUBLISH = 1, 2
 #: the Core's declaration kinds and the method each sends (keyword arguments are the method's fields)
@@ -47,7 +52,8 @@ def method_name(class_id: int, method_id: int) -> str:
 class AmqpSession(Session):
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
-        self.conn = amqp.Connection(amqp.CLIENT, heartbeat=max(0, round(self.params.heartbeat)))
+        # AMQP negotiates whole seconds: round a fraction up, never down to 0 (= off)
+        self.conn = amqp.Connection(amqp.CLIENT, heartbeat=math.ceil(max(0.0, self.params.heartbeat)))
         self.rpcs: dict[int, deque[_Rpc]] = {}
         self.held: dict[int, list[Any]] = {}  # methods waiting for their channel's open-ok
         self.confirms: dict[int, Pending[None] | None] = {}
@@ -112,7 +118,7 @@ class AmqpSession(Session):
                 return
             self._handle(event, now)
 
-    def _handle(self, event: Any, now: float) -> None:  # noqa: C901 - one dispatch table in code
+    def _handle(self, event: Any, now: float) -> None:
         match event:
             case spec.BasicDeliver():
                 self._deliver(event)
@@ -166,16 +172,15 @@ class AmqpSession(Session):
         self._open_channel(CONTROL, now)
         self._open_channel(PUBLISH, now)
         for kind, args in self.core.topology.values():
-            self._rpc(DECLARE_METHODS[kind](**args, channel=CONTROL), now)
-        for consumer in list(self.core.consumers.values()):
-            self.subscribe(consumer, now).add_done_callback(self._restore_failed(consumer))
+            self._rpc(DECLARE_METHODS[kind](**args, channel=CONTROL), now).add_done_callback(
+                self._log_refusal(kind, args))
+        self.restore_consumers(now)
         self._rpc(spec.ConfirmSelect(channel=PUBLISH), now).add_done_callback(self._ready)
 
-    def _restore_failed(self, consumer: ConsumerRecord) -> Any:
-        def check(p: Pending[None]) -> None:
-            if p.error is not None and self.error is None:  # the broker refused it this time: say so
-                self.core.forget_consumer(consumer)
-                consumer.end(p.error)
+    def _log_refusal(self, kind: str, args: dict[str, Any]) -> Callable[[Pending[Any]], None]:
+        def check(p: Pending[Any]) -> None:
+            if p.error is not None and self.error is None:  # refused now (e.g. declared differently meanwhile)
+                log.warning("sansmq_client: restoring %s %s after a reconnect failed: %s", kind, args, p.error)
         return check
 
     def _ready(self, p: Pending[Any]) -> None:

@@ -89,15 +89,18 @@ class AsyncConnection(ABC):
         return AsyncSubscription(self, consumer, inbox)
 
     async def ack(self, delivery: Delivery) -> None:
-        self._core.settle(delivery, "ack", False)
-        self._kick()
+        self._settle(delivery, "ack", False)
 
     async def nack(self, delivery: Delivery, requeue: bool = True) -> None:
-        self._core.settle(delivery, "nack", requeue)
-        self._kick()
+        self._settle(delivery, "nack", requeue)
 
     async def reject(self, delivery: Delivery, requeue: bool = False) -> None:
-        self._core.settle(delivery, "reject", requeue)
+        self._settle(delivery, "reject", requeue)
+
+    def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
+        """Settling has no answer to wait for: AMQP's ack and STOMP's ACK are one-way."""
+        self._core.check_settle(delivery, tx)
+        self._core.settle(delivery, how, requeue, tx)
         self._kick()
 
     def transaction(self) -> AsyncTransaction:
@@ -170,8 +173,7 @@ class AsyncTransaction:
 
     async def ack(self, delivery: Delivery) -> None:
         """STOMP: ACK inside the transaction. (AMQP acks belong to the consumer's channel, not this one.)"""
-        self._conn._core.settle(delivery, "ack", False, self.tx)
-        self._conn._kick()
+        self._conn._settle(delivery, "ack", False, self.tx)
 
     async def commit(self) -> None:
         await self._conn._do(self._conn._core.tx_end(self.tx, True))

@@ -10,8 +10,11 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import amqpproto
+import stompproto
+
 from ._amqp import AmqpSession
-from ._errors import ClientError, ConnectionClosedByUser, ConnectionLost
+from ._errors import ClientError, ConnectionClosedByUser, ConnectionLost, NotSupported
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from ._session import SETTLE, Session, TxRecord
@@ -91,6 +94,8 @@ class Core:
         if self.final_error is not None:
             return
         self.final_error = error
+        if self.session is not None and self.session.error is None:  # e.g. closed during a reconnect
+            self.session.end(error, fatal=True)
         self.connected.fail(error)
         backlog, self.backlog = self.backlog, []
         for _, pending in backlog:
@@ -147,6 +152,9 @@ class Core:
         except ClientError as exc:
             pending.fail(exc)
             return
+        except (amqpproto.LocalProtocolError, stompproto.LocalProtocolError) as exc:  # e.g. a channel gone
+            pending.fail(ClientError(f"the codec refused it: {exc}"))
+            return
         inner.add_done_callback(lambda p: pending.fail(p.error) if p.error is not None else pending.resolve(p.value))
 
     def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
@@ -196,6 +204,13 @@ class Core:
         pending = self.run(lambda s: s.cancel(consumer, self.clock()))
         pending.add_done_callback(lambda p: consumer.end(None))
         return pending
+
+    def check_settle(self, delivery: Delivery, tx: TxRecord | None) -> None:
+        """Refuse, in the caller's thread, a settle the broker would answer with a channel error."""
+        if delivery.consumer.auto_ack:
+            raise ClientError("a delivery of an auto_ack subscription is settled already")
+        if tx is not None and self.params.protocol == "amqp":
+            raise NotSupported("AMQP acks belong to the consumer's channel, not to a transaction's")
 
     def settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
         """Ack, nack or reject. A delivery from an earlier connection is not settled: the broker requeued

@@ -6,6 +6,7 @@ It lives from the socket's first byte to its loss; the ``Core`` above it outlive
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,19 @@ class Session(ABC):
             self.error, self.fatal = error, fatal
             self.fail_in_flight(error)
             self.ready.fail(error)
+
+    def restore_consumers(self, now: float) -> None:
+        """Subscribe the Core's consumers again; one the broker now refuses ends with that error (and is
+        not tried again on the next connection)."""
+        for consumer in list(self.core.consumers.values()):
+            self.subscribe(consumer, now).add_done_callback(self._restore_failed(consumer))
+
+    def _restore_failed(self, consumer: ConsumerRecord) -> Callable[[Pending[None]], None]:
+        def check(p: Pending[None]) -> None:
+            if p.error is not None and self.error is None:  # refused by the broker, not lost with the socket
+                self.core.forget_consumer(consumer)
+                consumer.end(p.error)
+        return check
 
     # -- what each protocol implements --------------------------------------------------
     @abstractmethod

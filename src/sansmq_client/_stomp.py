@@ -78,8 +78,7 @@ class StompSession(Session):
             case stomp.ConnectionClosed():
                 self.end(ConnectionLost("the broker closed the socket"))
             case stomp.Connected():
-                for consumer in list(self.core.consumers.values()):
-                    self.subscribe(consumer, now)
+                self.restore_consumers(now)
                 self.ready.resolve(None)
             case stomp.Error():
                 self._error(event)

@@ -133,13 +133,18 @@ class Connection:
         return Subscription(self, made[0], inbox, callback)
 
     def ack(self, delivery: Delivery) -> None:
-        self._submit(lambda: self._core.settle(delivery, "ack", False))
+        self._settle(delivery, "ack", False)
 
     def nack(self, delivery: Delivery, requeue: bool = True) -> None:
-        self._submit(lambda: self._core.settle(delivery, "nack", requeue))
+        self._settle(delivery, "nack", requeue)
 
     def reject(self, delivery: Delivery, requeue: bool = False) -> None:
-        self._submit(lambda: self._core.settle(delivery, "reject", requeue))
+        self._settle(delivery, "reject", requeue)
+
+    def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
+        """One-way (nothing to wait for), so it is queued for the I/O thread without blocking."""
+        self._core.check_settle(delivery, tx)
+        self._submit(lambda: self._core.settle(delivery, how, requeue, tx))
 
     def transaction(self) -> Transaction:
         """``with conn.transaction() as tx:`` begins, commits at the end, rolls back on an exception."""
@@ -317,8 +322,7 @@ class Transaction:
 
     def ack(self, delivery: Delivery) -> None:
         """STOMP: ACK inside the transaction. (AMQP acks belong to the consumer's channel, not this one.)"""
-        tx = self.tx
-        self._conn._submit(lambda: self._conn._core.settle(delivery, "ack", False, tx))
+        self._conn._settle(delivery, "ack", False, self.tx)
 
     def commit(self) -> None:
         tx = self.tx
