@@ -43,6 +43,7 @@ class Broker:
     def start(self) -> Broker:
         cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads",
                "--stomp", f"127.0.0.1:{self.ports['stomp']}", "--amqp", f"127.0.0.1:{self.ports['amqp']}",
+               "--ws", "127.0.0.1:0",  # never a default port (15674): other brokers run on this machine
                "--data", str(self.data), "--config", str(self.config)]
         self.proc = ServerProcess(cmd, "threads")
         self.proc.port("amqp")  # both listeners are up
