@@ -13,8 +13,10 @@ by user code; a lost connection is re-established (back-off, next host) with its
 consumers restored, a stream consumer resuming after the last offset it acked; in-flight publishes
 fail with ``ConnectionLost`` instead of vanishing; broker refusals raise typed errors
 (``BrokerClosedConnection``, ``ChannelClosed``, ``BrokerError``) that name the code, text, method and
-channel. Front-end modules are imported on demand (``sansmq_client.trio`` needs trio).
+channel. ``BasicProperties`` (AMQP message properties) is re-exported from amqpproto. Front-end modules are imported on demand (``sansmq_client.trio`` needs trio).
 """
+
+from amqpproto.spec import BasicProperties
 
 from ._errors import (
     BrokerClosedConnection,
@@ -33,4 +35,5 @@ from ._url import Params, parse_url
 __all__ = [
     "ClientError", "ConnectionLost", "ConnectionClosedByUser", "BrokerClosedConnection", "ChannelClosed",
     "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "Params", "parse_url",
+    "BasicProperties",
 ]
