@@ -13,7 +13,8 @@ by user code; a lost connection is re-established (back-off, next host) with its
 consumers restored, a stream consumer resuming after the last offset it acked; in-flight publishes
 fail with ``ConnectionLost`` instead of vanishing; broker refusals raise typed errors
 (``BrokerClosedConnection``, ``ChannelClosed``, ``BrokerError``) that name the code, text, method and
-channel. ``BasicProperties`` (AMQP message properties) is re-exported from amqpproto. Front-end modules are imported on demand (``sansmq_client.trio`` needs trio).
+channel. ``BasicProperties`` (AMQP message properties) is re-exported from amqpproto. Front-end
+modules are imported on demand (``sansmq_client.trio`` needs trio).
 """
 
 from amqpproto.spec import BasicProperties
