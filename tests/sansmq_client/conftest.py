@@ -1,78 +1,12 @@
-"""Real `python -m servers serve` brokers for the client tests, and one runner for both async front ends
-(the asyncio and trio APIs are the same, so one scenario runs on both)."""
+"""Fixtures of the client tests: one broker for the session, a fresh one (own ports and data) per test."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import signal
-import socket
-import sys
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from e2ekit import ServerProcess  # noqa: E402  (the e2e suite's server launcher)
-
-from servers.management import OPS_EPHEMERAL  # noqa: E402
-
-#: the broker grants heart-beats down to 100 ms, so STOMP tests can use 0.3 s (AMQP's unit is 1 s)
-CONFIG = "[limits]\nheartbeat = [100, 100]\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Broker:
-    """A broker on fixed ports and a data directory, so it can be killed and started again in place."""
-
-    def __init__(self, data: Path, config: Path) -> None:
-        self.data, self.config = data, config
-        self.ports = {"stomp": free_port(), "amqp": free_port()}
-        self.proc: ServerProcess | None = None
-
-    def start(self) -> Broker:
-        cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads",
-               "--stomp", f"127.0.0.1:{self.ports['stomp']}", "--amqp", f"127.0.0.1:{self.ports['amqp']}",
-               "--ws", "127.0.0.1:0",  # never a default port (15674): other brokers run on this machine
-               "--data", str(self.data), "--config", str(self.config)]
-        self.proc = ServerProcess(cmd, "threads")
-        self.proc.port("amqp")  # both listeners are up
-        return self
-
-    def url(self, protocol: str, query: str = "", vhost: str = "/", creds: str = "guest:guest") -> str:
-        return f"{protocol}://{creds}@127.0.0.1:{self.ports[protocol]}/{vhost.lstrip('/')}" + (
-            f"?{query}" if query else "")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.proc.send_signal(signal.SIGKILL)
-        self.proc.proc.wait(10)
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.proc.send_signal(signal.SIGSTOP)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.proc.poll() is None:
-            self.proc.proc.send_signal(signal.SIGCONT)
-            assert self.proc.terminate() == 0, self.proc.lines[-20:]
-
-
-def make_broker(tmp: Path) -> Broker:
-    config = tmp / "sansmq.toml"
-    config.write_text(CONFIG)
-    (tmp / "data").mkdir()
-    return Broker(tmp / "data", config)
+from clientkit import Broker, make_broker
 
 
 @pytest.fixture(scope="session")
@@ -91,30 +25,3 @@ def fresh_broker(tmp_path: Path) -> Iterator[Broker]:
         yield b
     finally:
         b.stop()
-
-
-def name(prefix: str = "q") -> str:
-    return f"client-{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class Io:
-    """One async front end: its module (``connect``) and its sleep."""
-
-    kind: str
-    client: Any
-    sleep: Callable[[float], Awaitable[None]]
-
-
-ASYNC = ["asyncio", "trio"]
-
-
-def run_async(kind: str, scenario: Callable[..., Awaitable[Any]], *args: Any, timeout: float = 60) -> Any:
-    io = Io(kind, importlib.import_module(f"sansmq_client.{kind}"), asyncio.sleep if kind == "asyncio" else trio.sleep)
-    if kind == "asyncio":
-        return asyncio.run(asyncio.wait_for(scenario(io, *args), timeout))
-
-    async def bounded() -> Any:
-        with trio.fail_after(timeout):
-            return await scenario(io, *args)
-    return trio.run(bounded)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import ASYNC, Broker, Io, name, run_async
+from clientkit import ASYNC, Broker, Io, name, run_async
 
 from sansmq_client import ConnectionClosedByUser, NotSupported
 

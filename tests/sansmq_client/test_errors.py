@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import ASYNC, Broker, Io, name, run_async
+from clientkit import ASYNC, Broker, Io, name, run_async
 
 from sansmq_client import BrokerClosedConnection, BrokerError, ChannelClosed, ConsumerCancelled
 

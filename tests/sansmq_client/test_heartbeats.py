@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import ASYNC, Broker, Io, name, run_async
+from clientkit import ASYNC, Broker, Io, name, run_async
 
 import sansmq_client.sync
 

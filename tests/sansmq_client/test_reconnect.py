@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import ASYNC, Broker, Io, free_port, name, run_async
+from clientkit import ASYNC, Broker, Io, free_port, name, run_async
 
 import sansmq_client.sync
 from sansmq_client import ConnectionLost

@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 
 import pytest
-from conftest import Broker, name
+from clientkit import Broker, name
 
 import sansmq_client.sync
 from sansmq_client import ChannelClosed, ClientError, Delivery, NotSupported
