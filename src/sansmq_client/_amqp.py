@@ -50,6 +50,9 @@ def method_name(class_id: int, method_id: int) -> str:
 
 
 class AmqpSession(Session):
+    NEED_DATA = amqp.NEED_DATA
+    REMOTE_ERROR = amqp.RemoteProtocolError
+
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
         # AMQP negotiates whole seconds: round a fraction up, never down to 0 (= off)
@@ -94,29 +97,11 @@ class AmqpSession(Session):
         return self.next_channel - 1
 
     # -- input ----------------------------------------------------------------------------
-    def receive_data(self, data: bytes, now: float) -> None:
-        self.conn.receive_data(data, now=now)
-        self._drain(now)
-
-    def get_timer(self) -> float | None:
-        return self.conn.get_timer()
-
-    def handle_timer(self, now: float) -> None:
-        self.conn.handle_timer(now)
-        self._drain(now)
-
-    def _drain(self, now: float) -> None:
-        while self.error is None:
-            try:
-                event = self.conn.next_event()
-            except amqp.RemoteProtocolError as exc:  # the broker sent garbage: say why, then give up
-                if exc.hint is not None and not exc.fatal:
-                    self.out += self.conn.send(exc.hint, now=now)
-                self.end(ConnectionLost(f"protocol error from the broker: {exc}"))
-                return
-            if event is amqp.NEED_DATA:
-                return
-            self._handle(event, now)
+    def protocol_error(self, exc: Exception, now: float) -> None:
+        hint = getattr(exc, "hint", None)
+        if hint is not None and not getattr(exc, "fatal", True):  # tell the broker what was wrong with it
+            self.out += self.conn.send(hint, now=now)
+        super().protocol_error(exc, now)
 
     def _handle(self, event: Any, now: float) -> None:
         match event:

@@ -39,6 +39,14 @@ class AsyncConnection(ABC):
     async def _stop(self) -> None:
         """Stop the I/O task once the core is finished."""
 
+    async def _until_connected(self) -> None:
+        """``connect``'s wait: the first ready session, or the error that ended the attempts."""
+        try:
+            await self._wait(self._core.connected)
+        except BaseException:
+            await self._stop()
+            raise
+
     async def _do(self, pending: Pending[Any]) -> Any:
         self._kick()
         return await self._wait(pending)
@@ -131,15 +139,10 @@ class AsyncSubscription:
         return self
 
     async def __anext__(self) -> Delivery:
-        while True:
-            item = await self._inbox.get()
-            if isinstance(item, tuple):
-                self._inbox.put_nowait(item)  # stay ended for every later call
-                if item[1] is not None:
-                    raise item[1]
-                raise StopAsyncIteration
-            if not self._conn._core.is_stale(item):  # the broker delivers it again after the reconnect
-                return item  # type: ignore[no-any-return]
+        while (delivery := self._conn._core.take(await self._inbox.get(), self._inbox.put_nowait,
+                                                 StopAsyncIteration)) is None:
+            pass
+        return delivery
 
     def pending(self) -> int:
         """Deliveries received and not yet taken by the iteration (at most the prefetch)."""

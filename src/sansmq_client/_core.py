@@ -226,6 +226,14 @@ class Core:
         the consumer resumes before it), so handing it to user code would process it twice."""
         return not delivery.consumer.auto_ack and (delivery.generation != self.generation or not self.ready)
 
+    def take(self, item: Any, put_back: Callable[[Any], None], stop: type[Exception]) -> Delivery | None:
+        """What a subscription's iteration does with one item of its inbox: a delivery to hand out, None for
+        a stale one (skipped), or the end -- ``(marker, error)`` raises the error, or ``stop`` if none."""
+        if isinstance(item, tuple):
+            put_back(item)  # stay ended for every later call
+            raise item[1] if item[1] is not None else stop()
+        return None if self.is_stale(item) else item
+
     def tx_begin(self) -> tuple[TxRecord, Pending[None]]:
         tx = TxRecord(0, f"tx-{next(self.names)}")
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ._errors import ConnectionLost
 from ._pending import Pending
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ class TxRecord:
 
 
 class Session(ABC):
+    #: the codec's NEED_DATA sentinel and RemoteProtocolError class
+    NEED_DATA: ClassVar[object]
+    REMOTE_ERROR: ClassVar[type[Exception]]
+    conn: Any  # the codec's client-role Connection
+
     def __init__(self, core: Core) -> None:
         self.core = core
         self.params = core.params
@@ -45,6 +51,34 @@ class Session(ABC):
         data = bytes(self.out)
         self.out.clear()
         return data
+
+    # -- bytes in, events handled (the codecs share these calls) ---------------------------------
+    def receive_data(self, data: bytes, now: float) -> None:
+        self.conn.receive_data(data, now=now)  # b"" (EOF) comes back as ConnectionClosed
+        self._drain(now)
+
+    def get_timer(self) -> float | None:
+        timer: float | None = self.conn.get_timer()
+        return timer
+
+    def handle_timer(self, now: float) -> None:
+        self.conn.handle_timer(now)  # queues HeartbeatDue and/or PeerTimedOut
+        self._drain(now)
+
+    def _drain(self, now: float) -> None:
+        while self.error is None:
+            try:
+                event = self.conn.next_event()
+            except self.REMOTE_ERROR as exc:
+                self.protocol_error(exc, now)
+                return
+            if event is self.NEED_DATA:
+                return
+            self._handle(event, now)
+
+    def protocol_error(self, exc: Exception, now: float) -> None:
+        """The broker sent bytes the codec refuses: the connection cannot go on."""
+        self.end(ConnectionLost(f"protocol error from the broker: {exc}"))
 
     def end(self, error: BaseException, *, fatal: bool = False) -> None:
         """The session is over: everything in flight fails with ``error`` (never lost silently)."""
@@ -68,11 +102,7 @@ class Session(ABC):
 
     # -- what each protocol implements --------------------------------------------------
     @abstractmethod
-    def receive_data(self, data: bytes, now: float) -> None: ...
-    @abstractmethod
-    def get_timer(self) -> float | None: ...
-    @abstractmethod
-    def handle_timer(self, now: float) -> None: ...
+    def _handle(self, event: Any, now: float) -> None: ...
     @abstractmethod
     def fail_in_flight(self, error: BaseException) -> None: ...
     @abstractmethod

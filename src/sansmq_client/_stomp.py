@@ -17,6 +17,9 @@ __all__ = ["StompSession"]
 
 
 class StompSession(Session):
+    NEED_DATA = stomp.NEED_DATA
+    REMOTE_ERROR = stomp.RemoteProtocolError
+
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
         self.conn = stomp.Connection(stomp.CLIENT)
@@ -39,28 +42,6 @@ class StompSession(Session):
         return pending
 
     # -- input ----------------------------------------------------------------------------
-    def receive_data(self, data: bytes, now: float) -> None:
-        self.conn.receive_data(data, now=now)
-        self._drain(now)
-
-    def get_timer(self) -> float | None:
-        return self.conn.get_timer()
-
-    def handle_timer(self, now: float) -> None:
-        self.conn.handle_timer(now)
-        self._drain(now)
-
-    def _drain(self, now: float) -> None:
-        while self.error is None:
-            try:
-                event = self.conn.next_event()
-            except stomp.RemoteProtocolError as exc:
-                self.end(ConnectionLost(f"protocol error from the broker: {exc}"))
-                return
-            if event is stomp.NEED_DATA:
-                return
-            self._handle(event, now)
-
     def _handle(self, event: Any, now: float) -> None:
         match event:
             case stomp.Message():

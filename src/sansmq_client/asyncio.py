@@ -24,11 +24,7 @@ async def connect(url: str) -> Connection:
     loop = asyncio.get_running_loop()
     conn = Connection(Core(parse_url(url), loop.time))
     conn._task = loop.create_task(conn._run())
-    try:
-        await conn._wait(conn._core.connected)
-    except BaseException:
-        await conn._stop()
-        raise
+    await conn._until_connected()
     return conn
 
 

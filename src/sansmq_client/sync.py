@@ -259,16 +259,10 @@ class Subscription:
         return self
 
     def __next__(self) -> Delivery:
-        while True:
-            item = self._inbox.get()
-            if isinstance(item, tuple):
-                self._inbox.put(item)  # stay ended for every later call
-                if item[1] is not None:
-                    raise item[1]
-                raise StopIteration
-            # (is_stale reads two fields the I/O thread writes: a benign race, the broker redelivers anyway)
-            if not self._conn._core.is_stale(item):  # the broker delivers it again after the reconnect
-                return item  # type: ignore[no-any-return]
+        # (take() reads two fields the I/O thread writes: a benign race, the broker redelivers anyway)
+        while (delivery := self._conn._core.take(self._inbox.get(), self._inbox.put, StopIteration)) is None:
+            pass
+        return delivery
 
     def _dispatch(self, callback: Callable[[Delivery], Any]) -> None:
         try:

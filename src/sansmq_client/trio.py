@@ -24,11 +24,7 @@ async def connect(url: str) -> Connection:
     Raises if none answers or the broker refuses the log-in."""
     conn = Connection(Core(parse_url(url), trio.current_time))
     trio.lowlevel.spawn_system_task(conn._run, name="sansmq_client I/O")
-    try:
-        await conn._wait(conn._core.connected)
-    except BaseException:
-        await conn._stop()
-        raise
+    await conn._until_connected()
     return conn
 
 
