@@ -180,7 +180,12 @@ class AmqpSession(Session):
         channel = 0 if close.class_id == 10 else next(
             (ch for ch, q in self.rpcs.items() if q and cls is not None and cls in _requests(q[0][0])), None)
         error = BrokerClosedConnection(close.reply_code, close.reply_text, method, channel)
-        self.end(error, fatal=close.reply_code not in TRANSIENT_CLOSE)
+        if close.reply_code in TRANSIENT_CLOSE:  # the client reconnects: in flight means lost, as on a reset
+            lost = ConnectionLost(f"connection lost: {error}")
+            lost.__cause__ = error
+            self.end(lost)
+        else:
+            self.end(error, fatal=True)
 
     def _channel_closed(self, close: spec.ChannelClose, now: float) -> None:
         ch = close.channel

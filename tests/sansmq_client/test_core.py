@@ -156,3 +156,17 @@ def test_hosts_rotate_and_the_first_connect_gives_up_after_each_was_tried() -> N
     assert core.final_error is None
     core.connect_failed(OSError("refused"))
     assert isinstance(core.final_error, ConnectionLost) and "h2" in str(core.final_error)
+
+
+def test_a_forced_close_fails_what_is_in_flight_as_lost_and_is_not_final() -> None:
+    core, broker = connected()
+    pending = core.publish("q", b"1", {}, {}, True)
+    broker.pump()
+    broker.send(spec.ConnectionClose(reply_code=320, reply_text="CONNECTION_FORCED - bye"))
+    assert isinstance(pending.error, ConnectionLost)
+    assert isinstance(pending.error.__cause__, BrokerClosedConnection)
+    assert pending.error.__cause__.reply_code == 320
+    core.detach()
+    assert core.final_error is None  # the front end reconnects
+    FakeBroker(core).pump()
+    assert core.ready and core.generation == 2

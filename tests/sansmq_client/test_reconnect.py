@@ -5,7 +5,12 @@ resumes right after the last offset it acked."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
+import time
+import urllib.parse
+import urllib.request
 
 import pytest
 from clientkit import ASYNC, Broker, Io, free_port, name, run_async
@@ -57,6 +62,42 @@ def test_broker_killed_and_restarted_mid_stream(fresh_broker: Broker, kind: str)
         await conn.publish("k", b"routed", exchange=exchange)  # exchange, queue, binding, consumer: back
         assert (await transient.__anext__()).body == b"routed"
         assert conn._core.generation >= 2
+        await conn.close()
+    run_async(kind, scenario)
+
+
+def close_all_connections(broker: Broker) -> int:
+    """Have the broker close every client connection (management API: connection.close 320
+    CONNECTION_FORCED); returns how many it closed."""
+    assert broker.proc is not None
+    base = f"http://127.0.0.1:{broker.proc.port('http')}/api/connections"
+    auth = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
+    deadline = time.monotonic() + 10
+    while not (conns := json.load(urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=5))):
+        assert time.monotonic() < deadline, "the management API never listed the client's connection"
+        time.sleep(0.05)
+    for c in conns:
+        name = urllib.parse.quote(c["name"], safe="")
+        urllib.request.urlopen(urllib.request.Request(f"{base}/{name}", method="DELETE", headers=auth), timeout=5)
+    return len(conns)
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_a_forced_close_is_transient_the_client_reconnects(fresh_broker: Broker, kind: str) -> None:
+    broker = fresh_broker.start()
+
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("amqp", query=QUERY))
+        q = await conn.declare_queue(name("transient"))  # not durable, but the broker keeps running
+        sub = await conn.subscribe(q)
+        assert close_all_connections(broker) == 1  # 320 CONNECTION_FORCED: an operator's kick
+        for _ in range(200):
+            if conn._core.generation == 2 and conn._core.ready:
+                break
+            await io.sleep(0.05)
+        assert conn._core.generation == 2 and conn._core.ready  # reconnected, not ended
+        await conn.publish(q, b"after the kick")
+        assert (await sub.__anext__()).body == b"after the kick"  # the queue's consumer is back
         await conn.close()
     run_async(kind, scenario)
 
