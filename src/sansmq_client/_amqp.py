@@ -7,6 +7,7 @@ fail), every consumer and every transaction gets its own channel."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import deque
@@ -226,8 +227,8 @@ class AmqpSession(Session):
     def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
                 confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]:
         props = options.get("properties") or spec.BasicProperties()
-        if headers:
-            props.headers = {**(props.headers or {}), **headers}
+        if headers:  # on a copy: the caller's properties may be shared by many publishes
+            props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
         channel = tx.channel if tx is not None else PUBLISH
         self._send_on(spec.BasicPublish(exchange=options.get("exchange", ""), routing_key=target,
                                         mandatory=False, properties=props, body=body, channel=channel), now)

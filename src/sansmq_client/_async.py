@@ -47,8 +47,15 @@ class AsyncConnection(ABC):
             await self._stop()
             raise
 
+    @abstractmethod
+    async def _flow(self) -> None:
+        """Yield to the I/O task, and wait while too much output is queued (back-pressure): a loop of
+        unconfirmed publishes must not starve heart-beats or fill memory."""
+
     async def _do(self, pending: Pending[Any]) -> Any:
         self._kick()
+        if pending.done:  # nothing to wait for (an unconfirmed publish): still let the I/O task run
+            await self._flow()
         return await self._wait(pending)
 
     # -- the API --------------------------------------------------------------------------------

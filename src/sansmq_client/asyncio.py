@@ -17,6 +17,9 @@ from ._url import parse_url
 
 __all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction"]
 
+#: bytes queued on the socket above which a publish waits for the socket to drain
+HIGH_WATER = 1 << 20
+
 
 async def connect(url: str) -> Connection:
     """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
@@ -49,6 +52,13 @@ class Connection(AsyncConnection):
         data = self._core.data_to_send()
         if data and self._writer is not None and not self._writer.is_closing():
             self._writer.write(data)
+
+    async def _flow(self) -> None:
+        writer = self._writer
+        if writer is not None and writer.transport.get_write_buffer_size() > HIGH_WATER:
+            await writer.drain()
+        else:
+            await asyncio.sleep(0)
 
     def _inbox(self) -> asyncio.Queue[Any]:
         return asyncio.Queue()

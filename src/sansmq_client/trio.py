@@ -18,6 +18,9 @@ from ._url import parse_url
 
 __all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction"]
 
+#: bytes queued for the writer task above which a publish waits for it
+HIGH_WATER = 1 << 20
+
 
 async def connect(url: str) -> Connection:
     """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
@@ -50,6 +53,7 @@ class Connection(AsyncConnection):
         self._wake = trio.Event()
         self._scope = trio.CancelScope()
         self._finished = trio.Event()
+        self._drained = trio.Event()  # set (and replaced) each time the writer task sent a batch
 
     async def _wait(self, pending: Pending[Any]) -> Any:
         if not pending.done:
@@ -60,6 +64,14 @@ class Connection(AsyncConnection):
 
     def _kick(self) -> None:
         self._wake.set()
+
+    async def _flow(self) -> None:
+        session = self._core.session
+        while session is not None and session.error is None and len(session.out) > HIGH_WATER:
+            drained = self._drained
+            self._kick()
+            await drained.wait()  # the writer task sent a batch
+        await trio.lowlevel.checkpoint()
 
     def _inbox(self) -> _Inbox:
         return _Inbox()
@@ -124,3 +136,5 @@ class Connection(AsyncConnection):
             data = self._core.data_to_send()
             if data:
                 await stream.send_all(data)
+            self._drained.set()
+            self._drained = trio.Event()

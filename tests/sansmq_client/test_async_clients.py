@@ -168,3 +168,29 @@ def test_stomp_refuses_amqp_only_calls_and_close_ends_everything(broker: Broker,
         with pytest.raises(ConnectionClosedByUser):
             await conn.publish("/queue/x", b"late")
     run_async(kind, scenario)
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_a_tight_loop_of_unconfirmed_publishes_keeps_heartbeats_and_shared_properties(broker: Broker,
+                                                                                      kind: str) -> None:
+    async def scenario(io: Io) -> None:
+        from sansmq_client import BasicProperties
+        conn = await io.client.connect(broker.url("amqp", query="heartbeat=1"))
+        q = await conn.declare_queue(name(), durable=True)
+        shared = BasicProperties(content_type="text/plain")
+        n = 3000
+        for i in range(n):  # never suspends on a confirm: the client yields to its I/O task by itself
+            await conn.publish(q, b"x" * 1000, confirm=False, properties=shared, headers={"i": i})
+        assert shared.headers is None  # the caller's properties were not changed by per-message headers
+        await conn.publish(q, b"last")  # confirmed: everything before it is in the queue
+        sub = await conn.subscribe(q, prefetch=500)
+        count = 0
+        async for d in sub:
+            await conn.ack(d)
+            if d.body == b"last":
+                break
+            assert d.headers["i"] == count
+            count += 1
+        assert count == n and conn._core.generation == 1
+        await conn.close()
+    run_async(kind, scenario)
