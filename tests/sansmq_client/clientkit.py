@@ -100,3 +100,12 @@ def run_async(kind: str, scenario: Callable[..., Awaitable[Any]], *args: Any, ti
         with trio.fail_after(timeout):
             return await scenario(io, *args)
     return trio.run(bounded)
+
+
+async def until(io: Io, predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``predicate`` on the front end's own sleep (the I/O task keeps running meanwhile)."""
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await io.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

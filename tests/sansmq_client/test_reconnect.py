@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from clientkit import ASYNC, Broker, Io, free_port, name, run_async
+from clientkit import ASYNC, Broker, Io, free_port, name, run_async, until
 
 import sansmq_client.sync
 from sansmq_client import ConnectionLost
@@ -66,6 +66,31 @@ def test_broker_killed_and_restarted_mid_stream(fresh_broker: Broker, kind: str)
     run_async(kind, scenario)
 
 
+@pytest.mark.parametrize("kind", ASYNC)
+def test_stomp_stream_subscription_resumes_after_a_broker_restart(fresh_broker: Broker, kind: str) -> None:
+    broker = fresh_broker.start()
+    stream = name("stream")
+    declare = {"x-queue-type": "stream", "durable": "true", "auto-delete": "false"}  # RabbitMQ's STOMP headers
+
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("stomp", query=QUERY))
+        for i in range(4):
+            await conn.publish(f"/queue/{stream}", f"s{i}".encode(), headers=declare)
+        reader = await conn.subscribe(f"/amq/queue/{stream}", prefetch=10, offset="first")
+        for expected in (0, 1):
+            d = await reader.__anext__()
+            assert d.offset == expected
+            await conn.ack(d)
+        broker.kill()
+        await until(io, lambda: not conn._core.ready, what="the client to notice")
+        broker.start()  # (blocks this test's event loop: the client sees the new broker afterwards)
+        await conn.publish(f"/queue/{stream}", b"s4", headers=declare)  # waits for the reconnect
+        resumed = [(await reader.__anext__()) for _ in range(3)]
+        assert [(d.offset, d.body) for d in resumed] == [(2, b"s2"), (3, b"s3"), (4, b"s4")]
+        await conn.close()
+    run_async(kind, scenario)
+
+
 def close_all_connections(broker: Broker) -> int:
     """Have the broker close every client connection (management API: connection.close 320
     CONNECTION_FORCED); returns how many it closed."""
@@ -91,11 +116,7 @@ def test_a_forced_close_is_transient_the_client_reconnects(fresh_broker: Broker,
         q = await conn.declare_queue(name("transient"))  # not durable, but the broker keeps running
         sub = await conn.subscribe(q)
         assert close_all_connections(broker) == 1  # 320 CONNECTION_FORCED: an operator's kick
-        for _ in range(200):
-            if conn._core.generation == 2 and conn._core.ready:
-                break
-            await io.sleep(0.05)
-        assert conn._core.generation == 2 and conn._core.ready  # reconnected, not ended
+        await until(io, lambda: conn._core.generation == 2 and conn._core.ready, what="the reconnect")
         await conn.publish(q, b"after the kick")
         assert (await sub.__anext__()).body == b"after the kick"  # the queue's consumer is back
         await conn.close()
