@@ -63,7 +63,7 @@ class AmqpSession(Session):
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
         self.consumers: dict[int, ConsumerRecord] = {}
-        self.free_channels: list[int] = []
+        self.free_channels: set[int] = set()
         self.next_channel = 3
         self.close_pending: Pending[None] | None = None
         self._send(amqp.ProtocolHeader(), now)
@@ -91,6 +91,11 @@ class AmqpSession(Session):
         self.held[channel] = []
         return p
 
+    def _free(self, ch: int) -> None:
+        """Reuse a channel number once its close handshake is complete (not while it is crossing ours)."""
+        if self.conn.channel_state(ch) is amqp.ChannelState.CH_CLOSED:
+            self.free_channels.add(ch)
+
     def _take_channel(self) -> int:
         if self.free_channels:
             return self.free_channels.pop()
@@ -99,9 +104,8 @@ class AmqpSession(Session):
 
     # -- input ----------------------------------------------------------------------------
     def protocol_error(self, exc: Exception, now: float) -> None:
-        hint = getattr(exc, "hint", None)
-        if hint is not None and not getattr(exc, "fatal", True):  # tell the broker what was wrong with it
-            self.out += self.conn.send(hint, now=now)
+        if isinstance(exc, amqp.RemoteProtocolError) and exc.hint is not None and not exc.fatal:
+            self.out += self.conn.send(exc.hint, now=now)  # tell the broker what was wrong with its bytes
         super().protocol_error(exc, now)
 
     def _handle(self, event: Any, now: float) -> None:
@@ -138,6 +142,7 @@ class AmqpSession(Session):
                 if consumer is not None:
                     self.core.forget_consumer(consumer)
                     consumer.end(ConsumerCancelled(f"the broker cancelled consumer {consumer.tag}"))
+                    self._close_channel(event.channel, "consumer cancelled by the broker")
             case amqp.Heartbeat() | spec.ConnectionBlocked() | spec.ConnectionUnblocked() | spec.BasicReturn():
                 pass
             case _:
@@ -206,7 +211,7 @@ class AmqpSession(Session):
             if consumer is not None:
                 self.core.forget_consumer(consumer)
                 consumer.end(error)
-            self.free_channels.append(ch)
+            self._free(ch)
 
     def fail_in_flight(self, error: BaseException) -> None:
         for queue in self.rpcs.values():
@@ -322,7 +327,7 @@ class AmqpSession(Session):
     def _close_channel(self, ch: int, why: str) -> Pending[Any]:
         self._send_on(spec.ChannelClose(reply_code=spec.REPLY_SUCCESS, reply_text=why, channel=ch), self.core.clock())
         done = self._expect(ch, spec.ChannelCloseOk)
-        done.add_done_callback(lambda p: self.free_channels.append(ch))
+        done.add_done_callback(lambda p: self._free(ch))
         return done
 
     def close(self, now: float) -> Pending[None]:

@@ -170,3 +170,27 @@ def test_a_forced_close_fails_what_is_in_flight_as_lost_and_is_not_final() -> No
     assert core.final_error is None  # the front end reconnects
     FakeBroker(core).pump()
     assert core.ready and core.generation == 2
+
+
+def test_channels_are_reused_only_after_their_close_handshake_and_a_broker_cancel_closes_one() -> None:
+    core, broker = connected()
+
+    def subscribe(queue: str) -> tuple[Any, int]:
+        consumer, _ = core.subscribe(queue, 0, False, None, {}, lambda d: None, lambda e: None)
+        opened = [m.channel for m in broker.pump() if isinstance(m, spec.ChannelOpen)]
+        return consumer, opened[0]
+
+    first, ch = subscribe("a")
+    assert ch == 3
+    core.cancel(first)
+    assert [type(m) for m in broker.pump()] == [spec.ChannelClose]
+    assert subscribe("b")[1] == 4        # 3 is still closing
+    broker.send(spec.ChannelCloseOk(channel=3))
+    third, ch = subscribe("c")
+    assert ch == 3                       # now it is free again
+    ended: list[BaseException | None] = []
+    third.on_end = ended.append
+    broker.send(spec.BasicCancel(consumer_tag=third.tag, channel=3))  # e.g. its queue was deleted
+    assert [type(m) for m in broker.pump()] == [spec.ChannelClose]
+    assert len(ended) == 1 and type(ended[0]).__name__ == "ConsumerCancelled"
+    assert third.tag not in core.consumers  # not restored on the next connection
