@@ -62,6 +62,10 @@ class Broker:
         assert self.proc is not None
         self.proc.proc.send_signal(signal.SIGSTOP)
 
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.proc.poll() is None:
             self.proc.proc.send_signal(signal.SIGCONT)

@@ -9,9 +9,10 @@ import threading
 import time
 
 import pytest
-from clientkit import ASYNC, Broker, Io, name, run_async
+from clientkit import ASYNC, Broker, Io, name, run_async, until
 
 import sansmq_client.sync
+from sansmq_client import ConnectionLost
 
 #: URL heart-beat and how long the handler stalls: AMQP negotiates whole seconds, STOMP milliseconds
 PERIOD = {"amqp": 1.0, "stomp": 0.3}
@@ -67,3 +68,24 @@ def test_a_sync_callback_blocking_3x_the_heartbeat_keeps_the_connection(broker: 
     assert conn._core.generation == 1
     sub.cancel()
     conn.close()
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_a_broker_that_stops_answering_is_detected_by_heartbeats(fresh_broker: Broker, kind: str) -> None:
+    """No FIN, no RST: only the missing heart-beats tell. The publish in flight fails saying so, and the
+    client reconnects once the broker answers again."""
+    broker = fresh_broker.start()
+
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("stomp", query="heartbeat=0.3&reconnect_delay=0.05"))
+        q = where("stomp")
+        broker.pause()
+        try:
+            with pytest.raises(ConnectionLost, match="stopped sending heart-beats"):
+                await conn.publish(q, b"unanswered")
+        finally:
+            broker.resume()
+        await until(io, lambda: conn._core.ready and conn._core.generation >= 2, what="the reconnect")
+        await conn.publish(q, b"answered")
+        await conn.close()
+    run_async(kind, scenario)
