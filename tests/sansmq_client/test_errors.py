@@ -116,3 +116,29 @@ def test_stomp_error_names_the_frame_and_the_client_reconnects(broker: Broker, k
         assert conn._core.generation == 2
         await conn.close()
     run_async(kind, scenario)
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_a_refused_subscription_raises_and_is_never_restored(broker: Broker, kind: str) -> None:
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("amqp"))
+        with pytest.raises(ChannelClosed) as info:
+            await conn.subscribe(name("missing"))
+        assert (info.value.reply_code, info.value.method) == (404, "basic.consume")
+        assert info.value.channel >= 3  # the subscription's own channel, not the connection's others
+        assert not conn._core.consumers
+        q = await conn.declare_queue(name(), durable=True)
+        await conn.publish(q, b"fine")
+        assert (await (await conn.subscribe(q)).__anext__()).body == b"fine"
+        await conn.close()
+
+        stomp = await io.client.connect(broker.url("stomp", query="reconnect_delay=0.05"))
+        with pytest.raises(BrokerError) as refused:
+            await stomp.subscribe("/nowhere/x")
+        assert refused.value.command == "SUBSCRIBE"
+        assert not stomp._core.consumers  # the reconnect that follows does not try it again
+        where = f"/queue/{name()}"
+        await stomp.publish(where, b"fine")
+        assert (await (await stomp.subscribe(where)).__anext__()).body == b"fine"
+        await stomp.close()
+    run_async(kind, scenario)
