@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import queue
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import aio_pika
 import pika
+import stomp
 
 import sansmq_client.asyncio
 import sansmq_client.sync
@@ -114,10 +117,63 @@ def pika_client(url: str, n: int) -> tuple[float, float]:
     return n / (t1 - t0), n / (t2 - t1)
 
 
+def ours_stomp(url: str, n: int) -> tuple[float, float]:
+    conn = sansmq_client.sync.connect(url)
+    q = f"/queue/bench-{uuid.uuid4().hex}"
+    t0 = time.perf_counter()
+    for _ in range(n):
+        conn.publish(q, BODY)  # waits for the RECEIPT
+    t1 = time.perf_counter()
+    sub = conn.subscribe(q, prefetch=100)
+    for got, d in enumerate(sub, 1):
+        conn.ack(d)
+        if got == n:
+            break
+    t2 = time.perf_counter()
+    sub.cancel()
+    conn.close()
+    return n / (t1 - t0), n / (t2 - t1)
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.receipt = threading.Event()
+        self.messages: queue.SimpleQueue[object] = queue.SimpleQueue()
+
+    def on_receipt(self, frame: object) -> None:
+        self.receipt.set()
+
+    def on_message(self, frame: object) -> None:
+        self.messages.put(frame)
+
+
+def stomp_py(url: str, n: int) -> tuple[float, float]:
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    conn = stomp.Connection12([("127.0.0.1", port)])
+    listener = _Listener()
+    conn.set_listener("bench", listener)
+    conn.connect("guest", "guest", wait=True)
+    q = f"/queue/bench-{uuid.uuid4().hex}"
+    t0 = time.perf_counter()
+    for i in range(n):  # the same safety as ours: each SEND waits for its RECEIPT
+        listener.receipt.clear()
+        conn.send(q, BODY, headers={"receipt": str(i)})
+        listener.receipt.wait()
+    t1 = time.perf_counter()
+    conn.subscribe(q, id="1", ack="client-individual", headers={"prefetch-count": "100"})
+    for _ in range(n):
+        frame = listener.messages.get()
+        conn.ack(frame.headers["ack"])  # type: ignore[attr-defined]
+    t2 = time.perf_counter()
+    conn.disconnect()
+    return n / (t1 - t0), n / (t2 - t1)
+
+
 PAIRS: list[tuple[str, Callable[[str, int], tuple[float, float]], str, Callable[[str, int], tuple[float, float]]]] = [
     ("sansmq_client.asyncio", lambda u, n: asyncio.run(ours_asyncio(u, n)),
      "aio-pika", lambda u, n: asyncio.run(aio_pika_client(u, n))),
     ("sansmq_client.sync", ours_sync, "pika", pika_client),
+    ("sansmq_client.sync (STOMP)", ours_stomp, "stomp.py", stomp_py),
 ]
 
 
@@ -131,7 +187,8 @@ def main() -> None:
     srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--server", args.server, "--stomp", "127.0.0.1:0",
                          "--amqp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--http", "127.0.0.1:0",
                          "--prometheus", "127.0.0.1:0", "--data", data], args.server)
-    url = f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/"
+    urls = {"amqp": f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/",
+            "stomp": f"stomp://guest:guest@127.0.0.1:{srv.port('stomp')}/"}
     try:
         print(f"{args.messages} messages of {len(BODY)} B, {args.rounds} alternated rounds, {args.server} server")
         print("| ours | other | publish+confirm msg/s (ours / other) | ratio | consume+ack msg/s (ours / other) | ratio |")
@@ -140,6 +197,7 @@ def main() -> None:
             a: list[tuple[float, float]] = []
             b: list[tuple[float, float]] = []
             for _ in range(args.rounds):  # alternate, so drift in the machine's load hits both
+                url = urls["stomp" if "STOMP" in ours_name else "amqp"]
                 a.append(ours(url, args.messages))
                 b.append(other(url, args.messages))
             pa, ca = (statistics.median(x[i] for x in a) for i in (0, 1))
