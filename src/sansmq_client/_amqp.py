@@ -63,6 +63,7 @@ class AmqpSession(Session):
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
         self.consumers: dict[int, ConsumerRecord] = {}
+        self.transactions: dict[int, TxRecord] = {}
         self.free_channels: set[int] = set()
         self.next_channel = 3
         self.close_pending: Pending[None] | None = None
@@ -211,6 +212,9 @@ class AmqpSession(Session):
             if consumer is not None:
                 self.core.forget_consumer(consumer)
                 consumer.end(error)
+            tx = self.transactions.pop(ch, None)
+            if tx is not None:  # whatever the transaction does next raises this, not a codec complaint
+                tx.error = error
             self._free(ch)
 
     def fail_in_flight(self, error: BaseException) -> None:
@@ -234,6 +238,8 @@ class AmqpSession(Session):
         props = options.get("properties") or spec.BasicProperties()
         if headers:  # on a copy: the caller's properties may be shared by many publishes
             props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
+        if tx is not None and tx.error is not None:
+            raise tx.error
         channel = tx.channel if tx is not None else PUBLISH
         self._send_on(spec.BasicPublish(exchange=options.get("exchange", ""), routing_key=target,
                                         mandatory=False, properties=props, body=body, channel=channel), now)
@@ -314,14 +320,21 @@ class AmqpSession(Session):
 
     def tx_begin(self, tx: TxRecord, now: float) -> Pending[None]:
         tx.channel = self._take_channel()
+        self.transactions[tx.channel] = tx
         self._open_channel(tx.channel, now)
         return self._rpc(spec.TxSelect(channel=tx.channel), now)
 
     def tx_end(self, tx: TxRecord, commit: bool, now: float) -> Pending[None]:
+        if tx.error is not None:
+            raise tx.error
         method = spec.TxCommit(channel=tx.channel) if commit else spec.TxRollback(channel=tx.channel)
         done = self._rpc(method, now)
-        # Close the channel only after the answer: once closing, the codec drops what arrives on it.
-        done.add_done_callback(lambda p: self.error is None and self._close_channel(tx.channel, "transaction over"))
+
+        def over(p: Pending[Any]) -> None:
+            # Close the channel only after the answer: once closing, the codec drops what arrives on it.
+            if self.transactions.pop(tx.channel, None) is not None and self.error is None:
+                self._close_channel(tx.channel, "transaction over")
+        done.add_done_callback(over)
         return done
 
     def _close_channel(self, ch: int, why: str) -> Pending[Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import _api
 from ._core import Core
+from ._errors import ClientError
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from ._session import TxRecord
@@ -197,7 +198,10 @@ class AsyncTransaction:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        if exc_type is None:
+        if exc is None:
             await self.commit()
-        else:
+            return
+        try:
             await self.rollback()
+        except ClientError as failed:  # the block's own exception stays the one raised
+            exc.add_note(f"and the rollback failed: {failed}")

@@ -30,6 +30,7 @@ class TxRecord:
     generation: int
     name: str
     channel: int = 0
+    error: BaseException | None = None  # the broker closed its channel: every later call raises this
 
 
 class Session(ABC):

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _api
 from ._core import Core
-from ._errors import ConnectionLost
+from ._errors import ClientError, ConnectionLost
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from ._session import TxRecord
@@ -332,7 +332,10 @@ class Transaction:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is None:
+        if exc is None:
             self.commit()
-        else:
+            return
+        try:
             self.rollback()
+        except ClientError as failed:  # the block's own exception stays the one raised
+            exc.add_note(f"and the rollback failed: {failed}")

@@ -142,3 +142,30 @@ def test_a_refused_subscription_raises_and_is_never_restored(broker: Broker, kin
         assert (await (await stomp.subscribe(where)).__anext__()).body == b"fine"
         await stomp.close()
     run_async(kind, scenario)
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_a_channel_error_inside_a_transaction_ends_that_transaction_only(broker: Broker, kind: str) -> None:
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("amqp"))
+        q = await conn.declare_queue(name(), durable=True)
+        with pytest.raises(ChannelClosed) as info:
+            async with conn.transaction() as tx:
+                await tx.publish(q, b"never")
+                await tx.publish("k", b"lost", exchange=name("no-exchange"))  # closes the tx's channel
+                await io.sleep(0.2)  # (the close may come before or after the commit: same error)
+        assert (info.value.reply_code, info.value.method) == (404, "basic.publish")
+        with pytest.raises(ChannelClosed):  # and the transaction stays ended
+            await tx.commit()
+        with pytest.raises(KeyError) as own:  # an error in the block stays the one raised
+            async with conn.transaction() as tx:
+                await tx.publish("k", b"lost", exchange=name("no-exchange"))
+                await io.sleep(0.2)
+                raise KeyError("the block's own")
+        assert "the rollback failed" in own.value.__notes__[0]
+        async with conn.transaction() as tx:  # the next transaction is unaffected
+            await tx.publish(q, b"committed")
+        sub = await conn.subscribe(q)
+        assert (await sub.__anext__()).body == b"committed"
+        await conn.close()
+    run_async(kind, scenario)
