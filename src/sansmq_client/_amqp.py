@@ -122,7 +122,10 @@ class AmqpSession(Session):
             case amqp.ConnectionClosed():
                 self.end(ConnectionLost("the broker closed the socket"))
             case spec.ConnectionStart():
-                self._send(self.conn.start_ok(event, self.params.user, self.params.password, "sansmq_client"), now)
+                start_ok = self.conn.start_ok(event, self.params.user, self.params.password, "sansmq_client")
+                if self.params.name:
+                    start_ok.client_properties["connection_name"] = self.params.name
+                self._send(start_ok, now)
             case spec.ConnectionTune():
                 self._send(self.conn.tune_ok(event), now)
                 self._send(spec.ConnectionOpen(virtual_host=self.params.vhost), now)

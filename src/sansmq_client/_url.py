@@ -27,6 +27,7 @@ class Params:
     connect_timeout: float = 10.0
     reconnect_delay: float = 0.1   # first back-off; doubles per failed attempt
     reconnect_max_delay: float = 5.0
+    name: str = ""  # AMQP connection_name: how the management API and logs list the connection
 
 
 def parse_url(url: str) -> Params:
@@ -42,7 +43,7 @@ def parse_url(url: str) -> Params:
     hosts = tuple(_host(h, DEFAULT_PORTS[scheme]) for h in hostlist.split(",")) if hostlist else (
         ("127.0.0.1", DEFAULT_PORTS[scheme]),)
     options = dict(parse_qsl(query, strict_parsing=bool(query)))
-    unknown = set(options) - {"heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay"}
+    unknown = set(options) - {"heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name"}
     if unknown:
         raise ValueError(f"unknown URL options {sorted(unknown)}")
     return Params(
@@ -53,6 +54,7 @@ def parse_url(url: str) -> Params:
         connect_timeout=float(options.get("connect_timeout", 10.0)),
         reconnect_delay=float(options.get("reconnect_delay", 0.1)),
         reconnect_max_delay=float(options.get("reconnect_max_delay", 5.0)),
+        name=options.get("name", ""),
     )
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from typing import Any
 
 import pytest
 from clientkit import ASYNC, Broker, Io, free_port, name, run_async, until
@@ -91,14 +92,18 @@ def test_stomp_stream_subscription_resumes_after_a_broker_restart(fresh_broker: 
     run_async(kind, scenario)
 
 
-def close_all_connections(broker: Broker) -> int:
-    """Have the broker close every client connection (management API: connection.close 320
+def close_connections(broker: Broker, label: str) -> int:
+    """Have the broker close the connections named ``label`` (management API: connection.close 320
     CONNECTION_FORCED); returns how many it closed."""
     assert broker.proc is not None
     base = f"http://127.0.0.1:{broker.proc.port('http')}/api/connections"
     auth = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
     deadline = time.monotonic() + 10
-    while not (conns := json.load(urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=5))):
+    def ours() -> list[dict[str, Any]]:
+        listed = json.load(urllib.request.urlopen(urllib.request.Request(base, headers=auth), timeout=5))
+        return [c for c in listed if c.get("client_properties", {}).get("connection_name") == label]
+
+    while not (conns := ours()):
         assert time.monotonic() < deadline, "the management API never listed the client's connection"
         time.sleep(0.05)
     for c in conns:
@@ -112,10 +117,11 @@ def test_a_forced_close_is_transient_the_client_reconnects(fresh_broker: Broker,
     broker = fresh_broker.start()
 
     async def scenario(io: Io) -> None:
-        conn = await io.client.connect(broker.url("amqp", query=QUERY))
+        label = name("conn")
+        conn = await io.client.connect(broker.url("amqp", query=f"{QUERY}&name={label}"))
         q = await conn.declare_queue(name("transient"))  # not durable, but the broker keeps running
         sub = await conn.subscribe(q)
-        assert close_all_connections(broker) == 1  # 320 CONNECTION_FORCED: an operator's kick
+        assert close_connections(broker, label) == 1  # 320 CONNECTION_FORCED: an operator's kick
         await until(io, lambda: conn._core.generation == 2 and conn._core.ready, what="the reconnect")
         await conn.publish(q, b"after the kick")
         assert (await sub.__anext__()).body == b"after the kick"  # the queue's consumer is back

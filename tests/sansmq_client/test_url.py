@@ -8,11 +8,11 @@ from sansmq_client import parse_url
 
 
 def test_several_hosts_with_vhost_and_options() -> None:
-    p = parse_url("amqp://u%40x:p%3Aw@h1:5673,h2,[::1]:5674/prod%2Fa?heartbeat=5&reconnect_delay=0.5")
+    p = parse_url("amqp://u%40x:p%3Aw@h1:5673,h2,[::1]:5674/prod%2Fa?heartbeat=5&reconnect_delay=0.5&name=billing")
     assert p.protocol == "amqp"
     assert p.hosts == (("h1", 5673), ("h2", 5672), ("::1", 5674))
     assert (p.user, p.password, p.vhost) == ("u@x", "p:w", "prod/a")
-    assert (p.heartbeat, p.reconnect_delay) == (5.0, 0.5)
+    assert (p.heartbeat, p.reconnect_delay, p.name) == (5.0, 0.5, "billing")
 
 
 def test_defaults_per_protocol() -> None:
