@@ -35,17 +35,17 @@ def free_port() -> int:
 class Broker:
     """A broker on fixed ports and a data directory, so it can be killed and started again in place."""
 
-    def __init__(self, data: Path, config: Path) -> None:
-        self.data, self.config = data, config
+    def __init__(self, data: Path, config: Path, kind: str = "threads") -> None:
+        self.data, self.config, self.kind = data, config, kind
         self.ports = {"stomp": free_port(), "amqp": free_port()}
         self.proc: ServerProcess | None = None
 
     def start(self) -> Broker:
-        cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", "threads",
+        cmd = [sys.executable, "-m", "servers", "serve", *OPS_EPHEMERAL, "--server", self.kind,
                "--stomp", f"127.0.0.1:{self.ports['stomp']}", "--amqp", f"127.0.0.1:{self.ports['amqp']}",
                "--ws", "127.0.0.1:0",  # never a default port (15674): other brokers run on this machine
                "--data", str(self.data), "--config", str(self.config)]
-        self.proc = ServerProcess(cmd, "threads")
+        self.proc = ServerProcess(cmd, self.kind)
         self.proc.port("amqp")  # both listeners are up
         return self
 
@@ -72,11 +72,11 @@ class Broker:
             assert self.proc.terminate() == 0, self.proc.lines[-20:]
 
 
-def make_broker(tmp: Path) -> Broker:
+def make_broker(tmp: Path, kind: str = "threads") -> Broker:
     config = tmp / "sansmq.toml"
     config.write_text(CONFIG)
     (tmp / "data").mkdir()
-    return Broker(tmp / "data", config)
+    return Broker(tmp / "data", config, kind)
 
 
 def name(prefix: str = "q") -> str:
