@@ -37,7 +37,11 @@ def connect(url: str) -> Connection:
     Raises if none answers or the broker refuses the log-in."""
     conn = Connection(Core(parse_url(url), time.monotonic))
     conn._thread.start()
-    conn._call(lambda core: core.connected)
+    try:
+        conn._call(lambda core: core.connected)
+    except BaseException:
+        conn._release()  # the I/O thread has finished: no thread or socket left behind
+        raise
     return conn
 
 
@@ -154,6 +158,9 @@ class Connection:
         """Close cleanly (connection.close / DISCONNECT with a receipt) and join the I/O thread."""
         if not self._dead:
             self._call(lambda core: core.close())
+        self._release()
+
+    def _release(self) -> None:
         self._thread.join()
         self._wake_r.close()
         self._wake_w.close()

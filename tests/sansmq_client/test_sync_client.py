@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 
 import pytest
-from clientkit import Broker, name
+from clientkit import Broker, free_port, name
 
 import sansmq_client.sync
 from sansmq_client import ChannelClosed, ClientError, Delivery, NotSupported
@@ -117,3 +117,13 @@ def test_callback_exceptions_are_logged_and_consuming_goes_on(broker: Broker, ca
     assert "handler bug" in caplog.text
     sub.cancel()
     conn.close()
+
+
+def test_a_refused_connect_raises_and_leaves_no_thread_behind(broker: Broker) -> None:
+    before = threading.active_count()
+    with pytest.raises(sansmq_client.BrokerClosedConnection) as info:
+        sansmq_client.sync.connect(broker.url("amqp", vhost="no-such-vhost"))
+    assert (info.value.reply_code, info.value.method) == (530, "connection.open")
+    with pytest.raises(sansmq_client.ConnectionLost, match="could not connect"):
+        sansmq_client.sync.connect(f"amqp://127.0.0.1:{free_port()}/?connect_timeout=2")  # nobody listens
+    assert threading.active_count() == before
