@@ -1,0 +1,143 @@
+"""One STOMP 1.2 connection of the client, on stompproto: CONNECT, receipts as confirmations,
+subscriptions restored from the Core, and an ERROR frame turned into a typed error."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import stompproto as stomp
+
+from ._errors import BrokerError, ConnectionClosedByUser, ConnectionLost, NotSupported
+from ._model import ConsumerRecord, Delivery
+from ._pending import Pending
+from ._session import Session, TxRecord
+
+__all__ = ["StompSession"]
+
+
+class StompSession(Session):
+    NEED_DATA = stomp.NEED_DATA
+    REMOTE_ERROR = stomp.RemoteProtocolError
+
+    def __init__(self, core: Any, now: float) -> None:
+        super().__init__(core)
+        self.conn = stomp.Connection(stomp.CLIENT)
+        self.receipts: dict[str, tuple[str, Pending[None]]] = {}  # receipt id -> (command, outcome)
+        self.ids = itertools.count(1)
+        self.subscriptions: dict[str, ConsumerRecord] = {}
+        ms = round(self.params.heartbeat * 1000)
+        self.out += self.conn.send(stomp.Connect({
+            "accept-version": "1.2", "host": self.params.vhost, "login": self.params.user,
+            "passcode": self.params.password, "heart-beat": f"{ms},{ms}"}), now=now)
+
+    def _send(self, frame: stomp.Frame, now: float, receipt: bool = False) -> Pending[None]:
+        pending: Pending[None] = Pending.resolved(None)
+        if receipt:
+            rid = f"r{next(self.ids)}"
+            frame.headers["receipt"] = rid
+            pending = Pending()
+            self.receipts[rid] = (frame.command, pending)
+        self.out += self.conn.send(frame, now=now)
+        return pending
+
+    # -- input ----------------------------------------------------------------------------
+    def _handle(self, event: Any, now: float) -> None:
+        match event:
+            case stomp.Message():
+                self._deliver(event)
+            case stomp.Receipt():
+                command, pending = self.receipts.pop(event.headers.get("receipt-id", ""), ("", None))
+                if pending is not None:
+                    pending.resolve(None)
+                if command == "DISCONNECT":
+                    self.end(ConnectionClosedByUser("the connection was closed"), fatal=True)
+            case stomp.HeartbeatDue():
+                self.out += self.conn.send(stomp.Heartbeat(), now=now)
+            case stomp.PeerTimedOut():
+                self.end(ConnectionLost("the broker stopped sending heart-beats"))
+            case stomp.ConnectionClosed():
+                self.end(ConnectionLost("the broker closed the socket"))
+            case stomp.Connected():
+                self.restore_consumers(now)
+                self.ready.resolve(None)
+            case stomp.Error():
+                self._error(event)
+
+    def _error(self, frame: stomp.Error) -> None:
+        command, pending = self.receipts.pop(frame.headers.get("receipt-id", ""), ("", None))
+        error = BrokerError(frame.headers.get("message", ""), frame.body, command)
+        if pending is not None:
+            pending.fail(error)
+        # An ERROR before CONNECTED refused the log-in: reconnecting would be refused the same way.
+        self.end(error, fatal=not self.ready.done)
+
+    def fail_in_flight(self, error: BaseException) -> None:
+        receipts, self.receipts = self.receipts, {}
+        for _, pending in receipts.values():
+            pending.fail(error)
+
+    # -- operations -------------------------------------------------------------------------
+    def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
+                confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]:
+        if options:
+            raise NotSupported(f"STOMP SEND takes a destination and headers, not {sorted(options)}")
+        frame = stomp.Send({"destination": target, **{k: str(v) for k, v in headers.items()}}, body)
+        if tx is not None:
+            frame.headers["transaction"] = tx.name
+        return self._send(frame, now, receipt=confirm and tx is None)
+
+    def subscribe(self, consumer: ConsumerRecord, now: float) -> Pending[None]:
+        self.subscriptions[consumer.tag] = consumer
+        headers = {"id": consumer.tag, "destination": consumer.source,
+                   "ack": "auto" if consumer.auto_ack else "client-individual",
+                   **{k: str(v) for k, v in consumer.arguments.items()}}
+        if consumer.prefetch:
+            headers["prefetch-count"] = str(consumer.prefetch)
+        if (offset := consumer.resume_offset()) is not None:
+            headers["x-stream-offset"] = str(offset)
+        return self._send(stomp.Subscribe(headers), now, receipt=True)
+
+    def cancel(self, consumer: ConsumerRecord, now: float) -> Pending[None]:
+        if self.subscriptions.pop(consumer.tag, None) is None:
+            return Pending.resolved(None)
+        return self._send(stomp.Unsubscribe({"id": consumer.tag}), now, receipt=True)
+
+    def _deliver(self, m: stomp.Message) -> None:
+        consumer = self.subscriptions.get(m.headers.get("subscription", ""))
+        if consumer is None:
+            return
+        offset = m.headers.get("x-stream-offset")
+        delivery = Delivery(m.body, m.headers, consumer, m.headers.get("redelivered") == "true",
+                            m.headers.get("destination", ""), "", None,
+                            int(offset) if offset and offset.isdigit() else None, m.headers.get("ack"),
+                            self.generation)
+        if consumer.auto_ack and delivery.offset is not None:
+            consumer.last_offset = delivery.offset
+        consumer.on_delivery(delivery)
+
+    def settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None, now: float) -> None:
+        if delivery.consumer.tag not in self.subscriptions:
+            return  # unsubscribed: the broker already requeued what was unacked
+        headers = {"id": str(delivery.ack_id)}
+        if tx is not None:
+            headers["transaction"] = tx.name
+        if how == "ack":
+            self._send(stomp.Ack(headers), now)
+        else:  # RabbitMQ's NACK requeues unless told not to; a reject never requeues
+            headers["requeue"] = "true" if how == "nack" and requeue else "false"
+            self._send(stomp.Nack(headers), now)
+
+    def declare(self, kind: str, args: dict[str, Any], now: float) -> Pending[Any]:
+        raise NotSupported("STOMP has no declarations: the broker declares on SUBSCRIBE/SEND "
+                           "(queue arguments go in their headers)")
+
+    def tx_begin(self, tx: TxRecord, now: float) -> Pending[None]:
+        return self._send(stomp.Begin({"transaction": tx.name}), now, receipt=True)
+
+    def tx_end(self, tx: TxRecord, commit: bool, now: float) -> Pending[None]:
+        frame = stomp.Commit({"transaction": tx.name}) if commit else stomp.Abort({"transaction": tx.name})
+        return self._send(frame, now, receipt=True)
+
+    def close(self, now: float) -> Pending[None]:
+        return self._send(stomp.Disconnect({}), now, receipt=True)

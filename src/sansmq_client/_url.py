@@ -1,0 +1,69 @@
+"""Connection URLs: ``amqp://user:pass@h1:5672,h2:5673/vhost?heartbeat=10`` and ``stomp://...``.
+
+urllib cannot parse several ``host:port`` pairs in one netloc, so the authority is split here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote
+
+__all__ = ["Params", "parse_url"]
+
+DEFAULT_PORTS = {"amqp": 5672, "stomp": 61613}
+#: heart-beat defaults: AMQP in seconds (as tune), STOMP in milliseconds (as the heart-beat header)
+DEFAULT_HEARTBEAT = {"amqp": 60.0, "stomp": 10.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Everything a URL says. ``heartbeat`` is seconds for both protocols."""
+
+    protocol: str
+    hosts: tuple[tuple[str, int], ...]
+    user: str = "guest"
+    password: str = "guest"
+    vhost: str = "/"
+    heartbeat: float = 60.0
+    connect_timeout: float = 10.0
+    reconnect_delay: float = 0.1   # first back-off; doubles per failed attempt
+    reconnect_max_delay: float = 5.0
+    name: str = ""  # AMQP connection_name: how the management API and logs list the connection
+
+
+def parse_url(url: str) -> Params:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in DEFAULT_PORTS:
+        raise ValueError(f"expected an amqp:// or stomp:// URL, got {url!r}")
+    rest, _, query = rest.partition("?")
+    authority, slash, path = rest.partition("/")
+    creds, at, hostlist = authority.rpartition("@")
+    if not at:
+        creds, hostlist = "", authority
+    user, _, password = creds.partition(":")
+    hosts = tuple(_host(h, DEFAULT_PORTS[scheme]) for h in hostlist.split(",")) if hostlist else (
+        ("127.0.0.1", DEFAULT_PORTS[scheme]),)
+    options = dict(parse_qsl(query, strict_parsing=bool(query)))
+    unknown = set(options) - {"heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name"}
+    if unknown:
+        raise ValueError(f"unknown URL options {sorted(unknown)}")
+    return Params(
+        protocol=scheme, hosts=hosts, user=unquote(user) if creds else "guest",
+        password=unquote(password) if creds else "guest",
+        vhost=unquote(path) if slash and path else "/",
+        heartbeat=float(options.get("heartbeat", DEFAULT_HEARTBEAT[scheme])),
+        connect_timeout=float(options.get("connect_timeout", 10.0)),
+        reconnect_delay=float(options.get("reconnect_delay", 0.1)),
+        reconnect_max_delay=float(options.get("reconnect_max_delay", 5.0)),
+        name=options.get("name", ""),
+    )
+
+
+def _host(text: str, default_port: int) -> tuple[str, int]:
+    if text.startswith("["):  # [::1]:5672
+        host, _, port = text[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host:
+        raise ValueError(f"empty host in {text!r}")
+    return host, int(port) if port else default_port

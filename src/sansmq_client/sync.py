@@ -1,0 +1,348 @@
+"""The threaded front end: ``conn = sansmq_client.sync.connect("amqp://guest:guest@host/")``.
+
+Thread-safety: every method of ``Connection``, ``Subscription`` and ``Transaction`` may be called from
+any thread, concurrently. One I/O thread owns the socket and the client's state; calls cross to it
+through a queue and a wake-up socket, and the caller blocks until the I/O thread has the answer (a
+publish: the broker's confirm). Subscription callbacks run on a thread of their subscription, never on
+the I/O thread, so a callback that blocks for minutes does not stop heart-beats."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+from . import _api
+from ._core import Core
+from ._errors import ClientError, ConnectionLost
+from ._model import ConsumerRecord, Delivery
+from ._pending import Pending
+from ._session import TxRecord
+from ._url import parse_url
+
+__all__ = ["connect", "Connection", "Subscription", "Transaction"]
+
+log = logging.getLogger("sansmq_client")
+
+
+def connect(url: str) -> Connection:
+    """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
+    Raises if none answers or the broker refuses the log-in."""
+    conn = Connection(Core(parse_url(url), time.monotonic))
+    conn._thread.start()
+    try:
+        conn._call(lambda core: core.connected)
+    except BaseException:
+        conn._release()  # the I/O thread has finished: no thread or socket left behind
+        raise
+    return conn
+
+
+class Connection:
+    """A client connection (AMQP or STOMP) for threaded code; see the module's note on thread-safety."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._commands: collections.deque[Callable[[], None]] = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._dead = False
+        self._thread = threading.Thread(target=self._run, name="sansmq_client I/O", daemon=True)
+
+    # -- crossing to the I/O thread ------------------------------------------------------------
+    def _submit(self, fn: Callable[[], None]) -> None:
+        self._commands.append(fn)
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already woken (a full pipe), or the thread is gone: the drain below runs it
+        if self._dead:
+            self._run_commands()
+
+    def _call(self, make: Callable[[Core], Pending[Any]]) -> Any:
+        """Run ``make`` on the I/O thread and block until the Pending it returns is done."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("sansmq_client.sync calls must not run on the I/O thread")
+        done = threading.Event()
+        box: list[Pending[Any]] = []
+
+        def finished(p: Pending[Any]) -> None:
+            box.append(p)
+            done.set()
+
+        def run() -> None:
+            make(self._core).add_done_callback(finished)
+        self._submit(run)
+        done.wait()
+        return box[0].result()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                fn = self._commands.popleft()
+            except IndexError:
+                return
+            fn()
+
+    # -- the API -------------------------------------------------------------------------------
+    def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
+                confirm: bool = True, exchange: str | None = None, properties: Any = None) -> None:
+        """Publish ``body`` to ``target`` (STOMP destination, or AMQP routing key on ``exchange``). With
+        ``confirm`` this returns once the broker took responsibility and raises if it did not."""
+        self._call(lambda core: core.publish(target, body, headers or {},
+                                             _api.publish_options(exchange, properties), confirm))
+
+    def declare_queue(self, name: str = "", *, durable: bool = False, exclusive: bool = False,
+                      auto_delete: bool = False, passive: bool = False,
+                      arguments: dict[str, Any] | None = None) -> str:
+        args = _api.queue_args(name, durable, exclusive, auto_delete, passive, arguments)
+        return str(self._call(lambda core: core.declare("queue", args)).queue)
+
+    def declare_exchange(self, name: str, type: str = "direct", *, durable: bool = False,
+                         auto_delete: bool = False, passive: bool = False,
+                         arguments: dict[str, Any] | None = None) -> None:
+        args = _api.exchange_args(name, type, durable, auto_delete, passive, arguments)
+        self._call(lambda core: core.declare("exchange", args))
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str = "",
+                   arguments: dict[str, Any] | None = None) -> None:
+        args = _api.bind_args(queue, exchange, routing_key, arguments)
+        self._call(lambda core: core.declare("bind", args))
+
+    def delete_queue(self, name: str) -> None:
+        self._call(lambda core: core.declare("delete_queue", {"queue": name}))
+
+    def subscribe(self, source: str, callback: Callable[[Delivery], Any] | None = None, *, prefetch: int = 0,
+                  auto_ack: bool = False, offset: int | str | None = None,
+                  arguments: dict[str, Any] | None = None) -> Subscription:
+        """Consume from ``source``. With ``callback``, a thread of this subscription calls it per delivery
+        (in order); without, iterate the returned subscription."""
+        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        made: list[ConsumerRecord] = []
+
+        def start(core: Core) -> Pending[None]:
+            consumer, pending = core.subscribe(source, prefetch, auto_ack, offset, arguments or {}, inbox.put,
+                                               lambda error: inbox.put((None, error)))
+            made.append(consumer)
+            return pending
+        self._call(start)
+        return Subscription(self, made[0], inbox, callback)
+
+    def ack(self, delivery: Delivery) -> None:
+        self._settle(delivery, "ack", False)
+
+    def nack(self, delivery: Delivery, requeue: bool = True) -> None:
+        self._settle(delivery, "nack", requeue)
+
+    def reject(self, delivery: Delivery, requeue: bool = False) -> None:
+        self._settle(delivery, "reject", requeue)
+
+    def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
+        """One-way (nothing to wait for), so it is queued for the I/O thread without blocking."""
+        self._core.check_settle(delivery, tx)
+        self._submit(lambda: self._core.settle(delivery, how, requeue, tx))
+
+    def transaction(self) -> Transaction:
+        """``with conn.transaction() as tx:`` begins, commits at the end, rolls back on an exception."""
+        return Transaction(self)
+
+    def close(self) -> None:
+        """Close cleanly (connection.close / DISCONNECT with a receipt) and join the I/O thread."""
+        if not self._dead:
+            self._call(lambda core: core.close())
+        self._release()
+
+    def _release(self) -> None:
+        self._thread.join()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the I/O thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        core = self._core
+        try:
+            while core.final_error is None:
+                self._connect_once()
+                if core.final_error is None:
+                    self._idle(core.backoff())
+        except Exception as exc:  # a bug here must end the connection loudly, not hang its callers
+            log.exception("sansmq_client I/O thread failed")
+            core.finish(ConnectionLost(f"the client's I/O thread failed: {exc!r}"))
+        finally:
+            self._dead = True
+            self._run_commands()
+
+    def _idle(self, seconds: float) -> None:
+        """Back-off between attempts, still taking calls (close() must not wait for the next attempt)."""
+        deadline = time.monotonic() + seconds
+        while self._core.final_error is None and (left := deadline - time.monotonic()) > 0:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                if sel.select(left):
+                    self._drain_wake()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        self._run_commands()
+
+    def _connect_once(self) -> None:
+        core = self._core
+        host, port = core.next_host()
+        try:
+            sock = socket.create_connection((host, port), timeout=core.params.connect_timeout)
+        except OSError as exc:
+            core.connect_failed(exc)
+            return
+        sock.setblocking(False)
+        core.attach()
+        out = bytearray()
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            while core.session is not None and core.session.error is None:
+                out += core.data_to_send()
+                if out:
+                    try:
+                        del out[:sock.send(out)]
+                    except BlockingIOError:
+                        pass
+                sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0))
+                timer, now = core.get_timer(), core.clock()
+                if timer is not None and timer <= now:
+                    core.handle_timer()
+                    continue
+                for key, mask in sel.select(None if timer is None else timer - now):
+                    if key.fileobj is self._wake_r:
+                        self._drain_wake()
+                    elif mask & selectors.EVENT_READ:
+                        core.receive_data(sock.recv(65536))  # b"" is EOF: the session ends itself
+            out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
+            if out:
+                sock.setblocking(True)
+                sock.settimeout(1)
+                sock.sendall(out)
+        except OSError as exc:
+            core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
+        finally:
+            sel.close()
+            sock.close()
+            core.detach()
+
+
+class Subscription:
+    """One consumer's deliveries: iterate it (blocking), or give ``subscribe`` a callback. Iteration ends
+    when it is cancelled or the connection closed; it raises the broker's error if the broker ended it."""
+
+    def __init__(self, conn: Connection, consumer: ConsumerRecord, inbox: queue.SimpleQueue[Any],
+                 callback: Callable[[Delivery], Any] | None) -> None:
+        self._conn, self.consumer, self._inbox = conn, consumer, inbox
+        self.error: BaseException | None = None  # why a callback subscription ended, if the broker ended it
+        self._thread: threading.Thread | None = None
+        if callback is not None:
+            self._thread = threading.Thread(target=self._dispatch, args=(callback,), daemon=True,
+                                            name=f"sansmq_client {consumer.tag}")
+            self._thread.start()
+
+    def __iter__(self) -> Iterator[Delivery]:
+        return self
+
+    def __next__(self) -> Delivery:
+        # (take() reads two fields the I/O thread writes: a benign race, the broker redelivers anyway)
+        while (delivery := self._conn._core.take(self._inbox.get(), self._inbox.put, StopIteration)) is None:
+            pass
+        return delivery
+
+    def _dispatch(self, callback: Callable[[Delivery], Any]) -> None:
+        try:
+            for delivery in self:
+                try:
+                    callback(delivery)
+                except Exception:  # the user's bug: say so, keep consuming
+                    log.exception("sansmq_client: callback of %s failed", self.consumer.tag)
+        except Exception as exc:
+            self.error = exc
+            log.error("sansmq_client: subscription %s ended: %s", self.consumer.tag, exc)
+
+    def pending(self) -> int:
+        """Deliveries received and not yet taken by the iteration or the callback."""
+        return self._inbox.qsize()
+
+    def cancel(self) -> None:
+        self._conn._call(lambda core: core.cancel(self.consumer))
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class Transaction:
+    """Publishes (and, over STOMP, acks) that take effect together at ``commit()``."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._tx: TxRecord | None = None
+
+    def begin(self) -> None:
+        made: list[TxRecord] = []
+
+        def start(core: Core) -> Pending[None]:
+            tx, pending = core.tx_begin()
+            made.append(tx)
+            return pending
+        self._conn._call(start)
+        self._tx = made[0]
+
+    @property
+    def tx(self) -> TxRecord:
+        if self._tx is None:
+            raise RuntimeError("the transaction has not begun (use `with conn.transaction() as tx`)")
+        return self._tx
+
+    def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
+                exchange: str | None = None, properties: Any = None) -> None:
+        tx = self.tx
+        self._conn._call(lambda core: core.publish(target, body, headers or {},
+                                                   _api.publish_options(exchange, properties), False, tx))
+
+    def ack(self, delivery: Delivery) -> None:
+        """STOMP: ACK inside the transaction. (AMQP acks belong to the consumer's channel, not this one.)"""
+        self._conn._settle(delivery, "ack", False, self.tx)
+
+    def commit(self) -> None:
+        tx = self.tx
+        self._conn._call(lambda core: core.tx_end(tx, True))
+
+    def rollback(self) -> None:
+        tx = self.tx
+        self._conn._call(lambda core: core.tx_end(tx, False))
+
+    def __enter__(self) -> Transaction:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            self.commit()
+            return
+        try:
+            self.rollback()
+        except ClientError as failed:  # the block's own exception stays the one raised
+            exc.add_note(f"and the rollback failed: {failed}")

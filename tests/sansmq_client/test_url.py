@@ -1,0 +1,33 @@
+"""Connection URLs: several hosts, defaults, credentials, options; bad ones refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sansmq_client import parse_url
+
+
+def test_several_hosts_with_vhost_and_options() -> None:
+    p = parse_url("amqp://u%40x:p%3Aw@h1:5673,h2,[::1]:5674/prod%2Fa?heartbeat=5&reconnect_delay=0.5&name=billing")
+    assert p.protocol == "amqp"
+    assert p.hosts == (("h1", 5673), ("h2", 5672), ("::1", 5674))
+    assert (p.user, p.password, p.vhost) == ("u@x", "p:w", "prod/a")
+    assert (p.heartbeat, p.reconnect_delay, p.name) == (5.0, 0.5, "billing")
+
+
+def test_defaults_per_protocol() -> None:
+    p = parse_url("stomp://localhost")
+    assert p.hosts == (("localhost", 61613),)
+    assert (p.user, p.password, p.vhost, p.heartbeat) == ("guest", "guest", "/", 10.0)
+    assert parse_url("amqp://").hosts == (("127.0.0.1", 5672),)
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://h/", "amqp:// or stomp://"),
+    ("amqp://h/?hartbeat=1", "unknown URL options"),
+    ("amqp://h:notaport/", "invalid literal"),
+    ("amqp://:5672/", "empty host"),
+])
+def test_bad_urls(url: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_url(url)
