@@ -24,10 +24,10 @@ class SansmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(ReadOptions.parse(self.options))
+        return BatchReader(ReadOptions.parse(self.options).for_batch())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options))
+        return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
         opts = WriteOptions.parse(self.options, schema.fieldNames())

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from .client import Client
 
-__all__ = ["stream_end", "wait_for_new", "cap_total", "split_range", "offset_of"]
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of"]
 
 PROBE_SPAN = 10  # a probe lasts at most this many pauses
 
@@ -51,6 +51,25 @@ def stream_end(client: Client, stream: str, probe_ms: int) -> int:
     client.cancel(tag)
     client.deliveries.clear()  # any that raced the cancel are acked by nobody; the channel keeps no state
     return last + 1
+
+
+def stream_first(client: Client, stream: str, end: int) -> int:
+    """The first offset retention kept in ``stream`` whose end is ``end`` (``end`` if it holds
+    nothing). AMQP 0-9-1 reports no such thing either; a consumer at ``x-stream-offset: first`` is
+    handed the first retained message at once (retention never removes the segment being written,
+    so a stream that was ever written holds at least one message; if none comes within the
+    client's timeout, the stream counts as empty)."""
+    if end <= 0:
+        return 0
+    client.qos(1)
+    tag = client.consume(stream, {"x-stream-offset": "first"})
+    d = client.next_delivery()
+    first = end if d is None else offset_of(d.properties.headers)
+    if d is not None:
+        client.ack(d.delivery_tag)
+    client.cancel(tag)
+    client.deliveries.clear()
+    return min(first, end)
 
 
 def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:
