@@ -64,6 +64,37 @@ def test_write_options() -> None:
         WriteOptions.parse({"exchange": "x"}, ["body"])
 
 
+def test_option_names_are_strict_case_insensitive_and_take_kafkas_aliases() -> None:
+    # Spark hands a source its options with lower-cased keys
+    o = ReadOptions.parse({"subscribe": "a", "maxoffsetspertrigger": "7", "FAILONDATALOSS": "False"})
+    assert (o.streams, o.max_records_per_trigger, o.fail_on_data_loss) == (("a",), 7, False)
+    assert ReadOptions.parse({"stream": "a"}).fail_on_data_loss is True
+    with pytest.raises(OptionError) as e:
+        ReadOptions.parse({"stream": "a", "failOnDataLos": "false"})
+    assert str(e.value).startswith("unknown option 'failOnDataLos' for the sansmq source; known options: url, "
+                                   "stream, startingOffsets, endingOffsets, failOnDataLoss, ")
+    assert "maxOffsetsPerTrigger (= maxRecordsPerTrigger)" in str(e.value)
+    with pytest.raises(OptionError, match="given twice"):
+        ReadOptions.parse({"stream": "a", "subscribe": "b"})
+    with pytest.raises(OptionError, match="must be true or false, got 'yes'"):
+        ReadOptions.parse({"stream": "a", "failOnDataLoss": "yes"})
+    with pytest.raises(OptionError, match="unknown option 'startingOffsets' for the sansmq sink"):
+        WriteOptions.parse({"stream": "a", "startingOffsets": "earliest"}, ["body"])
+    # what Spark adds to a streaming sink's options is not the user's
+    assert WriteOptions.parse({"topic": "a", "checkpointlocation": "/x", "queryname": "q"}, ["body"]).target_stream == "a"
+
+
+def test_kafkas_rules_for_batch_and_streaming_offsets() -> None:
+    for starting in ("latest", '{"a": -1}'):
+        with pytest.raises(OptionError, match="startingOffsets cannot be latest"):
+            ReadOptions.parse({"stream": "a", "startingOffsets": starting}).for_batch()
+    with pytest.raises(OptionError, match="endingOffsets cannot be earliest"):
+        ReadOptions.parse({"stream": "a", "endingOffsets": '{"a": -2}'}).for_batch()
+    with pytest.raises(OptionError, match="endingOffsets is for batch reads"):
+        ReadOptions.parse({"stream": "a", "endingOffsets": "latest"}).for_stream()
+    assert ReadOptions.parse({"stream": "a", "startingOffsets": "latest"}).for_stream().starting == "latest"
+
+
 @given(st.integers(0, 10**6), st.integers(0, 10**5), st.integers(1, 10**4), st.integers(1, 64))
 def test_split_range_covers_the_range_in_order(start: int, n: int, max_per: int, min_parts: int) -> None:
     pieces = split_range(start, start + n, max_per, min_parts)
