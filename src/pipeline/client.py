@@ -98,6 +98,7 @@ class Client:
         self.confirmed = 0  # highest publish sequence number settled (acked or nacked) in order
         self.nacked = 0
         self.published = 0
+        self.returned: list[str] = []  # mandatory publishes the broker could not route, described
         self._settled: set[int] = set()
         self._out: list[bytes] = []
         try:
@@ -169,6 +170,9 @@ class Client:
             if t is spec.BasicDeliver:
                 self.deliveries.append(Delivery(ev.consumer_tag, ev.delivery_tag, ev.redelivered, ev.exchange,
                                                 ev.routing_key, ev.properties, ev.body))
+            elif t is spec.BasicReturn:  # before the publish's ack (RabbitMQ's order)
+                self.returned.append(f"{ev.reply_code} {ev.reply_text}: exchange {ev.exchange!r} routing key "
+                                     f"{ev.routing_key!r}")
             elif t is spec.BasicAck or t is spec.BasicNack:
                 self._on_confirm(ev.delivery_tag, ev.multiple, t is spec.BasicNack)
             elif t is spec.ChannelClose:
@@ -225,6 +229,11 @@ class Client:
         self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
                    spec.ExchangeDeclareOk)
 
+    def exchange_exists(self, exchange: str) -> None:
+        """exchange.declare(passive); ``ChannelError`` 404 if there is no such exchange."""
+        if exchange:  # the default exchange always exists (and cannot be declared)
+            self._call(spec.ExchangeDeclare(exchange=exchange, passive=True, channel=CH), spec.ExchangeDeclareOk)
+
     def delete(self, queue: str) -> None:
         self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)
 
@@ -270,10 +279,11 @@ class Client:
         self._call(spec.ConfirmSelect(channel=CH), spec.ConfirmSelectOk)
 
     def publish(self, exchange: str, routing_key: str, properties: spec.BasicProperties | bytes,
-                body: bytes) -> int:
-        """Queue one publish; returns its confirm sequence number."""
-        self._send(spec.BasicPublish(0, exchange, routing_key, False, False, properties,  # type: ignore[arg-type]
-                                     body, CH))
+                body: bytes, mandatory: bool = False) -> int:
+        """Queue one publish; returns its confirm sequence number. A ``mandatory`` one that no queue
+        takes comes back (basic.return) and fails ``wait_confirms``."""
+        self._send(spec.BasicPublish(0, exchange, routing_key, mandatory, False,
+                                     properties, body, CH))  # type: ignore[arg-type]
         self.published += 1
         return self.published
 
@@ -325,6 +335,9 @@ class Client:
             self._pump(None, None)
         if self.nacked:
             raise BrokerError(f"the broker nacked {self.nacked} publishes")
+        if self.returned:
+            raise BrokerError(f"{len(self.returned)} publishes could not be routed to any queue (the first: "
+                              f"{self.returned[0]})")
 
     # -- closing -----------------------------------------------------------------------------------
     def close(self) -> None:

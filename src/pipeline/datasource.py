@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from .client import Client
-from .options import ReadOptions, WriteOptions
+from .client import ChannelError, Client
+from .options import OptionError, ReadOptions, WriteOptions
 from .sink import BatchWriter, StreamWriter
 from .source import SCHEMA_DDL, BatchReader, StreamReader
 
@@ -30,13 +30,20 @@ class SansmqDataSource(DataSource):
         return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
-        opts = WriteOptions.parse(self.options, schema.fieldNames())
+        opts = WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})
         with Client(opts.url, timeout=opts.timeout) as client:  # fail on the driver, before any task
             if opts.target_stream is not None:
                 client.declare_passive(opts.target_stream)
+            else:
+                try:
+                    client.exchange_exists(opts.exchange)
+                except ChannelError as exc:
+                    raise OptionError(f"option exchange: {exc}") from None
         return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # a stream is append-only: nothing to overwrite (Spark refuses Ignore/ErrorIfExists)
+            raise OptionError('the sansmq sink only appends: use mode("append"), not "overwrite"')
         return BatchWriter(self._write_options(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # type: ignore[override]

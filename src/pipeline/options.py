@@ -200,11 +200,10 @@ class WriteOptions:
     producer: str | None  # a fixed x-producer prefix; default: derived from the query id
 
     @classmethod
-    def parse(cls, given: Mapping[str, str], columns: list[str]) -> WriteOptions:
+    def parse(cls, given: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
+        """``columns``: the DataFrame's column names and types (Spark's simple strings)."""
         options = canonical(given, WRITE_OPTIONS, "sink")
-        if "body" not in columns:
-            raise OptionError(f'the sansmq sink needs a "body" column (binary or string); the '
-                              f'DataFrame has {columns}')
+        check_sink_columns(columns)
         stream, exchange = options.get("stream"), options.get("exchange")
         if bool(stream) == (exchange is not None):
             raise OptionError('the sansmq sink needs exactly one of option "stream" (publish to '
@@ -221,3 +220,21 @@ class WriteOptions:
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             producer=options.get("producerId"),
         )
+
+
+#: the columns the sink publishes and the types each may have (other columns are not published)
+SINK_COLUMNS = {"body": ("binary", "string"), "routing_key": ("string",), "content_type": ("string",),
+                "headers": ("map<string,string>",)}
+
+
+def check_sink_columns(columns: Mapping[str, str]) -> None:
+    """The sink's columns have types it can publish as they are: an integer ``body`` would otherwise
+    go out as ``bytes(n)``, n zero bytes."""
+    if "body" not in columns:
+        raise OptionError(f'the sansmq sink needs a "body" column (binary or string); the '
+                          f'DataFrame has {list(columns)}')
+    for name, allowed in SINK_COLUMNS.items():
+        kind = columns.get(name)
+        if kind is not None and kind not in allowed:
+            raise OptionError(f'the sansmq sink\'s column "{name}" must be {" or ".join(allowed)}, not {kind} '
+                              f'(cast it, e.g. cast({name} as {allowed[-1]}))')

@@ -44,13 +44,14 @@ def publishing_id(batch_id: int, row: int) -> int:
 
 
 def _as_bytes(value: Any) -> bytes:
+    """A body as the driver checked it (binary or string)."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
     if value is None:
         raise ValueError("the sansmq sink cannot publish a row whose body is null")
-    return bytes(value)
+    raise TypeError(f"the sansmq sink publishes binary or string bodies, not {type(value).__name__}")
 
 
 def publish_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch], producer: str,
@@ -76,7 +77,8 @@ def publish_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch], produ
                 h["x-publishing-id"] = publishing_id(batch_id, row)
                 props = spec.encode_properties(spec.BasicProperties(
                     content_type=ctypes[i], headers=h, delivery_mode=2))
-                seq = client.publish(opts.exchange, keys[i] or "", props, _as_bytes(bodies[i]))
+                # mandatory: a row no queue takes comes back and fails the task (it is not lost)
+                seq = client.publish(opts.exchange, keys[i] or "", props, _as_bytes(bodies[i]), mandatory=True)
                 row += 1
                 if seq - client.confirmed >= window:
                     client.wait_confirms(seq - window // 2)
@@ -91,11 +93,13 @@ def _task() -> tuple[int, TaskContext | None]:
 
 class BatchWriter(DataSourceArrowWriter):
     """``df.write.format("sansmq")``: one producer per (job, partition), so a retried task's rows
-    are deduplicated too."""
+    are deduplicated too. The job's id is always in the producer, also after a ``producerId``
+    prefix: two jobs with one producer would have the second's rows (the same publishing ids)
+    taken for repeats and dropped."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        self.job = opts.producer or f"spark-write-{uuid.uuid4()}"
+        self.job = f"{opts.producer or 'spark-write'}-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:  # type: ignore[override]
         partition, _ = _task()
@@ -116,7 +120,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if batch_id is None or query_id is None:
             raise RuntimeError("the sansmq stream sink runs only inside a streaming query "
                                f"(no {BATCH_ID_PROPERTY}/{QUERY_ID_PROPERTY} task properties)")
-        prefix = self.opts.producer or f"spark-{query_id}"
+        # the query id, always: another query's rows under one producer would be dropped as repeats
+        prefix = f"{self.opts.producer or 'spark'}-{query_id}"
         rows = publish_batches(self.opts, iterator, f"{prefix}-{partition}", int(batch_id))
         return Published(partition, rows)
 

@@ -54,14 +54,25 @@ def test_read_options() -> None:
 
 
 def test_write_options() -> None:
-    o = WriteOptions.parse({"stream": "out"}, ["body"])
+    o = WriteOptions.parse({"stream": "out"}, {"body": "binary"})
     assert (o.exchange, o.routing_key, o.target_stream) == ("", "out", "out")
-    o = WriteOptions.parse({"exchange": "amq.topic"}, ["body", "routing_key"])
+    o = WriteOptions.parse({"exchange": "amq.topic"}, {"body": "string", "routing_key": "string"})
     assert (o.exchange, o.routing_key) == ("amq.topic", None)
     with pytest.raises(OptionError, match="exactly one"):
-        WriteOptions.parse({"stream": "a", "exchange": "x"}, ["body"])
+        WriteOptions.parse({"stream": "a", "exchange": "x"}, {"body": "binary"})
     with pytest.raises(OptionError, match="routingKey"):
-        WriteOptions.parse({"exchange": "x"}, ["body"])
+        WriteOptions.parse({"exchange": "x"}, {"body": "binary"})
+
+
+def test_sink_column_types_are_checked() -> None:
+    """An integer body used to go out as that many zero bytes."""
+    ok = {"body": "string", "headers": "map<string,string>", "content_type": "string", "offset": "bigint"}
+    assert WriteOptions.parse({"stream": "a"}, ok).target_stream == "a"  # other columns are not published
+    for name, kind, msg in [("body", "int", 'column "body" must be binary or string, not int'),
+                            ("headers", "map<string,int>", 'column "headers" must be map<string,string>'),
+                            ("routing_key", "binary", 'column "routing_key" must be string, not binary')]:
+        with pytest.raises(OptionError, match=msg):
+            WriteOptions.parse({"stream": "a"}, {"body": "binary", name: kind})
 
 
 def test_option_names_are_strict_case_insensitive_and_take_kafkas_aliases() -> None:
@@ -79,9 +90,9 @@ def test_option_names_are_strict_case_insensitive_and_take_kafkas_aliases() -> N
     with pytest.raises(OptionError, match="must be true or false, got 'yes'"):
         ReadOptions.parse({"stream": "a", "failOnDataLoss": "yes"})
     with pytest.raises(OptionError, match="unknown option 'startingOffsets' for the sansmq sink"):
-        WriteOptions.parse({"stream": "a", "startingOffsets": "earliest"}, ["body"])
+        WriteOptions.parse({"stream": "a", "startingOffsets": "earliest"}, {"body": "binary"})
     # what Spark adds to a streaming sink's options is not the user's
-    assert WriteOptions.parse({"topic": "a", "checkpointlocation": "/x", "queryname": "q"}, ["body"]).target_stream == "a"
+    assert WriteOptions.parse({"topic": "a", "checkpointlocation": "/x", "queryname": "q"}, {"body": "binary"}).target_stream == "a"
 
 
 def test_kafkas_rules_for_batch_and_streaming_offsets() -> None:
