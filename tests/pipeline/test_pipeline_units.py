@@ -36,8 +36,25 @@ def test_parse_url() -> None:
     ep = parse_url("amqp://u%40x:p%2Fw@broker:5673/%2F")
     assert (ep.host, ep.port, ep.user, ep.password, ep.vhost) == ("broker", 5673, "u@x", "p/w", "/")
     assert parse_url("amqp://h/v").vhost == "v" and parse_url("amqp://h").vhost == "/"
-    with pytest.raises(ValueError, match="amqp://"):
-        parse_url("amqps://h")
+    with pytest.raises(ValueError, match="amqp:// or amqps://"):
+        parse_url("http://h")
+
+
+def test_parse_url_with_tls_and_several_hosts() -> None:
+    """RabbitMQ's URI spec: amqps (default port 5671) with its TLS query parameters; a cluster's
+    nodes as comma-separated hosts, tried in order."""
+    ep = parse_url("amqps://u:p@n1,n2:5700,[::1]:5701/v?cacertfile=/ca.pem&certfile=/c.pem&keyfile=/k.pem")
+    assert ep.hosts == (("n1", 5671), ("n2", 5700), ("::1", 5701)) and (ep.user, ep.vhost) == ("u", "v")
+    assert ep.tls is not None and (ep.tls.cacertfile, ep.tls.certfile, ep.tls.keyfile, ep.tls.verify) == (
+        "/ca.pem", "/c.pem", "/k.pem", True)
+    tls = parse_url("amqps://h?verify=verify_none&server_name_indication=broker.example").tls
+    assert tls is not None and (tls.verify, tls.server_name) == (False, "broker.example")
+    assert parse_url("amqp://a:1,b:2").tls is None and parse_url("amqp://a:1,b").hosts == (("a", 1), ("b", 5672))
+    for bad, msg in [("amqp://h?cacertfile=/x", "for amqps:// only"), ("amqps://h?verify=maybe", "verify_peer"),
+                     ("amqps://h?heartbeat=5", "unknown parameters"), ("amqp://a,,b", "no host"),
+                     ("amqp://a:99999,b", "bad port")]:
+        with pytest.raises(ValueError, match=msg):
+            parse_url(bad)
 
 
 def test_read_options() -> None:
