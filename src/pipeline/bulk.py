@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from amqpproto import spec
 
-from .client import CH, BrokerError, ChannelError, Client, StreamNotFound
+from .client import CH, BrokerError, ChannelError, Client, ConnectionLost, StreamNotFound
 from .columns import Columns, DeliveryDecoder
 from .dataloss import LossPolicy
 
@@ -83,7 +83,10 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
             raise _method_error(buf, pos)
         if decoder.last_tag != acked:  # credit for what was decoded: the broker keeps sending
             acked = decoder.last_tag
-            sock.sendall(_ack_frame(acked))
+            try:
+                sock.sendall(_ack_frame(acked))
+            except OSError as exc:
+                raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
         if len(cols) >= batch_rows:
             rows += _checked(cols, rows, stream, start, policy)
             yield cols.batch(stream)
@@ -120,9 +123,9 @@ def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int)
         raise TimeoutError(f"stream {stream!r}: no message after offset {last} within {timeout:g}s while "
                            f"reading up to {end} (stream truncated?)") from None
     except OSError as exc:
-        raise BrokerError(f"connection to the broker lost: {exc}") from exc
+        raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
     if not data:
-        raise BrokerError("the broker closed the connection")
+        raise ConnectionLost("the broker closed the connection")
     return data
 
 

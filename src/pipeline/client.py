@@ -21,7 +21,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import amqpproto
 from amqpproto import spec
 
-__all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "StreamNotFound",
+__all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
+           "StreamNotFound", "retriable",
            "parse_url", "Endpoint", "Tls"]
 
 CH = 1
@@ -38,6 +39,14 @@ class BrokerError(Exception):
 class BrokerUnreachable(BrokerError):
     """No AMQP connection could be made (refused, timed out, bad credentials)."""
 
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable  # every host failed at the network: the broker may come back
+
+
+class ConnectionLost(BrokerError):
+    """The connection to the broker broke (reset, closed under us): worth trying again."""
+
 
 class ChannelError(BrokerError):
     """The broker closed the channel or the connection with a reply code."""
@@ -50,6 +59,16 @@ class ChannelError(BrokerError):
 
 class StreamNotFound(ChannelError):
     """queue.declare(passive) answered 404: the stream does not exist."""
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker going away (a restart, a node failing over) rather than an
+    answer: a refused log-in, a missing stream, a protocol error are final."""
+    if isinstance(exc, BrokerUnreachable):
+        return exc.retriable
+    if isinstance(exc, ChannelError):
+        return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
+    return isinstance(exc, ConnectionLost | ConnectionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +179,7 @@ class Client:
         self._settled: set[int] = set()
         self._out: list[bytes] = []
         failures = []
+        transient = True
         for host, port in ep.hosts:  # a cluster's nodes, in order: the first that takes us
             try:
                 self.sock = self._connect(host, port, ep.tls)
@@ -172,8 +192,9 @@ class Client:
             except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
                 self.sock.close()
                 failures.append(f"AMQP handshake with {host}:{port} vhost {ep.vhost!r} failed: {exc}")
+                transient = transient and retriable(exc)
                 self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
-        raise BrokerUnreachable("; ".join(failures))
+        raise BrokerUnreachable("; ".join(failures), transient)
 
     def _connect(self, host: str, port: int, tls: Tls | None) -> socket.socket:
         sock = socket.create_connection((host, port), timeout=self.timeout)
@@ -201,7 +222,10 @@ class Client:
         if self._out:
             data = b"".join(self._out)
             self._out.clear()
-            self.sock.sendall(data)
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
 
     def _read(self, deadline: float | None) -> bool:
         """Read once from the socket into the codec; False if ``deadline`` passed first."""
@@ -218,9 +242,9 @@ class Client:
         except TimeoutError:
             return False
         except OSError as exc:
-            raise BrokerError(f"connection to the broker lost: {exc}") from exc
+            raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
         if not data:
-            raise BrokerError("the broker closed the connection")
+            raise ConnectionLost("the broker closed the connection")
         self.conn.receive_data(data)
         return True
 
@@ -260,7 +284,7 @@ class Client:
             elif t is spec.BasicCancel:
                 raise BrokerError(f"the broker cancelled consumer {ev.consumer_tag!r} (stream deleted?)")
             elif t is amqpproto.ConnectionClosed:
-                raise BrokerError("the broker closed the connection")
+                raise ConnectionLost("the broker closed the connection")
             elif want is not None and isinstance(ev, want):
                 return ev
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from .client import ChannelError, Client
+from .client import Client
 from .options import OptionError, ReadOptions, WriteOptions
-from .sink import BatchWriter, StreamWriter
+from .retry import with_retries
+from .sink import BatchWriter, StreamWriter, check_target
 from .source import SCHEMA_DDL, BatchReader, StreamReader
 
 __all__ = ["SansmqDataSource"]
+
+
+def _check_target(opts: WriteOptions) -> None:
+    with Client(opts.url, timeout=opts.timeout) as client:
+        check_target(client, opts)
 
 
 class SansmqDataSource(DataSource):
@@ -30,21 +36,17 @@ class SansmqDataSource(DataSource):
         return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
-        opts = WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})
-        with Client(opts.url, timeout=opts.timeout) as client:  # fail on the driver, before any task
-            if opts.target_stream is not None:
-                client.declare_passive(opts.target_stream)
-            else:
-                try:
-                    client.exchange_exists(opts.exchange)
-                except ChannelError as exc:
-                    raise OptionError(f"option exchange: {exc}") from None
-        return opts
+        return WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:  # a stream is append-only: nothing to overwrite (Spark refuses Ignore/ErrorIfExists)
             raise OptionError('the sansmq sink only appends: use mode("append"), not "overwrite"')
-        return BatchWriter(self._write_options(schema))
+        opts = self._write_options(schema)
+        # on the driver, before any task (Spark pickles this writer for the commit: checked once)
+        with_retries(lambda: _check_target(opts), opts.retry_deadline, "checking the sink's target")
+        return BatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # type: ignore[override]
+        # Spark builds the stream writer again for every batch's commit and abort, which must not
+        # need the broker: the tasks check the target when they connect
         return StreamWriter(self._write_options(schema))

@@ -24,8 +24,9 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
 READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxRecordsPerTrigger",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
-                "timeoutMs")
-WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs")
+                "timeoutMs", "retryDeadlineMs")
+WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
+                 "retryDeadlineMs")
 ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "subscribe": "stream", "topic": "stream"}
 #: what Spark itself puts among a streaming sink's options
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
@@ -77,6 +78,10 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise OptionError(f"option {name} must be true or false, got {raw!r}")
     return text == "true"
+
+
+def _retry_deadline(options: Mapping[str, str]) -> float:
+    return _int(options, "retryDeadlineMs", 60_000, minimum=0) / 1000.0
 
 
 def _url(options: Mapping[str, str]) -> str:
@@ -149,6 +154,7 @@ class ReadOptions:
     timeout: float
     probe_ms: int
     idle_wait_ms: int
+    retry_deadline: float  # seconds a broker may be away before a query fails
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:
@@ -170,6 +176,7 @@ class ReadOptions:
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             probe_ms=_int(options, "endProbeMs", 200),
             idle_wait_ms=_int(options, "idleWaitMs", 2000),
+            retry_deadline=_retry_deadline(options),
         )
 
     def for_batch(self) -> ReadOptions:
@@ -198,6 +205,7 @@ class WriteOptions:
     confirm_window: int
     timeout: float
     producer: str | None  # a fixed x-producer prefix; default: derived from the query id
+    retry_deadline: float
 
     @classmethod
     def parse(cls, given: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
@@ -219,6 +227,7 @@ class WriteOptions:
             confirm_window=_int(options, "confirmWindow", 1000),
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             producer=options.get("producerId"),
+            retry_deadline=_retry_deadline(options),
         )
 
 

@@ -23,6 +23,7 @@ from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
 from .offsets import cap_total, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
+from .retry import Outage, with_retries
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
 
@@ -47,12 +48,21 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
     if not isinstance(part, StreamRange):
         return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
-    if part.end <= part.start:
-        return
-    with Client(opts.url, timeout=opts.timeout) as client:
-        client.qos(opts.prefetch)
-        yield from read_stream_range(client, part.stream, part.start, part.end, opts.batch_rows, opts.timeout,
-                                     LossPolicy(opts.fail_on_data_loss))
+    start = part.start
+    outage: Outage | None = None
+    while start < part.end:
+        try:
+            with Client(opts.url, timeout=opts.timeout) as client:
+                client.qos(opts.prefetch)
+                for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
+                                               LossPolicy(opts.fail_on_data_loss)):
+                    yield batch
+                    start = batch.column(1)[-1].as_py() + 1  # the offset column: go on after it
+                    outage = None
+            return
+        except Exception as exc:  # the broker went away: read on from the next offset on a new connection
+            outage = outage or Outage(opts.retry_deadline, f"reading {part.stream!r} from offset {start}")
+            outage.wait(exc)
 
 
 @dataclass(frozen=True)
@@ -145,9 +155,11 @@ class BatchReader(DataSourceReader):
     """``spark.read.format("sansmq")``: the range startingOffsets..endingOffsets, fixed when planned."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        with Client(opts.url, timeout=opts.timeout) as client:
-            self.opts = opts = resolved(client, opts)
-            self.start, self.end = batch_range(opts, bounds(client, opts))
+        def plan_range() -> tuple[ReadOptions, dict[str, int], dict[str, int]]:
+            with Client(opts.url, timeout=opts.timeout) as client:
+                full = resolved(client, opts)
+                return (full, *batch_range(full, bounds(client, full)))
+        self.opts, self.start, self.end = with_retries(plan_range, opts.retry_deadline, "planning the batch read")
 
     def partitions(self) -> list[StreamRange]:  # type: ignore[override]
         return plan(self.opts, self.start, self.end)
@@ -181,7 +193,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The options with partitioned streams expanded (on the driver's first call)."""
         if self._resolved is None:
             given = self._given.for_stream()  # before connecting: a bad option is named first
-            self._resolved = resolved(self._driver_client(), given)
+            self._resolved = self._on_driver(lambda client: resolved(client, given))
         return self._resolved
 
     def __getstate__(self) -> dict[str, Any]:
@@ -195,13 +207,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._client
 
     def _on_driver(self, work: Any) -> Any:
-        """``work(client)`` on the driver's connection; on any failure the next trigger starts on a
-        fresh connection."""
-        try:
-            return work(self._driver_client())
-        except BaseException:
-            self._drop_client()
-            raise
+        """``work(client)`` on the driver's connection, retried on a new one while the broker is
+        away (up to retryDeadlineMs); after any failure the next call starts on a fresh connection."""
+        def attempt() -> Any:
+            try:
+                return work(self._driver_client())
+            except BaseException:
+                self._drop_client()
+                raise
+        return with_retries(attempt, self._given.retry_deadline, "the stream source on the driver")
 
     def _ends(self, start: Mapping[str, int]) -> dict[str, int]:
         """Each stream's end; a deleted stream is data loss (with failOnDataLoss=false: skipped, its

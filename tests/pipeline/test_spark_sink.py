@@ -87,3 +87,21 @@ def test_an_unroutable_row_fails_the_task(spark, broker: Broker) -> None:
         _write(rows.coalesce(1), broker, exchange="amq.direct")
     assert ("pipeline.client.BrokerError: 1 publishes could not be routed to any queue (the first: 312 NO_ROUTE: "
             "exchange 'amq.direct' routing key 'pipe-nobody-listens')") in str(e.value)
+
+
+def test_a_streaming_commit_or_abort_never_needs_the_broker(spark_available: None) -> None:
+    """Spark builds the stream writer again (streamWriter()) for every batch's commit and abort:
+    with the broker down, the abort of a failed batch used to fail too, trying to connect."""
+    import time
+
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from pipeline.datasource import SansmqDataSource
+
+    source = SansmqDataSource({"url": "amqp://guest:guest@127.0.0.1:1/%2F", "stream": "s",
+                               "checkpointLocation": "/tmp/ck"})
+    t0 = time.monotonic()
+    writer = source.streamWriter(StructType([StructField("body", StringType())]), False)
+    writer.abort([None], 3)
+    writer.commit([None], 3)
+    assert time.monotonic() - t0 < 1.0
