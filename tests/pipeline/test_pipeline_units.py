@@ -142,3 +142,37 @@ def test_cap_total_takes_at_most_the_limit(ranges: dict[str, tuple[int, int]], l
     taken = sum(capped[s] - start[s] for s in ranges)
     assert all(start[s] <= capped[s] <= end[s] for s in ranges)
     assert taken == min(limit, sum(end[s] - start[s] for s in ranges))
+
+
+def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.retry
+    from pipeline.client import BrokerUnreachable, ChannelError, ConnectionLost
+    from pipeline.retry import with_retries
+
+    clock = [0.0]
+    monkeypatch.setattr(pipeline.retry.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pipeline.retry.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    calls: list[float] = []
+
+    def flaky(failures: list[BaseException]):
+        def work() -> str:
+            calls.append(clock[0])
+            if failures:
+                raise failures.pop(0)
+            return "ok"
+        return work
+
+    down = [ConnectionLost("closed"), BrokerUnreachable("refused", retriable=True), ConnectionResetError(),
+            ChannelError(320, "CONNECTION_FORCED - shutdown")]
+    assert with_retries(flaky(down), 10.0, "x") == "ok"
+    assert [round(b - a, 1) for a, b in zip(calls, calls[1:], strict=False)] == [0.2, 0.4, 0.8, 1.6]  # doubling
+    for final in (ChannelError(403, "ACCESS_REFUSED"), BrokerUnreachable("403 log-in refused"), TimeoutError()):
+        calls.clear()
+        with pytest.raises(type(final)):
+            with_retries(flaky([final]), 10.0, "x")
+        assert len(calls) == 1  # an answer from the broker is not retried
+    calls.clear()
+    began = clock[0]
+    with pytest.raises(ConnectionLost) as e:
+        with_retries(flaky([ConnectionLost("closed") for _ in range(100)]), 3.0, "reading 's'")
+    assert calls[-1] - began <= 3.0 and len(calls) == 5 and "reading 's': gave up after retrying for 3s (option retryDeadlineMs)" in e.value.__notes__
