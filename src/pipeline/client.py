@@ -22,7 +22,7 @@ import amqpproto
 from amqpproto import spec
 
 __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
-           "StreamNotFound", "retriable",
+           "ConsumerCancelled", "StreamNotFound", "retriable",
            "parse_url", "Endpoint", "Tls"]
 
 CH = 1
@@ -55,6 +55,14 @@ class ChannelError(BrokerError):
         super().__init__(f"{what}: {reply_code} {reply_text}" if what else f"{reply_code} {reply_text}")
         self.reply_code = reply_code
         self.reply_text = reply_text
+
+
+class ConsumerCancelled(BrokerError):
+    """The broker cancelled a consumer (basic.cancel): its queue was deleted."""
+
+    def __init__(self, consumer_tag: str) -> None:
+        super().__init__(f"the broker cancelled consumer {consumer_tag!r} (stream deleted?)")
+        self.consumer_tag = consumer_tag
 
 
 class StreamNotFound(ChannelError):
@@ -282,7 +290,7 @@ class Client:
                 self.flush()
                 raise ChannelError(ev.reply_code, ev.reply_text, "connection closed by the broker")
             elif t is spec.BasicCancel:
-                raise BrokerError(f"the broker cancelled consumer {ev.consumer_tag!r} (stream deleted?)")
+                raise ConsumerCancelled(ev.consumer_tag)
             elif t is amqpproto.ConnectionClosed:
                 raise ConnectionLost("the broker closed the connection")
             elif want is not None and isinstance(ev, want):

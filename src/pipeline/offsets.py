@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from .client import Client
+from .client import Client, ConsumerCancelled, StreamNotFound
 
 __all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of"]
 
@@ -77,16 +77,26 @@ def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bo
     seconds pass (False). The broker pushes to a consumer parked at the end of each stream, so an
     idle query sleeps here instead of probing again and again."""
     client.qos(1)
-    tags = {client.consume(s, {"x-stream-offset": off}): off for s, off in start.items()}
+    tags: dict[str, int] = {}
     found = False
-    deadline = time.monotonic() + timeout
-    while not found and (left := deadline - time.monotonic()) > 0:
-        d = client.next_delivery(left)
-        if d is None:
-            break
-        # a chunk may start before the offset asked for: only a message at or after it counts
-        found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
-        client.ack(d.delivery_tag)
+    try:
+        for s, off in start.items():
+            tags[client.consume(s, {"x-stream-offset": off})] = off
+        deadline = time.monotonic() + timeout
+        while not found and (left := deadline - time.monotonic()) > 0:
+            d = client.next_delivery(left)
+            if d is None:
+                break
+            # a chunk may start before the offset asked for: only a message at or after it counts
+            found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
+            client.ack(d.delivery_tag)
+    except ConsumerCancelled as gone:  # a stream was deleted: news too (the next probe says what)
+        tags.pop(gone.consumer_tag, None)
+        found = True
+    except StreamNotFound:  # deleted before its consumer started: the 404 closed the channel and them all
+        client.reopen_channel()
+        tags.clear()
+        found = True
     for tag in tags:
         client.cancel(tag)
     client.deliveries.clear()

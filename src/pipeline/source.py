@@ -187,6 +187,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
         self._policy = LossPolicy(opts.fail_on_data_loss)
+        self._gone: set[str] = set()  # deleted streams left out (failOnDataLoss=false)
 
     @property
     def opts(self) -> ReadOptions:
@@ -224,10 +225,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = {}
             for s in self.opts.streams:
                 try:
-                    out[s] = stream_end(client, s, self.opts.probe_ms)
+                    out[s] = start.get(s, 0) if s in self._gone else stream_end(client, s, self.opts.probe_ms)
                 except StreamNotFound as gone:
                     client.reopen_channel()
                     self._policy.deleted(s, str(gone))
+                    self._gone.add(s)
                     out[s] = start.get(s, 0)
             return out
         result: dict[str, int] = self._on_driver(ends)
@@ -236,7 +238,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _idle_wait(self, start: dict[str, int]) -> bool:
         """Nothing new: wait (pushed, not polled) up to idleWaitMs for the next message."""
         found: bool = self._on_driver(lambda client: wait_for_new(
-            client, {s: start.get(s, 0) for s in self.opts.streams}, self.opts.idle_wait_ms / 1000.0))
+            client, {s: start.get(s, 0) for s in self.opts.streams if s not in self._gone},
+            self.opts.idle_wait_ms / 1000.0))
         return found
 
     def _drop_client(self) -> None:
@@ -281,14 +284,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {}
         for s in self.opts.streams:
             lo, hi = start.get(s, 0), end.get(s, 0)
-            if hi < lo:
-                self._policy.past_end(s, lo, hi)
-                lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
-            elif lo < hi:
-                first = stream_first(client, s, hi)
-                if first > lo:
-                    self._policy.removed(s, lo, first)
-                    lo = first
+            try:
+                if hi < lo:
+                    self._policy.past_end(s, lo, hi)
+                    lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
+                elif lo < hi:
+                    first = stream_first(client, s, hi)
+                    if first > lo:
+                        self._policy.removed(s, lo, first)
+                        lo = first
+            except StreamNotFound as gone:  # deleted since its end was probed
+                client.reopen_channel()
+                self._policy.deleted(s, str(gone))
+                self._gone.add(s)
+                lo = hi
             begin[s] = lo
         return begin
 

@@ -114,3 +114,31 @@ def test_batch_read_offsets_are_checked_on_the_driver(spark, broker: Broker) -> 
         read(startingOffsets=json.dumps({stream: 990}), endingOffsets=json.dumps({stream: 980})).count()
     assert _cause(e) == (f"pipeline.options.OptionError: option startingOffsets: 990 for stream {stream!r} "
                          f"is after its ending offset 980")
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_stream_deleted_while_the_query_runs(spark, broker: Broker, fail: bool) -> None:
+    from e2ekit import wait_until
+
+    a, b = broker.stream("pipe-loss-del-a"), broker.stream("pipe-loss-del-b")
+    broker.publish(a, [b"a"] * 10)
+    broker.publish(b, [b"b"] * 10)
+    name = a.replace("-", "_")
+    q = (spark.readStream.format("sansmq").option("url", broker.url).option("stream", f"{a},{b}")
+         .option("idleWaitMs", "300").option("failOnDataLoss", str(fail).lower()).load()
+         .writeStream.format("memory").queryName(name).start())
+    try:
+        wait_until(lambda: spark.sql(f"select count(*) c from {name}").first().c == 20 or q.exception(), 120,
+                   "the first 20 rows")
+        with Client(broker.url) as c:
+            c.delete(a)
+        if fail:
+            wait_until(lambda: q.exception() is not None, 120, "the query to fail")
+            assert f"pipeline.dataloss.DataLossError: stream {a!r} no longer exists (404 NOT_FOUND" in str(q.exception())
+            return
+        broker.publish(b, [b"b"] * 5)  # the other stream is read on
+        wait_until(lambda: spark.sql(f"select count(*) c from {name}").first().c == 25 or q.exception(), 120,
+                   "b's new rows")
+        assert q.exception() is None and q.isActive
+    finally:
+        q.stop()
