@@ -57,7 +57,7 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
                 for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
                                                LossPolicy(opts.fail_on_data_loss)):
                     yield batch
-                    start = batch.column(1)[-1].as_py() + 1  # the offset column: go on after it
+                    start = batch.column("offset")[-1].as_py() + 1  # go on after it
                     outage = None
             return
         except Exception as exc:  # the broker went away: read on from the next offset on a new connection

@@ -105,3 +105,37 @@ def test_a_streaming_commit_or_abort_never_needs_the_broker(spark_available: Non
     writer.abort([None], 3)
     writer.commit([None], 3)
     assert time.monotonic() - t0 < 1.0
+
+
+def test_the_sink_publishes_its_unconfirmed_rows_again_after_the_connection_breaks(
+        spark_available: None, broker: Broker) -> None:
+    """The connection breaks with rows published but not confirmed: a new connection publishes
+    them again with the same publishing ids, and the broker's deduplication keeps each row once."""
+    import socket
+
+    from amqpproto import spec
+    from pipeline.options import WriteOptions
+    from pipeline.sink import _Publisher, publishing_id
+
+    dst = broker.stream("pipe-sink-break")
+    opts = WriteOptions.parse({"url": broker.url, "stream": dst, "confirmWindow": "100"}, {"body": "binary"})
+
+    def props(row: int) -> bytes:
+        return spec.encode_properties(spec.BasicProperties(
+            delivery_mode=2, headers={"x-producer": f"break-{dst}", "x-publishing-id": publishing_id(0, row)}))
+
+    publisher = _Publisher(opts)
+    first = publisher.client
+    for row in range(290):
+        publisher.publish(dst, props(row), b"%d" % row)
+    assert first is not None and publisher.pending  # some are unconfirmed (and maybe appended)
+    first.flush()
+    first.sock.shutdown(socket.SHUT_RDWR)  # the connection breaks under the publisher
+    for row in range(290, 600):
+        publisher.publish(dst, props(row), b"%d" % row)
+    publisher.finish()
+    assert publisher.client is not first
+    publisher.client.close()
+    if broker.dedup:
+        assert [b for _, b, _ in broker.read_all(dst, 600)] == [b"%d" % i for i in range(600)]
+        assert broker.end(dst) == 600
