@@ -17,8 +17,9 @@ import pyarrow as pa
 
 from amqpproto import spec
 
-from .client import CH, BrokerError, ChannelError, Client, StreamNotFound
+from .client import CH, BrokerError, ChannelError, Client, ConnectionLost, StreamNotFound
 from .columns import Columns, DeliveryDecoder
+from .dataloss import LossPolicy
 
 __all__ = ["read_stream_range"]
 
@@ -51,9 +52,14 @@ def _method_error(buf: bytes, pos: int) -> BrokerError:
 
 
 def read_stream_range(client: Client, stream: str, start: int, end: int, batch_rows: int,
-                      timeout: float) -> Iterator[pa.RecordBatch]:
+                      timeout: float, policy: LossPolicy) -> Iterator[pa.RecordBatch]:
     """Offsets [start, end) of ``stream`` as record batches of at most ``batch_rows`` rows; the
-    client's prefetch (basic.qos) is set. The connection is closed when the range is read."""
+    client's prefetch (basic.qos) is set. The connection is closed when the range is read.
+
+    A stream's offsets are contiguous, so rows missing from the range were removed before they
+    were read (a consumer asking for an offset retention removed starts at the first one kept):
+    ``policy`` fails the task or counts them. The first batch is checked before it leaves, the
+    count of the whole range at its end (retention can overtake a slow reader)."""
     sock = client.sock
     client._send(spec.BasicConsume(queue=stream, arguments={"x-stream-offset": start}, channel=CH))
     client.flush()
@@ -63,6 +69,7 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     cols = Columns()
     last = start - 1
     consuming = False
+    rows = 0
     while last < end - 1:
         pos, seen, other = decoder.decode(buf, pos, cols, start, end, batch_rows)
         if seen > last:
@@ -76,8 +83,12 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
             raise _method_error(buf, pos)
         if decoder.last_tag != acked:  # credit for what was decoded: the broker keeps sending
             acked = decoder.last_tag
-            sock.sendall(_ack_frame(acked))
+            try:
+                sock.sendall(_ack_frame(acked))
+            except OSError as exc:
+                raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
         if len(cols) >= batch_rows:
+            rows += _checked(cols, rows, stream, start, policy)
             yield cols.batch(stream)
             cols = Columns()
             continue
@@ -86,8 +97,22 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
         buf = buf[pos:] + _recv(sock, timeout, stream, last, end)
         pos = 0
     if len(cols):
+        rows += _checked(cols, rows, stream, start, policy)
         yield cols.batch(stream)
     _close(client)
+    if rows < end - start:
+        policy.lost(stream, f"{end - start - rows} offsets of [{start}, {end}) were removed (retention) while "
+                            f"the range was read", end - start - rows)
+
+
+def _checked(cols: Columns, before: int, stream: str, start: int, policy: LossPolicy) -> int:
+    """The offsets ``cols`` accounts for, after checking that the range's first batch begins at
+    ``start`` (offsets skipped there are accounted for, so the count at the end does not report them
+    twice)."""
+    if not before and cols.offset[0] > start:
+        policy.removed(stream, start, cols.offset[0])
+        return len(cols) + cols.offset[0] - start
+    return len(cols)
 
 
 def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int) -> bytes:
@@ -98,9 +123,9 @@ def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int)
         raise TimeoutError(f"stream {stream!r}: no message after offset {last} within {timeout:g}s while "
                            f"reading up to {end} (stream truncated?)") from None
     except OSError as exc:
-        raise BrokerError(f"connection to the broker lost: {exc}") from exc
+        raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
     if not data:
-        raise BrokerError("the broker closed the connection")
+        raise ConnectionLost("the broker closed the connection")
     return data
 
 

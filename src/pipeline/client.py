@@ -9,19 +9,21 @@ broker's reply code and text, so a Spark task fails with a message a user can ac
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import amqpproto
 from amqpproto import spec
 
-__all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "StreamNotFound",
-           "parse_url", "Endpoint"]
+__all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
+           "ConsumerCancelled", "StreamNotFound", "retriable",
+           "parse_url", "Endpoint", "Tls"]
 
 CH = 1
 _FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
@@ -37,6 +39,14 @@ class BrokerError(Exception):
 class BrokerUnreachable(BrokerError):
     """No AMQP connection could be made (refused, timed out, bad credentials)."""
 
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable  # every host failed at the network: the broker may come back
+
+
+class ConnectionLost(BrokerError):
+    """The connection to the broker broke (reset, closed under us): worth trying again."""
+
 
 class ChannelError(BrokerError):
     """The broker closed the channel or the connection with a reply code."""
@@ -47,33 +57,108 @@ class ChannelError(BrokerError):
         self.reply_text = reply_text
 
 
+class ConsumerCancelled(BrokerError):
+    """The broker cancelled a consumer (basic.cancel): its queue was deleted."""
+
+    def __init__(self, consumer_tag: str) -> None:
+        super().__init__(f"the broker cancelled consumer {consumer_tag!r} (stream deleted?)")
+        self.consumer_tag = consumer_tag
+
+
 class StreamNotFound(ChannelError):
     """queue.declare(passive) answered 404: the stream does not exist."""
 
 
+def retriable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker going away (a restart, a node failing over) rather than an
+    answer: a refused log-in, a missing stream, a protocol error are final."""
+    if isinstance(exc, BrokerUnreachable):
+        return exc.retriable
+    if isinstance(exc, ChannelError):
+        return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
+    return isinstance(exc, ConnectionLost | ConnectionError)
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """amqps:// settings, from the URL's query as RabbitMQ's URI spec names them."""
+
+    cacertfile: str | None = None  # default: the system's CAs
+    certfile: str | None = None
+    keyfile: str | None = None
+    verify: bool = True  # verify=verify_none turns checking the broker's certificate off
+    server_name: str | None = None  # server_name_indication (the name checked); default the host
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.cacertfile)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.certfile:
+            ctx.load_cert_chain(self.certfile, self.keyfile)
+        return ctx
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    host: str
-    port: int
+    hosts: tuple[tuple[str, int], ...]  # tried in order (a cluster's nodes)
     user: str
     password: str
     vhost: str
+    tls: Tls | None = None
+
+    @property
+    def host(self) -> str:
+        return self.hosts[0][0]
+
+    @property
+    def port(self) -> int:
+        return self.hosts[0][1]
 
 
-def parse_url(url: str) -> Endpoint:
-    """``amqp://user:pass@host:port/vhost`` (vhost URL-encoded, ``%2F`` = ``/``) as RabbitMQ's URI spec."""
-    parts = urlsplit(url)
-    if parts.scheme != "amqp":
-        raise ValueError(f"url must start with amqp:// (got {url!r}); amqps is not supported")
+_TLS_PARAMS = ("cacertfile", "certfile", "keyfile", "verify", "server_name_indication")
+
+
+def _host_port(text: str, default: int, url: str) -> tuple[str, int]:
+    parts = urlsplit(f"//{text}")
     if not parts.hostname:
         raise ValueError(f"url has no host: {url!r}")
     try:
-        port = parts.port or 5672
+        return parts.hostname, parts.port or default
     except ValueError as exc:
         raise ValueError(f"url has a bad port: {url!r}") from exc
+
+
+def _tls(query: str, scheme: str, url: str) -> Tls | None:
+    params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    unknown = set(params) - set(_TLS_PARAMS)
+    if unknown:
+        raise ValueError(f"url has unknown parameters {sorted(unknown)} (known: {', '.join(_TLS_PARAMS)}): {url!r}")
+    if scheme == "amqp":
+        if params:
+            raise ValueError(f"url parameters {sorted(params)} are for amqps:// only: {url!r}")
+        return None
+    verify = params.get("verify", "verify_peer")
+    if verify not in ("verify_peer", "verify_none"):
+        raise ValueError(f"url parameter verify must be verify_peer or verify_none, got {verify!r}")
+    return Tls(params.get("cacertfile"), params.get("certfile"), params.get("keyfile"), verify == "verify_peer",
+               params.get("server_name_indication"))
+
+
+def parse_url(url: str) -> Endpoint:
+    """``amqp[s]://user:pass@host:port[,host2:port2...]/vhost[?tls options]`` as RabbitMQ's URI spec
+    (vhost URL-encoded, ``%2F`` = ``/``); several hosts (a cluster's nodes) are tried in order; for
+    amqps, ``cacertfile``, ``certfile``, ``keyfile``, ``verify`` and ``server_name_indication``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("amqp", "amqps"):
+        raise ValueError(f"url must start with amqp:// or amqps:// (got {url!r})")
+    default = 5671 if parts.scheme == "amqps" else 5672
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    hosts = tuple(_host_port(h, default, url) for h in hostlist.split(","))
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    return Endpoint(parts.hostname, port, unquote(parts.username or "guest"),
-                    unquote(parts.password or "guest"), unquote(path) if path else "/")
+    return Endpoint(hosts, unquote(user or "guest"), unquote(password or "guest"), unquote(path) if path else "/",
+                    _tls(parts.query, parts.scheme, url))
 
 
 @dataclass(slots=True)
@@ -98,19 +183,37 @@ class Client:
         self.confirmed = 0  # highest publish sequence number settled (acked or nacked) in order
         self.nacked = 0
         self.published = 0
+        self.returned: list[str] = []  # mandatory publishes the broker could not route, described
         self._settled: set[int] = set()
         self._out: list[bytes] = []
+        failures = []
+        transient = True
+        for host, port in ep.hosts:  # a cluster's nodes, in order: the first that takes us
+            try:
+                self.sock = self._connect(host, port, ep.tls)
+            except OSError as exc:
+                failures.append(f"cannot connect to the broker at {host}:{port}: {exc}")
+                continue
+            try:
+                self._handshake()
+                return
+            except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
+                self.sock.close()
+                failures.append(f"AMQP handshake with {host}:{port} vhost {ep.vhost!r} failed: {exc}")
+                transient = transient and retriable(exc)
+                self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
+        raise BrokerUnreachable("; ".join(failures), transient)
+
+    def _connect(self, host: str, port: int, tls: Tls | None) -> socket.socket:
+        sock = socket.create_connection((host, port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is None:
+            return sock
         try:
-            self.sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
-        except OSError as exc:
-            raise BrokerUnreachable(f"cannot connect to the broker at {ep.host}:{ep.port}: {exc}") from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            self._handshake()
-        except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
-            self.sock.close()
-            raise BrokerUnreachable(f"AMQP handshake with {ep.host}:{ep.port} vhost {ep.vhost!r} failed: "
-                                    f"{exc}") from exc
+            return tls.context().wrap_socket(sock, server_hostname=tls.server_name or host)
+        except BaseException:
+            sock.close()
+            raise
 
     # -- context manager -----------------------------------------------------------------------------
     def __enter__(self) -> Client:
@@ -127,7 +230,10 @@ class Client:
         if self._out:
             data = b"".join(self._out)
             self._out.clear()
-            self.sock.sendall(data)
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
 
     def _read(self, deadline: float | None) -> bool:
         """Read once from the socket into the codec; False if ``deadline`` passed first."""
@@ -144,9 +250,9 @@ class Client:
         except TimeoutError:
             return False
         except OSError as exc:
-            raise BrokerError(f"connection to the broker lost: {exc}") from exc
+            raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
         if not data:
-            raise BrokerError("the broker closed the connection")
+            raise ConnectionLost("the broker closed the connection")
         self.conn.receive_data(data)
         return True
 
@@ -169,6 +275,9 @@ class Client:
             if t is spec.BasicDeliver:
                 self.deliveries.append(Delivery(ev.consumer_tag, ev.delivery_tag, ev.redelivered, ev.exchange,
                                                 ev.routing_key, ev.properties, ev.body))
+            elif t is spec.BasicReturn:  # before the publish's ack (RabbitMQ's order)
+                self.returned.append(f"{ev.reply_code} {ev.reply_text}: exchange {ev.exchange!r} routing key "
+                                     f"{ev.routing_key!r}")
             elif t is spec.BasicAck or t is spec.BasicNack:
                 self._on_confirm(ev.delivery_tag, ev.multiple, t is spec.BasicNack)
             elif t is spec.ChannelClose:
@@ -181,9 +290,9 @@ class Client:
                 self.flush()
                 raise ChannelError(ev.reply_code, ev.reply_text, "connection closed by the broker")
             elif t is spec.BasicCancel:
-                raise BrokerError(f"the broker cancelled consumer {ev.consumer_tag!r} (stream deleted?)")
+                raise ConsumerCancelled(ev.consumer_tag)
             elif t is amqpproto.ConnectionClosed:
-                raise BrokerError("the broker closed the connection")
+                raise ConnectionLost("the broker closed the connection")
             elif want is not None and isinstance(ev, want):
                 return ev
 
@@ -224,6 +333,11 @@ class Client:
     def declare_exchange(self, exchange: str, kind: str = "topic", durable: bool = True) -> None:
         self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
                    spec.ExchangeDeclareOk)
+
+    def exchange_exists(self, exchange: str) -> None:
+        """exchange.declare(passive); ``ChannelError`` 404 if there is no such exchange."""
+        if exchange:  # the default exchange always exists (and cannot be declared)
+            self._call(spec.ExchangeDeclare(exchange=exchange, passive=True, channel=CH), spec.ExchangeDeclareOk)
 
     def delete(self, queue: str) -> None:
         self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)
@@ -270,10 +384,11 @@ class Client:
         self._call(spec.ConfirmSelect(channel=CH), spec.ConfirmSelectOk)
 
     def publish(self, exchange: str, routing_key: str, properties: spec.BasicProperties | bytes,
-                body: bytes) -> int:
-        """Queue one publish; returns its confirm sequence number."""
-        self._send(spec.BasicPublish(0, exchange, routing_key, False, False, properties,  # type: ignore[arg-type]
-                                     body, CH))
+                body: bytes, mandatory: bool = False) -> int:
+        """Queue one publish; returns its confirm sequence number. A ``mandatory`` one that no queue
+        takes comes back (basic.return) and fails ``wait_confirms``."""
+        self._send(spec.BasicPublish(0, exchange, routing_key, mandatory, False,
+                                     properties, body, CH))  # type: ignore[arg-type]
         self.published += 1
         return self.published
 
@@ -325,6 +440,9 @@ class Client:
             self._pump(None, None)
         if self.nacked:
             raise BrokerError(f"the broker nacked {self.nacked} publishes")
+        if self.returned:
+            raise BrokerError(f"{len(self.returned)} publishes could not be routed to any queue (the first: "
+                              f"{self.returned[0]})")
 
     # -- closing -----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -6,11 +6,17 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .client import Client
-from .options import ReadOptions, WriteOptions
-from .sink import BatchWriter, StreamWriter
+from .options import OptionError, ReadOptions, WriteOptions
+from .retry import with_retries
+from .sink import BatchWriter, StreamWriter, check_target
 from .source import SCHEMA_DDL, BatchReader, StreamReader
 
 __all__ = ["SansmqDataSource"]
+
+
+def _check_target(opts: WriteOptions) -> None:
+    with Client(opts.url, timeout=opts.timeout) as client:
+        check_target(client, opts)
 
 
 class SansmqDataSource(DataSource):
@@ -24,20 +30,23 @@ class SansmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(ReadOptions.parse(self.options))
+        return BatchReader(ReadOptions.parse(self.options).for_batch())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options))
+        return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
-        opts = WriteOptions.parse(self.options, schema.fieldNames())
-        with Client(opts.url, timeout=opts.timeout) as client:  # fail on the driver, before any task
-            if opts.target_stream is not None:
-                client.declare_passive(opts.target_stream)
-        return opts
+        return WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(self._write_options(schema))
+        if overwrite:  # a stream is append-only: nothing to overwrite (Spark refuses Ignore/ErrorIfExists)
+            raise OptionError('the sansmq sink only appends: use mode("append"), not "overwrite"')
+        opts = self._write_options(schema)
+        # on the driver, before any task (Spark pickles this writer for the commit: checked once)
+        with_retries(lambda: _check_target(opts), opts.retry_deadline, "checking the sink's target")
+        return BatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # type: ignore[override]
+        # Spark builds the stream writer again for every batch's commit and abort, which must not
+        # need the broker: the tasks check the target when they connect
         return StreamWriter(self._write_options(schema))

@@ -19,9 +19,9 @@ import math
 import time
 from collections.abc import Mapping
 
-from .client import Client
+from .client import Client, ConsumerCancelled, StreamNotFound
 
-__all__ = ["stream_end", "wait_for_new", "cap_total", "split_range", "offset_of"]
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of"]
 
 PROBE_SPAN = 10  # a probe lasts at most this many pauses
 
@@ -53,21 +53,50 @@ def stream_end(client: Client, stream: str, probe_ms: int) -> int:
     return last + 1
 
 
+def stream_first(client: Client, stream: str, end: int) -> int:
+    """The first offset retention kept in ``stream`` whose end is ``end`` (``end`` if it holds
+    nothing). AMQP 0-9-1 reports no such thing either; a consumer at ``x-stream-offset: first`` is
+    handed the first retained message at once (retention never removes the segment being written,
+    so a stream that was ever written holds at least one message; if none comes within the
+    client's timeout, the stream counts as empty)."""
+    if end <= 0:
+        return 0
+    client.qos(1)
+    tag = client.consume(stream, {"x-stream-offset": "first"})
+    d = client.next_delivery()
+    first = end if d is None else offset_of(d.properties.headers)
+    if d is not None:
+        client.ack(d.delivery_tag)
+    client.cancel(tag)
+    client.deliveries.clear()
+    return min(first, end)
+
+
 def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:
     """Block until any stream has a message at or after its ``start`` offset (True), or ``timeout``
     seconds pass (False). The broker pushes to a consumer parked at the end of each stream, so an
     idle query sleeps here instead of probing again and again."""
     client.qos(1)
-    tags = {client.consume(s, {"x-stream-offset": off}): off for s, off in start.items()}
+    tags: dict[str, int] = {}
     found = False
-    deadline = time.monotonic() + timeout
-    while not found and (left := deadline - time.monotonic()) > 0:
-        d = client.next_delivery(left)
-        if d is None:
-            break
-        # a chunk may start before the offset asked for: only a message at or after it counts
-        found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
-        client.ack(d.delivery_tag)
+    try:
+        for s, off in start.items():
+            tags[client.consume(s, {"x-stream-offset": off})] = off
+        deadline = time.monotonic() + timeout
+        while not found and (left := deadline - time.monotonic()) > 0:
+            d = client.next_delivery(left)
+            if d is None:
+                break
+            # a chunk may start before the offset asked for: only a message at or after it counts
+            found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
+            client.ack(d.delivery_tag)
+    except ConsumerCancelled as gone:  # a stream was deleted: news too (the next probe says what)
+        tags.pop(gone.consumer_tag, None)
+        found = True
+    except StreamNotFound:  # deleted before its consumer started: the 404 closed the channel and them all
+        client.reopen_channel()
+        tags.clear()
+        found = True
     for tag in tags:
         client.cancel(tag)
     client.deliveries.clear()

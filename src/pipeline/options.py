@@ -1,8 +1,11 @@
 """The "sansmq" format's options, parsed and checked once on the driver.
 
 Bad values fail here with a message naming the option, before any task starts. Names follow
-Spark's Kafka source where the meaning is the same (startingOffsets, endingOffsets,
-maxRecordsPerTrigger, minPartitions).
+Spark's Kafka source where the meaning is the same (startingOffsets, endingOffsets, failOnDataLoss,
+minPartitions), and Kafka's own names are accepted as aliases (maxOffsetsPerTrigger, subscribe,
+topic). Spark hands a data source its options case-insensitively (lower-cased keys), so names are
+matched without regard to case; an unknown name is refused with the list of known ones, since a
+misspelt option silently ignored (``failOnDataLos=false``) is a setting the user never got.
 """
 
 from __future__ import annotations
@@ -13,13 +16,45 @@ from dataclasses import dataclass
 
 from .client import parse_url
 
-__all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec"]
+__all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec",
+           "READ_OPTIONS", "WRITE_OPTIONS"]
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+#: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
+READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxRecordsPerTrigger",
+                "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
+                "timeoutMs", "retryDeadlineMs")
+WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
+                 "retryDeadlineMs")
+ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "subscribe": "stream", "topic": "stream"}
+#: what Spark itself puts among a streaming sink's options
+SPARK_OPTIONS = ("checkpointLocation", "queryName")
 
 
 class OptionError(ValueError):
     """An option of the sansmq format is missing or has a bad value."""
+
+
+def canonical(options: Mapping[str, str], known: tuple[str, ...], side: str) -> dict[str, str]:
+    """The options keyed by their canonical names (aliases resolved, any case); OptionError for a
+    name that is not an option of ``side`` or an option given twice under two names."""
+    by_lower = {name.lower(): name for name in known}
+    by_lower.update({alias.lower(): name for alias, name in ALIASES.items() if name in known})
+    spark = {name.lower() for name in SPARK_OPTIONS}
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        name = by_lower.get(key.lower())
+        if name is None:
+            if key.lower() in spark:
+                continue
+            aliases = ", ".join(f"{a} (= {n})" for a, n in ALIASES.items() if n in known)
+            raise OptionError(f"unknown option {key!r} for the sansmq {side}; known options: {', '.join(known)}; "
+                              f"Kafka's names: {aliases}")
+        if name in out:
+            raise OptionError(f"option {name} is given twice (as {key!r} and under another name)")
+        out[name] = value
+    return out
 
 
 def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -33,6 +68,20 @@ def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) 
     if value < minimum:
         raise OptionError(f"option {name} must be >= {minimum}, got {value}")
     return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise OptionError(f"option {name} must be true or false, got {raw!r}")
+    return text == "true"
+
+
+def _retry_deadline(options: Mapping[str, str]) -> float:
+    return _int(options, "retryDeadlineMs", 60_000, minimum=0) / 1000.0
 
 
 def _url(options: Mapping[str, str]) -> str:
@@ -84,12 +133,19 @@ def check_offsets_spec(name: str, spec: OffsetsSpec, streams: tuple[str, ...]) -
                           f"(reading {list(streams)})")
 
 
+def _means(spec: OffsetsSpec, which: str, code: int) -> bool:
+    """``spec`` asks for ``which`` (earliest/latest) for some stream, by name or by its JSON code."""
+    return spec == which or (isinstance(spec, dict) and code in spec.values())
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     url: str
     streams: tuple[str, ...]
     starting: OffsetsSpec
     ending: OffsetsSpec
+    ending_given: bool
+    fail_on_data_loss: bool
     max_records_per_trigger: int | None
     max_records_per_partition: int
     min_partitions: int
@@ -98,9 +154,11 @@ class ReadOptions:
     timeout: float
     probe_ms: int
     idle_wait_ms: int
+    retry_deadline: float  # seconds a broker may be away before a query fails
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+    def parse(cls, given: Mapping[str, str]) -> ReadOptions:
+        options = canonical(given, READ_OPTIONS, "source")
         streams = _streams(options)
         mrt = options.get("maxRecordsPerTrigger")
         return cls(
@@ -108,6 +166,8 @@ class ReadOptions:
             streams=streams,
             starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"), "earliest", streams),
             ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), "latest", streams),
+            ending_given="endingOffsets" in options,
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_records_per_trigger=None if mrt is None else _int(options, "maxRecordsPerTrigger", 0),
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 50_000),
             min_partitions=_int(options, "minPartitions", 1),
@@ -116,7 +176,24 @@ class ReadOptions:
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             probe_ms=_int(options, "endProbeMs", 200),
             idle_wait_ms=_int(options, "idleWaitMs", 2000),
+            retry_deadline=_retry_deadline(options),
         )
+
+    def for_batch(self) -> ReadOptions:
+        """Kafka's rules for a batch read: it cannot start at latest nor end at earliest."""
+        if _means(self.starting, "latest", -1):
+            raise OptionError("option startingOffsets cannot be latest (-1) for a batch read "
+                              "(it would read nothing); use earliest or offsets")
+        if _means(self.ending, "earliest", -2):
+            raise OptionError("option endingOffsets cannot be earliest (-2) for a batch read; use latest or offsets")
+        return self
+
+    def for_stream(self) -> ReadOptions:
+        """Kafka's rule for a streaming read: it has no end."""
+        if self.ending_given:
+            raise OptionError("option endingOffsets is for batch reads (spark.read) only: a streaming query "
+                              "reads on as the streams grow (use trigger(availableNow=True) to stop at the end)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -128,12 +205,13 @@ class WriteOptions:
     confirm_window: int
     timeout: float
     producer: str | None  # a fixed x-producer prefix; default: derived from the query id
+    retry_deadline: float
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], columns: list[str]) -> WriteOptions:
-        if "body" not in columns:
-            raise OptionError(f'the sansmq sink needs a "body" column (binary or string); the '
-                              f'DataFrame has {columns}')
+    def parse(cls, given: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
+        """``columns``: the DataFrame's column names and types (Spark's simple strings)."""
+        options = canonical(given, WRITE_OPTIONS, "sink")
+        check_sink_columns(columns)
         stream, exchange = options.get("stream"), options.get("exchange")
         if bool(stream) == (exchange is not None):
             raise OptionError('the sansmq sink needs exactly one of option "stream" (publish to '
@@ -149,4 +227,23 @@ class WriteOptions:
             confirm_window=_int(options, "confirmWindow", 1000),
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,
             producer=options.get("producerId"),
+            retry_deadline=_retry_deadline(options),
         )
+
+
+#: the columns the sink publishes and the types each may have (other columns are not published)
+SINK_COLUMNS = {"body": ("binary", "string"), "routing_key": ("string",), "content_type": ("string",),
+                "headers": ("map<string,string>",)}
+
+
+def check_sink_columns(columns: Mapping[str, str]) -> None:
+    """The sink's columns have types it can publish as they are: an integer ``body`` would otherwise
+    go out as ``bytes(n)``, n zero bytes."""
+    if "body" not in columns:
+        raise OptionError(f'the sansmq sink needs a "body" column (binary or string); the '
+                          f'DataFrame has {list(columns)}')
+    for name, allowed in SINK_COLUMNS.items():
+        kind = columns.get(name)
+        if kind is not None and kind not in allowed:
+            raise OptionError(f'the sansmq sink\'s column "{name}" must be {" or ".join(allowed)}, not {kind} '
+                              f'(cast it, e.g. cast({name} as {allowed[-1]}))')

@@ -20,8 +20,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from .bulk import read_stream_range
 from .client import Client, StreamNotFound
 from .columns import ARROW_SCHEMA, flat_headers
-from .offsets import cap_total, split_range, stream_end, wait_for_new
-from .options import ReadOptions, check_offsets_spec
+from .dataloss import LossPolicy
+from .offsets import cap_total, split_range, stream_end, stream_first, wait_for_new
+from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
+from .retry import Outage, with_retries
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
 
@@ -46,30 +48,46 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
     if not isinstance(part, StreamRange):
         return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
-    if part.end <= part.start:
-        return
-    with Client(opts.url, timeout=opts.timeout) as client:
-        client.qos(opts.prefetch)
-        yield from read_stream_range(client, part.stream, part.start, part.end, opts.batch_rows, opts.timeout)
+    start = part.start
+    outage: Outage | None = None
+    while start < part.end:
+        try:
+            with Client(opts.url, timeout=opts.timeout) as client:
+                client.qos(opts.prefetch)
+                for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
+                                               LossPolicy(opts.fail_on_data_loss)):
+                    yield batch
+                    start = batch.column("offset")[-1].as_py() + 1  # go on after it
+                    outage = None
+            return
+        except Exception as exc:  # the broker went away: read on from the next offset on a new connection
+            outage = outage or Outage(opts.retry_deadline, f"reading {part.stream!r} from offset {start}")
+            outage.wait(exc)
 
 
-def _resolve(client: Client, opts: ReadOptions, spec: str | dict[str, int], missing: str) -> dict[str, int]:
-    """An offsets option as concrete offsets per stream (earliest = 0: a consumer at 0 starts at the
-    first message retention kept). The streams exist: ``resolved`` checked them."""
+@dataclass(frozen=True)
+class Bounds:
+    """A stream's first retained offset and its end, as the driver saw them."""
+
+    first: int
+    end: int
+
+
+def bounds(client: Client, opts: ReadOptions) -> dict[str, Bounds]:
     out = {}
     for s in opts.streams:
-        value: str | int
-        if isinstance(spec, str):
-            value = spec
-        else:
-            value = spec.get(s, -2 if missing == "earliest" else -1)
-            value = {-2: "earliest", -1: "latest"}.get(value, value)
-        if value == "earliest":
-            out[s] = 0
-        elif value == "latest":
-            out[s] = stream_end(client, s, opts.probe_ms)
-        else:
-            out[s] = int(value)
+        end = stream_end(client, s, opts.probe_ms)
+        out[s] = Bounds(stream_first(client, s, end), end)
+    return out
+
+
+def _resolve(spec: OffsetsSpec, streams: tuple[str, ...], missing: int, seen: Mapping[str, Bounds]) -> dict[str, int]:
+    """An offsets option as concrete offsets per stream: earliest is the first offset retention
+    kept, latest the end; ``missing`` (-2 or -1) for a stream the JSON does not name."""
+    out = {}
+    for s in streams:
+        value = {"earliest": -2, "latest": -1}[spec] if isinstance(spec, str) else spec.get(s, missing)
+        out[s] = seen[s].first if value == -2 else seen[s].end if value == -1 else value
     return out
 
 
@@ -113,14 +131,35 @@ def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) ->
                                       opts.min_partitions)]
 
 
+def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds]) -> tuple[dict[str, int], dict[str, int]]:
+    """A batch read's [start, end) per stream, checked against the streams as they are: an end past
+    a stream's end or before the start is refused; a start below the first retained offset is data
+    loss (fails, or starts at the first offset with failOnDataLoss=false)."""
+    start = _resolve(opts.starting, opts.streams, -2, seen)
+    end = _resolve(opts.ending, opts.streams, -1, seen)
+    policy = LossPolicy(opts.fail_on_data_loss)
+    for s in opts.streams:
+        if end[s] > seen[s].end:
+            raise OptionError(f"option endingOffsets: {end[s]} for stream {s!r} is past its end {seen[s].end}")
+        if start[s] > end[s]:
+            raise OptionError(f"option startingOffsets: {start[s]} for stream {s!r} is after its ending "
+                              f"offset {end[s]}")
+        cut = min(seen[s].first, end[s])
+        if start[s] < cut:
+            policy.removed(s, start[s], cut)
+            start[s] = cut
+    return start, end
+
+
 class BatchReader(DataSourceReader):
     """``spark.read.format("sansmq")``: the range startingOffsets..endingOffsets, fixed when planned."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        with Client(opts.url, timeout=opts.timeout) as client:
-            self.opts = opts = resolved(client, opts)
-            self.start = _resolve(client, opts, opts.starting, "earliest")
-            self.end = _resolve(client, opts, opts.ending, "latest")
+        def plan_range() -> tuple[ReadOptions, dict[str, int], dict[str, int]]:
+            with Client(opts.url, timeout=opts.timeout) as client:
+                full = resolved(client, opts)
+                return (full, *batch_range(full, bounds(client, full)))
+        self.opts, self.start, self.end = with_retries(plan_range, opts.retry_deadline, "planning the batch read")
 
     def partitions(self) -> list[StreamRange]:  # type: ignore[override]
         return plan(self.opts, self.start, self.end)
@@ -136,6 +175,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     on the first call Spark makes, not in the constructor: PySpark 4 masks an exception raised
     while it constructs a stream reader with its own UnboundLocalError (its ``finally:
     reader.stop()``), so an unreachable broker or a missing stream would not be named.
+
+    Offsets that are gone are found on the driver when a micro-batch is planned (``partitions``):
+    a start below the stream's first retained offset, a start past the stream's end, a deleted
+    stream; each task checks its own range again (retention may run in between).
     """
 
     def __init__(self, opts: ReadOptions) -> None:
@@ -143,12 +186,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._resolved: ReadOptions | None = None
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
+        self._policy = LossPolicy(opts.fail_on_data_loss)
+        self._gone: set[str] = set()  # deleted streams left out (failOnDataLoss=false)
 
     @property
     def opts(self) -> ReadOptions:
         """The options with partitioned streams expanded (on the driver's first call)."""
         if self._resolved is None:
-            self._resolved = resolved(self._driver_client(), self._given)
+            given = self._given.for_stream()  # before connecting: a bad option is named first
+            self._resolved = self._on_driver(lambda client: resolved(client, given))
         return self._resolved
 
     def __getstate__(self) -> dict[str, Any]:
@@ -161,22 +207,40 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = Client(self._given.url, timeout=self._given.timeout)
         return self._client
 
-    def _ends(self) -> dict[str, int]:
-        try:
-            client = self._driver_client()
-            return {s: stream_end(client, s, self.opts.probe_ms) for s in self.opts.streams}
-        except BaseException:
-            self._drop_client()  # the next trigger starts on a fresh connection
-            raise
+    def _on_driver(self, work: Any) -> Any:
+        """``work(client)`` on the driver's connection, retried on a new one while the broker is
+        away (up to retryDeadlineMs); after any failure the next call starts on a fresh connection."""
+        def attempt() -> Any:
+            try:
+                return work(self._driver_client())
+            except BaseException:
+                self._drop_client()
+                raise
+        return with_retries(attempt, self._given.retry_deadline, "the stream source on the driver")
+
+    def _ends(self, start: Mapping[str, int]) -> dict[str, int]:
+        """Each stream's end; a deleted stream is data loss (with failOnDataLoss=false: skipped, its
+        end taken as ``start``)."""
+        def ends(client: Client) -> dict[str, int]:
+            out = {}
+            for s in self.opts.streams:
+                try:
+                    out[s] = start.get(s, 0) if s in self._gone else stream_end(client, s, self.opts.probe_ms)
+                except StreamNotFound as gone:
+                    client.reopen_channel()
+                    self._policy.deleted(s, str(gone))
+                    self._gone.add(s)
+                    out[s] = start.get(s, 0)
+            return out
+        result: dict[str, int] = self._on_driver(ends)
+        return result
 
     def _idle_wait(self, start: dict[str, int]) -> bool:
         """Nothing new: wait (pushed, not polled) up to idleWaitMs for the next message."""
-        try:
-            return wait_for_new(self._driver_client(), {s: start.get(s, 0) for s in self.opts.streams},
-                                self.opts.idle_wait_ms / 1000.0)
-        except BaseException:
-            self._drop_client()
-            raise
+        found: bool = self._on_driver(lambda client: wait_for_new(
+            client, {s: start.get(s, 0) for s in self.opts.streams if s not in self._gone},
+            self.opts.idle_wait_ms / 1000.0))
+        return found
 
     def _drop_client(self) -> None:
         if self._client is not None:
@@ -184,11 +248,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
     def initialOffset(self) -> dict[str, int]:
-        client = self._driver_client()
-        return _resolve(client, self.opts, self.opts.starting, "earliest")
+        opts = self.opts
+        seen: dict[str, Bounds] = self._on_driver(lambda client: bounds(client, opts))
+        return _resolve(opts.starting, opts.streams, -2, seen)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._ends()
+        self._target = self._ends({})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         mrt = self.opts.max_records_per_trigger
@@ -196,21 +261,45 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         if self._target is not None:  # availableNow: never past the ends seen when the query began
-            end = self._target
+            end = dict(self._target)
         else:
-            end = self._ends()
-            if all(end[s] <= start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
-                end = self._ends()
-        end = {s: max(end.get(s, 0), start.get(s, 0)) for s in self.opts.streams}
+            end = self._ends(start)
+            if all(end[s] == start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
+                end = self._ends(start)
+        # an end below the start is not hidden: partitions() reports it as data loss
+        ahead = {s: e for s, e in end.items() if e >= start.get(s, 0)}
         if isinstance(limit, ReadMaxRows):
-            end = cap_total(start, end, limit.max_rows)
-        return end
+            ahead = cap_total(start, ahead, limit.max_rows)
+        return {**end, **ahead}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return self._target
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[StreamRange]:  # type: ignore[override]
-        return plan(self.opts, start, end)
+        return plan(self.opts, self._on_driver(lambda client: self._readable(client, start, end)), end)
+
+    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, int]:
+        """Where each stream's range really begins: its start, unless the offsets there are gone
+        (then DataLossError, or with failOnDataLoss=false the stream's first offset)."""
+        begin = {}
+        for s in self.opts.streams:
+            lo, hi = start.get(s, 0), end.get(s, 0)
+            try:
+                if hi < lo:
+                    self._policy.past_end(s, lo, hi)
+                    lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
+                elif lo < hi:
+                    first = stream_first(client, s, hi)
+                    if first > lo:
+                        self._policy.removed(s, lo, first)
+                        lo = first
+            except StreamNotFound as gone:  # deleted since its end was probed
+                client.reopen_channel()
+                self._policy.deleted(s, str(gone))
+                self._gone.add(s)
+                lo = hi
+            begin[s] = lo
+        return begin
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(self._given, partition)  # on an executor: the range names its stream

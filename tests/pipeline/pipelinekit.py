@@ -21,11 +21,11 @@ class Broker:
     #: the vhost's firehose is on (sansmq serve --trace /); RabbitMQ's needs rabbitmqctl trace_on
     firehose: bool = False
 
-    def stream(self, prefix: str) -> str:
-        """A fresh stream with a unique name."""
+    def stream(self, prefix: str, **arguments: object) -> str:
+        """A fresh stream with a unique name (and queue ``arguments`` such as retention)."""
         name = f"{prefix}-{os.getpid()}-{next(_ids)}"
         with Client(self.url) as c:
-            c.declare(name, {"x-queue-type": "stream"})
+            c.declare(name, {"x-queue-type": "stream", **arguments})
         return name
 
     def publish(self, stream: str, bodies: list[bytes], headers: dict[str, object] | None = None) -> None:
@@ -46,6 +46,13 @@ class Broker:
                 c.ack(d.delivery_tag)
                 out.append((offset_of(d.properties.headers), d.body, d.properties.headers or {}))
         return out
+
+    def first(self, stream: str) -> int:
+        """The first offset retention kept."""
+        from pipeline.offsets import stream_first
+
+        with Client(self.url) as c:
+            return stream_first(c, stream, self.end(stream))
 
     def end(self, stream: str) -> int:
         from pipeline.offsets import stream_end

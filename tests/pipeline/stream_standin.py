@@ -24,10 +24,15 @@ _CLOSE_OK = struct.pack(">BHIHH", 1, 0, 4, 10, 51) + b"\xce"
 
 class FakeStreamBroker:
     """``messages``: (routing key, properties, body) per offset; ``properties.headers`` gets the
-    ``x-stream-offset`` of each, as a stream's deliveries carry it."""
+    ``x-stream-offset`` of each, as a stream's deliveries carry it. Offsets below ``first`` stand
+    for messages retention removed: a consumer asking for one starts at ``first``, as a broker's does;
+    ``gone`` offsets are skipped in the middle (retention overtaking a slow reader)."""
 
-    def __init__(self, messages: list[tuple[str, spec.BasicProperties, bytes]], frame_max: int = 131072) -> None:
+    def __init__(self, messages: list[tuple[str, spec.BasicProperties, bytes]], frame_max: int = 131072,
+                 first: int = 0, gone: range = range(0)) -> None:
         self.messages = messages
+        self.first = first
+        self.gone = gone
         self.frame_max = frame_max
         self._cache: dict[int, bytes] = {}
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -94,11 +99,12 @@ class FakeStreamBroker:
         return None
 
     def _deliveries(self, conn: Any, consume: spec.BasicConsume) -> bytes:
-        start = int((consume.arguments or {}).get("x-stream-offset", 0))
+        start = max(self.first, int((consume.arguments or {}).get("x-stream-offset", 0)))
         cached = self._cache.get(start)
         if cached is None:
             out = []
-            for tag, offset in enumerate(range(start, len(self.messages)), 1):
+            kept = [offset for offset in range(start, len(self.messages)) if offset not in self.gone]
+            for tag, offset in enumerate(kept, 1):
                 key, props, body = self.messages[offset]
                 headers = dict(props.headers or {})
                 headers["x-stream-offset"] = offset

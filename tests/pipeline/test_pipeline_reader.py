@@ -82,3 +82,38 @@ def test_a_nested_x_stream_offset_does_not_confuse_the_offset() -> None:
     assert [r["offset"] for r in rows] == [0, 1, 2]
     assert dict(rows[1]["headers"]) == {"x-stream-offset": "1", "properties.headers.x-stream-offset": "99",
                                         "kind": "trace"}
+
+
+def _read_with(broker: FakeStreamBroker, start: int, end: int, **options: str) -> list[int]:
+    from pipeline.options import ReadOptions
+    from pipeline.source import StreamRange, read_range
+
+    opts = ReadOptions.parse({"url": broker.url, "stream": "s", "batchRows": "4", **options})
+    return [o for b in read_range(opts, StreamRange("s", start, end)) for o in b.column("offset").to_pylist()]
+
+
+@pytest.mark.parametrize("gone", ["start", "middle"])
+def test_offsets_removed_before_a_task_reads_them_fail_the_task(gone: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Retention removed offsets of the task's range (at its start: the consumer is handed the first
+    kept one; in its middle: a slow reader overtaken): the task fails naming the stream and the
+    offsets, or with failOnDataLoss=false reads the rest and warns with the running count."""
+    from pipeline.dataloss import DataLossError
+
+    msgs = [("k", _props(None, None, {}), b"%d" % i) for i in range(30)]
+    lost = {"start": dict(first=12), "middle": dict(gone=range(15, 18))}[gone]
+    broker = FakeStreamBroker(msgs, **lost).start()  # type: ignore[arg-type]
+    try:
+        with pytest.raises(DataLossError) as e:
+            _read_with(broker, 5, 25)
+        assert {"start": "stream 's': offsets 5..11 (7) were removed (retention) before they were read; the "
+                         "stream's first offset is now 12",
+                "middle": "stream 's': 3 offsets of [5, 25) were removed (retention) while the range was read"
+                }[gone] in str(e.value)
+        caplog.set_level("WARNING", "pipeline.dataloss")
+        got = _read_with(broker, 5, 25, failOnDataLoss="false")
+    finally:
+        broker.close()
+    kept = {"start": range(12, 25), "middle": [o for o in range(5, 25) if o not in range(15, 18)]}[gone]
+    assert got == list(kept)
+    assert [r.getMessage().endswith(f"skipped (failOnDataLoss=false): {n} offsets of 's' skipped so far")
+            for r, n in zip(caplog.records, [7 if gone == "start" else 3], strict=True)] == [True]

@@ -36,8 +36,25 @@ def test_parse_url() -> None:
     ep = parse_url("amqp://u%40x:p%2Fw@broker:5673/%2F")
     assert (ep.host, ep.port, ep.user, ep.password, ep.vhost) == ("broker", 5673, "u@x", "p/w", "/")
     assert parse_url("amqp://h/v").vhost == "v" and parse_url("amqp://h").vhost == "/"
-    with pytest.raises(ValueError, match="amqp://"):
-        parse_url("amqps://h")
+    with pytest.raises(ValueError, match="amqp:// or amqps://"):
+        parse_url("http://h")
+
+
+def test_parse_url_with_tls_and_several_hosts() -> None:
+    """RabbitMQ's URI spec: amqps (default port 5671) with its TLS query parameters; a cluster's
+    nodes as comma-separated hosts, tried in order."""
+    ep = parse_url("amqps://u:p@n1,n2:5700,[::1]:5701/v?cacertfile=/ca.pem&certfile=/c.pem&keyfile=/k.pem")
+    assert ep.hosts == (("n1", 5671), ("n2", 5700), ("::1", 5701)) and (ep.user, ep.vhost) == ("u", "v")
+    assert ep.tls is not None and (ep.tls.cacertfile, ep.tls.certfile, ep.tls.keyfile, ep.tls.verify) == (
+        "/ca.pem", "/c.pem", "/k.pem", True)
+    tls = parse_url("amqps://h?verify=verify_none&server_name_indication=broker.example").tls
+    assert tls is not None and (tls.verify, tls.server_name) == (False, "broker.example")
+    assert parse_url("amqp://a:1,b:2").tls is None and parse_url("amqp://a:1,b").hosts == (("a", 1), ("b", 5672))
+    for bad, msg in [("amqp://h?cacertfile=/x", "for amqps:// only"), ("amqps://h?verify=maybe", "verify_peer"),
+                     ("amqps://h?heartbeat=5", "unknown parameters"), ("amqp://a,,b", "no host"),
+                     ("amqp://a:99999,b", "bad port")]:
+        with pytest.raises(ValueError, match=msg):
+            parse_url(bad)
 
 
 def test_read_options() -> None:
@@ -54,14 +71,56 @@ def test_read_options() -> None:
 
 
 def test_write_options() -> None:
-    o = WriteOptions.parse({"stream": "out"}, ["body"])
+    o = WriteOptions.parse({"stream": "out"}, {"body": "binary"})
     assert (o.exchange, o.routing_key, o.target_stream) == ("", "out", "out")
-    o = WriteOptions.parse({"exchange": "amq.topic"}, ["body", "routing_key"])
+    o = WriteOptions.parse({"exchange": "amq.topic"}, {"body": "string", "routing_key": "string"})
     assert (o.exchange, o.routing_key) == ("amq.topic", None)
     with pytest.raises(OptionError, match="exactly one"):
-        WriteOptions.parse({"stream": "a", "exchange": "x"}, ["body"])
+        WriteOptions.parse({"stream": "a", "exchange": "x"}, {"body": "binary"})
     with pytest.raises(OptionError, match="routingKey"):
-        WriteOptions.parse({"exchange": "x"}, ["body"])
+        WriteOptions.parse({"exchange": "x"}, {"body": "binary"})
+
+
+def test_sink_column_types_are_checked() -> None:
+    """An integer body used to go out as that many zero bytes."""
+    ok = {"body": "string", "headers": "map<string,string>", "content_type": "string", "offset": "bigint"}
+    assert WriteOptions.parse({"stream": "a"}, ok).target_stream == "a"  # other columns are not published
+    for name, kind, msg in [("body", "int", 'column "body" must be binary or string, not int'),
+                            ("headers", "map<string,int>", 'column "headers" must be map<string,string>'),
+                            ("routing_key", "binary", 'column "routing_key" must be string, not binary')]:
+        with pytest.raises(OptionError, match=msg):
+            WriteOptions.parse({"stream": "a"}, {"body": "binary", name: kind})
+
+
+def test_option_names_are_strict_case_insensitive_and_take_kafkas_aliases() -> None:
+    # Spark hands a source its options with lower-cased keys
+    o = ReadOptions.parse({"subscribe": "a", "maxoffsetspertrigger": "7", "FAILONDATALOSS": "False"})
+    assert (o.streams, o.max_records_per_trigger, o.fail_on_data_loss) == (("a",), 7, False)
+    assert ReadOptions.parse({"stream": "a"}).fail_on_data_loss is True
+    with pytest.raises(OptionError) as e:
+        ReadOptions.parse({"stream": "a", "failOnDataLos": "false"})
+    assert str(e.value).startswith("unknown option 'failOnDataLos' for the sansmq source; known options: url, "
+                                   "stream, startingOffsets, endingOffsets, failOnDataLoss, ")
+    assert "maxOffsetsPerTrigger (= maxRecordsPerTrigger)" in str(e.value)
+    with pytest.raises(OptionError, match="given twice"):
+        ReadOptions.parse({"stream": "a", "subscribe": "b"})
+    with pytest.raises(OptionError, match="must be true or false, got 'yes'"):
+        ReadOptions.parse({"stream": "a", "failOnDataLoss": "yes"})
+    with pytest.raises(OptionError, match="unknown option 'startingOffsets' for the sansmq sink"):
+        WriteOptions.parse({"stream": "a", "startingOffsets": "earliest"}, {"body": "binary"})
+    # what Spark adds to a streaming sink's options is not the user's
+    assert WriteOptions.parse({"topic": "a", "checkpointlocation": "/x", "queryname": "q"}, {"body": "binary"}).target_stream == "a"
+
+
+def test_kafkas_rules_for_batch_and_streaming_offsets() -> None:
+    for starting in ("latest", '{"a": -1}'):
+        with pytest.raises(OptionError, match="startingOffsets cannot be latest"):
+            ReadOptions.parse({"stream": "a", "startingOffsets": starting}).for_batch()
+    with pytest.raises(OptionError, match="endingOffsets cannot be earliest"):
+        ReadOptions.parse({"stream": "a", "endingOffsets": '{"a": -2}'}).for_batch()
+    with pytest.raises(OptionError, match="endingOffsets is for batch reads"):
+        ReadOptions.parse({"stream": "a", "endingOffsets": "latest"}).for_stream()
+    assert ReadOptions.parse({"stream": "a", "startingOffsets": "latest"}).for_stream().starting == "latest"
 
 
 @given(st.integers(0, 10**6), st.integers(0, 10**5), st.integers(1, 10**4), st.integers(1, 64))
@@ -83,3 +142,37 @@ def test_cap_total_takes_at_most_the_limit(ranges: dict[str, tuple[int, int]], l
     taken = sum(capped[s] - start[s] for s in ranges)
     assert all(start[s] <= capped[s] <= end[s] for s in ranges)
     assert taken == min(limit, sum(end[s] - start[s] for s in ranges))
+
+
+def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.retry
+    from pipeline.client import BrokerUnreachable, ChannelError, ConnectionLost
+    from pipeline.retry import with_retries
+
+    clock = [0.0]
+    monkeypatch.setattr(pipeline.retry.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pipeline.retry.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    calls: list[float] = []
+
+    def flaky(failures: list[BaseException]):
+        def work() -> str:
+            calls.append(clock[0])
+            if failures:
+                raise failures.pop(0)
+            return "ok"
+        return work
+
+    down = [ConnectionLost("closed"), BrokerUnreachable("refused", retriable=True), ConnectionResetError(),
+            ChannelError(320, "CONNECTION_FORCED - shutdown")]
+    assert with_retries(flaky(down), 10.0, "x") == "ok"
+    assert [round(b - a, 1) for a, b in zip(calls, calls[1:], strict=False)] == [0.2, 0.4, 0.8, 1.6]  # doubling
+    for final in (ChannelError(403, "ACCESS_REFUSED"), BrokerUnreachable("403 log-in refused"), TimeoutError()):
+        calls.clear()
+        with pytest.raises(type(final)):
+            with_retries(flaky([final]), 10.0, "x")
+        assert len(calls) == 1  # an answer from the broker is not retried
+    calls.clear()
+    began = clock[0]
+    with pytest.raises(ConnectionLost) as e:
+        with_retries(flaky([ConnectionLost("closed") for _ in range(100)]), 3.0, "reading 's'")
+    assert calls[-1] - began <= 3.0 and len(calls) == 5 and "reading 's': gave up after retrying for 3s (option retryDeadlineMs)" in e.value.__notes__

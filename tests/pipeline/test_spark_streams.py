@@ -182,6 +182,33 @@ def test_clear_errors(spark, broker: Broker, tmp_path: Path) -> None:
     assert broker.end(dst) == 0
 
 
+def test_options_are_strict_as_kafkas(spark, broker: Broker, tmp_path: Path) -> None:
+    """A misspelt option fails in load() (it used to be ignored); Kafka's names work; endingOffsets on
+    a streaming read and startingOffsets=latest on a batch read are refused, as Kafka does."""
+    stream = broker.stream("pipe-opts")
+    broker.publish(stream, [b"x"] * 10)
+    for reader in (lambda: spark.read, lambda: spark.readStream):
+        with pytest.raises(Exception) as e:
+            reader().format("sansmq").option("url", broker.url).option("stream", stream).option(
+                "failOnDataLos", "false").load()
+        assert _cause(e).startswith("pipeline.options.OptionError: unknown option 'failondatalos' for the "
+                                    "sansmq source; known options: url, stream, ")
+    assert spark.read.format("sansmq").option("url", broker.url).option("subscribe", stream).load().count() == 10
+    with pytest.raises(Exception) as e:
+        spark.read.format("sansmq").option("url", broker.url).option("stream", stream).option(
+            "startingOffsets", "latest").load().count()
+    assert _cause(e).startswith("pipeline.options.OptionError: option startingOffsets cannot be latest (-1) for a "
+                                "batch read")
+    with pytest.raises(Exception) as e:
+        _run(spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream).option(
+            "endingOffsets", "latest").load(), tmp_path / "ck")
+    assert _cause(e).startswith("pipeline.options.OptionError: option endingOffsets is for batch reads")
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([("x",)], "body string").write.format("sansmq").option("url", broker.url).option(
+            "stream", stream).option("confirmWindw", "10").mode("append").save()
+    assert _cause(e).startswith("pipeline.options.OptionError: unknown option 'confirmwindw' for the sansmq sink")
+
+
 def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) -> None:
     """latestOffset with nothing new parks a consumer at the end of each stream: it returns at once
     when a message arrives (pushed by the broker) and only after the whole wait when none does."""
