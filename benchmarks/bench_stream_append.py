@@ -17,11 +17,11 @@ import random
 import tempfile
 import time
 
-from bench_amqp_engine import _client, _rpc
+from bench_amqp_engine import _client, _rpc, drain_syncing
 
 import amqpproto as a
 from amqpproto import spec
-from engine import Broker, Config, Sync, Write
+from engine import Broker, Config
 from engine.segment_store import SegmentStore
 
 BODY = b"x" * 100
@@ -55,18 +55,12 @@ def run(messages: int, burst: int, producer: bool, profile: str | None = None) -
         broker.data_received(1, data, 1.0)
         busy = True
         while busy:
-            busy = False
-            for act in broker.drain():
-                if type(act) is Sync:
-                    broker.run_sync(act.token)
-                    broker.synced(act.token, 1.0)
-                    busy = True
-                elif type(act) is Write:
-                    broker.data_sent(act.conn_id, len(act.data))
-                    prod.receive_data(act.data)
-                    while (ev := prod.next_event()) is not a.NEED_DATA:
-                        if type(ev) is spec.BasicAck:
-                            confirmed = ev.delivery_tag
+            writes, busy = drain_syncing(broker)
+            for act in writes:
+                prod.receive_data(act.data)
+                while (ev := prod.next_event()) is not a.NEED_DATA:
+                    if type(ev) is spec.BasicAck:
+                        confirmed = ev.delivery_tag
     cpu = time.process_time() - t0
     if prof is not None:
         prof.disable()
