@@ -59,10 +59,9 @@ class Model(ModelState):
     __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
                  "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
-                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get", "cancel",
-                 "return_unacked", "ack",
-                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages",
-                 "policies", "security", "delete_vhost")
+                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get",
+                 "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light", "bind_light",
+                 "paged_messages", "policies", "security", "delete_vhost")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         super().__init__(store, timers)
