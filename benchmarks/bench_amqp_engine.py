@@ -85,6 +85,22 @@ def _ack(tag: int) -> bytes:
     return frame(1, 1, spec.ENCODERS[spec.BasicAck](spec.BasicAck(tag, True)))
 
 
+def drain_syncing(broker: Broker) -> tuple[list[Write], bool]:
+    """One ``drain``: every Sync run at once (and reported synced), every Write taken whole by
+    the "socket". Returns the writes, and whether a sync was run (it may release more)."""
+    writes = []
+    synced = False
+    for act in broker.drain():
+        if type(act) is Sync:
+            broker.run_sync(act.token)
+            broker.synced(act.token, 1.0)
+            synced = True
+        elif type(act) is Write:
+            broker.data_sent(act.conn_id, len(act.data))
+            writes.append(act)
+    return writes, synced
+
+
 def run(messages: int, fanout: int, durable: bool = False) -> float:
     tmp = tempfile.TemporaryDirectory(prefix="bench-amqp-")
     store = SegmentStore(tmp.name, sync=False) if durable else MemoryStore()
@@ -120,21 +136,15 @@ def run(messages: int, fanout: int, durable: bool = False) -> float:
     for _ in range(messages // burst):
         broker.data_received(1, one * burst, 1.0)
         while True:
-            got = False
-            for act in broker.drain():
-                if type(act) is Sync:
-                    broker.run_sync(act.token)
-                    broker.synced(act.token, 1.0)
-                    got = True
-                elif type(act) is Write:
-                    broker.data_sent(act.conn_id, len(act.data))
-                    if act.conn_id in cons:
-                        n = act.data.count(mark)
-                        if n:
-                            got = True
-                            delivered += n
-                            pending[act.conn_id] += n
-                            last_tag[act.conn_id] += n
+            writes, got = drain_syncing(broker)
+            for act in writes:
+                if act.conn_id in cons:
+                    n = act.data.count(mark)
+                    if n:
+                        got = True
+                        delivered += n
+                        pending[act.conn_id] += n
+                        last_tag[act.conn_id] += n
             for cid in cons:
                 if pending[cid]:
                     broker.data_received(cid, _ack(last_tag[cid]), 1.0)

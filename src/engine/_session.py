@@ -351,6 +351,18 @@ class Session:
             self.held_paused = True
             self.update_reading()
 
+    def held_last(self, wrote: bool) -> Callable[[], None] | None:
+        """The thunk held last, if the sync that releases it would release one given to
+        ``after_sync(wrote, ...)`` now as well: the caller may fold the new one into it (a run of
+        publisher confirms held as one). None otherwise."""
+        held = self.held
+        if not held:
+            return None
+        token, last = held[-1]
+        if wrote and token != self.host.sync_token(True):  # it wrote after the last Sync: a later one
+            return None
+        return last  # nothing written: it would queue behind ``last`` and go with it
+
     def release_held(self, synced: int) -> None:
         held = self.held
         while held and not self.closed and held[0][0] <= synced:

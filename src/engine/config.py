@@ -60,7 +60,8 @@ class Limits:
     max_tx_frames: int = 10_000
     max_tx_bytes: int = 64 * 1024 * 1024
     #: receipts held for the store's sync above which the broker pauses reading from the
-    #: connection (resumed at half); bounds what a client pipelining receipts can pin
+    #: connection (resumed at half); bounds what a client pipelining receipts can pin (a run of
+    #: AMQP confirms one sync covers is held as one)
     max_pending_receipts: int = 10_000
     #: messages a non-durable topic subscription holds (ready + unacked) before dropping the
     #: oldest ready one (RabbitMQ would keep queueing; see engine.model.light)

@@ -8,7 +8,7 @@ from amqpproto import spec
 
 from .._message import Message
 from .._props import props_to_headers
-from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange
+from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue
 from ..model.security import check_topic_access
 from ..store import StoreError
 from .base import REPLY_TO, ChannelBase
@@ -21,15 +21,17 @@ __all__ = ["PublishMethods", "Confirm"]
 
 
 class Confirm:
-    """A publisher confirm held until the store's sync: an ack then (coalesced when one sync
-    releases many), a nack when the message was refused or the sync failed."""
+    """Publisher confirms held until the store's sync: the ``n`` sequence numbers up to ``seq``
+    (a run of publishes one sync covers holds one Confirm, not one each). Acked then (coalesced
+    when one sync releases many), nacked when the messages were refused or the sync failed."""
 
-    __slots__ = ("chan", "seq", "refused")
+    __slots__ = ("chan", "seq", "refused", "n")
 
     def __init__(self, chan: PublishMethods, seq: int, refused: bool) -> None:
         self.chan = chan
         self.seq = seq
         self.refused = refused
+        self.n = 1
 
     def __call__(self) -> None:
         chan = self.chan
@@ -39,18 +41,19 @@ class Confirm:
         if self.refused:
             chan.nack(self.seq)
             return
-        session.model.confirmed += 1
+        n = self.n
+        session.model.confirmed += n
         if session.batching is not None:  # released by a sync: coalesce
             chan.ack_upto = self.seq
-            chan.ack_batch += 1
+            chan.ack_batch += n
             session.batching[chan] = None
         else:
-            chan.send(spec.BasicAck(self.seq, False))
+            chan.send(spec.BasicAck(self.seq, n > 1))
 
     def fail(self) -> None:
         chan = self.chan
         if chan.session.channels.get(chan.id) is chan:
-            chan.nack(self.seq)
+            chan.nack(self.seq, self.n > 1)
 
 
 class PublishMethods(ChannelBase):
@@ -68,6 +71,7 @@ class PublishMethods(ChannelBase):
         if x.type == "topic":  # the test here: a publish to any other exchange pays nothing more
             check_topic_access(self.session.access, x, m.routing_key, "write")
         session = self.session
+        vhost = self.vhost
         now = session.host.now
         props = m.properties
         headers = props_to_headers(props)
@@ -97,17 +101,25 @@ class PublishMethods(ChannelBase):
             self.pub_seq += 1
         seq = self.pub_seq if self.confirm else 0
         if self.tx is None:  # the common case, without a closure per message
-            self._route(x, msg, mandatory, seq)
+            stream = None
+            if vhost.trace is None and not priority:  # else publish's firehose and per-queue priority
+                stream = session.model.sole_stream(vhost, x, msg)
+            self._route(x, msg, mandatory, seq, stream)
         else:
             self.tx.append(lambda: self._route(x, msg, mandatory, seq))
 
-    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
+    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, stream: Queue | None = None) -> None:
+        """Publish ``msg`` (straight to ``stream`` when it is the one queue it reaches: the stream
+        append's own path) and hold its confirm."""
         session = self.session
         model = session.model
         before = model.store_writes
         try:
-            result = model.publish(self.vhost, x, msg, True,
-                                   self.trace_origin() if self.vhost.trace is not None else None)
+            if stream is not None:
+                result = model.append_stream(stream, msg)
+            else:
+                result = model.publish(self.vhost, x, msg, True,
+                                       self.trace_origin() if self.vhost.trace is not None else None)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541
@@ -117,11 +129,24 @@ class PublishMethods(ChannelBase):
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, message_props(msg),
                                        msg.body))
         if seq:
-            session.after_sync(bool(result & PUBLISH_WROTE), Confirm(self, seq, bool(result & PUBLISH_REFUSED)))
+            self._hold_confirm(seq, bool(result & PUBLISH_WROTE), bool(result & PUBLISH_REFUSED))
 
-    def nack(self, seq: int) -> None:
+    def _hold_confirm(self, seq: int, wrote: bool, refused: bool) -> None:
+        """Confirm ``seq`` after the sync of what its publish wrote: joined to this channel's
+        Confirm held last when that one ends at ``seq - 1`` and is released by the same sync (a
+        pipelining publisher holds one per read, not one per message)."""
+        session = self.session
+        if not refused:
+            last = session.held_last(wrote)
+            if type(last) is Confirm and last.chan is self and last.seq == seq - 1 and not last.refused:
+                last.seq = seq
+                last.n += 1
+                return
+        session.after_sync(wrote, Confirm(self, seq, refused))
+
+    def nack(self, seq: int, multiple: bool = False) -> None:
         self.flush_confirms()  # acks released before it keep their place in the sequence
-        self.send(spec.BasicNack(seq, False, False))
+        self.send(spec.BasicNack(seq, multiple, False))
 
     def flush_confirms(self) -> None:
         """Send the coalesced acks: every sequence number up to ``ack_upto`` not yet confirmed

@@ -59,9 +59,9 @@ class Model(ModelState):
     __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
                  "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
-                 "bind", "unbind", "publish", "enqueue", "consume", "get", "cancel", "return_unacked", "ack",
-                 "nack", "has_tag", "dispatch", "supports_light", "bind_light", "paged_messages",
-                 "policies", "security", "delete_vhost")
+                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get",
+                 "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light", "bind_light",
+                 "paged_messages", "policies", "security", "delete_vhost")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         super().__init__(store, timers)
@@ -103,6 +103,8 @@ class Model(ModelState):
         self.bind = topology.bind
         self.unbind = topology.unbind
         self.publish = publisher.publish
+        self.sole_stream = publisher.sole_stream
+        self.append_stream = publisher.append_stream
         self.enqueue = publisher.enqueue
         self.consume = delivery.consume
         self.consume_stream = delivery.consume_stream

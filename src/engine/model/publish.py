@@ -99,6 +99,31 @@ class Publisher:
             result |= PUBLISH_WROTE
         return result
 
+    def sole_stream(self, vhost: VHost, x: Exchange, msg: Message) -> Queue | None:
+        """The stream queue ``msg`` published to ``x`` reaches, when it reaches exactly that one by
+        the default exchange (its key names the queue; no ``CC``/``BCC`` to route further): what
+        ``append_stream`` takes instead of ``publish``. The caller rules out the firehose and a
+        priority (which publish may zero per queue)."""
+        if x.name:
+            return None
+        q = vhost.queues.get(msg.routing_key)
+        if q is None or not q._f & STREAM_FLAG:
+            return None
+        headers = msg.headers
+        return None if "CC" in headers or "BCC" in headers else q
+
+    def append_stream(self, q: Queue, msg: Message) -> int:
+        """``publish`` of a message routed to the one stream ``q`` (``sole_stream``), without the
+        general path's routing and per-queue argument handling: the same counters and the same
+        record (``tests/engine/test_stream_fastpath.py`` holds it to the bytes). Returns the
+        ``PUBLISH_*`` bits ``publish`` would."""
+        state = self.state
+        state.publishes += 1
+        (q._x or extras(q)).published += 1
+        before = state.store_writes
+        self.streams.append(q, msg)
+        return PUBLISH_ROUTED | PUBLISH_WROTE if state.store_writes != before else PUBLISH_ROUTED
+
     def enqueue(self, q: Queue | LightConsumer | DelayedTarget, msg: Message, count: int = 0, persist: bool = True,
                 queue_expires: float | None = None, resident: bool = False) -> bool:
         """Append ``msg`` to ``q``. ``persist=False`` is recovery: nothing is written back, and the
