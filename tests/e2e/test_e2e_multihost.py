@@ -159,7 +159,8 @@ class Reconnecting(Collector):
 def test_stomp_py_host_and_ports_fails_over(nodes: list[ServerProcess]) -> None:
     a, b = nodes
     conn = stomp.Connection12([(HOST, a.port("stomp")), (HOST, b.port("stomp"))], heartbeats=(0, 0),
-                              reconnect_sleep_initial=0.1, reconnect_sleep_increase=0.5, reconnect_attempts_max=5)
+                              reconnect_sleep_initial=0.1, reconnect_sleep_increase=0.5, reconnect_attempts_max=5,
+                              vhost="/")
     lst = Reconnecting(conn)
     conn.set_listener("r", lst)
     conn.connect("guest", "guest", wait=True)
@@ -170,7 +171,7 @@ def test_stomp_py_host_and_ports_fails_over(nodes: list[ServerProcess]) -> None:
 
     kill(a)
     wait_until(lambda: lst.connects >= 2, 15, "stomp.py's reconnection to the second node")
-    other = stomp.Connection12([(HOST, b.port("stomp"))], heartbeats=(0, 0))
+    other = stomp.Connection12([(HOST, b.port("stomp"))], heartbeats=(0, 0), vhost="/")
     other.connect("guest", "guest", wait=True)
     other.send("/queue/alerts", b"second")
     other.disconnect()
