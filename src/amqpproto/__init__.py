@@ -43,6 +43,7 @@ from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     NEED_DATA,
+    AnyEvent,
     ConnectionClosed,
     Event,
     Heartbeat,
@@ -77,7 +78,7 @@ from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
 __all__ = [
-    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "OutgoingEvent",
+    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "AnyEvent", "OutgoingEvent",
     "ConnectionState", "ChannelState",
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
