@@ -99,10 +99,6 @@ class ServerHandshake:
         """Bytes of the opening request received and not parsed yet (at most ``max_size``)."""
         return len(self._h11.trailing_data[0])
 
-    def trailing_data(self) -> bytes:
-        """Those bytes themselves."""
-        return bytes(self._h11.trailing_data[0])
-
     def next_request(self) -> Request | None:
         """The validated Request once it (and its empty body) is complete; None: need data.
 
