@@ -32,8 +32,10 @@ State. ``conn.state`` is a ``ConnectionState`` (a StrEnum, its members also expo
 ``AWAIT_HEADER``, ``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``,
 ``CLOSED``); ``conn.channel_state(n)`` a ``ChannelState``. The tables behind them are keyed
 ``(sender role, state, event type)`` like stompproto's and wsframe's.
-Types. ``next_event()`` returns ``Event | NeedData`` (``Event``: any ``spec.Method`` or the events
-above); ``send()`` takes an ``OutgoingEvent``.
+Types. ``next_event()`` returns ``Event | NeedData``: ``Event`` is the slotted base class of every
+``spec.Method`` and of the events above (as in stompproto and wsframe); ``AnyEvent`` is their union,
+for exhaustive type checks; ``send()`` takes an ``OutgoingEvent``. Stream deliveries in bulk,
+straight into columns: ``amqpproto.bulk``.
 Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded ``T`` field holds;
 ``to_timestamp(datetime | int)`` the seconds one encodes to.
 """
