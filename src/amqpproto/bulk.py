@@ -185,7 +185,7 @@ class StreamDeliveryDecoder:
             if n - pos < size + 8:
                 break
             if ftype != 1 or channel != our_channel or size < 4 or _U32.unpack_from(buf, pos + 7)[0] != _DELIVER:
-                if ftype == 8:  # a heartbeat
+                if ftype == 8 and size == 0 and buf[pos + 7] == 0xCE:  # a heartbeat
                     pos += 8
                     continue
                 return pos, seen, True  # the whole frame is in ``buf``
@@ -197,14 +197,18 @@ class StreamDeliveryDecoder:
             o += 1 + buf[o]
             rk_len = buf[o]
             rk_raw = buf[o + 1:o + 1 + rk_len]
+            if o + 1 + rk_len > pos + 7 + size or buf[pos + 7 + size] != 0xCE:
+                raise ValueError("basic.deliver runs past its frame, or lacks its frame-end octet")
             h = pos + size + 8  # the content header frame
             if n - h < 7:
                 break
-            htype, _, hsize = unpack_frame(buf, h)
-            if htype != 2:
+            htype, hchannel, hsize = unpack_frame(buf, h)
+            if htype != 2 or hchannel != our_channel:
                 return pos, seen, True
             if n - h < hsize + 8:
                 break
+            if buf[h + 7 + hsize] != 0xCE:
+                raise ValueError("a frame without its frame-end octet")
             body_size, flags = unpack_header(buf, h + 11)
             b = h + hsize + 8  # the body frame(s)
             if body_size == 0:
@@ -217,11 +221,13 @@ class StreamDeliveryDecoder:
                 while need > 0:
                     if n - after < 7:
                         break
-                    btype, _, bsize = unpack_frame(buf, after)
-                    if btype != 3:
+                    btype, bchannel, bsize = unpack_frame(buf, after)
+                    if btype != 3 or bchannel != our_channel:
                         return pos, seen, True
                     if n - after < bsize + 8:
                         break
+                    if buf[after + 7 + bsize] != 0xCE:
+                        raise ValueError("a frame without its frame-end octet")
                     parts.append(buf[after + 7:after + 7 + bsize])
                     need -= bsize
                     after += bsize + 8

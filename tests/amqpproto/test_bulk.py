@@ -175,3 +175,21 @@ def test_bytes_that_do_not_parse_are_a_remote_protocol_error_with_a_frame_error_
     with pytest.raises(a.RemoteProtocolError) as info:
         StreamDeliveryDecoder(1).decode(bad, 0, DeliveryColumns())
     assert info.value.reply_code == spec.FRAME_ERROR and isinstance(info.value.hint, spec.ConnectionClose)
+
+
+@CI
+@given(msgs=messages, data=st.data())
+def test_damaged_bytes_give_rows_or_a_remote_protocol_error_never_another_exception(msgs, data):
+    """The fuzz invariant of next_event, for bulk decode: whatever the bytes, decode returns or
+    raises RemoteProtocolError (or MissingStreamOffset), and never loops for ever."""
+    _, wire = _wire(msgs, list(range(len(msgs))))
+    damaged = bytearray(wire)
+    for _ in range(data.draw(st.integers(1, 4))):
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    damaged = damaged[:data.draw(st.integers(0, len(damaged)))]
+    cols = DeliveryColumns()
+    try:
+        pos, _, other = StreamDeliveryDecoder(1).decode(bytes(damaged), 0, cols)
+    except (a.RemoteProtocolError, MissingStreamOffset):
+        return
+    assert 0 <= pos <= len(damaged) and len(cols.header_offsets) == len(cols) + 1
