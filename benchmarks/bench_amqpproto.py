@@ -26,6 +26,11 @@ PROPS = dict(content_type="application/json", delivery_mode=2, message_id="m-1",
 
 def open_client() -> a.Connection:
     """A client-role Connection driven through the handshake with channel 1 open."""
+    return open_pair()[0]
+
+
+def open_pair() -> tuple[a.Connection, a.Connection]:
+    """A client-role and a server-role Connection, handshaken in memory, with channel 1 open."""
     c = a.Connection(a.CLIENT)
     s = a.Connection(a.SERVER)
     for src, dst, ev in [
@@ -41,7 +46,7 @@ def open_client() -> a.Connection:
     ]:
         dst.receive_data(src.send(ev))
         assert dst.next_event() is not a.NEED_DATA
-    return c
+    return c, s
 
 
 def rate(fn, seconds: float) -> float:

@@ -1,7 +1,7 @@
 """Fuzz harness for stompproto (atheris).
 
 Invariants checked by ``check(data)``:
-* only RemoteProtocolError escapes ``next_event``;
+* only RemoteProtocolError escapes ``next_event``, and never a re-typed bug of ours (internal error);
 * feeding the input whole, byte by byte, or in pseudo-random chunks yields the same
   events and the same outcome (error or not);
 * in the server role, the error's hint (an ERROR frame) can always be sent.
@@ -39,8 +39,10 @@ def _drain(sp, conn, out: list) -> bool:
         try:
             ev = conn.next_event()
         except sp.RemoteProtocolError as exc:
+            if exc.__cause__ is not None:  # a bug of ours, re-typed with the internal-error hint
+                raise AssertionError(f"internal error: {exc}") from exc
             if exc.hint is not None:
-                assert conn.role is sp.SERVER
+                assert conn.our_role is sp.SERVER
                 data = conn.send(exc.hint)
                 assert data.startswith(b"ERROR\n") and data.endswith(b"\x00")
             return True

@@ -1,8 +1,8 @@
 """Fuzz harness for wsframe (atheris).
 
 Input layout: byte 0 picks the connection mode, byte 1 seeds the chunking, the rest is the
-peer's bytes. Invariants: only RemoteProtocolError escapes next_event; the error's hint can be
-sent; feeding the bytes in chunks yields the same events (and error) as feeding them whole.
+peer's bytes. Invariants: only RemoteProtocolError escapes next_event, never a re-typed bug of
+ours; the error's hint can be sent; feeding the bytes in chunks yields the same events (and error) as feeding them whole.
 
     python fuzz/wsframe_fuzz.py -runs=20000 fuzz/corpus/wsframe
     python fuzz/wsframe_fuzz.py --write-seeds fuzz/corpus/wsframe   # regenerate the seeds
@@ -80,6 +80,8 @@ def run(conn: Connection, chunks: list[bytes]) -> list:
                 if isinstance(event, RejectConnection) or getattr(event, "code", None) == 1006:
                     return events
     except RemoteProtocolError as exc:
+        if exc.__cause__ is not None:  # a bug of ours, re-typed with the internal-error hint
+            raise AssertionError(f"internal error: {exc}") from exc
         events.append(("error", exc.hint))
         if exc.hint is not None:
             conn.send(exc.hint)  # must be accepted in the failed state

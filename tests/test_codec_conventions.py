@@ -1,9 +1,15 @@
-"""The three codecs share one shape: a Role Enum with CLIENT/SERVER constants, NEED_DATA as the one
-member of a NeedData Enum, Enum states, and state tables keyed (sender role, state, event type)."""
+"""The three codecs share one shape (docs/codecs/conventions.md): a Role Enum with CLIENT/SERVER
+constants and h11's ``our_role``/``their_role``, NEED_DATA as the one member of a NeedData Enum, one
+slotted ``Event`` base class of every event, Enum states, state tables keyed (sender role, state,
+event type), the same buffer names (``receive_data``, ``buffered_bytes``, ``trailing_data``; inside,
+``ReceiveBuffer.feed`` and ``len()``), and internal bugs re-typed as RemoteProtocolError with the
+codec's internal-error hint."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import inspect
 
 import pytest
 
@@ -77,3 +83,92 @@ def test_a_failed_connection_keeps_no_traceback(codec):
         assert gc.collect() == 0  # nothing was left for the cyclic GC: reference counting freed it all
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
+def test_roles_are_named_like_h11(codec):
+    for ours in codec.Role:
+        conn = codec.Connection(ours)
+        assert conn.our_role is ours and conn.their_role is ours.peer
+    if codec is not amqpproto:  # the name these two used before: kept as an alias
+        assert codec.Connection(codec.CLIENT).role is codec.CLIENT
+
+
+#: exported dataclasses that are not events (what an event carries or how it is configured)
+NOT_EVENTS = {"amqpproto": {"BasicProperties"}, "stompproto": set(), "wsframe": {"PerMessageDeflate"}}
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
+def test_every_event_derives_from_one_slotted_event_class(codec):
+    assert inspect.isclass(codec.Event) and codec.Event.__slots__ == ()
+    events = [getattr(codec, n) for n in codec.__all__ if n not in NOT_EVENTS[codec.__name__]]
+    events = [c for c in events if inspect.isclass(c) and dataclasses.is_dataclass(c)]
+    assert len(events) >= 5
+    for cls in events:
+        assert issubclass(cls, codec.Event), cls
+        assert all("__slots__" in k.__dict__ for k in cls.__mro__[:-1]), cls  # slots all the way up
+
+
+#: per codec: the first bytes of a client's opening (a frame that stays incomplete)
+PARTIAL = {"amqpproto": b"AMQP\x00", "stompproto": b"CONNECT\naccept-ver", "wsframe": b"GET /ws HTTP/1.1\r\n"}
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
+def test_buffer_names_agree(codec):
+    conn = codec.Connection(codec.SERVER)
+    data = PARTIAL[codec.__name__]
+    conn.receive_data(data)
+    assert conn.next_event() is codec.NEED_DATA
+    assert conn.buffered_bytes == len(data)
+    assert conn.trailing_data == (data, False)
+    conn.receive_data(b"")
+    assert conn.trailing_data[1] is True
+    buf = conn._buf  # inside: one ReceiveBuffer with the same method names
+    assert type(buf).__name__ == "ReceiveBuffer" and callable(buf.feed) and isinstance(len(buf), int)
+
+
+#: per codec: where a bug of ours is planted (a parser function every received byte goes through)
+PARSER = {"amqpproto": (amqpproto.Connection, "_next"), "stompproto": (stompproto._readers.FrameReader, "next"),
+          "wsframe": (wsframe.Connection, "_next")}
+
+
+def _internal_error_hint(codec, hint):
+    """The hint each codec gives for its own bug: the protocol's "internal error" close."""
+    if codec is amqpproto:
+        return isinstance(hint, amqpproto.ConnectionClose) and hint.reply_code == amqpproto.spec.INTERNAL_ERROR
+    if codec is stompproto:
+        return isinstance(hint, stompproto.Error) and hint.headers["message"] == "internal error"
+    return isinstance(hint, wsframe.RejectConnection) and hint.status == 500  # still in the handshake
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("bug", [IndexError, KeyError, TypeError, AttributeError])
+def test_an_internal_bug_surfaces_as_a_remote_protocol_error_with_an_internal_error_hint(codec, bug, monkeypatch):
+    def broken(*args, **kwargs):
+        raise bug("planted")
+
+    monkeypatch.setattr(*PARSER[codec.__name__], broken)
+    conn = codec.Connection(codec.SERVER)
+    conn.receive_data(PARTIAL[codec.__name__])
+    with pytest.raises(codec.RemoteProtocolError) as info:
+        conn.next_event()
+    assert "internal error" in str(info.value) and type(info.value.__cause__) is bug
+    assert _internal_error_hint(codec, info.value.hint)
+    with pytest.raises(codec.RemoteProtocolError) as again:  # the connection stays failed
+        conn.next_event()
+    assert str(again.value) == str(info.value)
+
+
+def test_an_internal_bug_on_an_open_websocket_closes_it_with_1011(monkeypatch):
+    client = wsframe.Connection(wsframe.CLIENT)
+    server = wsframe.Connection(wsframe.SERVER)
+    server.receive_data(client.send(wsframe.Request(host="h", path="/ws")))
+    server_request = server.next_event()
+    client.receive_data(server.send(wsframe.AcceptConnection()))
+    assert isinstance(server_request, wsframe.Request) and isinstance(client.next_event(), wsframe.AcceptConnection)
+    monkeypatch.setattr(wsframe._readers.FrameReader, "next_frame", lambda self: [][0])
+    server.receive_data(client.send(wsframe.TextMessage("hi")))
+    with pytest.raises(wsframe.RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.hint == wsframe.CloseConnection(wsframe.CloseReason.INTERNAL_ERROR, "internal error")
+    assert type(info.value.__cause__) is IndexError

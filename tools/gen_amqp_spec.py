@@ -375,6 +375,7 @@ def generate(spec_dir: Path) -> str:
     w("from datetime import datetime")
     w("from typing import Any, ClassVar, TypeAlias")
     w()
+    w("from ._event_base import Event")
     w("from ._readers import from_timestamp as _from_ts")
     w("from ._readers import read_table")
     w("from ._writers import as_bytes as _as_bytes")
@@ -410,7 +411,7 @@ def generate(spec_dir: Path) -> str:
 
     for m in methods:
         w("@dataclass(slots=True)")
-        w(f"class {m.pyclass}:")
+        w(f"class {m.pyclass}(Event):")
         w(f'    """{m.label} ({m.full}, {m.class_id}/{m.method_id})."""')
         w()
         w(f"    CLASS_ID: ClassVar[int] = {m.class_id}")

@@ -32,8 +32,10 @@ State. ``conn.state`` is a ``ConnectionState`` (a StrEnum, its members also expo
 ``AWAIT_HEADER``, ``AWAIT_START``, ... ``OPEN``, ``CLOSING_BY_CLIENT``, ``CLOSING_BY_SERVER``,
 ``CLOSED``); ``conn.channel_state(n)`` a ``ChannelState``. The tables behind them are keyed
 ``(sender role, state, event type)`` like stompproto's and wsframe's.
-Types. ``next_event()`` returns ``Event | NeedData`` (``Event``: any ``spec.Method`` or the events
-above); ``send()`` takes an ``OutgoingEvent``.
+Types. ``next_event()`` returns ``Event | NeedData``: ``Event`` is the slotted base class of every
+``spec.Method`` and of the events above (as in stompproto and wsframe); ``AnyEvent`` is their union,
+for exhaustive type checks; ``send()`` takes an ``OutgoingEvent``. Stream deliveries in bulk,
+straight into columns: ``amqpproto.bulk``.
 Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded ``T`` field holds;
 ``to_timestamp(datetime | int)`` the seconds one encodes to.
 """
@@ -43,6 +45,7 @@ from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     NEED_DATA,
+    AnyEvent,
     ConnectionClosed,
     Event,
     Heartbeat,
@@ -77,7 +80,7 @@ from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
 __all__ = [
-    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "OutgoingEvent",
+    "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "AnyEvent", "OutgoingEvent",
     "ConnectionState", "ChannelState",
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",

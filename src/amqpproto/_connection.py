@@ -12,9 +12,9 @@ from . import _state as S
 from . import spec
 from ._base import ChannelRecord
 from ._buffer import ReceiveBuffer
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
-from ._receiving import DECODE_ERRORS, Receiving
+from ._receiving import Receiving
 from ._sending import Sending
 from ._state import CLIENT, SERVER, Role
 
@@ -113,7 +113,7 @@ class Connection(Receiving, Sending):
         except RemoteProtocolError as e:
             self._failed(e)
             raise
-        except DECODE_ERRORS as e:  # a bug of ours: report 541, never crash the caller
+        except INTERNAL_ERRORS as e:  # a bug of ours: report 541, never crash the caller
             err = self._hard(spec.INTERNAL_ERROR, f"internal error: {e!r}", fatal=True)
             self._failed(err)
             raise err from e

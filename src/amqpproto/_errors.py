@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import struct
 from typing import Any, Self
 
 
@@ -42,3 +43,11 @@ class RemoteProtocolError(ProtocolError):
     handshake, so ``hint`` can be sent and the peer's close-ok awaited; after a soft error only
     that channel is affected.
     """
+
+
+#: Exceptions that mean a bug of ours while parsing the peer's bytes: ``next_event`` re-types them
+#: as a ``RemoteProtocolError`` whose ``hint`` is the codec's "internal error" close, chained to the
+#: original (``__cause__``), so only RemoteProtocolError ever escapes ``next_event``.
+INTERNAL_ERRORS: tuple[type[Exception], ...] = (
+    struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError, AttributeError,
+)

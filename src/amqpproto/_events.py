@@ -1,4 +1,5 @@
-"""The NEED_DATA sentinel, the non-method events (methods live in ``spec``) and the event types."""
+"""The NEED_DATA sentinel, the ``Event`` base class, the non-method events (methods live in
+``spec``) and the event types."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from ._event_base import Event
 from .spec import Method
+
+__all__ = ["NEED_DATA", "AnyEvent", "ConnectionClosed", "Event", "Heartbeat", "HeartbeatDue", "NeedData",
+           "OutgoingEvent", "PeerTimedOut", "ProtocolHeader"]
 
 
 class NeedData(enum.Enum):
@@ -22,7 +27,7 @@ NEED_DATA = NeedData.NEED_DATA
 
 
 @dataclass(slots=True)
-class ProtocolHeader:
+class ProtocolHeader(Event):
     """The 8-byte ``AMQP\\x00\\x00\\x09\\x01`` greeting a client opens with."""
 
     major: int = 0
@@ -31,27 +36,28 @@ class ProtocolHeader:
 
 
 @dataclass(slots=True)
-class Heartbeat:
+class Heartbeat(Event):
     """A heartbeat frame (always channel 0)."""
 
 
 @dataclass(slots=True)
-class HeartbeatDue:
+class HeartbeatDue(Event):
     """Timer event: nothing was sent for one heartbeat interval; send a ``Heartbeat()``."""
 
 
 @dataclass(slots=True)
-class PeerTimedOut:
+class PeerTimedOut(Event):
     """Timer event: nothing was received for two heartbeat intervals; drop the connection."""
 
 
 @dataclass(slots=True)
-class ConnectionClosed:
+class ConnectionClosed(Event):
     """The transport reached EOF (``receive_data(b"")``) between frames."""
 
 
-#: What ``Connection.next_event()`` returns (besides NEED_DATA): a method (``spec.Method``) or one
-#: of the events above.
-Event: TypeAlias = Method | ProtocolHeader | Heartbeat | HeartbeatDue | PeerTimedOut | ConnectionClosed
+#: Every event ``Connection.next_event()`` can return (besides NEED_DATA), as one union: a method
+#: (``spec.Method``) or one of the events above. (``Event``, their common base class, was this union
+#: before the codecs agreed on one shape.)
+AnyEvent: TypeAlias = Method | ProtocolHeader | Heartbeat | HeartbeatDue | PeerTimedOut | ConnectionClosed
 #: What ``Connection.send()`` accepts.
 OutgoingEvent: TypeAlias = Method | ProtocolHeader | Heartbeat

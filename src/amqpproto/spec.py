@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, TypeAlias
 
+from ._event_base import Event
 from ._readers import from_timestamp as _from_ts
 from ._readers import read_table
 from ._writers import as_bytes as _as_bytes
@@ -295,7 +296,7 @@ def encode_properties(p: BasicProperties) -> bytes:
 
 
 @dataclass(slots=True)
-class ConnectionStart:
+class ConnectionStart(Event):
     """start connection negotiation (connection.start, 10/10)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -317,7 +318,7 @@ class ConnectionStart:
 
 
 @dataclass(slots=True)
-class ConnectionStartOk:
+class ConnectionStartOk(Event):
     """select security mechanism and locale (connection.start-ok, 10/11)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -338,7 +339,7 @@ class ConnectionStartOk:
 
 
 @dataclass(slots=True)
-class ConnectionSecure:
+class ConnectionSecure(Event):
     """security mechanism challenge (connection.secure, 10/20)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -356,7 +357,7 @@ class ConnectionSecure:
 
 
 @dataclass(slots=True)
-class ConnectionSecureOk:
+class ConnectionSecureOk(Event):
     """security mechanism response (connection.secure-ok, 10/21)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -374,7 +375,7 @@ class ConnectionSecureOk:
 
 
 @dataclass(slots=True)
-class ConnectionTune:
+class ConnectionTune(Event):
     """propose connection tuning parameters (connection.tune, 10/30)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -394,7 +395,7 @@ class ConnectionTune:
 
 
 @dataclass(slots=True)
-class ConnectionTuneOk:
+class ConnectionTuneOk(Event):
     """negotiate connection tuning parameters (connection.tune-ok, 10/31)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -414,7 +415,7 @@ class ConnectionTuneOk:
 
 
 @dataclass(slots=True)
-class ConnectionOpen:
+class ConnectionOpen(Event):
     """open connection to virtual host (connection.open, 10/40)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -434,7 +435,7 @@ class ConnectionOpen:
 
 
 @dataclass(slots=True)
-class ConnectionOpenOk:
+class ConnectionOpenOk(Event):
     """signal that connection is ready (connection.open-ok, 10/41)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -452,7 +453,7 @@ class ConnectionOpenOk:
 
 
 @dataclass(slots=True)
-class ConnectionClose:
+class ConnectionClose(Event):
     """request a connection close (connection.close, 10/50)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -473,7 +474,7 @@ class ConnectionClose:
 
 
 @dataclass(slots=True)
-class ConnectionCloseOk:
+class ConnectionCloseOk(Event):
     """confirm a connection close (connection.close-ok, 10/51)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -490,7 +491,7 @@ class ConnectionCloseOk:
 
 
 @dataclass(slots=True)
-class ConnectionBlocked:
+class ConnectionBlocked(Event):
     """connection.blocked (connection.blocked, 10/60)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -508,7 +509,7 @@ class ConnectionBlocked:
 
 
 @dataclass(slots=True)
-class ConnectionUnblocked:
+class ConnectionUnblocked(Event):
     """connection.unblocked (connection.unblocked, 10/61)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -525,7 +526,7 @@ class ConnectionUnblocked:
 
 
 @dataclass(slots=True)
-class ConnectionUpdateSecret:
+class ConnectionUpdateSecret(Event):
     """connection.update-secret (connection.update-secret, 10/70)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -544,7 +545,7 @@ class ConnectionUpdateSecret:
 
 
 @dataclass(slots=True)
-class ConnectionUpdateSecretOk:
+class ConnectionUpdateSecretOk(Event):
     """connection.update-secret-ok (connection.update-secret-ok, 10/71)."""
 
     CLASS_ID: ClassVar[int] = 10
@@ -561,7 +562,7 @@ class ConnectionUpdateSecretOk:
 
 
 @dataclass(slots=True)
-class ChannelOpen:
+class ChannelOpen(Event):
     """open a channel for use (channel.open, 20/10)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -579,7 +580,7 @@ class ChannelOpen:
 
 
 @dataclass(slots=True)
-class ChannelOpenOk:
+class ChannelOpenOk(Event):
     """signal that the channel is ready (channel.open-ok, 20/11)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -597,7 +598,7 @@ class ChannelOpenOk:
 
 
 @dataclass(slots=True)
-class ChannelFlow:
+class ChannelFlow(Event):
     """enable/disable flow from peer (channel.flow, 20/20)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -615,7 +616,7 @@ class ChannelFlow:
 
 
 @dataclass(slots=True)
-class ChannelFlowOk:
+class ChannelFlowOk(Event):
     """confirm a flow method (channel.flow-ok, 20/21)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -633,7 +634,7 @@ class ChannelFlowOk:
 
 
 @dataclass(slots=True)
-class ChannelClose:
+class ChannelClose(Event):
     """request a channel close (channel.close, 20/40)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -654,7 +655,7 @@ class ChannelClose:
 
 
 @dataclass(slots=True)
-class ChannelCloseOk:
+class ChannelCloseOk(Event):
     """confirm a channel close (channel.close-ok, 20/41)."""
 
     CLASS_ID: ClassVar[int] = 20
@@ -671,7 +672,7 @@ class ChannelCloseOk:
 
 
 @dataclass(slots=True)
-class AccessRequest:
+class AccessRequest(Event):
     """access.request (access.request, 30/10)."""
 
     CLASS_ID: ClassVar[int] = 30
@@ -694,7 +695,7 @@ class AccessRequest:
 
 
 @dataclass(slots=True)
-class AccessRequestOk:
+class AccessRequestOk(Event):
     """access.request-ok (access.request-ok, 30/11)."""
 
     CLASS_ID: ClassVar[int] = 30
@@ -712,7 +713,7 @@ class AccessRequestOk:
 
 
 @dataclass(slots=True)
-class ExchangeDeclare:
+class ExchangeDeclare(Event):
     """verify exchange exists, create if needed (exchange.declare, 40/10)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -738,7 +739,7 @@ class ExchangeDeclare:
 
 
 @dataclass(slots=True)
-class ExchangeDeclareOk:
+class ExchangeDeclareOk(Event):
     """confirm exchange declaration (exchange.declare-ok, 40/11)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -755,7 +756,7 @@ class ExchangeDeclareOk:
 
 
 @dataclass(slots=True)
-class ExchangeDelete:
+class ExchangeDelete(Event):
     """delete an exchange (exchange.delete, 40/20)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -776,7 +777,7 @@ class ExchangeDelete:
 
 
 @dataclass(slots=True)
-class ExchangeDeleteOk:
+class ExchangeDeleteOk(Event):
     """confirm deletion of an exchange (exchange.delete-ok, 40/21)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -793,7 +794,7 @@ class ExchangeDeleteOk:
 
 
 @dataclass(slots=True)
-class ExchangeBind:
+class ExchangeBind(Event):
     """bind exchange to an exchange (exchange.bind, 40/30)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -816,7 +817,7 @@ class ExchangeBind:
 
 
 @dataclass(slots=True)
-class ExchangeBindOk:
+class ExchangeBindOk(Event):
     """confirm bind successful (exchange.bind-ok, 40/31)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -833,7 +834,7 @@ class ExchangeBindOk:
 
 
 @dataclass(slots=True)
-class ExchangeUnbind:
+class ExchangeUnbind(Event):
     """unbind an exchange from an exchange (exchange.unbind, 40/40)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -856,7 +857,7 @@ class ExchangeUnbind:
 
 
 @dataclass(slots=True)
-class ExchangeUnbindOk:
+class ExchangeUnbindOk(Event):
     """confirm unbind successful (exchange.unbind-ok, 40/51)."""
 
     CLASS_ID: ClassVar[int] = 40
@@ -873,7 +874,7 @@ class ExchangeUnbindOk:
 
 
 @dataclass(slots=True)
-class QueueDeclare:
+class QueueDeclare(Event):
     """declare queue, create if needed (queue.declare, 50/10)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -898,7 +899,7 @@ class QueueDeclare:
 
 
 @dataclass(slots=True)
-class QueueDeclareOk:
+class QueueDeclareOk(Event):
     """confirms a queue definition (queue.declare-ok, 50/11)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -918,7 +919,7 @@ class QueueDeclareOk:
 
 
 @dataclass(slots=True)
-class QueueBind:
+class QueueBind(Event):
     """bind queue to an exchange (queue.bind, 50/20)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -941,7 +942,7 @@ class QueueBind:
 
 
 @dataclass(slots=True)
-class QueueBindOk:
+class QueueBindOk(Event):
     """confirm bind successful (queue.bind-ok, 50/21)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -958,7 +959,7 @@ class QueueBindOk:
 
 
 @dataclass(slots=True)
-class QueuePurge:
+class QueuePurge(Event):
     """purge a queue (queue.purge, 50/30)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -978,7 +979,7 @@ class QueuePurge:
 
 
 @dataclass(slots=True)
-class QueuePurgeOk:
+class QueuePurgeOk(Event):
     """confirms a queue purge (queue.purge-ok, 50/31)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -996,7 +997,7 @@ class QueuePurgeOk:
 
 
 @dataclass(slots=True)
-class QueueDelete:
+class QueueDelete(Event):
     """delete a queue (queue.delete, 50/40)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -1018,7 +1019,7 @@ class QueueDelete:
 
 
 @dataclass(slots=True)
-class QueueDeleteOk:
+class QueueDeleteOk(Event):
     """confirm deletion of a queue (queue.delete-ok, 50/41)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -1036,7 +1037,7 @@ class QueueDeleteOk:
 
 
 @dataclass(slots=True)
-class QueueUnbind:
+class QueueUnbind(Event):
     """unbind a queue from an exchange (queue.unbind, 50/50)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -1058,7 +1059,7 @@ class QueueUnbind:
 
 
 @dataclass(slots=True)
-class QueueUnbindOk:
+class QueueUnbindOk(Event):
     """confirm unbind successful (queue.unbind-ok, 50/51)."""
 
     CLASS_ID: ClassVar[int] = 50
@@ -1075,7 +1076,7 @@ class QueueUnbindOk:
 
 
 @dataclass(slots=True)
-class BasicQos:
+class BasicQos(Event):
     """specify quality of service (basic.qos, 60/10)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1095,7 +1096,7 @@ class BasicQos:
 
 
 @dataclass(slots=True)
-class BasicQosOk:
+class BasicQosOk(Event):
     """confirm the requested qos (basic.qos-ok, 60/11)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1112,7 +1113,7 @@ class BasicQosOk:
 
 
 @dataclass(slots=True)
-class BasicConsume:
+class BasicConsume(Event):
     """start a queue consumer (basic.consume, 60/20)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1137,7 +1138,7 @@ class BasicConsume:
 
 
 @dataclass(slots=True)
-class BasicConsumeOk:
+class BasicConsumeOk(Event):
     """confirm a new consumer (basic.consume-ok, 60/21)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1155,7 +1156,7 @@ class BasicConsumeOk:
 
 
 @dataclass(slots=True)
-class BasicCancel:
+class BasicCancel(Event):
     """end a queue consumer (basic.cancel, 60/30)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1174,7 +1175,7 @@ class BasicCancel:
 
 
 @dataclass(slots=True)
-class BasicCancelOk:
+class BasicCancelOk(Event):
     """confirm a cancelled consumer (basic.cancel-ok, 60/31)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1192,7 +1193,7 @@ class BasicCancelOk:
 
 
 @dataclass(slots=True)
-class BasicPublish:
+class BasicPublish(Event):
     """publish a message (basic.publish, 60/40)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1216,7 +1217,7 @@ class BasicPublish:
 
 
 @dataclass(slots=True)
-class BasicReturn:
+class BasicReturn(Event):
     """return a failed message (basic.return, 60/50)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1239,7 +1240,7 @@ class BasicReturn:
 
 
 @dataclass(slots=True)
-class BasicDeliver:
+class BasicDeliver(Event):
     """notify the client of a consumer message (basic.deliver, 60/60)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1263,7 +1264,7 @@ class BasicDeliver:
 
 
 @dataclass(slots=True)
-class BasicGet:
+class BasicGet(Event):
     """direct access to a queue (basic.get, 60/70)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1283,7 +1284,7 @@ class BasicGet:
 
 
 @dataclass(slots=True)
-class BasicGetOk:
+class BasicGetOk(Event):
     """provide client with a message (basic.get-ok, 60/71)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1307,7 +1308,7 @@ class BasicGetOk:
 
 
 @dataclass(slots=True)
-class BasicGetEmpty:
+class BasicGetEmpty(Event):
     """indicate no messages available (basic.get-empty, 60/72)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1325,7 +1326,7 @@ class BasicGetEmpty:
 
 
 @dataclass(slots=True)
-class BasicAck:
+class BasicAck(Event):
     """acknowledge one or more messages (basic.ack, 60/80)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1344,7 +1345,7 @@ class BasicAck:
 
 
 @dataclass(slots=True)
-class BasicReject:
+class BasicReject(Event):
     """reject an incoming message (basic.reject, 60/90)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1363,7 +1364,7 @@ class BasicReject:
 
 
 @dataclass(slots=True)
-class BasicRecoverAsync:
+class BasicRecoverAsync(Event):
     """redeliver unacknowledged messages (basic.recover-async, 60/100)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1381,7 +1382,7 @@ class BasicRecoverAsync:
 
 
 @dataclass(slots=True)
-class BasicRecover:
+class BasicRecover(Event):
     """redeliver unacknowledged messages (basic.recover, 60/110)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1399,7 +1400,7 @@ class BasicRecover:
 
 
 @dataclass(slots=True)
-class BasicRecoverOk:
+class BasicRecoverOk(Event):
     """confirm recovery (basic.recover-ok, 60/111)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1416,7 +1417,7 @@ class BasicRecoverOk:
 
 
 @dataclass(slots=True)
-class BasicNack:
+class BasicNack(Event):
     """reject one or more incoming messages (basic.nack, 60/120)."""
 
     CLASS_ID: ClassVar[int] = 60
@@ -1436,7 +1437,7 @@ class BasicNack:
 
 
 @dataclass(slots=True)
-class TxSelect:
+class TxSelect(Event):
     """select standard transaction mode (tx.select, 90/10)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1453,7 +1454,7 @@ class TxSelect:
 
 
 @dataclass(slots=True)
-class TxSelectOk:
+class TxSelectOk(Event):
     """confirm transaction mode (tx.select-ok, 90/11)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1470,7 +1471,7 @@ class TxSelectOk:
 
 
 @dataclass(slots=True)
-class TxCommit:
+class TxCommit(Event):
     """commit the current transaction (tx.commit, 90/20)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1487,7 +1488,7 @@ class TxCommit:
 
 
 @dataclass(slots=True)
-class TxCommitOk:
+class TxCommitOk(Event):
     """confirm a successful commit (tx.commit-ok, 90/21)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1504,7 +1505,7 @@ class TxCommitOk:
 
 
 @dataclass(slots=True)
-class TxRollback:
+class TxRollback(Event):
     """abandon the current transaction (tx.rollback, 90/30)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1521,7 +1522,7 @@ class TxRollback:
 
 
 @dataclass(slots=True)
-class TxRollbackOk:
+class TxRollbackOk(Event):
     """confirm successful rollback (tx.rollback-ok, 90/31)."""
 
     CLASS_ID: ClassVar[int] = 90
@@ -1538,7 +1539,7 @@ class TxRollbackOk:
 
 
 @dataclass(slots=True)
-class ConfirmSelect:
+class ConfirmSelect(Event):
     """confirm.select (confirm.select, 85/10)."""
 
     CLASS_ID: ClassVar[int] = 85
@@ -1556,7 +1557,7 @@ class ConfirmSelect:
 
 
 @dataclass(slots=True)
-class ConfirmSelectOk:
+class ConfirmSelectOk(Event):
     """confirm.select-ok (confirm.select-ok, 85/11)."""
 
     CLASS_ID: ClassVar[int] = 85

@@ -1,54 +1,29 @@
 """A stream range read off the socket in bulk: the client's connection, once its channel has its
-prefetch, is handed to ``DeliveryDecoder`` (module ``columns``), which fills record batches from the
-bytes as they arrive. Acks (granting credit, removing nothing from a stream) and the closing
-handshake are written as raw frames: no codec event per message in either direction.
+prefetch, is handed to ``amqpproto.bulk``'s decoder, which fills record batches (module ``columns``)
+from the bytes as they arrive; only acks (granting credit, removing nothing from a stream) are sent,
+one per batch of bytes decoded, not one per message.
 
-The codec is used up to basic.consume only; from then on this module owns the socket, so the
-connection is closed here too (connection.close, then frames are skipped up to close-ok)."""
+Every frame that is not a delivery (basic.consume-ok, a channel.close, a cancel) goes to the
+client's codec, the general path, which reports it as usual; so does what is left when the range
+is read, while the connection closes."""
 
 from __future__ import annotations
 
 import socket
-import struct
-import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 
-from amqpproto import spec
+from amqpproto import RemoteProtocolError, spec
+from amqpproto.bulk import StreamDeliveryDecoder, frame_end
 
-from .client import CH, BrokerError, ChannelError, Client, ConnectionLost, StreamNotFound
-from .columns import Columns, DeliveryDecoder
+from .client import CH, BrokerError, Client, ConnectionLost
+from .columns import Columns
 from .dataloss import LossPolicy
 
 __all__ = ["read_stream_range"]
 
 _RECV = 1 << 18
-_FRAME = struct.Struct(">BHI")
-_METHOD = struct.Struct(">HH")
-_ACK = struct.Struct(">BHIHHQBB")  # frame header, basic.ack (class 60, method 80), tag, multiple, frame end
-_CONSUME_OK = (60, 21)
-_CLOSE_OK = (10, 51)
-
-
-def _ack_frame(tag: int) -> bytes:
-    return _ACK.pack(1, CH, 13, 60, 80, tag, 1, 0xCE)
-
-
-def _method_error(buf: bytes, pos: int) -> BrokerError:
-    """What a method other than a delivery means for a reader: the broker closed or cancelled."""
-    ftype, channel, size = _FRAME.unpack_from(buf, pos)
-    if ftype != 1:
-        return BrokerError(f"unexpected frame type {ftype} on channel {channel} while reading a stream")
-    cls, method = _METHOD.unpack_from(buf, pos + 7)
-    if (cls, method) in ((20, 40), (10, 50)):  # channel.close / connection.close: code, text
-        code = struct.unpack_from(">H", buf, pos + 11)[0]
-        text = buf[pos + 14:pos + 14 + buf[pos + 13]].decode("utf-8", "replace")
-        error = StreamNotFound if code == spec.NOT_FOUND else ChannelError
-        return error(code, text, "connection closed by the broker" if cls == 10 else "")
-    if (cls, method) == (60, 30):
-        return BrokerError("the broker cancelled the stream's consumer (stream deleted?)")
-    return BrokerError(f"unexpected method {cls}.{method} while reading a stream")
 
 
 def read_stream_range(client: Client, stream: str, start: int, end: int, batch_rows: int,
@@ -63,30 +38,28 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     sock = client.sock
     client._send(spec.BasicConsume(queue=stream, arguments={"x-stream-offset": start}, channel=CH))
     client.flush()
-    decoder = DeliveryDecoder()
+    decoder = StreamDeliveryDecoder(CH)
     buf, pos = b"", 0
     acked = 0
     cols = Columns()
     last = start - 1
-    consuming = False
     rows = 0
     while last < end - 1:
-        pos, seen, other = decoder.decode(buf, pos, cols, start, end, batch_rows)
+        try:
+            pos, seen, other = decoder.decode(buf, pos, cols, start, end, batch_rows)
+        except RemoteProtocolError as exc:  # as the general path reports it (MissingStreamOffset propagates)
+            raise BrokerError(f"protocol error from the broker: {exc}") from exc
         if seen > last:
             last = seen
-        if other:
-            cls_method = _METHOD.unpack_from(buf, pos + 7) if buf[pos] == 1 else None
-            if cls_method == _CONSUME_OK and not consuming:
-                consuming = True
-                pos += _FRAME.unpack_from(buf, pos)[2] + 8
-                continue
-            raise _method_error(buf, pos)
+        if other:  # one whole frame for the general path (consume-ok; a close or cancel raises)
+            after = frame_end(buf, pos)
+            _general_path(client, buf[pos:after])
+            pos = after
+            continue
         if decoder.last_tag != acked:  # credit for what was decoded: the broker keeps sending
             acked = decoder.last_tag
-            try:
-                sock.sendall(_ack_frame(acked))
-            except OSError as exc:
-                raise ConnectionLost(f"connection to the broker lost: {exc}") from exc
+            client._send(spec.BasicAck(acked, True, channel=CH))
+            client.flush()
         if len(cols) >= batch_rows:
             rows += _checked(cols, rows, stream, start, policy)
             yield cols.batch(stream)
@@ -99,7 +72,7 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     if len(cols):
         rows += _checked(cols, rows, stream, start, policy)
         yield cols.batch(stream)
-    _close(client)
+    _close(client, buf[pos:])
     if rows < end - start:
         policy.lost(stream, f"{end - start - rows} offsets of [{start}, {end}) were removed (retention) while "
                             f"the range was read", end - start - rows)
@@ -113,6 +86,13 @@ def _checked(cols: Columns, before: int, stream: str, start: int, policy: LossPo
         policy.removed(stream, start, cols.offset[0])
         return len(cols) + cols.offset[0] - start
     return len(cols)
+
+
+def _general_path(client: Client, frame: bytes) -> None:
+    client.conn.receive_data(frame)
+    client._pump(None, None)
+    if client.deliveries:  # one the bulk decoder could not read: never drop a row silently
+        raise BrokerError("a delivery the stream reader could not decode (not AMQP 0-9-1's basic properties?)")
 
 
 def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int) -> bytes:
@@ -129,30 +109,11 @@ def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int)
     return data
 
 
-def _close(client: Client) -> None:
-    """connection.close, then skip what is still in flight (deliveries past the range) up to
-    close-ok; never raises (the range is read)."""
-    sock = client.sock
+def _close(client: Client, rest: bytes) -> None:
+    """Connection.close through the codec, which drops the deliveries still in flight (past the
+    range) up to close-ok; never raises (the range is read)."""
     try:
-        client._send(spec.ConnectionClose(200, "closed by the pipeline"))
-        client.flush()
-        deadline = time.monotonic() + 5.0
-        buf, pos = b"", 0
-        while time.monotonic() < deadline:
-            while len(buf) - pos >= 7:
-                ftype, _, size = _FRAME.unpack_from(buf, pos)
-                if len(buf) - pos < size + 8:
-                    break
-                if ftype == 1 and _METHOD.unpack_from(buf, pos + 7) == _CLOSE_OK:
-                    return
-                pos += size + 8
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = sock.recv(_RECV)
-            if not data:
-                return
-            buf = buf[pos:] + data
-            pos = 0
-    except (OSError, BrokerError):
-        pass
+        if rest:
+            client.conn.receive_data(rest)
     finally:
-        sock.close()
+        client.close()

@@ -1,282 +1,41 @@
-"""The reader's hot path: stream deliveries decoded from the socket's bytes straight into the column
-lists of an Arrow record batch, with no event or property object per message.
+"""The reader's record batches: stream deliveries decoded from the socket's bytes by
+``amqpproto.bulk`` straight into column lists (no event or property object per message), and those
+lists turned into one Arrow record batch.
 
-A delivery is three frames on channel 1: basic.deliver (method), its content header, and its body
-(several body frames for a body over frame_max). ``DeliveryDecoder`` parses whole deliveries in
-place with ``struct``; only the fields the row needs are read (routing key, content type,
-timestamp, the headers table) and the rest is skipped. The headers table is cut around its
-``x-stream-offset`` field (found with ``bytes.find``, not parsed); what remains is mostly the same
-from one message to the next, so its flattened key/value lists are parsed once and reused from a
-small cache. Anything else (another method, a frame on channel 0) stops the decoder at that frame's
-first byte: the caller hands the rest to the AMQP codec, which reports errors as usual.
+The headers map column is built as Arrow keeps it (row offsets plus flat key and value lists), so
+building a batch converts no nested Python lists; values are strings (``amqpproto.bulk.header_text``:
+bytes as UTF-8, arrays as JSON, nested tables flattened with dotted keys).
 """
 
 from __future__ import annotations
 
-import json
-import struct
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
-
 import pyarrow as pa
 
-from amqpproto import read_table
+from amqpproto.bulk import DeliveryColumns, flat_headers, header_text
 
-__all__ = ["ARROW_SCHEMA", "Columns", "DeliveryDecoder", "flat_headers", "header_text"]
+__all__ = ["ARROW_SCHEMA", "Columns", "flat_headers", "header_text"]
 
 ARROW_SCHEMA = pa.schema([
     ("stream", pa.string()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
     ("routing_key", pa.string()), ("headers", pa.map_(pa.string(), pa.string())),
     ("content_type", pa.string()), ("body", pa.binary()),
 ])
-_MAP = pa.map_(pa.string(), pa.string())
-OFFSET_HEADER = "x-stream-offset"
+_SECONDS = pa.timestamp("s", tz="UTC")  # AMQP timestamps: seconds, cast to the schema's microseconds
 
 
-def header_text(value: Any) -> str:
-    """A header value as the string the map column holds (bytes as UTF-8, arrays as JSON)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list | tuple):
-        return json.dumps([header_text(v) if not isinstance(v, int | float | bool) else v for v in value])
-    return str(value)
+class Columns(DeliveryColumns):
+    """The column lists of one record batch."""
 
-
-def flat_headers(headers: Mapping[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
-    """Nested tables flattened with dotted keys (RabbitMQ's firehose nests ``properties``)."""
-    out: list[tuple[str, str]] = []
-    for key, value in (headers or {}).items():
-        if isinstance(value, dict):
-            out.extend(flat_headers(value, f"{prefix}{key}."))
-        elif value is not None:
-            out.append((prefix + key, header_text(value)))
-    return out
-
-
-class Columns:
-    """Column lists of one record batch; the headers map as Arrow keeps it (row offsets plus flat
-    key and value lists), so building the batch converts no nested Python lists."""
-
-    __slots__ = ("offset", "timestamp", "routing_key", "map_offsets", "keys", "values", "content_type", "body")
-
-    def __init__(self) -> None:
-        self.offset: list[int] = []
-        self.timestamp: list[int | None] = []  # microseconds since the epoch
-        self.routing_key: list[str] = []
-        self.map_offsets: list[int] = [0]
-        self.keys: list[str] = []
-        self.values: list[str] = []
-        self.content_type: list[str | None] = []
-        self.body: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.offset)
+    __slots__ = ()
 
     def batch(self, stream: str) -> pa.RecordBatch:
         n = len(self.offset)
-        headers = pa.MapArray.from_arrays(pa.array(self.map_offsets, pa.int32()), pa.array(self.keys, pa.string()),
-                                          pa.array(self.values, pa.string()))
+        headers = pa.MapArray.from_arrays(pa.array(self.header_offsets, pa.int32()),
+                                          pa.array(self.header_keys, pa.string()),
+                                          pa.array(self.header_values, pa.string()))
         return pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(stream, pa.string()), n), pa.array(self.offset, pa.int64()),
-            pa.array(self.timestamp, pa.timestamp("us", tz="UTC")), pa.array(self.routing_key, pa.string()),
-            headers, pa.array(self.content_type, pa.string()), pa.array(self.body, pa.binary()),
+            pa.array(self.timestamp, _SECONDS).cast(ARROW_SCHEMA.field("timestamp").type),
+            pa.array(self.routing_key, pa.string()), headers, pa.array(self.content_type, pa.string()),
+            pa.array(self.body, pa.binary()),
         ], schema=ARROW_SCHEMA)
-
-
-_FRAME = struct.Struct(">BHI")  # type, channel, payload size
-_DELIVER = 0x003C003C  # class 60 (basic), method 60 (deliver)
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_HEADER = struct.Struct(">QH")  # body size, property flags (after class and weight)
-_KEY = b"\x0f" + OFFSET_HEADER.encode()
-_KEY_LEN = len(_KEY)
-#: field table integer types: struct format of the value after the type octet
-_INTS = {ord(t): struct.Struct(">" + f) for t, f in (("b", "b"), ("B", "B"), ("s", "h"), ("u", "H"),
-                                                       ("I", "i"), ("i", "I"), ("l", "q"), ("L", "Q"))}
-#: property flag bits, high to low, and what each property is (AMQP 0-9-1 basic class)
-_SHORTSTR, _CONTENT_TYPE, _TABLE, _OCTET, _TIMESTAMP = range(5)
-_PROPERTY_KINDS = ((15, _CONTENT_TYPE), (14, _SHORTSTR), (13, _TABLE), (12, _OCTET), (11, _OCTET),
-                   (10, _SHORTSTR), (9, _SHORTSTR), (8, _SHORTSTR), (7, _SHORTSTR), (6, _TIMESTAMP),
-                   (5, _SHORTSTR), (4, _SHORTSTR), (3, _SHORTSTR), (2, _SHORTSTR))
-_CACHE_MAX = 4096
-
-
-def _kinds(flags: int) -> tuple[int, ...]:
-    return tuple(kind for bit, kind in _PROPERTY_KINDS if flags & (1 << bit))
-
-
-class DeliveryDecoder:
-    """Decodes whole deliveries of channel 1 from a byte string into ``Columns``."""
-
-    __slots__ = ("last_tag", "_kinds", "_headers", "_strings")
-
-    def __init__(self) -> None:
-        #: the delivery tag of the last delivery decoded (acks grant credit up to it)
-        self.last_tag = 0
-        self._kinds: dict[int, tuple[int, ...]] = {}
-        #: the headers table without its offset field -> flattened (keys, values)
-        self._headers: dict[bytes, tuple[list[str], list[str]]] = {}
-        #: routing keys and content types as bytes -> str
-        self._strings: dict[bytes, str] = {}
-
-    def decode(self, buf: bytes, pos: int, cols: Columns, start: int, end: int, limit: int) -> tuple[int, int, bool]:
-        """Decode the deliveries in ``buf`` from ``pos`` into ``cols``, keeping offsets in [start, end)
-        and stopping once ``cols`` holds ``limit`` rows. Returns (position after the last whole
-        delivery, the highest offset seen or -1, True if a frame other than a delivery's stopped it)."""
-        unpack_frame = _FRAME.unpack_from
-        unpack_u64 = _U64.unpack_from
-        unpack_header = _HEADER.unpack_from
-        strings = self._strings
-        headers_cache = self._headers
-        offsets, timestamps, routing_keys = cols.offset, cols.timestamp, cols.routing_key
-        ckeys, cvalues, map_offsets = cols.keys, cols.values, cols.map_offsets
-        content_types, bodies = cols.content_type, cols.body
-        rows = len(offsets)
-        n = len(buf)
-        seen = -1
-        while rows < limit:
-            if n - pos < 7:
-                break
-            ftype, channel, size = unpack_frame(buf, pos)
-            if n - pos < size + 8:
-                break
-            if ftype != 1 or channel != 1 or size < 4 or _U32.unpack_from(buf, pos + 7)[0] != _DELIVER:
-                if ftype == 8:  # a heartbeat
-                    pos += 8
-                    continue
-                return pos, seen, True  # the whole frame is in ``buf``
-            # basic.deliver: consumer tag, delivery tag, redelivered, exchange, routing key
-            o = pos + 11
-            o += 1 + buf[o]
-            tag = unpack_u64(buf, o)[0]
-            o += 9
-            o += 1 + buf[o]
-            rk_len = buf[o]
-            rk_raw = buf[o + 1:o + 1 + rk_len]
-            h = pos + size + 8  # the content header frame
-            if n - h < 7:
-                break
-            htype, _, hsize = unpack_frame(buf, h)
-            if htype != 2:
-                return pos, seen, True
-            if n - h < hsize + 8:
-                break
-            body_size, flags = unpack_header(buf, h + 11)
-            b = h + hsize + 8  # the body frame(s)
-            if body_size == 0:
-                body = b""
-                after = b
-            else:
-                need = body_size
-                parts = []
-                after = b
-                while need:
-                    if n - after < 7:
-                        break
-                    btype, _, bsize = unpack_frame(buf, after)
-                    if btype != 3:
-                        return pos, seen, True
-                    if n - after < bsize + 8:
-                        break
-                    parts.append(buf[after + 7:after + 7 + bsize])
-                    need -= bsize
-                    after += bsize + 8
-                if need:
-                    break  # the rest of the body has not arrived
-                body = parts[0] if len(parts) == 1 else b"".join(parts)
-            # the properties, in flag order
-            kinds = self._kinds.get(flags)
-            if kinds is None:
-                if flags & 1:  # a second flags word: not in AMQP 0-9-1's basic class
-                    return pos, seen, True
-                kinds = self._kinds[flags] = _kinds(flags)
-            p = h + 21
-            content_type = None
-            table = b""
-            ts = None
-            for kind in kinds:
-                if kind == _SHORTSTR:
-                    p += 1 + buf[p]
-                elif kind == _TABLE:
-                    tlen = _U32.unpack_from(buf, p)[0]
-                    table = buf[p + 4:p + 4 + tlen]
-                    p += 4 + tlen
-                elif kind == _OCTET:
-                    p += 1
-                elif kind == _TIMESTAMP:
-                    ts = unpack_u64(buf, p)[0] * 1_000_000
-                    p += 8
-                else:
-                    raw = buf[p + 1:p + 1 + buf[p]]
-                    content_type = strings.get(raw)
-                    if content_type is None:
-                        content_type = strings[raw] = raw.decode("utf-8", "replace")
-                    p += 1 + len(raw)
-            pos = after
-            self.last_tag = tag
-            # the offset, and the other headers from the cache (the common case, inline)
-            at = table.find(_KEY)
-            fmt = _INTS.get(table[at + _KEY_LEN]) if 0 <= at < len(table) - _KEY_LEN else None
-            if fmt is not None and table.find(_KEY, at + 1) < 0:
-                v = at + _KEY_LEN + 1
-                offset = fmt.unpack_from(table, v)[0]
-                cached = headers_cache.get(table[:at] + table[v + fmt.size:])
-                if cached is None:
-                    offset, keys, values = self._split(table)
-                else:
-                    keys, values = cached
-            else:
-                offset, keys, values = self._split(table)
-            seen = offset
-            if offset < start:  # a chunk may begin before the offset asked for
-                continue
-            if offset >= end:
-                break
-            offsets.append(offset)
-            timestamps.append(ts)
-            rk = strings.get(rk_raw)
-            if rk is None:
-                rk = strings[rk_raw] = rk_raw.decode("utf-8", "replace")
-            routing_keys.append(rk)
-            ckeys.append(OFFSET_HEADER)
-            cvalues.append(str(offset))
-            if keys:
-                ckeys.extend(keys)
-                cvalues.extend(values)
-            map_offsets.append(len(ckeys))
-            content_types.append(content_type)
-            bodies.append(body)
-            rows += 1
-        return pos, seen, False
-
-    def _split(self, table: bytes) -> tuple[int, list[str], list[str]]:
-        """The ``x-stream-offset`` of a headers table and the other headers, flattened."""
-        at = table.find(_KEY)
-        v = at + _KEY_LEN
-        fmt = _INTS.get(table[v]) if 0 <= at < len(table) - _KEY_LEN else None
-        if fmt is None or table.find(_KEY, at + 1) >= 0:  # absent, odd, or nested ones too: parse it all
-            return self._parsed(table)
-        offset = fmt.unpack_from(table, v + 1)[0]
-        rest = table[:at] + table[v + 1 + fmt.size:]
-        cached = self._headers.get(rest)
-        if cached is None:
-            pairs = flat_headers(read_table(_U32.pack(len(rest)) + rest, 0)[0]) if rest else []
-            cached = ([k for k, _ in pairs], [v for _, v in pairs])
-            if len(self._headers) >= _CACHE_MAX:
-                self._headers.clear()
-            self._headers[rest] = cached
-        return offset, cached[0], cached[1]
-
-    @staticmethod
-    def _parsed(table: bytes) -> tuple[int, list[str], list[str]]:
-        headers = read_table(_U32.pack(len(table)) + table, 0)[0]
-        offset = headers.pop(OFFSET_HEADER, None)
-        if not isinstance(offset, int):
-            raise ValueError("a delivery from a stream lacks the x-stream-offset header: is it a stream queue?")
-        pairs = flat_headers(headers)
-        return offset, [k for k, _ in pairs], [v for _, v in pairs]

@@ -6,7 +6,7 @@ at the end of a chunk is joined with the next chunk into new ``bytes`` when it i
 chunk (so the copying stays linear in the input); a longer leftover (a large frame arriving in many
 chunks, or a peer dribbling bytes) makes ``data`` a ``bytearray`` with amortised appends. Consumed
 bytes are not deleted frame by frame; the offset moves and the consumed prefix is dropped once per
-incoming chunk (``append``), or all at once when drained.
+incoming chunk (``feed``), or all at once when drained.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class ReceiveBuffer:
         self.data: bytes | bytearray = b""
         self.pos = 0  # start of the unconsumed bytes
 
-    def append(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> None:
         data = self.data
         pos = self.pos
         self.pos = 0
@@ -47,5 +47,6 @@ class ReceiveBuffer:
         else:
             self.pos = pos
 
-    def pending(self) -> int:
+    def __len__(self) -> int:
+        """Bytes not consumed yet."""
         return len(self.data) - self.pos

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from ._buffer import ReceiveBuffer
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import (
     NEED_DATA,
     Connect,
@@ -176,7 +176,16 @@ class Connection:
     # -- read-only state -------------------------------------------------------------
 
     @property
+    def our_role(self) -> Role:
+        return self._role
+
+    @property
+    def their_role(self) -> Role:
+        return self._peer
+
+    @property
     def role(self) -> Role:
+        """Alias of ``our_role`` (the name before the codecs agreed on h11's)."""
         return self._role
 
     @property
@@ -190,7 +199,12 @@ class Connection:
     @property
     def buffered_bytes(self) -> int:
         """Received bytes not parsed into events yet (a frame still arriving, say)."""
-        return self._buf.pending()
+        return len(self._buf)
+
+    @property
+    def trailing_data(self) -> tuple[bytes, bool]:
+        """Unparsed bytes and whether EOF was seen (like h11)."""
+        return bytes(memoryview(self._buf.data)[self._buf.pos:]), self._eof
 
     @property
     def heartbeat(self) -> tuple[int, int]:
@@ -206,7 +220,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        self._buf.append(data)
+        self._buf.feed(data)
         if now is not None:
             self._last_recv = now
             if self._hb[1]:
@@ -239,6 +253,11 @@ class Connection:
                 exc.hint = self._hint(str(exc), self._reader.headers)
             self._error = exc.detached()
             raise
+        except INTERNAL_ERRORS as exc:  # a bug of ours: the peer gets an ERROR, the caller no crash
+            err = RemoteProtocolError(f"internal error: {exc!r}")
+            err.hint = self._hint("internal error", None)
+            self._error = err.detached()
+            raise err from exc
 
     def _received(self, frame: Frame) -> None:
         cls = type(frame)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import struct
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
@@ -31,3 +32,11 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent bad data. The only exception ``next_event`` may raise."""
+
+
+#: Exceptions that mean a bug of ours while parsing the peer's bytes: ``next_event`` re-types them
+#: as a ``RemoteProtocolError`` whose ``hint`` is the codec's "internal error" close, chained to the
+#: original (``__cause__``), so only RemoteProtocolError ever escapes ``next_event``.
+INTERNAL_ERRORS: tuple[type[Exception], ...] = (
+    struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError, AttributeError,
+)

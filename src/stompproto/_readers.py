@@ -105,7 +105,7 @@ class FrameReader:
 
     def mid_frame(self) -> bool:
         """True when unconsumed bytes belong to an unfinished frame (or a lone CR)."""
-        return self._phase != _IDLE or self._buf.pending() > 0
+        return self._phase != _IDLE or len(self._buf) > 0
 
     # -- entry point -------------------------------------------------------------------
 

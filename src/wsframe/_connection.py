@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ._buffer import ReceiveBuffer
 from ._deflate import Deflater, Inflater, PerMessageDeflate
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import (
     NEED_DATA,
     AcceptConnection,
@@ -65,7 +65,7 @@ class Connection:
         "_state",
         "_writer",
         "extension",
-        "role",
+        "our_role",
         "subprotocol",
     )
 
@@ -82,7 +82,7 @@ class Connection:
         rng: Callable[[int], bytes] = os.urandom,
         handshake: bool = True,
     ) -> None:
-        self.role = role
+        self.our_role = role
         self._peer = SERVER if role is CLIENT else CLIENT
         self._max_frame = max_frame_size
         self._max_message = max_message_size
@@ -116,6 +116,24 @@ class Connection:
     @property
     def state(self) -> ConnectionState:
         return self._state
+
+    @property
+    def their_role(self) -> Role:
+        return self._peer
+
+    @property
+    def role(self) -> Role:
+        """Alias of ``our_role`` (the name before the codecs agreed on h11's)."""
+        return self.our_role
+
+    @property
+    def trailing_data(self) -> tuple[bytes, bool]:
+        """Unparsed bytes and whether EOF was seen (like h11); during the opening handshake, the
+        request received so far."""
+        hs = self._hs_server
+        if hs is not None and self._state is S.IDLE:
+            return hs.trailing_data(), self._eof
+        return bytes(memoryview(self._buf.data)[self._buf.pos:]), self._eof
 
     @property
     def buffered_bytes(self) -> int:
@@ -166,10 +184,22 @@ class Connection:
         try:
             event = self._next()
         except RemoteProtocolError as exc:
-            self._error = exc.detached()
-            self._state = S.HANDSHAKE_FAILED if self._writer is None else S.FAILED
+            self._failed(exc)
             raise
+        except INTERNAL_ERRORS as exc:  # a bug of ours: the peer gets 1011 (or a 500), the caller no crash
+            err = RemoteProtocolError(f"internal error: {exc!r}", self._internal_error_hint())
+            self._failed(err)
+            raise err from exc
         return event
+
+    def _failed(self, exc: RemoteProtocolError) -> None:
+        self._error = exc.detached()
+        self._state = S.HANDSHAKE_FAILED if self._writer is None else S.FAILED
+
+    def _internal_error_hint(self) -> CloseConnection | RejectConnection | None:
+        if self._writer is not None:
+            return CloseConnection(CloseReason.INTERNAL_ERROR, "internal error")
+        return RejectConnection(500) if self.our_role is SERVER else None
 
     def _next(self) -> Event | NeedData:
         state = self._state
@@ -241,7 +271,7 @@ class Connection:
     def _open(self, agreed: PerMessageDeflate | None) -> None:
         """Switch to framing with the negotiated permessage-deflate parameters."""
         self.extension = agreed
-        client = self.role is CLIENT
+        client = self.our_role is CLIENT
         inflater = deflater = None
         if agreed is not None:
             # each side compresses with its own window and context-takeover setting
@@ -263,10 +293,10 @@ class Connection:
 
     def send(self, event: Event) -> bytes:
         """Validate ``event`` against the state and serialise it."""
-        new_state = next_state(self.role, self._state, type(event))
+        new_state = next_state(self.our_role, self._state, type(event))
         if new_state is None:
             raise LocalProtocolError(
-                f"cannot send {type(event).__name__} in state {self._state.value} as {self.role.value}"
+                f"cannot send {type(event).__name__} in state {self._state.value} as {self.our_role.value}"
             )
         writer = self._writer
         if isinstance(event, TextMessage):

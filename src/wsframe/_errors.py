@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import copy
+import struct
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from ._events import CloseConnection, RejectConnection
 
-__all__ = ["LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
+__all__ = ["INTERNAL_ERRORS", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
 
 
 class ProtocolError(Exception):
@@ -36,3 +37,11 @@ class RemoteProtocolError(ProtocolError):
     open, a ``RejectConnection`` (400, 403, 426) for a bad opening request on the
     server, and None on the client during the handshake (drop the connection).
     """
+
+
+#: Exceptions that mean a bug of ours while parsing the peer's bytes: ``next_event`` re-types them
+#: as a ``RemoteProtocolError`` whose ``hint`` is the codec's "internal error" close, chained to the
+#: original (``__cause__``), so only RemoteProtocolError ever escapes ``next_event``.
+INTERNAL_ERRORS: tuple[type[Exception], ...] = (
+    struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError, AttributeError,
+)

@@ -63,3 +63,61 @@ def test_stomp_internal_error_is_logged(monkeypatch: pytest.MonkeyPatch, caplog:
     [record] = _records(caplog)
     assert "StompSession" in record.getMessage() and record.exc_info is not None
     assert c.server_closed
+
+
+def test_a_stomp_codec_bug_is_logged_and_that_connection_gets_an_error_frame(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """stompproto re-types a bug of its own as a RemoteProtocolError whose ERROR says "internal
+    error" (the codec convention); the session logs its cause like any internal error."""
+    from stompproto import Error
+    from stompproto._readers import FrameReader
+
+    caplog.set_level(logging.ERROR, logger="sansmq.engine")
+    net = new_net(strict=False)
+    victim, bystander = connected(net), connected(net)
+
+    server_reader = net.broker.sessions[victim.conn_id].conn._reader
+    real = FrameReader.next
+
+    def broken(self: FrameReader, *args: object) -> object:  # only the server's side of the victim
+        if self is server_reader:
+            raise KeyError("codec bug")
+        return real(self, *args)
+
+    monkeypatch.setattr(FrameReader, "next", broken)
+    send(victim, "/queue/q", b"x")
+    net.run_until_idle()
+    monkeypatch.undo()
+    [error] = victim.frames(Error)
+    assert error.headers["message"] == "internal error" and victim.server_closed
+    [record] = _records(caplog)
+    assert "StompSession" in record.getMessage() and "codec bug" in caplog.text and "Traceback" in caplog.text
+    send(bystander, "/queue/q", b"ok")  # unharmed
+    net.run_until_idle()
+    assert not bystander.server_closed
+
+
+def test_a_websocket_codec_bug_is_logged_and_that_connection_gets_1011(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from wsframe._readers import FrameReader
+
+    caplog.set_level(logging.ERROR, logger="sansmq.engine")
+    net = new_net(strict=False)
+    victim = net.connect_ws()
+    assert victim.accepted is not None
+
+    server_reader = net.broker.sessions[victim.conn_id].ws._reader
+    real = FrameReader.next_frame
+
+    def broken(self: FrameReader) -> object:  # only the server's side of the victim
+        if self is server_reader:
+            raise IndexError("codec bug")
+        return real(self)
+
+    monkeypatch.setattr(FrameReader, "next_frame", broken)
+    victim.send_raw(b"\x81\x80\x00\x00\x00\x00")  # an empty masked text frame
+    net.run_until_idle()
+    monkeypatch.undo()
+    assert victim.close_frame is not None and victim.close_frame.code == 1011 and victim.server_closed
+    [record] = _records(caplog)
+    assert "codec bug" in caplog.text and record.exc_info is not None

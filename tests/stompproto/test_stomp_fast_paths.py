@@ -194,13 +194,13 @@ def test_receive_buffer_keeps_exactly_the_unconsumed_bytes(ops):
     model = b""
     for op in ops:
         if isinstance(op, bytes):
-            buf.append(op)
+            buf.feed(op)
             model += op
         else:
             n = min(op, len(model))
             buf.consume_to(buf.pos + n)
             model = model[n:]
-        assert bytes(buf.data[buf.pos:]) == model and buf.pending() == len(model)
+        assert bytes(buf.data[buf.pos:]) == model and len(buf) == len(model)
 
 
 def test_receive_buffer_parses_whole_chunks_in_place_and_large_leftovers_in_a_bytearray():
@@ -208,13 +208,13 @@ def test_receive_buffer_parses_whole_chunks_in_place_and_large_leftovers_in_a_by
 
     buf = ReceiveBuffer()
     chunk = b"SEND\ndestination:/a\n\nx\x00"
-    buf.append(chunk)
+    buf.feed(chunk)
     assert buf.data is chunk  # nothing copied
     buf.consume_to(10)
-    buf.append(b"more bytes than the leftover")
+    buf.feed(b"more bytes than the leftover")
     assert type(buf.data) is bytes and buf.data == chunk[10:] + b"more bytes than the leftover"
     left = buf.data[-8:]
     buf.consume_to(len(buf.data) - 8)
     for b in b"abc":  # a peer dribbling: chunks shorter than what is left over
-        buf.append(bytes([b]))
+        buf.feed(bytes([b]))
     assert type(buf.data) is bytearray and bytes(buf.data[buf.pos:]) == left + b"abc"

@@ -51,3 +51,16 @@ def test_random_mutations():
         stompproto_fuzz.check(data)
         errored += stompproto_fuzz.run(data, None)[1]
     assert 0 < errored < 400  # mutations exercise both the error and the happy paths
+
+
+def test_the_harness_fails_on_a_bug_the_codec_retypes(monkeypatch):
+    """A bug of ours surfaces as a RemoteProtocolError (the codec convention); the harness must
+    still count it as a failure."""
+    from stompproto._readers import FrameReader
+
+    def broken(*args):
+        raise KeyError("planted")
+
+    monkeypatch.setattr(FrameReader, "next", broken)
+    with pytest.raises(AssertionError, match="internal error"):
+        stompproto_fuzz.check(CORPUS[0].read_bytes())

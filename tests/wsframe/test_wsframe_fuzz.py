@@ -66,3 +66,17 @@ def test_mutations_keep_the_invariants(harness):
     rnd = random.Random(6455)
     for _ in range(400):
         harness.check(mutate(rnd, rnd.choice(pool), pool))
+
+
+def test_the_harness_fails_on_a_bug_the_codec_retypes(harness, monkeypatch):
+    """A bug of ours surfaces as a RemoteProtocolError (the codec convention); the harness must
+    still count it as a failure."""
+    from wsframe._readers import FrameReader
+
+    def broken(*args):
+        raise IndexError("planted")
+
+    monkeypatch.setattr(FrameReader, "next_frame", broken)
+    with pytest.raises(AssertionError, match="internal error"):
+        for data in seeds():
+            harness.check(data)

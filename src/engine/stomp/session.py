@@ -109,6 +109,8 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
 
     def _fail_remote(self, exc: RemoteProtocolError) -> None:
         hint = exc.hint
+        if exc.__cause__ is not None and isinstance(hint, Error) and hint.headers.get("message") == "internal error":
+            self.host.internal_error(self, exc.__cause__)  # the codec met a bug of its own: log it too
         if hint is None:
             hint = Error({"message": str(exc)[:200] or "protocol error"})
         told = hint.headers.get("message") if isinstance(hint, Error) else None

@@ -88,6 +88,14 @@ def _origin_check(allowed: tuple[str, ...]) -> Callable[[str | None], bool] | No
     return lambda origin: origin is None or origin in names
 
 
+
+def _internal(hint: CloseConnection | RejectConnection | None) -> bool:
+    """Whether wsframe's hint is its internal-error close (it re-types a bug of its own so)."""
+    if isinstance(hint, CloseConnection):
+        return hint.code == CloseReason.INTERNAL_ERROR
+    return isinstance(hint, RejectConnection) and hint.status == 500
+
+
 class WsSession(Session):
     """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
@@ -129,6 +137,8 @@ class WsSession(Session):
                     return
                 _HANDLERS[type(event)](self, event)
         except RemoteProtocolError as exc:
+            if exc.__cause__ is not None and _internal(exc.hint):  # the codec met a bug of its own: log it too
+                self.host.internal_error(self, exc.__cause__)
             self._fail(exc.hint)
 
     def _on_request(self, request: Request) -> None:
