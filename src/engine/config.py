@@ -76,6 +76,19 @@ class Limits:
 
 
 @dataclass(slots=True)
+class Cluster:
+    """``[cluster]`` in the config file (``--node``, ``--cluster-address``, ``--cluster-lease`` override):
+    this broker is node ``node`` of the cluster of every node sharing its PostgreSQL store."""
+
+    #: the node's name, unique in the cluster; None: not a cluster node
+    node: str | None = None
+    #: HOST:PORT other nodes and tools reach this node at (default: its AMQP listener)
+    address: str | None = None
+    #: seconds a node's leases outlive its last heartbeat (then other nodes take its queues over)
+    lease: float = 5.0
+
+
+@dataclass(slots=True)
 class Tls:
     """TLS for the listeners (``[tls]`` in the config file; ``--tls-*`` override): PEM files."""
 
@@ -106,6 +119,7 @@ class Config:
     #: a definitions file (RabbitMQ's JSON) imported at every start (``--definitions`` overrides)
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
+    cluster: Cluster = field(default_factory=Cluster)
     #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
     trace_vhosts: tuple[str, ...] = ()
     #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off

@@ -93,7 +93,9 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "prometheus_https": _str,  # Prometheus over TLS, HOST:PORT (off unless set); --prometheus-https overrides
     "definitions": _str,
     "tls": dict,  # checked per key below
+    "cluster": dict,  # checked per key below
 }
+CLUSTER_KEYS: dict[str, Checker] = {"node": _str, "address": _str, "lease": _number}
 TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
 
@@ -163,6 +165,12 @@ def from_mapping(data: dict[str, Any]) -> Config:
         if key not in TLS_KEYS:
             raise _unknown(name, TLS_KEYS)
         setattr(cfg.tls, key, _check(TLS_KEYS[key], value, name))
+    for key, value in data.get("cluster", {}).items():
+        name = f"cluster.{key}"
+        if key not in CLUSTER_KEYS:
+            raise _unknown(name, CLUSTER_KEYS)
+        checked = _check(CLUSTER_KEYS[key], value, name)
+        setattr(cfg.cluster, key, checked if key == "lease" else checked or None)
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:

@@ -109,7 +109,7 @@ class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
 
     __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes", "declared", "policy",
-                 "published", "delivered", "redelivered", "acked")
+                 "published", "delivered", "redelivered", "acked", "leader")
 
     def __init__(self) -> None:
         self.exclusive_owner: Any = None
@@ -128,6 +128,8 @@ class _QueueExtras:
         self.delivered = 0
         self.redelivered = 0
         self.acked = 0
+        #: in a cluster, the node leading this queue when it is not this one (engine.cluster)
+        self.leader: str | None = None
 
 
 def extras(q: Queue) -> _QueueExtras:
@@ -232,6 +234,8 @@ class Queue:
     bindings = _extra("bindings", None)
     #: body bytes of the paged ready messages
     paged_bytes = _extra("paged_bytes", 0)
+    #: the cluster node leading this queue when another node does (None: this one)
+    leader = _extra("leader", None)
 
     @property
     def declared_args(self) -> dict[str, Any] | None:

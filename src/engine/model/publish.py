@@ -9,6 +9,7 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._message import READY, Entry, Message
@@ -31,7 +32,7 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light", "streams")
+    __slots__ = ("state", "pager", "light", "streams", "forward")
 
     def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
@@ -40,6 +41,8 @@ class Publisher:
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
         self.light: LightTopics
+        #: a cluster node's way to a queue led by another node (set by engine.cluster)
+        self.forward: Callable[[Queue, Message], bool] = _no_forward
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
                 origin: tuple[str, str, int] | None = None, traced: bool = True) -> int:
@@ -108,6 +111,8 @@ class Publisher:
                 q.hold(msg)  # type: ignore[union-attr]
             return True
         x = q._x or extras(q)  # read directly: the counters, and the arguments without the property
+        if x.leader is not None:  # a cluster queue led by another node: it goes there
+            return self.forward(q, msg)
         if persist:  # not recovery: a message published into the queue
             x.published += 1
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
@@ -190,3 +195,7 @@ class Publisher:
             msg, targets = dead
             for target in targets:
                 self.enqueue(target, msg)
+
+
+def _no_forward(q: Queue, msg: Message) -> bool:
+    raise AssertionError(f"queue '{q.name}' is led by node {q.leader} but this node is not in a cluster")

@@ -35,13 +35,14 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
     def __init__(self, call: Callable[[Callable[[Any], Any]], Any], listeners: Callable[[], list[Any]],
-                 node: str = "sansmq@localhost") -> None:
+                 node: str = "sansmq@localhost", nodes: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         super().__init__(call, listeners, node)
+        self.cluster_nodes = nodes
         self.routes: list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]] = [
             (("overview",), {"GET": self.overview}),
             (("whoami",), {"GET": self.whoami}),
             (("cluster-name",), {"GET": lambda r: {"name": self.node}}),
-            (("nodes",), {"GET": lambda r: [self._node()]}),
+            (("nodes",), {"GET": lambda r: self.cluster_nodes() if self.cluster_nodes else [self._node()]}),
             (("extensions",), {"GET": lambda r: []}),
             (("vhosts",), {"GET": self.vhosts}),
             (("vhosts", "*"), {"GET": self.vhost, "PUT": self.put_vhost, "DELETE": self.delete_vhost}),

@@ -126,21 +126,27 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             conn.execute("SET synchronous_commit TO " + ("on" if self.fsync else "off"))
-            deadline = time.monotonic() + wait
-            while True:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
-                if (row and row[0]) or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
+            owned = self._claim(conn, wait)
         except BaseException:
             conn.close()
             raise
-        if not row or not row[0]:
+        if not owned:
             conn.close()
             raise StoreError(f"database {self.display_dsn} is in use by another sansmq broker "
                              f"(schema {self.schema!r})")
         self._conn = conn
         return conn
+
+    def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        """Take the schema's advisory lock on ``conn`` (one broker per schema), waiting up to
+        ``wait`` seconds; False when another broker holds it. A cluster node shares the schema
+        and claims nothing (``storage.postgres.cluster``)."""
+        deadline = time.monotonic() + wait
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.schema),)).fetchone()
+            if (row and row[0]) or time.monotonic() >= deadline:
+                return bool(row and row[0])
+            time.sleep(0.1)
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -172,7 +178,7 @@ class PostgresStore(Store):
             decoded: dict[int, Message] = {}  # a message held by several queues is one object
             cur = conn.cursor(name="sansmq_recover")
             cur.itersize = 10_000
-            cur.execute(q["load_messages"])
+            cur.execute(q["load_messages"], self._load_params())
             for qid, mid, count, payload in cur:
                 if payload is None:
                     self.dropped_on_recovery += 1
@@ -185,6 +191,10 @@ class PostgresStore(Store):
         if self.dropped_on_recovery:
             log.warning("recovery: %d queue entries without their message row", self.dropped_on_recovery)
         return rec
+
+    def _load_params(self) -> tuple[Any, ...] | None:
+        """Parameters of the ``load_messages`` statement (a cluster node loads the queues it leads)."""
+        return None
 
     def recover(self) -> Recovered:
         rec, self._recovered = self._recovered, None
@@ -318,6 +328,7 @@ class PostgresStore(Store):
                     self._drop_connection()
                     self._commit(batch)
             except Exception as exc:  # noqa: BLE001 - whatever failed, nothing of the batch is lost
+                batch = self._kept_after_failure(batch, exc)
                 with self._lock:
                     self._batch[:0] = batch  # replayed first by the next sync
                     self._group = None
@@ -340,6 +351,11 @@ class PostgresStore(Store):
             if self._failed is not None:
                 log.warning("PostgreSQL store: commits work again")
                 self._failed = None
+
+    def _kept_after_failure(self, batch: list[Item], exc: Exception) -> list[Item]:
+        """What of a batch whose commit failed with ``exc`` is replayed: all of it (a cluster node
+        drops the writes of queues it was fenced off)."""
+        return batch
 
     def _commit(self, batch: list[Item]) -> None:
         conn = self._connection()
