@@ -439,7 +439,7 @@ def _serve(args: argparse.Namespace) -> int:
         def ready(bound: list[Listener]) -> None:
             ops.start()
             if node is not None:
-                node.start()
+                node.start(bound)
 
         try:
             run(args.server, listeners, broker=broker, driver=server, ready=ready)

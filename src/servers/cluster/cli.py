@@ -38,7 +38,8 @@ def attach_node(broker: Any, store: Any) -> Callable[[Any], Any]:
     from .node import ClusterNode, attach_cluster
 
     attach_cluster(broker, store)
-    return lambda server: ClusterNode(store, server)
+    configured = bool(broker.config.cluster.address)
+    return lambda server: ClusterNode(store, server, advertise_bound=not configured)
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from engine.cluster import apply_change, mark_remote, step_down, take_over
@@ -41,8 +42,10 @@ def attach_cluster(broker: Any, store: ClusterStore) -> None:
 class ClusterNode:
     """Membership upkeep for ``store``'s node, applying what it finds through ``driver``."""
 
-    def __init__(self, store: ClusterStore, driver: Any, poll: float = DEFINITIONS_POLL) -> None:
+    def __init__(self, store: ClusterStore, driver: Any, poll: float = DEFINITIONS_POLL,
+                 advertise_bound: bool = True) -> None:
         self.store = store
+        self.advertise_bound = advertise_bound
         self.driver = driver
         self.poll = poll
         self.beat = max(store.lease / 3, 0.05)
@@ -67,7 +70,13 @@ class ClusterNode:
                  "cluster_address": n["address"], "heartbeat_age": n["heartbeat_age"],
                  "queue_leaders": leaders.get(n["name"], 0), "being_drained": False} for n in view["nodes"]]
 
-    def start(self) -> None:
+    def start(self, bound: Sequence[Any] = ()) -> None:
+        """Start the upkeep once the server listens; a node given no address advertises the
+        AMQP listener it actually bound (``bound``: the driver's listeners, ports resolved)."""
+        if self.advertise_bound:
+            amqp = next((lst for lst in bound if lst.protocol == "amqp"), None)
+            if amqp is not None:
+                self.store.address = f"{amqp.host}:{amqp.port}"
         self._thread.start()
 
     def stop(self) -> None:

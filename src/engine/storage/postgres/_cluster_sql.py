@@ -67,7 +67,7 @@ SQL = {
         " ON CONFLICT (name) DO UPDATE SET address = EXCLUDED.address, started = now(), heartbeat = now(),"
         " lease_seconds = EXCLUDED.lease_seconds RETURNING no"
     ),
-    "heartbeat": "UPDATE {s}.nodes SET heartbeat = now() WHERE name = %s",
+    "heartbeat": "UPDATE {s}.nodes SET heartbeat = now(), address = %s WHERE name = %s",
     "nodes": (
         "SELECT name, no, address, started, heartbeat,"
         " heartbeat > now() - lease_seconds * interval '1 second' AS alive,"

@@ -37,7 +37,9 @@ from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage
 from ..segment._records import _decode_message
 from ._batch import Item, _Group
 from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
-from .store import CONNECT_KW, PostgresStore, _reason
+from ...streams._pglog import stream_ddl
+from ._schema import schema_ddl
+from .store import CONNECT_KW, PostgresStore, _reason, _safe_dsn
 
 __all__ = ["ClusterStore", "Change", "Heartbeat", "cluster_view"]
 
@@ -90,7 +92,20 @@ class ClusterStore(PostgresStore):
         self.on_fenced: Callable[[list[tuple[str, str]]], None] | None = None
         self._hb_lock = threading.Lock()
         self._hb_conn: psycopg.Connection[Any] | None = None
+        self._create_schema(dsn, schema)
         super().__init__(dsn, sync=sync, schema=schema, retry_interval=retry_interval)
+
+    def _create_schema(self, dsn: str, schema: str) -> None:
+        """Every table and the fence function, created by one node at a time (nodes starting
+        together would otherwise race on the catalog: "tuple concurrently updated")."""
+        try:
+            with psycopg.connect(dsn, autocommit=True, **CONNECT_KW) as conn, conn.transaction():
+                conn.execute(self._csql["defs_lock"], (self._defs_key,))
+                conn.execute(schema_ddl(schema))
+                conn.execute(stream_ddl(schema))
+                conn.execute(cluster_ddl(schema))
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store {_safe_dsn(dsn)}: {_reason(exc)}") from None
 
     # -- connection: shared, nothing to claim -------------------------------------------------------
     def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
@@ -99,8 +114,7 @@ class ClusterStore(PostgresStore):
     # -- start: register, take leases, load what this node leads -----------------------------------
     def _load(self, conn: psycopg.Connection[Any]) -> Recovered:
         c = self._csql
-        with conn.transaction():
-            conn.execute(cluster_ddl(self.schema))
+        self._sql.update(c)  # the batch's cluster statements, and load_messages of the led queues
         with conn.transaction():
             conn.execute(c["defs_lock"], (self._defs_key,))
             row = conn.execute(c["register"], {"name": self.node, "address": self.address,
@@ -110,7 +124,6 @@ class ClusterStore(PostgresStore):
             conn.execute(c["lease_orphans"], {"me": self.node})
             conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease, "restart": True})
             self.last_serial = conn.execute(c["last_change"]).fetchone()[0]  # type: ignore[index]
-            self._sql["load_messages"] = c["load_messages"]
             rec = super()._load(conn)
             lo = self.number << QUEUE_ID_SHIFT
             ids = conn.execute(c["max_ids"], {"lo": self.number << MESSAGE_ID_SHIFT,
@@ -293,7 +306,7 @@ class ClusterStore(PostgresStore):
 
         def run(conn: psycopg.Connection[Any]) -> Heartbeat:
             with conn.transaction():
-                conn.execute(c["heartbeat"], (self.node,))
+                conn.execute(c["heartbeat"], (self.address, self.node))
                 conn.execute(c["lease_renew"], {"me": self.node, "lease": self.lease})
                 got: dict[int, int] = {}
                 if take_over:
