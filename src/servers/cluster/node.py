@@ -88,6 +88,7 @@ class ClusterNode:
         next_beat = 0.0
         while not self._stop.is_set():
             try:
+                self.store.commit_definitions()
                 changes = self.store.definitions_since()
                 if changes:
                     self._post(lambda b, cs=changes: self._apply_changes(b, cs))

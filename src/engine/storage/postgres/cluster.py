@@ -84,6 +84,7 @@ class ClusterStore(PostgresStore):
         #: queue id -> lease epoch, for the queues this node leads
         self.led: dict[int, int] = {}
         self.muted = False
+        self._defs_pending = False
         self.last_serial = 0
         #: at start: the queues other nodes lead -> their leader
         self.remote_leaders: dict[tuple[str, str], str] = {}
@@ -161,6 +162,14 @@ class ClusterStore(PostgresStore):
 
     def _log(self, op: str, params: dict[str, Any]) -> None:
         self._op("log_change", self.node, op, json.dumps(params))
+        self._defs_pending = True
+
+    def commit_definitions(self) -> None:
+        """Commit the batch if it holds definition changes (the cluster thread, every poll): users,
+        permissions and policies bring no Sync of their own, and the other nodes must see them."""
+        if self._defs_pending:
+            self._defs_pending = False
+            self.sync(0)
 
     # -- entities: written and logged ---------------------------------------------------------------
     def add_vhost(self, name: str) -> None:

@@ -1,0 +1,125 @@
+"""Three nodes over one PostgreSQL: membership, shared definitions, queue leadership and fencing
+(real ``sansmq serve --node`` processes, pika and stomp.py clients on loopback)."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+import stomp
+from clusterkit import LEASE, Nodes, wait_for
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def test_nodes_are_listed_by_cluster_status_and_every_node_api(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    status = nodes.status()
+    listed = {n["name"]: n for n in status["nodes"]}
+    assert set(listed) == {"a", "b", "c"}
+    for node in (a, b, c):
+        assert listed[node.name]["running"]
+        # the advertised address is the AMQP listener the node actually bound
+        wait_for(lambda node=node: any(n["name"] == node.name and n["address"] == f"127.0.0.1:{node.amqp}"
+                                       for n in nodes.status()["nodes"]), what="advertised address")
+    api_nodes = b.api("nodes")
+    assert sorted(n["name"] for n in api_nodes) == ["sansmq@a", "sansmq@b", "sansmq@c"]
+    assert all(n["running"] for n in api_nodes)
+    assert b.api("overview")["node"] == "sansmq@b"
+    c.kill()
+    wait_for(lambda: not next(n for n in b.api("nodes") if n["name"] == "sansmq@c")["running"],
+             timeout=LEASE * 4, what="node c shown down")
+
+
+def test_definitions_declared_on_one_node_are_in_force_on_all(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    conn = a.pika()
+    ch = conn.channel()
+    ch.exchange_declare("orders", "topic", durable=True)
+    ch.queue_declare("orders.eu", durable=True, arguments={"x-max-length": 1000})
+    ch.queue_bind("orders.eu", "orders", "eu.#")
+    a.api("vhosts/shop", "PUT", {})
+    a.api("users/app", "PUT", {"password": "s3cret", "tags": ""})
+    a.api("permissions/shop/app", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
+    started = time.monotonic()
+
+    def visible_on(node) -> bool:
+        try:
+            probe = node.pika()
+        except pika.exceptions.AMQPError:
+            return False
+        try:
+            ch = probe.channel()
+            ch.exchange_declare("orders", "topic", durable=True, passive=True)
+            ok = ch.queue_declare("orders.eu", durable=True, passive=True, arguments={"x-max-length": 1000})
+            return ok.method.queue == "orders.eu"
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if probe.is_open:
+                probe.close()
+
+    wait_for(lambda: visible_on(b) and visible_on(c), timeout=5, what="the declares on b and c")
+    delay = time.monotonic() - started
+    assert delay < 2.0, delay  # bounded: the change log is read every 0.1 s
+    # the binding is in force on c: c routes to the queue (its leader a stores it)
+    assert [bd for bd in c.api("queues/%2F/orders.eu/bindings") if bd["source"] == "orders"]
+    # the user, vhost and permission made on a log in on c
+    user = wait_for(lambda: _login(c, "app", "s3cret", "shop"), timeout=5, what="user app on c")
+    user.close()
+    # a deletion too
+    ch.queue_delete("orders.eu")
+    wait_for(lambda: not visible_on(b), timeout=5, what="the delete on b")
+    conn.close()
+
+
+def _login(node, user: str, password: str, vhost: str):
+    try:
+        return pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", node.amqp, vhost, pika.PlainCredentials(user, password), heartbeat=0))
+    except pika.exceptions.AMQPError:
+        return None
+
+
+def test_the_declaring_node_leads_a_new_queue_and_keeps_its_messages(nodes: Nodes) -> None:
+    a, b, _ = nodes.start("a", "b", "c")
+    conn = b.pika()
+    ch = conn.channel()
+    ch.queue_declare("jobs", durable=True)
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", "jobs", str(i).encode(), PERSISTENT)
+    assert nodes.leader("jobs") == ("b", 1)
+    got = [ch.basic_get("jobs", auto_ack=True)[2] for _ in range(10)]
+    assert got == [str(i).encode() for i in range(10)]
+    conn.close()
+    # over STOMP on the leader too
+    stomp_conn = stomp.Connection12([("127.0.0.1", b.stomp)], heartbeats=(0, 0))
+    stomp_conn.connect(wait=True)
+    stomp_conn.send("/amq/queue/jobs", "via stomp", headers={"persistent": "true", "receipt": "r1"})
+    stomp_conn.disconnect()
+
+
+def test_a_publish_to_a_queue_led_elsewhere_is_never_confirmed_unstored(nodes: Nodes) -> None:
+    """Until it is stored by the queue's leader, a publish through another node is not confirmed."""
+    a, b, _ = nodes.start("a", "b", "c")
+    ch = a.pika().channel()
+    ch.queue_declare("only-a", durable=True)
+    wait_for(lambda: _declared(b, "only-a"), timeout=5, what="only-a on b")
+    other = b.pika().channel()
+    other.confirm_delivery()
+    with pytest.raises(pika.exceptions.NackError):
+        other.basic_publish("", "only-a", b"x", PERSISTENT)
+
+
+def _declared(node, queue: str) -> bool:
+    conn = node.pika()
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
