@@ -66,7 +66,7 @@ def test_kill_9_of_a_leader_mid_stream_loses_nothing_confirmed(nodes: Nodes) -> 
     bodies = {int(body) for body, _ in got}
     assert set(confirmed) <= bodies, sorted(set(confirmed) - bodies)[:10]
     assert all(redelivered for _, redelivered in got)  # it may have been delivered by a
-    assert f"took over queue 'stream-q'" in nodes[leader].log()
+    assert "took over queue 'stream-q'" in nodes[leader].log()
 
 
 def test_a_stalled_leader_is_fenced_when_it_resumes_and_steps_down(nodes: Nodes) -> None:

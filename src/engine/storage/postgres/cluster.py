@@ -34,10 +34,10 @@ import psycopg
 from ..._message import Message
 from ...cluster.changes import encode_args
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
+from ...streams._pglog import stream_ddl
 from ..segment._records import _decode_message
 from ._batch import Item, _Group
 from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
-from ...streams._pglog import stream_ddl
 from ._schema import schema_ddl
 from .store import CONNECT_KW, PostgresStore, _reason, _safe_dsn
 
