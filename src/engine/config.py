@@ -82,7 +82,7 @@ class Cluster:
 
     #: the node's name, unique in the cluster; None: not a cluster node
     node: str | None = None
-    #: HOST:PORT other nodes and tools reach this node at (default: its AMQP listener)
+    #: HOST:PORT of the node-to-node link listener, advertised to the other nodes (default 127.0.0.1:25672)
     address: str | None = None
     #: seconds a node's leases outlive its last heartbeat (then other nodes take its queues over)
     lease: float = 5.0

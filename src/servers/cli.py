@@ -29,7 +29,7 @@ from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
 from .streams_cli import add_streams_arguments, streams_command
-from .cluster.cli import add_cluster_arguments, attach_node, cluster_command, open_cluster_store
+from .cluster.cli import LINK_PORT, add_cluster_arguments, attach_node, cluster_command, open_cluster_store
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--node", metavar="NAME",
                          help="run as node NAME of the cluster of every node sharing the --store database")
     cluster.add_argument("--cluster-address", metavar="HOST:PORT",
-                         help="the address this node advertises to its peers (default: its AMQP listener)")
+                         help="the node-to-node link listener (AMQP for peers only; default 127.0.0.1:25672); "
+                              "its bound address is advertised to the other nodes")
     cluster.add_argument("--cluster-lease", metavar="SECONDS", type=_seconds,
                          help="how long this node's queue leases outlive its last heartbeat before other "
                               "nodes take its queues over (default 5)")
@@ -317,6 +318,12 @@ def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
             raise CliError(f"--{proto}: {exc}", EXIT_USAGE) from None
     if not listeners:
         raise CliError("no listener enabled (every one of --stomp, --ws, --amqp is off)", EXIT_USAGE)
+    if config.cluster.node is not None:  # the node-to-node link (engine.cluster.link)
+        try:
+            listeners.append(Listener("cluster", *parse_address(config.cluster.address or
+                                                                f"{DEFAULT_HOST}:{LINK_PORT}", LINK_PORT)))
+        except ValueError as exc:
+            raise CliError(f"--cluster-address: {exc}", EXIT_USAGE) from None
     return listeners
 
 

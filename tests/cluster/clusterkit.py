@@ -32,7 +32,7 @@ def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "condi
 
 
 class Node:
-    """One node process; ``amqp``/``stomp``/``http`` are its bound ports."""
+    """One node process; ``amqp``/``stomp``/``http``/``link`` (node-to-node) are its bound ports."""
 
     def __init__(self, name: str, dsn: str, lease: float = LEASE) -> None:
         self.name = name
@@ -40,11 +40,11 @@ class Node:
         self.lease = lease
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
-        self.amqp = self.stomp = self.http = 0
+        self.amqp = self.stomp = self.http = self.link = 0
 
     def start(self) -> Node:
         cmd = [sys.executable, "-m", "servers", "serve", "--store", self.dsn, "--node", self.name,
-               "--cluster-lease", str(self.lease), "--amqp", "127.0.0.1:0", "--stomp", "127.0.0.1:0",
+               "--cluster-lease", str(self.lease), "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--stomp", "127.0.0.1:0",
                "--no-ws", "--http", "127.0.0.1:0", "--no-prometheus"]
         self.lines = []
         self.proc = proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -56,18 +56,18 @@ class Node:
             assert proc.stderr is not None
             for line in proc.stderr:
                 self.lines.append(line)
-                for proto in ("amqp", "stomp", "http"):
+                for proto in ("amqp", "stomp", "http", "cluster"):
                     marker = f"{proto} listening on 127.0.0.1:"
                     if marker in line:
                         ports[proto] = int(line.split(marker, 1)[1].split()[0])
-                if len(ports) == 3:
+                if len(ports) == 4:
                     ready.set()
             ready.set()
 
         threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(30) or len(ports) != 3:
+        if not ready.wait(30) or len(ports) != 4:
             raise AssertionError(f"node {self.name} did not start: {''.join(self.lines)[-3000:]}")
-        self.amqp, self.stomp, self.http = ports["amqp"], ports["stomp"], ports["http"]
+        self.amqp, self.stomp, self.http, self.link = ports["amqp"], ports["stomp"], ports["http"], ports["cluster"]
         return self
 
     def log(self) -> str:

@@ -20,8 +20,8 @@ def test_nodes_are_listed_by_cluster_status_and_every_node_api(nodes: Nodes) -> 
     assert set(listed) == {"a", "b", "c"}
     for node in (a, b, c):
         assert listed[node.name]["running"]
-        # the advertised address is the AMQP listener the node actually bound
-        wait_for(lambda node=node: any(n["name"] == node.name and n["address"] == f"127.0.0.1:{node.amqp}"
+        # the advertised address is the link listener the node actually bound
+        wait_for(lambda node=node: any(n["name"] == node.name and n["address"] == f"127.0.0.1:{node.link}"
                                        for n in nodes.status()["nodes"]), what="advertised address")
     api_nodes = b.api("nodes")
     assert sorted(n["name"] for n in api_nodes) == ["sansmq@a", "sansmq@b", "sansmq@c"]
@@ -101,16 +101,58 @@ def test_the_declaring_node_leads_a_new_queue_and_keeps_its_messages(nodes: Node
     stomp_conn.disconnect()
 
 
-def test_a_publish_to_a_queue_led_elsewhere_is_never_confirmed_unstored(nodes: Nodes) -> None:
-    """Until it is stored by the queue's leader, a publish through another node is not confirmed."""
-    a, b, _ = nodes.start("a", "b", "c")
+def test_a_publish_through_another_node_is_confirmed_once_the_leader_stored_it(nodes: Nodes) -> None:
+    """b and c route and forward to the leader a over the link; their confirms and receipts follow
+    a's commit; the consumer on a sees the original exchange, routing key and properties."""
+    a, b, c = nodes.start("a", "b", "c")
     ch = a.pika().channel()
+    ch.exchange_declare("events", "direct", durable=True)
     ch.queue_declare("only-a", durable=True)
-    wait_for(lambda: _declared(b, "only-a"), timeout=5, what="only-a on b")
-    other = b.pika().channel()
-    other.confirm_delivery()
+    ch.queue_bind("only-a", "events", "created")
+    wait_for(lambda: _declared(b, "only-a") and _declared(c, "only-a"), timeout=5, what="only-a on b and c")
+    other = b.pika()
+    och = other.channel()
+    och.confirm_delivery()
+    props = pika.BasicProperties(delivery_mode=2, content_type="application/json", headers={"n": 1},
+                                 correlation_id="c1")
+    for i in range(20):
+        och.basic_publish("events", "created", b'{"i": %d}' % i, props, mandatory=True)
+    other.close()
+    stomp_conn = stomp.Connection12([("127.0.0.1", c.stomp)], heartbeats=(0, 0))
+    receipts: list[str] = []
+
+    class Receipts(stomp.ConnectionListener):
+        def on_receipt(self, frame) -> None:  # noqa: ANN001 - stomp.py's frame
+            receipts.append(frame.headers["receipt-id"])
+
+    stomp_conn.set_listener("r", Receipts())
+    stomp_conn.connect(wait=True)
+    stomp_conn.send("/exchange/events/created", "from stomp", headers={"persistent": "true", "receipt": "r1"})
+    wait_for(lambda: receipts == ["r1"], timeout=10, what="the receipt from c")
+    stomp_conn.disconnect()
+    assert nodes.leader("only-a") == ("a", 1)
+    got = []
+    for _ in range(21):
+        method, header, body = ch.basic_get("only-a", auto_ack=True)
+        assert method is not None
+        got.append((method.exchange, method.routing_key, body, header))
+    assert [g[2] for g in got[:20]] == [b'{"i": %d}' % i for i in range(20)]
+    assert got[20][2] == b"from stomp"
+    assert all((ex, key) == ("events", "created") for ex, key, _, _ in got)
+    header = got[0][3]
+    assert (header.content_type, header.correlation_id, header.delivery_mode) == ("application/json", "c1", 2)
+    assert header.headers == {"n": 1}  # the link's own header is not delivered
+
+
+def test_a_publish_through_another_node_is_nacked_when_the_leader_is_gone(nodes: Nodes) -> None:
+    a, b, _ = nodes.start("a", "b", "c")
+    a.pika().channel().queue_declare("lonely", durable=True)
+    wait_for(lambda: _declared(b, "lonely"), timeout=5, what="lonely on b")
+    a.kill()
+    och = b.pika().channel()
+    och.confirm_delivery()
     with pytest.raises(pika.exceptions.NackError):
-        other.basic_publish("", "only-a", b"x", PERSISTENT)
+        och.basic_publish("", "lonely", b"x", PERSISTENT)
 
 
 def _declared(node, queue: str) -> bool:

@@ -81,7 +81,8 @@ class PublishMethods(ChannelBase):
                 ms = expiration_ms(props.expiration, type(m))
                 expires_at = now + ms / 1000.0
             persistent = props.delivery_mode == 2
-            if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
+            if props.user_id is not None and session.user is not None and props.user_id != session.user.name \
+                    and not session.relay:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"user_id property set to '{props.user_id}' but "
                                    f"authenticated user was '{session.user.name}'", type(m))
             reply_to = props.reply_to
@@ -92,22 +93,26 @@ class PublishMethods(ChannelBase):
                 headers["reply-to"] = name
         msg = Message(session.model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
+        key = None
+        if session.relay:  # routed by a cluster peer (engine.cluster.link): into the queue it named,
+            key = m.routing_key  # with the route its publisher gave restored
+            msg = session.relayed(msg)
         mandatory = m.mandatory
         if self.confirm:
             self.pub_seq += 1
         seq = self.pub_seq if self.confirm else 0
         if self.tx is None:  # the common case, without a closure per message
-            self._route(x, msg, mandatory, seq)
+            self._route(x, msg, mandatory, seq, key)
         else:
-            self.tx.append(lambda: self._route(x, msg, mandatory, seq))
+            self.tx.append(lambda: self._route(x, msg, mandatory, seq, key))
 
-    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int) -> None:
+    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, key: str | None = None) -> None:
         session = self.session
         model = session.model
         before = model.store_writes
         try:
             result = model.publish(self.vhost, x, msg, True,
-                                   self.trace_origin() if self.vhost.trace is not None else None)
+                                   self.trace_origin() if self.vhost.trace is not None else None, key=key)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541

@@ -45,7 +45,7 @@ class Publisher:
         self.forward: Callable[[Queue, Message], bool] = _no_forward
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
-                origin: tuple[str, str, int] | None = None, traced: bool = True) -> int:
+                origin: tuple[str, str, int] | None = None, traced: bool = True, key: str | None = None) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -57,7 +57,9 @@ class Publisher:
         ``queue_priority_only``: the message's priority counts only in queues with
         ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
         ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``);
-        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once)."""
+        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once).
+        ``key``: route by this key, not the message's (a cluster peer relays a message it routed
+        itself to its queue's name on the default exchange: engine.cluster.link)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -70,7 +72,7 @@ class Publisher:
         if "CC" in headers or "BCC" in headers:  # sender-selected distribution
             targets = route_cc(vhost, x, msg)
         else:
-            targets = route(vhost, x, msg.routing_key, headers)
+            targets = route(vhost, x, msg.routing_key if key is None else key, headers)
         if not targets:
             alt = vhost.exchanges.get(x.alternate) if x.alternate is not None else None
             if alt is not None:

@@ -13,23 +13,26 @@ from engine.store import Store, StoreError
 
 from .._driver import Listener
 
-__all__ = ["add_cluster_arguments", "cluster_command", "open_cluster_store", "attach_node"]
+__all__ = ["add_cluster_arguments", "cluster_command", "open_cluster_store", "attach_node", "LINK_PORT"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+#: the node-to-node link listener's default port (RabbitMQ's inter-node port)
+LINK_PORT = 25672
 
 
 def open_cluster_store(where: str | None, cluster: Cluster, listeners: list[Listener], *, sync: bool) -> Store:
     """The ``ClusterStore`` of node ``cluster.node`` on the PostgreSQL database ``where``
-    (ValueError when ``where`` is not one). It advertises ``cluster.address``, else the AMQP listener."""
+    (ValueError when ``where`` is not one); it advertises its link listener (among ``listeners``)."""
     from .._run import is_postgres_url
 
     if not is_postgres_url(where):
         raise ValueError("--node (a cluster node) needs a postgresql:// --store shared by every node")
     from engine.storage.postgres.cluster import ClusterStore
 
-    address = cluster.address or next((f"{lst.host}:{lst.port}" for lst in listeners if lst.protocol == "amqp"), "")
+    link = next((f"{lst.host}:{lst.port}" for lst in listeners if lst.protocol == "cluster"), "")
     assert where is not None and cluster.node is not None
-    return ClusterStore(where, cluster.node, address=address, lease=cluster.lease, sync=sync)
+    return ClusterStore(where, cluster.node, address=link, lease=cluster.lease, sync=sync)
+
 
 
 def attach_node(broker: Any, store: Any) -> Callable[[Any], Any]:
@@ -37,9 +40,8 @@ def attach_node(broker: Any, store: Any) -> Callable[[Any], Any]:
     membership upkeep (``ClusterNode``) once the server is made."""
     from .node import ClusterNode, attach_cluster
 
-    attach_cluster(broker, store)
-    configured = bool(broker.config.cluster.address)
-    return lambda server: ClusterNode(store, server, advertise_bound=not configured)
+    links = attach_cluster(broker, store)
+    return lambda server: ClusterNode(store, server, links)
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,10 +16,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from engine._broker import register_protocol
 from engine.cluster import apply_change, mark_remote, step_down, take_over
-from engine.cluster.membership import refuse_remote
+from engine.cluster.forward import make_forward
+from engine.cluster.link import ClusterLinkSession
 from engine.storage.postgres.cluster import Change, ClusterStore, Heartbeat
 from engine.store import StoreError
+
+from .link import Links
 
 __all__ = ["ClusterNode", "attach_cluster", "DEFINITIONS_POLL"]
 
@@ -30,22 +34,26 @@ log = logging.getLogger("sansmq.cluster")
 DEFINITIONS_POLL = 0.1
 
 
-def attach_cluster(broker: Any, store: ClusterStore) -> None:
-    """Right after the broker restored the store: queues other nodes lead become remote, new
-    message ids start in this node's own id space."""
+def attach_cluster(broker: Any, store: ClusterStore) -> Links:
+    """Right after the broker restored the store: queues other nodes lead become remote (what is
+    published to them goes to their leader over the links returned), new message ids start in
+    this node's own id space, the link listener's sessions are known."""
+    register_protocol(ClusterLinkSession.PROTOCOL, ClusterLinkSession)
     model = broker.model
-    model.publisher.forward = refuse_remote
+    links = Links(store)
+    store.sender = links.send
+    model.publisher.forward = make_forward(model, store)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
+    return links
 
 
 class ClusterNode:
     """Membership upkeep for ``store``'s node, applying what it finds through ``driver``."""
 
-    def __init__(self, store: ClusterStore, driver: Any, poll: float = DEFINITIONS_POLL,
-                 advertise_bound: bool = True) -> None:
+    def __init__(self, store: ClusterStore, driver: Any, links: Links, poll: float = DEFINITIONS_POLL) -> None:
         self.store = store
-        self.advertise_bound = advertise_bound
+        self.links = links
         self.driver = driver
         self.poll = poll
         self.beat = max(store.lease / 3, 0.05)
@@ -71,18 +79,18 @@ class ClusterNode:
                  "queue_leaders": leaders.get(n["name"], 0), "being_drained": False} for n in view["nodes"]]
 
     def start(self, bound: Sequence[Any] = ()) -> None:
-        """Start the upkeep once the server listens; a node given no address advertises the
-        AMQP listener it actually bound (``bound``: the driver's listeners, ports resolved)."""
-        if self.advertise_bound:
-            amqp = next((lst for lst in bound if lst.protocol == "amqp"), None)
-            if amqp is not None:
-                self.store.address = f"{amqp.host}:{amqp.port}"
+        """Start the upkeep once the server listens; the node advertises the link listener it
+        actually bound (``bound``: the driver's listeners, ports resolved)."""
+        link = next((lst for lst in bound if lst.protocol == ClusterLinkSession.PROTOCOL), None)
+        if link is not None:
+            self.store.address = f"{link.host}:{link.port}"
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5)
+        self.links.close()
 
     def _run(self) -> None:
         next_beat = 0.0

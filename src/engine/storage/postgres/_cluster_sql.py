@@ -42,6 +42,12 @@ CREATE TABLE IF NOT EXISTS {s}.changes (
     params text NOT NULL,
     at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS {s}.cluster (
+    id integer PRIMARY KEY CHECK (id = 1),
+    secret text NOT NULL
+);
+INSERT INTO {s}.cluster (id, secret) VALUES (1, md5(gen_random_uuid()::text) || md5(gen_random_uuid()::text))
+    ON CONFLICT (id) DO NOTHING;
 CREATE OR REPLACE FUNCTION {s}.fence(me text, qids bigint[], epochs bigint[]) RETURNS void
 LANGUAGE plpgsql AS $fence$
 DECLARE lost bigint[];
@@ -73,6 +79,8 @@ SQL = {
         " heartbeat > now() - lease_seconds * interval '1 second' AS alive,"
         " extract(epoch FROM now() - heartbeat) AS age FROM {s}.nodes ORDER BY no"
     ),
+    "secret": "SELECT secret FROM {s}.cluster WHERE id = 1",
+    "addresses": "SELECT name, address FROM {s}.nodes",
     "forget_node": "DELETE FROM {s}.nodes WHERE name = %s",
     # -- leases -------------------------------------------------------------------------------------
     # queues that have no lease yet (declared before clustering) get one led by whoever asks first

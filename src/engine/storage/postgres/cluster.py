@@ -89,6 +89,15 @@ class ClusterStore(PostgresStore):
         #: at start: the queues other nodes lead -> their leader
         self.remote_leaders: dict[tuple[str, str], str] = {}
         self.first_message_id = 0
+        #: the credential of the node-to-node links (in the database: only nodes can read it)
+        self.secret = ""
+        #: node -> the address its node-to-node link listens on
+        self.addresses: dict[str, str] = {}
+        #: messages for queues other nodes lead: (leader, vhost, queue, message), sent by ``sync``
+        self._outbox: list[tuple[str, str, str, Message]] = []
+        #: sends one leader's messages over the link, returns once that leader committed them
+        #: (``servers.cluster.link``); raises StoreError when it cannot
+        self.sender: Callable[[str, str, list[tuple[str, Message]]], None] | None = None
         #: called (from a worker thread) with the (vhost, queue) names this node was fenced off
         self.on_fenced: Callable[[list[tuple[str, str]]], None] | None = None
         self._hb_lock = threading.Lock()
@@ -122,6 +131,8 @@ class ClusterStore(PostgresStore):
                                                "lease": self.lease}).fetchone()
             assert row is not None
             self.number = row[0]
+            self.secret = conn.execute(c["secret"]).fetchone()[0]  # type: ignore[index]
+            self.addresses = dict(conn.execute(c["addresses"]).fetchall())
             conn.execute(c["lease_orphans"], {"me": self.node})
             conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease, "restart": True})
             self.last_serial = conn.execute(c["last_change"]).fetchone()[0]  # type: ignore[index]
@@ -260,6 +271,34 @@ class ClusterStore(PostgresStore):
         if self._qids.get((vhost, queue)) in self.led:
             super().update_delivery(vhost, queue, msg_id, delivery_count)
 
+    # -- queues led elsewhere: their messages go to the leader with the sync ----------------------------
+    def forward(self, leader: str, vhost: str, queue: str, msg: Message) -> None:
+        """Send ``msg`` to ``queue`` on its leader with the next sync (loop thread)."""
+        with self._lock:
+            self._outbox.append((leader, vhost, queue, msg))
+
+    def sync(self, token: int) -> None:
+        """Our own commit, then the messages for other leaders, each leader confirming after its
+        commit: a publish through this node is confirmed only once its queue's leader stored it."""
+        super().sync(token)
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+        if not outbox:
+            return
+        if self.sender is None:
+            raise StoreError("no node-to-node link to forward messages to their queues' leaders")
+        by_leader: dict[tuple[str, str], list[tuple[str, Message]]] = {}
+        for leader, vhost, queue, msg in outbox:
+            by_leader.setdefault((leader, vhost), []).append((queue, msg))
+        failed = []
+        for (leader, vhost), items in by_leader.items():
+            try:
+                self.sender(leader, vhost, items)
+            except StoreError as exc:  # those publishers get a nack; other leaders' are still sent
+                failed.append(str(exc))
+        if failed:
+            raise StoreError("; ".join(failed))
+
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
         c = self._csql
@@ -326,6 +365,7 @@ class ClusterStore(PostgresStore):
                 lost = [q for q, leader, e in conn.execute(c["lease_check"], (list(mine),))
                         if leader != self.node or e != mine[q]]
                 leaders = {(v, n): leader for v, n, leader in conn.execute(c["lease_leaders"], (self.node,))}
+                self.addresses = dict(conn.execute(c["addresses"]).fetchall())
             for q in lost:
                 self.led.pop(q, None)
             acquired: dict[tuple[str, str], list[StoredMessage]] = {}
