@@ -165,3 +165,37 @@ def _declared(node, queue: str) -> bool:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def test_a_consumer_on_another_node_is_served_through_the_leader(nodes: Nodes) -> None:
+    """c consumes a queue led by a: deliveries come over the link, c's acks are a's acks; what c's
+    consumer leaves unacked when it goes away is a's again, redelivered."""
+    a, _, c = nodes.start("a", "b", "c")
+    ch = a.pika().channel()
+    ch.queue_declare("work", durable=True)
+    ch.confirm_delivery()
+    for i in range(60):
+        ch.basic_publish("", "work", b"m%d" % i, PERSISTENT)
+    wait_for(lambda: _declared(c, "work"), timeout=5, what="work on c")
+    conn = c.pika()
+    cch = conn.channel()
+    cch.basic_qos(prefetch_count=10)
+    got: list[bytes] = []
+
+    def on_message(chan, method, _props, body) -> None:  # noqa: ANN001 - pika's callback
+        got.append(body)
+        if len(got) <= 50:
+            chan.basic_ack(method.delivery_tag)
+
+    cch.basic_consume("work", on_message)
+    wait_for(lambda: conn.process_data_events(0.05) or len(got) >= 60, timeout=10, what="60 deliveries on c")
+    assert got == [b"m%d" % i for i in range(60)]  # in the leader's order
+    # the 50 acks reached a: 10 left there, unacked by c's consumer
+    wait_for(lambda: a.api("queues/%2F/work")["messages"] == 10, timeout=5, what="50 acks on a")
+    conn.close()
+    # c's consumer went away: its 10 unacked deliveries are a's again, flagged redelivered
+    wait_for(lambda: a.api("queues/%2F/work").get("messages_ready") == 10, timeout=5, what="10 requeued on a")
+    left = []
+    while (m := ch.basic_get("work", auto_ack=True))[0] is not None:
+        left.append((m[2], m[0].redelivered))
+    assert left == [(b"m%d" % i, True) for i in range(50, 60)]

@@ -77,6 +77,8 @@ def take_over(broker: Broker, key: Key, messages: list[StoredMessage]) -> None:
     q = _queue(broker, key)
     if q is None:
         return
+    if broker.model.relays is not None:
+        broker.model.relays.stop_queue(q)  # its consumers here take from it directly now
     q.leader = None
     enqueue = broker.model.publisher.enqueue
     for sm in messages:

@@ -52,6 +52,8 @@ class Delivery:
             q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
         state.events.consumer("created", consumer)
+        if state.relays is not None and q._x is not None and q._x.leader is not None:
+            state.relays.consumed(q)  # a queue led elsewhere: served through its leader
         return consumer
 
     def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,

@@ -19,6 +19,8 @@ from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
 from pipeline.client import BrokerError, Client
 
+from .relay import RelayLinks
+
 __all__ = ["Links"]
 
 log = logging.getLogger("sansmq.cluster")
@@ -32,6 +34,8 @@ class Links:
         self.store = store
         self.timeout = timeout
         self._clients: dict[tuple[str, str], Client] = {}
+        #: consumers of queues led elsewhere, served through their leaders
+        self.relays = RelayLinks(store)
 
     def _client(self, leader: str, vhost: str) -> Client:
         client = self._clients.get((leader, vhost))
