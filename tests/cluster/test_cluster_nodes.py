@@ -199,3 +199,23 @@ def test_a_consumer_on_another_node_is_served_through_the_leader(nodes: Nodes) -
     while (m := ch.basic_get("work", auto_ack=True))[0] is not None:
         left.append((m[2], m[0].redelivered))
     assert left == [(b"m%d" % i, True) for i in range(50, 60)]
+
+
+def test_balanced_placement_spreads_new_leaders_over_the_live_nodes(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    time.sleep(LEASE / 2)  # a heard of b and c (the heartbeat reads the live nodes' load)
+    conn = a.pika()
+    ch = conn.channel()
+    for i in range(3):
+        ch.queue_declare(f"spread{i}", durable=True, arguments={"x-queue-leader-locator": "balanced"})
+    leaders = sorted(nodes.leader(f"spread{i}")[0] for i in range(3))  # type: ignore[index]
+    assert leaders == ["a", "b", "c"]
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", f"spread{i}", b"to %d" % i, PERSISTENT)  # forwarded to b and c as needed
+    for i in range(3):
+        leader = nodes[nodes.leader(f"spread{i}")[0]]  # type: ignore[index]
+        wait_for(lambda leader=leader, i=i: leader.api(f"queues/%2F/spread{i}")["messages"] == 1, timeout=5,
+                 what=f"spread{i} on its leader")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="x-queue-leader-locator"):
+        ch.queue_declare("bad", durable=True, arguments={"x-queue-leader-locator": "anywhere"})

@@ -118,6 +118,8 @@ class PublishMethods(ChannelBase):
                 raise  # nobody to nack: the session closes the connection with 541
             # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
             result = PUBLISH_ROUTED | PUBLISH_REFUSED | (PUBLISH_WROTE if model.store_writes != before else 0)
+        if key is not None and not result:
+            result = PUBLISH_REFUSED  # a peer's message for a queue not here (yet): nacked, never dropped
         if mandatory and not result:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, message_props(msg),
                                        msg.body))

@@ -23,14 +23,13 @@ from ..model.errors import ModelError
 from ..model.objects import Queue
 from ..model.policies import POLICY_DOC, Policy
 from ..model.security import PERMISSION_DOC, TOPIC_PERMISSION_DOC, USER_DOC, Permission, TopicPermission, UserRecord
-from ..store import StoredMessage, StoreError
+from ..store import StoredMessage
 from .changes import decode_args as _args
 
 if TYPE_CHECKING:
     from .._broker import Broker
-    from .._message import Message
 
-__all__ = ["apply_change", "mark_remote", "take_over", "step_down", "refuse_remote"]
+__all__ = ["apply_change", "mark_remote", "take_over", "step_down", "place_declared"]
 
 log = logging.getLogger("sansmq.cluster")
 
@@ -43,17 +42,12 @@ class NodeStore(Protocol):
     node: str
 
     def mute(self) -> AbstractContextManager[None]: ...
-    def forget_queue(self, vhost: str, name: str, qid: int | None = None) -> None: ...
+    def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None: ...
 
 
 def _queue(broker: Broker, key: Key) -> Queue | None:
     vhost = broker.model.vhosts.get(key[0])
     return None if vhost is None else vhost.queues.get(key[1])
-
-
-def refuse_remote(q: Queue, msg: Message) -> bool:
-    """The forward of a node without links: refused loudly (a confirm is a nack), never dropped."""
-    raise StoreError(f"queue '{q.name}' in vhost '{q.vhost.name}' is led by cluster node {q.leader}")
 
 
 # -- leadership ---------------------------------------------------------------------------------------
@@ -107,6 +101,22 @@ def step_down(broker: Broker, keys: list[Key], leader: str = "(another node)") -
         q.count = q.paged = q.bytes = 0
         q.leader = leader
         log.warning("cluster: stepped down from queue '%s' in vhost '%s' (now led by %s)", key[1], key[0], leader)
+
+
+def place_declared(model: Any, placed: dict[Key, str]) -> None:
+    """A queue declared here whose placement chose another leader (``balanced``) is remote at once:
+    chained after the model's own ``on_declared`` (``placed``: the store's decisions)."""
+    declared = model.topology.on_declared
+
+    def on_declared(obj: Any) -> None:
+        if declared is not None:
+            declared(obj)
+        if isinstance(obj, Queue):
+            leader = placed.pop((obj.vhost.name, obj.name), None)
+            if leader is not None:
+                obj.leader = leader
+
+    model.topology.on_declared = on_declared
 
 
 # -- definitions ----------------------------------------------------------------------------------------
@@ -186,7 +196,7 @@ def _queue_add(broker: Broker, store: NodeStore, p: dict[str, Any]) -> None:
     model = broker.model
     vhost = model.add_vhost(p["vhost"], persist=False)
     q = model.declare_queue(vhost, p["name"], p["durable"], p["auto_delete"], None, _args(p["args"]))
-    store.forget_queue(p["vhost"], p["name"], p["id"])
+    store.forget_queue(p["vhost"], p["name"], p["id"], led=p["leader"] == store.node)
     if p["leader"] != store.node:
         q.leader = p["leader"]
 

@@ -380,7 +380,15 @@ def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = 
             out[name] = str(out[name])
     if "x-overflow" in out and out["x-overflow"] not in _OVERFLOW:
         raise invalid("x-overflow", "invalid_overflow")
+    for name, known in LOCATORS.items():  # where a cluster places the queue's leader
+        if name in out and out[name] not in known:
+            raise invalid(name, f'{{unknown_locator,"{out[name]}"}}')
     return out
+
+
+#: queue leader locators (RabbitMQ's; the legacy master ones: min-masters and random mean balanced)
+LOCATORS = {"x-queue-leader-locator": ("client-local", "balanced"),
+            "x-queue-master-locator": ("client-local", "min-masters", "random")}
 
 
 def amqp_type_name(value: Any) -> str:

@@ -20,6 +20,7 @@ from engine._broker import register_protocol
 from engine.cluster import apply_change, mark_remote, step_down, take_over
 from engine.cluster.forward import make_forward
 from engine.cluster.link import ClusterLinkSession
+from engine.cluster.membership import place_declared
 from engine.cluster.relay import Relays
 from engine.storage.postgres.cluster import Change, ClusterStore, Heartbeat
 from engine.store import StoreError
@@ -45,6 +46,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     store.sender = links.send
     model.publisher.forward = make_forward(model, store)
     model.relays = links.relays.relays = Relays(model, links.relays.open)
+    place_declared(model, store.placed)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
     return links

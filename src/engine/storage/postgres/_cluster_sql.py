@@ -116,7 +116,11 @@ SQL = {
         "SELECT q.vhost, q.name, l.leader, l.epoch, l.expires, extract(epoch FROM l.expires - now())"
         " FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue ORDER BY q.vhost, q.name"
     ),
-    "lease_counts": "SELECT leader, count(*) FROM {s}.leases GROUP BY leader",
+    # live nodes and how many queues each leads (``balanced`` placement)
+    "node_load": (
+        "SELECT n.name, count(l.queue) FROM {s}.nodes n LEFT JOIN {s}.leases l ON l.leader = n.name"
+        " WHERE n.heartbeat > now() - n.lease_seconds * interval '1 second' GROUP BY n.name"
+    ),
     # -- loading the queues this node leads ---------------------------------------------------------
     "load_messages": (
         "SELECT qm.queue, qm.msg_id, qm.delivery_count, m.payload FROM {s}.queue_messages qm"

@@ -93,6 +93,11 @@ class ClusterStore(PostgresStore):
         self.secret = ""
         #: node -> the address its node-to-node link listens on
         self.addresses: dict[str, str] = {}
+        #: live nodes -> how many queues they lead (``balanced`` placement), as of the last heartbeat
+        self.load: dict[str, int] = {}
+        #: queues declared here whose leader placement chose another node -> that node (the model
+        #: marks them remote right after the declare: engine.cluster.membership.placed)
+        self.placed: dict[tuple[str, str], str] = {}
         #: messages for queues other nodes lead: (leader, vhost, queue, message), sent by ``sync``
         self._outbox: list[tuple[str, str, str, Message]] = []
         #: sends one leader's messages over the link, returns once that leader committed them
@@ -133,6 +138,7 @@ class ClusterStore(PostgresStore):
             self.number = row[0]
             self.secret = conn.execute(c["secret"]).fetchone()[0]  # type: ignore[index]
             self.addresses = dict(conn.execute(c["addresses"]).fetchall())
+            self.load = dict(conn.execute(c["node_load"]).fetchall())
             conn.execute(c["lease_orphans"], {"me": self.node})
             conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease, "restart": True})
             self.last_serial = conn.execute(c["last_change"]).fetchone()[0]  # type: ignore[index]
@@ -213,17 +219,29 @@ class ClusterStore(PostgresStore):
             super().delete_exchange(vhost, name)
             self._log("exchange.delete", {"vhost": vhost, "name": name})
 
-    def add_queue(self, qdef: QueueDef, leader: str | None = None) -> None:
-        """A new durable queue, led by this node unless ``leader`` names another (``balanced``)."""
+    def add_queue(self, qdef: QueueDef) -> None:
+        """A new durable queue, led by this node (``client-local``) or, ``balanced``, by the live
+        node leading fewest queues."""
         if self.muted:
             return
         super().add_queue(qdef)
         qid = self._qids[(qdef.vhost, qdef.name)]
-        leader = leader or self.node
+        leader = self._placement(qdef.args)
         self._op("lease_new", qid, leader, self.lease)
         if leader == self.node:
             self.led[qid] = 1
+        else:
+            self.placed[(qdef.vhost, qdef.name)] = leader
         self._log("queue.add", {**asdict(qdef), "args": encode_args(qdef.args), "id": qid, "leader": leader})
+
+    def _placement(self, args: dict[str, Any] | None) -> str:
+        locator = (args or {}).get("x-queue-leader-locator") or (args or {}).get("x-queue-master-locator")
+        load = self.load
+        if locator in (None, "client-local") or not load:
+            return self.node
+        leader = min(load, key=lambda n: (load[n], n))
+        load[leader] += 1  # the next declares before the next heartbeat spread on
+        return leader
 
     def delete_queue(self, vhost: str, name: str) -> None:
         if self.muted:
@@ -245,14 +263,17 @@ class ClusterStore(PostgresStore):
             super().delete_binding(bdef)
             self._log("binding.delete", {**asdict(bdef), "args": encode_args(bdef.args)})
 
-    def forget_queue(self, vhost: str, name: str, qid: int | None = None) -> None:
-        """Another node created (``qid``) or deleted (None) queue ``name``: keep the id map right."""
+    def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None:
+        """Another node created (``qid``; ``led``: placed here, lease epoch 1) or deleted (None)
+        queue ``name``: keep the id map right."""
         if qid is None:
             old = self._qids.pop((vhost, name), None)
             if old is not None:
                 self.led.pop(old, None)
         else:
             self._qids[(vhost, name)] = qid
+            if led:
+                self.led[qid] = 1
 
     # -- messages: only for the queues this node leads ----------------------------------------------
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
@@ -366,6 +387,7 @@ class ClusterStore(PostgresStore):
                         if leader != self.node or e != mine[q]]
                 leaders = {(v, n): leader for v, n, leader in conn.execute(c["lease_leaders"], (self.node,))}
                 self.addresses = dict(conn.execute(c["addresses"]).fetchall())
+                self.load = dict(conn.execute(c["node_load"]).fetchall())
             for q in lost:
                 self.led.pop(q, None)
             acquired: dict[tuple[str, str], list[StoredMessage]] = {}
