@@ -40,12 +40,12 @@ class Node:
         self.lease = lease
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
-        self.amqp = self.stomp = self.http = self.link = 0
+        self.amqp = self.stomp = self.http = self.link = self.prometheus = 0
 
     def start(self) -> Node:
         cmd = [sys.executable, "-m", "servers", "serve", "--store", self.dsn, "--node", self.name,
                "--cluster-lease", str(self.lease), "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--stomp", "127.0.0.1:0",
-               "--no-ws", "--http", "127.0.0.1:0", "--no-prometheus"]
+               "--no-ws", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0"]
         self.lines = []
         self.proc = proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE, text=True)
@@ -56,18 +56,19 @@ class Node:
             assert proc.stderr is not None
             for line in proc.stderr:
                 self.lines.append(line)
-                for proto in ("amqp", "stomp", "http", "cluster"):
+                for proto in ("amqp", "stomp", "http", "cluster", "prometheus"):
                     marker = f"{proto} listening on 127.0.0.1:"
                     if marker in line:
                         ports[proto] = int(line.split(marker, 1)[1].split()[0])
-                if len(ports) == 4:
+                if len(ports) == 5:
                     ready.set()
             ready.set()
 
         threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(30) or len(ports) != 4:
+        if not ready.wait(30) or len(ports) != 5:
             raise AssertionError(f"node {self.name} did not start: {''.join(self.lines)[-3000:]}")
         self.amqp, self.stomp, self.http, self.link = ports["amqp"], ports["stomp"], ports["http"], ports["cluster"]
+        self.prometheus = ports["prometheus"]
         return self
 
     def log(self) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pika
 import pytest
@@ -26,7 +27,13 @@ def test_nodes_are_listed_by_cluster_status_and_every_node_api(nodes: Nodes) -> 
     api_nodes = b.api("nodes")
     assert sorted(n["name"] for n in api_nodes) == ["sansmq@a", "sansmq@b", "sansmq@c"]
     assert all(n["running"] for n in api_nodes)
-    assert b.api("overview")["node"] == "sansmq@b"
+    overview = b.api("overview")
+    cluster = "sansmq@" + nodes.dsn.rsplit("/", 1)[1]
+    assert (overview["node"], overview["cluster_name"]) == ("sansmq@b", cluster)
+    assert b.api("cluster-name") == {"name": cluster}
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.prometheus}/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert f'rabbitmq_identity_info{{rabbitmq_cluster="{cluster}",rabbitmq_node="sansmq@b"}} 1.0' in metrics
     c.kill()
     wait_for(lambda: not next(n for n in b.api("nodes") if n["name"] == "sansmq@c")["running"],
              timeout=LEASE * 4, what="node c shown down")

@@ -71,6 +71,11 @@ class ClusterNode:
         """This node's name as the management API shows it (RabbitMQ's ``name@host`` form)."""
         return f"sansmq@{self.store.node}"
 
+    @property
+    def cluster_name(self) -> str:
+        """The cluster's name: its database (every node on it is the cluster)."""
+        return f"sansmq@{self.store.display_dsn.rsplit('/', 1)[-1]}"
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every node of the cluster in ``/api/nodes``'s shape (read from the database)."""
         from engine.storage.postgres.cluster import cluster_view

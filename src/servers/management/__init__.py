@@ -52,7 +52,8 @@ class OpsListeners:
         if cluster is None:
             self.api = ManagementApi(self._call, self._listeners)
         else:
-            self.api = ManagementApi(self._call, self._listeners, cluster.rabbit_name, cluster.nodes)
+            self.api = ManagementApi(self._call, self._listeners, cluster.rabbit_name, cluster.nodes,
+                                     cluster.cluster_name)
         self._want = {"http": http, "prometheus": prometheus, "https": https,
                       "prometheus_https": prometheus_https}
         self._tls = tls
@@ -78,7 +79,7 @@ class OpsListeners:
         """Bind and serve (OSError when an address is taken). May run on the broker's thread (the
         driver's ready callback), so it does not wait for the broker."""
         self.driver.call_soon(self.driver.broker.enable_stats)
-        metrics = prometheus_app(self.api.snap)
+        metrics = prometheus_app(self.api.snap, self.api.node, self.api.cluster_name)
         apps = {"http": self.api, "prometheus": metrics, "https": self.api, "prometheus_https": metrics}
         for name, where in self._want.items():
             if where is None:

@@ -40,11 +40,19 @@ def resident_bytes() -> int:
 
 
 class RabbitCollector:
-    def __init__(self, snap: Callable[..., dict[str, Any]], per_object: bool) -> None:
+    def __init__(self, snap: Callable[..., dict[str, Any]], per_object: bool, node: str = "sansmq@localhost",
+                 cluster: str = "sansmq@localhost") -> None:
         self.snap = snap
         self.per_object = per_object
+        self.node = node
+        self.cluster = cluster
 
     def collect(self) -> Iterable[Metric]:
+        # RabbitMQ's identity: dashboards join every metric of a scrape target on it to get the node
+        identity = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+                                     labels=["rabbitmq_node", "rabbitmq_cluster"])
+        identity.add_metric([self.node, self.cluster], 1)
+        yield identity
         snap = self.snap("queues") if self.per_object else self.snap()
         conns = snap["connections"]
         counts = snap["counts"].values()
@@ -78,12 +86,14 @@ class RabbitCollector:
             yield gauge
 
 
-def prometheus_app(snap: Callable[..., dict[str, Any]]) -> Callable[..., Iterable[bytes]]:
-    """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere."""
+def prometheus_app(snap: Callable[..., dict[str, Any]], node: str = "sansmq@localhost",
+                   cluster: str = "sansmq@localhost") -> Callable[..., Iterable[bytes]]:
+    """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere. ``node`` and
+    ``cluster`` name this node in ``rabbitmq_identity_info``."""
     apps = {}
     for path, per_object in (("/metrics", False), ("/metrics/per-object", True)):
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(RabbitCollector(snap, per_object))  # type: ignore[arg-type]
+        registry.register(RabbitCollector(snap, per_object, node, cluster))  # type: ignore[arg-type]
         apps[path] = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
