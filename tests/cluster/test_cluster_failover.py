@@ -111,3 +111,25 @@ def test_a_restarted_node_rejoins_and_leads_again(nodes: Nodes) -> None:
     assert nodes.leader("after-rejoin") == ("a", 1)
     # the definition made on a after it rejoined reaches b
     wait_for(lambda: any(q["name"] == "after-rejoin" for q in b.api("queues")), timeout=5, what="queue on b")
+
+
+def test_a_queue_keeps_its_order_through_leaders_of_any_id_space(nodes: Nodes) -> None:
+    """Each node numbers messages in its own id space; a queue that moved b -> a -> b is still read
+    back in enqueue order (a's later messages have lower ids than b's earlier ones)."""
+    a, b = nodes.start("a", "b")
+    ch = b.pika().channel()
+    ch.queue_declare("ordered", durable=True)
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", "ordered", b"%d" % i, PERSISTENT)
+    b.kill()
+    assert _new_leader(nodes, "ordered", "b")[0] == "a"
+    ch = a.pika().channel()
+    ch.confirm_delivery()
+    for i in range(3, 6):
+        ch.basic_publish("", "ordered", b"%d" % i, PERSISTENT)
+    nodes.start("b")
+    wait_for(lambda: sum(n["running"] for n in nodes.status()["nodes"]) == 2, what="b back")
+    a.kill()
+    assert _new_leader(nodes, "ordered", "a")[0] == "b"
+    assert [body for body, _ in _drain(b, "ordered")] == [b"%d" % i for i in range(6)]
