@@ -33,7 +33,7 @@ class NodeStore(MemoryStore):
         self.node = "b"
         self.muted = False
         self.writes: list[str] = []
-        self.outbox: list[tuple[str, str, str, Message]] = []
+        self.outbox: list[tuple[int, str, str, str, Message]] = []
         self.ids: dict[tuple[str, str], int] = {}
 
     @contextmanager
@@ -44,7 +44,7 @@ class NodeStore(MemoryStore):
         finally:
             self.muted = False
 
-    def forget_queue(self, vhost: str, name: str, qid: int | None = None) -> None:
+    def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None:
         if qid is None:
             self.ids.pop((vhost, name), None)
         else:
@@ -60,8 +60,8 @@ class NodeStore(MemoryStore):
             self.writes.append(f"doc {kind} {key}")
         super().put_doc(kind, key, doc)
 
-    def forward(self, leader: str, vhost: str, queue: str, msg: Message) -> None:
-        self.outbox.append((leader, vhost, queue, msg))
+    def forward(self, token: int, leader: str, vhost: str, queue: str, msg: Message) -> None:
+        self.outbox.append((token, leader, vhost, queue, msg))
 
 
 class Owner:
@@ -84,7 +84,7 @@ class Owner:
 @pytest.fixture
 def broker() -> Broker:
     b = Broker(Config(), NodeStore(), random.Random(1))
-    b.model.publisher.forward = make_forward(b.model, b.store)  # type: ignore[arg-type]
+    b.model.publisher.forward = make_forward(b.model, b.store, b.sync_token)  # type: ignore[arg-type]
     return b
 
 
@@ -112,7 +112,7 @@ def test_definitions_of_another_node_are_applied_here_without_being_written_agai
     before = broker.model.store_writes
     msg = Message(1, "x", "k.1", {}, b"body", persistent=True)
     broker.model.publish(vhost, "x", msg)
-    assert store.outbox == [("a", "/", "q", msg)] and q.count == 0
+    assert store.outbox == [(1, "a", "/", "q", msg)] and q.count == 0  # with the token its confirm waits on
     assert broker.model.store_writes == before + 1
     apply_change(broker, "binding.delete", {"vhost": "/", "source": "x", "dest": "q", "dest_is_exchange": False,
                                             "key": "k.#", "args": None})
@@ -172,7 +172,27 @@ def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
     # the last consumers go: what is ready here is dropped unacked (the leader requeues it)
     for c in list(q.consumers or ()):
         broker.model.cancel(c)
-    assert relays.idle(relay) and not relay.active and q.count == 0
+    assert not relay.active and q.count == 0  # stopped by the last cancel
+    assert relays.idle(relay)
     assert broker.model.queued_bytes == 0
     relays.delivered(relay, 104, False, "", "q", {}, b"late", True, 0)  # after the stop: ignored
     assert q.count == 0
+
+
+def test_a_relay_waits_for_deliveries_a_cancelled_consumer_may_still_ack(broker: Broker) -> None:
+    """basic.cancel leaves the consumer's deliveries unacked with it: the relay stays until they are
+    settled, so their acks still reach the leader."""
+    opened: list[Relay] = []
+    relays = broker.model.relays = Relays(broker.model, opened.append)
+    _queue_added(broker, "q", "a")
+    q = broker.model.vhosts["/"].queues["q"]
+    owner = Owner()
+    consumer = broker.model.consume(q, Consumer(q, owner))
+    relay = opened[0]
+    relays.delivered(relay, 7, False, "", "q", {}, b"x", True, 0)
+    broker.model.dispatch()
+    broker.model.cancel(consumer, keep_unacked=True)
+    assert relay.active and not relays.idle(relay)
+    broker.model.ack(consumer, owner.got[0][0])
+    assert list(relay.acks) == [7]
+    assert relays.idle(relay)

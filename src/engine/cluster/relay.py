@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .._message import GONE, READY, Entry, Message
+from .._message import GONE, READY, UNACKED, Entry, Message
 from ..model.objects import Queue
 from ..model.state import ModelState
 
@@ -79,9 +79,16 @@ class Relays:
         relay.tags[entry] = tag
         state.dirty[q] = None
 
+    def unconsumed(self, q: Queue) -> None:
+        """``q``'s last consumer here went away."""
+        relay = self.by_queue.get(q)
+        if relay is not None:
+            self.idle(relay)
+
     def idle(self, relay: Relay) -> bool:
-        """Stop ``relay`` when its queue has no consumer here any more (True: stopped)."""
-        if relay.active and not relay.queue.consumers:
+        """Stop ``relay`` once its queue has no consumer here and none of its deliveries is still
+        unacked here (a consumer cancelled with basic.cancel may ack them still). True: stopped."""
+        if relay.active and not relay.queue.consumers and not any(e.state == UNACKED for e in relay.tags):
             self.stop(relay)
         return not relay.active
 

@@ -131,6 +131,8 @@ class Delivery:
         if not keep_unacked:
             self.return_unacked(consumer, requeue)
         if q.consumers is None:
+            if state.relays is not None and q._x is not None and q._x.leader is not None:
+                state.relays.unconsumed(q)  # what it relayed here goes back to the leader now
             if q.auto_delete:
                 self.topology.delete_queue(q)
             elif q.args and "x-expires" in q.args:

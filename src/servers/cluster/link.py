@@ -25,14 +25,13 @@ __all__ = ["Links"]
 
 log = logging.getLogger("sansmq.cluster")
 
-#: seconds a peer may take to connect and to confirm a batch before the link counts as failed
-LINK_TIMEOUT = 10.0
-
-
 class Links:
-    def __init__(self, store: ClusterStore, timeout: float = LINK_TIMEOUT) -> None:
+    """``timeout``: seconds a peer may take to connect or to confirm a batch before the link counts
+    as failed (default: the lease; a peer stalled that long has lost its queues anyway)."""
+
+    def __init__(self, store: ClusterStore, timeout: float | None = None) -> None:
         self.store = store
-        self.timeout = timeout
+        self.timeout = max(store.lease, 0.5) if timeout is None else timeout
         self._clients: dict[tuple[str, str], Client] = {}
         #: consumers of queues led elsewhere, served through their leaders
         self.relays = RelayLinks(store)

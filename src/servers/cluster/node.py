@@ -44,7 +44,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     model = broker.model
     links = Links(store)
     store.sender = links.send
-    model.publisher.forward = make_forward(model, store)
+    model.publisher.forward = make_forward(model, store, broker.sync_token)
     model.relays = links.relays.relays = Relays(model, links.relays.open)
     place_declared(model, store.placed)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space

@@ -54,7 +54,7 @@ class RelayLinks:
             raise BrokerError(f"cluster node {relay.leader} has no known link address")
         vhost = relay.queue.vhost.name
         client = Client(f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
-                        timeout=10.0)
+                        timeout=max(self.store.lease, 0.5))
         client.qos(PREFETCH)
         client.consume(relay.queue.name)
         return client
@@ -77,7 +77,7 @@ class RelayLinks:
                     self.post(lambda b, batch=batch: _deliver(relays, relay, batch))
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + IDLE_CHECK
-                    self.post(lambda b: relays.idle(relay))
+                    self.post(lambda b: relays.idle(relay) or _moved(relays, relay))
             client.flush()
         except (OSError, BrokerError, TimeoutError) as exc:
             if relay.active:
@@ -98,6 +98,12 @@ def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:
         relays.delivered(relay, d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props_to_headers(props),
                          d.body, props is not None and props.delivery_mode == 2,
                          (props.priority or 0) if props is not None else 0)
+
+
+def _moved(relays: Relays, relay: Relay) -> None:
+    """The queue's leader is another node now (the old one stalled): consume there instead."""
+    if relay.active and relay.queue.leader != relay.leader:
+        _restart(relays, relay)
 
 
 def _restart(relays: Relays, relay: Relay) -> None:

@@ -98,8 +98,11 @@ class ClusterStore(PostgresStore):
         #: queues declared here whose leader placement chose another node -> that node (the model
         #: marks them remote right after the declare: engine.cluster.membership.placed)
         self.placed: dict[tuple[str, str], str] = {}
-        #: messages for queues other nodes lead: (leader, vhost, queue, message), sent by ``sync``
-        self._outbox: list[tuple[str, str, str, Message]] = []
+        #: messages for queues other nodes lead: (sync token, leader, vhost, queue, message), sent
+        #: by ``sync``
+        self._outbox: list[tuple[int, str, str, str, Message]] = []
+        #: forwarded messages given up (their sync failed: their publishers got a nack)
+        self.forwards_failed = 0
         #: sends one leader's messages over the link, returns once that leader committed them
         #: (``servers.cluster.link``); raises StoreError when it cannot
         self.sender: Callable[[str, str, list[tuple[str, Message]]], None] | None = None
@@ -293,30 +296,43 @@ class ClusterStore(PostgresStore):
             super().update_delivery(vhost, queue, msg_id, delivery_count)
 
     # -- queues led elsewhere: their messages go to the leader with the sync ----------------------------
-    def forward(self, leader: str, vhost: str, queue: str, msg: Message) -> None:
-        """Send ``msg`` to ``queue`` on its leader with the next sync (loop thread)."""
+    def forward(self, token: int, leader: str, vhost: str, queue: str, msg: Message) -> None:
+        """Send ``msg`` to ``queue`` on its leader with the sync of ``token`` (loop thread)."""
         with self._lock:
-            self._outbox.append((leader, vhost, queue, msg))
+            self._outbox.append((token, leader, vhost, queue, msg))
 
     def sync(self, token: int) -> None:
         """Our own commit, then the messages for other leaders, each leader confirming after its
-        commit: a publish through this node is confirmed only once its queue's leader stored it."""
+        commit: a publish through this node is confirmed only once its queue's leader stored it.
+
+        A send that fails fails this sync, whose failure nacks the publishers waiting on ``token``
+        or before: their messages are given up. Messages of later tokens (appended after their
+        sync was asked for, taken here early) are kept for their own sync, so no publisher is
+        confirmed for a message that did not reach its leader."""
         super().sync(token)
         with self._lock:
             outbox, self._outbox = self._outbox, []
         if not outbox:
             return
-        if self.sender is None:
-            raise StoreError("no node-to-node link to forward messages to their queues' leaders")
-        by_leader: dict[tuple[str, str], list[tuple[str, Message]]] = {}
-        for leader, vhost, queue, msg in outbox:
-            by_leader.setdefault((leader, vhost), []).append((queue, msg))
-        failed = []
+        by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
+        for item in outbox:
+            _, leader, vhost, queue, _ = item
+            # a queue whose leader changed since: to its leader now (this node's own link too)
+            leader = self.remote_leaders.get((vhost, queue), leader)
+            by_leader.setdefault((leader, vhost), []).append(item)
+        failed, kept = [], []
         for (leader, vhost), items in by_leader.items():
             try:
-                self.sender(leader, vhost, items)
-            except StoreError as exc:  # those publishers get a nack; other leaders' are still sent
+                if self.sender is None:
+                    raise StoreError("no node-to-node link to forward messages to their queues' leaders")
+                self.sender(leader, vhost, [(queue, msg) for _, _, _, queue, msg in items])
+            except StoreError as exc:  # other leaders' are still sent
                 failed.append(str(exc))
+                kept += [item for item in items if item[0] > token]
+                self.forwards_failed += sum(1 for item in items if item[0] <= token)
+        if kept:
+            with self._lock:
+                self._outbox[:0] = kept
         if failed:
             raise StoreError("; ".join(failed))
 
@@ -388,6 +404,7 @@ class ClusterStore(PostgresStore):
                 leaders = {(v, n): leader for v, n, leader in conn.execute(c["lease_leaders"], (self.node,))}
                 self.addresses = dict(conn.execute(c["addresses"]).fetchall())
                 self.load = dict(conn.execute(c["node_load"]).fetchall())
+            self.remote_leaders = leaders
             for q in lost:
                 self.led.pop(q, None)
             acquired: dict[tuple[str, str], list[StoredMessage]] = {}
