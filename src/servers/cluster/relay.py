@@ -77,7 +77,7 @@ class RelayLinks:
                     self.post(lambda b, batch=batch: _deliver(relays, relay, batch))
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + IDLE_CHECK
-                    self.post(lambda b: relays.idle(relay) or _moved(relays, relay))
+                    self.post(lambda b: _check(relays, relay))
             client.flush()
         except (OSError, BrokerError, TimeoutError) as exc:
             if relay.active:
@@ -100,9 +100,10 @@ def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:
                          (props.priority or 0) if props is not None else 0)
 
 
-def _moved(relays: Relays, relay: Relay) -> None:
-    """The queue's leader is another node now (the old one stalled): consume there instead."""
-    if relay.active and relay.queue.leader != relay.leader:
+def _check(relays: Relays, relay: Relay) -> None:
+    """Stop a relay nobody here needs; one whose queue's leader is another node now (the old one
+    stalled) consumes there instead."""
+    if not relays.idle(relay) and relay.queue.leader != relay.leader:
         _restart(relays, relay)
 
 
