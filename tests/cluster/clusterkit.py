@@ -104,6 +104,38 @@ class Node:
         return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.amqp, heartbeat=0,
                                                                  blocked_connection_timeout=10, **kw))
 
+    def publisher(self, queue: str) -> Any:
+        """A channel in confirm mode, ``queue`` declared durable on this node."""
+        ch = self.pika().channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        return ch
+
+    def has_queue(self, queue: str) -> bool:
+        conn = self.pika()
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def drain(self, queue: str) -> list[tuple[bytes, bool]]:
+        """Every ready message of ``queue`` taken and acked here: (body, redelivered)."""
+        conn = self.pika()
+        ch = conn.channel()
+        out = []
+        while True:
+            method, _, body = ch.basic_get(queue, auto_ack=False)
+            if method is None:
+                break
+            out.append((body, method.redelivered))
+            ch.basic_ack(method.delivery_tag)
+        conn.close()
+        return out
+
     def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         req = urllib.request.Request(f"http://127.0.0.1:{self.http}/api/{path}", method=method,
                                      data=None if body is None else json.dumps(body).encode(),

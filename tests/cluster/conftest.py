@@ -3,7 +3,6 @@ and the nodes started on it (real ``python -m servers serve --node`` processes o
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,33 +12,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 
 from clusterkit import Nodes  # noqa: E402
-from pgtest import PgCluster, create_db, drop_db, postgres_bindir  # noqa: E402
+from pgtest import create_db, drop_db, throwaway_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[str]:
-    """``SANSMQ_PG_DSN`` or a throwaway PostgreSQL (skipped without one unless
-    ``SANSMQ_REQUIRE_POSTGRES=1``, as tests/storage)."""
-    url = os.environ.get("SANSMQ_PG_DSN")
-    if url:
+    """A PostgreSQL server for the module (``pgtest.throwaway_server``: skipped without one unless
+    ``SANSMQ_REQUIRE_POSTGRES=1``)."""
+    with throwaway_server() as url:
         yield url
-        return
-    if postgres_bindir() is None:
-        reason = "PostgreSQL not found (install it with scripts/install-postgres.sh)"
-        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
-            pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
-        pytest.skip(reason)
-    server = PgCluster()
-    try:
-        url = server.start()
-    except RuntimeError as exc:
-        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -12,20 +12,6 @@ from clusterkit import LEASE, Nodes, wait_for
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-def _drain(node, queue: str) -> list[tuple[bytes, bool]]:
-    conn = node.pika()
-    ch = conn.channel()
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=False)
-        if method is None:
-            break
-        out.append((body, method.redelivered))
-        ch.basic_ack(method.delivery_tag)
-    conn.close()
-    return out
-
-
 def _new_leader(nodes: Nodes, queue: str, old: str) -> tuple[str, int]:
     return wait_for(lambda: (lead := nodes.leader(queue)) and lead[0] != old and lead, timeout=LEASE * 5,
                     what=f"a new leader of {queue}")
@@ -33,10 +19,7 @@ def _new_leader(nodes: Nodes, queue: str, old: str) -> tuple[str, int]:
 
 def test_kill_9_of_a_leader_mid_stream_loses_nothing_confirmed(nodes: Nodes) -> None:
     a, b, c = nodes.start("a", "b", "c")
-    conn = a.pika()
-    ch = conn.channel()
-    ch.queue_declare("stream-q", durable=True)
-    ch.confirm_delivery()
+    ch = a.publisher("stream-q")
     confirmed: list[int] = []
     # unacked deliveries on a when it dies come back redelivered on the new leader
     consumer = a.pika()
@@ -62,7 +45,7 @@ def test_kill_9_of_a_leader_mid_stream_loses_nothing_confirmed(nodes: Nodes) -> 
     assert died.is_set()
     leader, epoch = _new_leader(nodes, "stream-q", "a")
     assert epoch == 2
-    got = _drain(nodes[leader], "stream-q")
+    got = nodes[leader].drain("stream-q")
     bodies = {int(body) for body, _ in got}
     assert set(confirmed) <= bodies, sorted(set(confirmed) - bodies)[:10]
     assert all(redelivered for _, redelivered in got)  # it may have been delivered by a
@@ -71,10 +54,7 @@ def test_kill_9_of_a_leader_mid_stream_loses_nothing_confirmed(nodes: Nodes) -> 
 
 def test_a_stalled_leader_is_fenced_when_it_resumes_and_steps_down(nodes: Nodes) -> None:
     a, b, c = nodes.start("a", "b", "c")
-    conn = a.pika()
-    ch = conn.channel()
-    ch.queue_declare("fenced-q", durable=True)
-    ch.confirm_delivery()
+    ch = a.publisher("fenced-q")
     ch.basic_publish("", "fenced-q", b"before", PERSISTENT)
     a.pause()
     try:
@@ -91,7 +71,7 @@ def test_a_stalled_leader_is_fenced_when_it_resumes_and_steps_down(nodes: Nodes)
     assert refused
     wait_for(lambda: "stepped down from queue 'fenced-q'" in a.log(), what="a steps down")
     assert "fenced off" in a.log()
-    assert _drain(nodes[leader], "fenced-q") == [(b"before", True)]
+    assert nodes[leader].drain("fenced-q") == [(b"before", True)]
     assert nodes.leader("fenced-q") == (leader, 2)  # a never took it back
 
 
@@ -117,9 +97,7 @@ def test_a_queue_keeps_its_order_through_leaders_of_any_id_space(nodes: Nodes) -
     """Each node numbers messages in its own id space; a queue that moved b -> a -> b is still read
     back in enqueue order (a's later messages have lower ids than b's earlier ones)."""
     a, b = nodes.start("a", "b")
-    ch = b.pika().channel()
-    ch.queue_declare("ordered", durable=True)
-    ch.confirm_delivery()
+    ch = b.publisher("ordered")
     for i in range(3):
         ch.basic_publish("", "ordered", b"%d" % i, PERSISTENT)
     b.kill()
@@ -132,4 +110,4 @@ def test_a_queue_keeps_its_order_through_leaders_of_any_id_space(nodes: Nodes) -
     wait_for(lambda: sum(n["running"] for n in nodes.status()["nodes"]) == 2, what="b back")
     a.kill()
     assert _new_leader(nodes, "ordered", "a")[0] == "b"
-    assert [body for body, _ in _drain(b, "ordered")] == [b"%d" % i for i in range(6)]
+    assert [body for body, _ in b.drain("ordered")] == [b"%d" % i for i in range(6)]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from engine import Broker, Config, MemoryStore
 from engine._message import Entry, Message
 from engine.cluster import apply_change, step_down, take_over
-from engine.cluster.changes import encode_args
+from engine.cluster.changes import Muting, encode_args
 from engine.cluster.forward import make_forward
 from engine.cluster.relay import Relay, Relays
 from engine.model import Consumer
@@ -23,7 +21,7 @@ from engine.model.security import UserRecord
 from engine.store import StoredMessage
 
 
-class NodeStore(MemoryStore):
+class NodeStore(Muting, MemoryStore):
     """A MemoryStore that is node ``b`` of a cluster: mutable, with an outbox, counting writes."""
 
     needs_sync = True  # a forward is a store write: confirms wait for the sync that sends it
@@ -31,18 +29,9 @@ class NodeStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.node = "b"
-        self.muted = False
         self.writes: list[str] = []
         self.outbox: list[tuple[int, str, str, str, Message]] = []
         self.ids: dict[tuple[str, str], int] = {}
-
-    @contextmanager
-    def mute(self) -> Iterator[None]:
-        self.muted = True
-        try:
-            yield
-        finally:
-            self.muted = False
 
     def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None:
         if qid is None:

@@ -91,16 +91,12 @@ def _login(node, user: str, password: str, vhost: str):
 
 def test_the_declaring_node_leads_a_new_queue_and_keeps_its_messages(nodes: Nodes) -> None:
     a, b, _ = nodes.start("a", "b", "c")
-    conn = b.pika()
-    ch = conn.channel()
-    ch.queue_declare("jobs", durable=True)
-    ch.confirm_delivery()
+    ch = b.publisher("jobs")
     for i in range(10):
         ch.basic_publish("", "jobs", str(i).encode(), PERSISTENT)
     assert nodes.leader("jobs") == ("b", 1)
     got = [ch.basic_get("jobs", auto_ack=True)[2] for _ in range(10)]
     assert got == [str(i).encode() for i in range(10)]
-    conn.close()
     # over STOMP on the leader too
     stomp_conn = stomp.Connection12([("127.0.0.1", b.stomp)], heartbeats=(0, 0))
     stomp_conn.connect(wait=True)
@@ -116,7 +112,7 @@ def test_a_publish_through_another_node_is_confirmed_once_the_leader_stored_it(n
     ch.exchange_declare("events", "direct", durable=True)
     ch.queue_declare("only-a", durable=True)
     ch.queue_bind("only-a", "events", "created")
-    wait_for(lambda: _declared(b, "only-a") and _declared(c, "only-a"), timeout=5, what="only-a on b and c")
+    wait_for(lambda: b.has_queue("only-a") and c.has_queue("only-a"), timeout=5, what="only-a on b and c")
     other = b.pika()
     och = other.channel()
     och.confirm_delivery()
@@ -154,24 +150,12 @@ def test_a_publish_through_another_node_is_confirmed_once_the_leader_stored_it(n
 def test_a_publish_through_another_node_is_nacked_when_the_leader_is_gone(nodes: Nodes) -> None:
     a, b, _ = nodes.start("a", "b", "c")
     a.pika().channel().queue_declare("lonely", durable=True)
-    wait_for(lambda: _declared(b, "lonely"), timeout=5, what="lonely on b")
+    wait_for(lambda: b.has_queue("lonely"), timeout=5, what="lonely on b")
     a.kill()
     och = b.pika().channel()
     och.confirm_delivery()
     with pytest.raises(pika.exceptions.NackError):
         och.basic_publish("", "lonely", b"x", PERSISTENT)
-
-
-def _declared(node, queue: str) -> bool:
-    conn = node.pika()
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def test_a_consumer_on_another_node_is_served_through_the_leader(nodes: Nodes) -> None:
@@ -183,7 +167,7 @@ def test_a_consumer_on_another_node_is_served_through_the_leader(nodes: Nodes) -
     ch.confirm_delivery()
     for i in range(60):
         ch.basic_publish("", "work", b"m%d" % i, PERSISTENT)
-    wait_for(lambda: _declared(c, "work"), timeout=5, what="work on c")
+    wait_for(lambda: c.has_queue("work"), timeout=5, what="work on c")
     conn = c.pika()
     cch = conn.channel()
     cch.basic_qos(prefetch_count=10)

@@ -24,15 +24,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
 
 from ..._message import Message
-from ...cluster.changes import encode_args
+from ...cluster.changes import Muting, encode_args
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
 from ...streams._pglog import stream_ddl
 from ..segment._records import _decode_message
@@ -69,7 +68,7 @@ class Heartbeat:
     leaders: dict[tuple[str, str], str]  # every queue another node leads -> that node
 
 
-class ClusterStore(PostgresStore):
+class ClusterStore(Muting, PostgresStore):
     """The store of node ``node`` (advertising ``address`` to its peers); leases last ``lease``
     seconds past the last heartbeat."""
 
@@ -83,7 +82,6 @@ class ClusterStore(PostgresStore):
         self._defs_key = defs_key(schema)
         #: queue id -> lease epoch, for the queues this node leads
         self.led: dict[int, int] = {}
-        self.muted = False
         self._defs_pending = False
         self.last_serial = 0
         #: at start: the queues other nodes lead -> their leader
@@ -170,15 +168,6 @@ class ClusterStore(PostgresStore):
 
     def queue_id(self, vhost: str, queue: str) -> int | None:
         return self._qids.get((vhost, queue))
-
-    # -- muting: another node's change is applied to the model, not written again -------------------
-    @contextmanager
-    def mute(self) -> Iterator[None]:
-        self.muted = True
-        try:
-            yield
-        finally:
-            self.muted = False
 
     def _log(self, op: str, params: dict[str, Any]) -> None:
         self._op("log_change", self.node, op, json.dumps(params))
