@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 
 from clusterkit import Nodes  # noqa: E402
-from pgtest import create_db, drop_db, throwaway_server  # noqa: E402
+from pgtest import fresh_db, throwaway_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +25,9 @@ def pg_server() -> Iterator[str]:
 
 @pytest.fixture
 def pg_dsn(pg_server: str) -> Iterator[str]:
-    url = create_db(pg_server)
-    try:
+    """A fresh, empty database on the test server (dropped afterwards)."""
+    with fresh_db(pg_server) as url:
         yield url
-    finally:
-        drop_db(pg_server, url)
 
 
 @pytest.fixture

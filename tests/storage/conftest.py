@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from pgtest import create_db, drop_db, throwaway_server
+from pgtest import fresh_db, throwaway_server
 
 settings.register_profile(
     "ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -26,11 +26,8 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture
 def pg_dsn(pg_server: str) -> Iterator[str]:
     """A fresh, empty database on the test server (dropped afterwards)."""
-    url = create_db(pg_server)
-    try:
+    with fresh_db(pg_server) as url:
         yield url
-    finally:
-        drop_db(pg_server, url)
 
 
 class StoreFactory:

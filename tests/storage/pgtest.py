@@ -116,3 +116,13 @@ def throwaway_server() -> Iterator[str]:
         yield url
     finally:
         cluster.stop()
+
+
+@contextlib.contextmanager
+def fresh_db(server_url: str) -> Iterator[str]:
+    """A fresh, empty database on ``server_url`` (dropped afterwards)."""
+    url = create_db(server_url)
+    try:
+        yield url
+    finally:
+        drop_db(server_url, url)
