@@ -117,20 +117,23 @@ class ClusterNode:
                         self._post(lambda b, h=hb: self._apply_heartbeat(b, h))
             except StoreError as exc:
                 log.warning("cluster node %s: %s (retrying)", self.store.node, exc)
-            except RuntimeError:  # the server stopped: call_soon refused
-                return
+            except Exception:  # noqa: BLE001 - a bug must not stop the heartbeats (the leases would go)
+                if self._stop.is_set():
+                    return
+                log.exception("cluster node %s: membership upkeep failed (retrying)", self.store.node)
             self._stop.wait(self.poll)
 
     def _post(self, fn: Any) -> None:
+        """Run ``fn(broker)`` on the loop thread (nothing once the server stopped)."""
         broker = self.driver.broker
-        self.driver.call_soon(lambda: broker.run_command(fn, time.time()))
+        try:
+            self.driver.call_soon(lambda: broker.run_command(fn, time.time()))
+        except RuntimeError:  # the server stopped: call_soon refused
+            self._stop.set()
 
     def _fenced(self, names: list[tuple[str, str]]) -> None:
         """The store's sync was fenced off ``names`` (a worker thread): step down at once."""
-        try:
-            self._post(lambda b: step_down(b, names))
-        except RuntimeError:
-            pass
+        self._post(lambda b: step_down(b, names))
 
     @staticmethod
     def _apply_changes(broker: Any, changes: list[Change]) -> None:

@@ -85,8 +85,6 @@ class RelayLinks:
                             relay.leader, exc)
                 time.sleep(RETRY)
                 self.post(lambda b: _restart(relays, relay))
-        except RuntimeError:  # the server stopped
-            return
         finally:
             if client is not None:
                 client.close()

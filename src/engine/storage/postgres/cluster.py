@@ -347,7 +347,7 @@ class ClusterStore(Muting, PostgresStore):
             return batch
         detail = exc.diag.message_detail or ""
         lost = {int(part) for part in detail.split(",") if part.strip()}
-        names = [key for key, qid in self._qids.items() if qid in lost]
+        names = [key for key, qid in list(self._qids.items()) if qid in lost]  # the loop thread adds to it
         for qid in lost:
             self.led.pop(qid, None)
         log.error("cluster node %s: fenced off %s (their lease moved to another node); stepping down",
@@ -407,7 +407,7 @@ class ClusterStore(Muting, PostgresStore):
                     # it may have been delivered by the failed leader: flagged redelivered
                     acquired[names[qid]].append(StoredMessage(_decode_message(payload), max(count, 1)))
                 self.led.update(got)
-            inverse = {qid: key for key, qid in self._qids.items()}
+            inverse = {qid: key for key, qid in list(self._qids.items())}  # the loop thread adds to it
             return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders)
 
         return self._upkeep(run)  # type: ignore[no-any-return]
