@@ -49,7 +49,7 @@ def config_file(tmp_path: Path, text: str) -> str:
     ('[users.app]\nvhosts = ["/"]\n',
      "{f}:1: users.app.password: missing (every user needs a password)"),
     ('anonymous_user = "guest"\nlistener = "0.0.0.0"\n',
-     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls)"),
+     "{f}:2: listener: unknown key (known here: anonymous_user, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls, cluster)"),
     ('[users.guest]\npassword = "guest"\nloopback_only = "yes"\n',
      '{f}:3: users.guest.loopback_only: expected true or false, got the string "yes"'),
     ('[users.app]\npassword = 1234\n',
