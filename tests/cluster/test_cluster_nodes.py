@@ -210,3 +210,36 @@ def test_balanced_placement_spreads_new_leaders_over_the_live_nodes(nodes: Nodes
                  what=f"spread{i} on its leader")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="x-queue-leader-locator"):
         ch.queue_declare("bad", durable=True, arguments={"x-queue-leader-locator": "anywhere"})
+
+
+def test_kombu_producer_and_consumer_on_nodes_that_do_not_lead_the_queue(nodes: Nodes) -> None:
+    """kombu (py-amqp) with a multi-host URL, publishing on b and consuming on c a queue a leads."""
+    import kombu
+
+    a, b, c = nodes.start("a", "b", "c")
+    a.publisher("tasks")  # declared (and led) on a
+    wait_for(lambda: b.has_queue("tasks") and c.has_queue("tasks"), timeout=5, what="tasks on b and c")
+    exchange = kombu.Exchange("", type="direct")
+    queue = kombu.Queue("tasks", exchange, routing_key="tasks", durable=True)
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{b.amqp}//;amqp://guest:guest@127.0.0.1:{a.amqp}//",
+                          transport_options={"confirm_publish": True}) as conn:
+        producer = conn.Producer()
+        for i in range(5):
+            producer.publish({"n": i}, exchange=exchange, routing_key="tasks", declare=[queue],
+                             delivery_mode=2, serializer="json")
+    got: list[int] = []
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{c.amqp}//") as conn:
+        def on_message(body: dict, message: kombu.Message) -> None:
+            got.append(body["n"])
+            message.ack()
+
+        with conn.Consumer(queue, callbacks=[on_message], accept=["json"]):
+            deadline = time.monotonic() + 10
+            while len(got) < 5 and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=0.5)
+                except TimeoutError:
+                    pass
+    assert got == [0, 1, 2, 3, 4]
+    wait_for(lambda: a.api("queues/%2F/tasks")["messages"] == 0, timeout=5, what="acks on a")
+    assert nodes.leader("tasks") == ("a", 1)

@@ -66,8 +66,8 @@ class RelayLinks:
         try:
             client = self._connect(relay)
             next_check = time.monotonic() + IDLE_CHECK
+            acks = relay.acks
             while relay.active:
-                acks = relay.acks
                 while acks:
                     client.ack(acks.popleft(), multiple=False)
                 first = client.next_delivery(POLL)
@@ -78,6 +78,8 @@ class RelayLinks:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + IDLE_CHECK
                     self.post(lambda b: _check(relays, relay))
+            while acks:  # the acks made before the stop still count: sent ahead of the close
+                client.ack(acks.popleft(), multiple=False)
             client.flush()
         except (OSError, BrokerError, TimeoutError) as exc:
             if relay.active:
