@@ -269,6 +269,7 @@ def main() -> int:
                 victim.signal(signal.SIGCONT)
             else:
                 victim.stop()
+                t0 = time.monotonic()  # from the process's exit (its shutdown waits for its clients)
             if not probe(nodes, queues, time.monotonic() + 30):
                 print(f"cycle {cycle}: no recovery within 30 s", file=sys.stderr)
                 return 1

@@ -111,3 +111,17 @@ def test_a_queue_keeps_its_order_through_leaders_of_any_id_space(nodes: Nodes) -
     a.kill()
     assert _new_leader(nodes, "ordered", "a")[0] == "b"
     assert [body for body, _ in b.drain("ordered")] == [b"%d" % i for i in range(6)]
+
+
+def test_a_node_shut_down_gracefully_hands_its_queues_over_at_once(nodes: Nodes) -> None:
+    a, b, _ = nodes.start("a", "b", "c")
+    ch = a.publisher("handed")
+    ch.basic_publish("", "handed", b"kept", PERSISTENT)
+    a.stop()  # SIGTERM: commits, then gives its leases up rather than letting them run out
+    status = nodes.status()
+    assert not next(n for n in status["nodes"] if n["name"] == "a")["running"]
+    lease = next(lease for lease in status["leases"] if lease["queue"] == "handed")
+    assert lease["leader"] != "a" or lease["expires_in"] <= 0
+    leader, epoch = _new_leader(nodes, "handed", "a")
+    assert epoch == 2
+    assert nodes[leader].drain("handed") == [(b"kept", True)]

@@ -113,6 +113,11 @@ SQL = {
     "lease_leaders": (
         "SELECT q.vhost, q.name, l.leader FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue WHERE l.leader <> %s"
     ),
+    # a node shutting down: its leases and heartbeat run out now (the others take over at once)
+    "lease_release": "UPDATE {s}.leases SET expires = now() - interval '1 second' WHERE leader = %s",
+    "node_leave": (
+        "UPDATE {s}.nodes SET heartbeat = now() - (lease_seconds + 1) * interval '1 second' WHERE name = %s"
+    ),
     "lease_drop": "DELETE FROM {s}.leases WHERE queue = %s",
     "fence": "SELECT {s}.fence(%s, %s::bigint[], %s::bigint[])",
     "leases": (
