@@ -178,7 +178,9 @@ class ClusterStore(Muting, PostgresStore):
         permissions and policies bring no Sync of their own, and the other nodes must see them."""
         if self._defs_pending:
             self._defs_pending = False
-            self.sync(0)
+            # the database part only: forwarding belongs to the sync worker alone (one thread uses
+            # the links, and a forward confirms nobody until its own token's sync has sent it)
+            PostgresStore.sync(self, 0)
 
     # -- entities: written and logged ---------------------------------------------------------------
     def add_vhost(self, name: str) -> None:
