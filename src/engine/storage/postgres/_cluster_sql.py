@@ -138,7 +138,7 @@ SQL = {
     ),
     "load_queue_messages": (
         "SELECT qm.queue, qm.msg_id, qm.delivery_count, m.payload FROM {s}.queue_messages qm"
-        " JOIN {s}.messages m ON m.id = qm.msg_id WHERE qm.queue = ANY(%s::bigint[])"
+        " LEFT JOIN {s}.messages m ON m.id = qm.msg_id WHERE qm.queue = ANY(%s::bigint[])"
         " ORDER BY qm.queue, qm.seq"
     ),
     "queue_names": "SELECT id, vhost, name FROM {s}.queues WHERE id = ANY(%s::bigint[])",

@@ -405,9 +405,16 @@ class ClusterStore(Muting, PostgresStore):
                     if qid in names:
                         acquired[names[qid]] = []
                         self._qids[names[qid]] = qid
+                missing = 0
                 for qid, _mid, count, payload in conn.execute(c["load_queue_messages"], (list(names),)):
+                    if payload is None:
+                        missing += 1
+                        continue
                     # it may have been delivered by the failed leader: flagged redelivered
                     acquired[names[qid]].append(StoredMessage(_decode_message(payload), max(count, 1)))
+                if missing:
+                    log.error("cluster node %s: %d queue entries taken over without their message row",
+                              self.node, missing)
                 self.led.update(got)
             inverse = {qid: key for key, qid in list(self._qids.items())}  # the loop thread adds to it
             return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders)
