@@ -70,7 +70,8 @@ def test_definitions_declared_on_one_node_are_in_force_on_all(nodes: Nodes) -> N
     # a loaded machine)
     wait_for(lambda: visible_on(b) and visible_on(c), timeout=10, what="the declares on b and c")
     # the binding is in force on c: c routes to the queue (its leader a stores it)
-    assert [bd for bd in c.api("queues/%2F/orders.eu/bindings") if bd["source"] == "orders"]
+    wait_for(lambda: [bd for bd in c.api("queues/%2F/orders.eu/bindings") if bd["source"] == "orders"],
+             timeout=10, what="the binding on c")
     # the user, vhost and permission made on a log in on c
     user = wait_for(lambda: _login(c, "app", "s3cret", "shop"), timeout=10, what="user app on c")
     user.close()
