@@ -91,6 +91,19 @@ class Limits:
 
 
 @dataclass(slots=True)
+class Cluster:
+    """``[cluster]`` in the config file (``--node``, ``--cluster-address``, ``--cluster-lease`` override):
+    this broker is node ``node`` of the cluster of every node sharing its PostgreSQL store."""
+
+    #: the node's name, unique in the cluster; None: not a cluster node
+    node: str | None = None
+    #: HOST:PORT of the node-to-node link listener, advertised to the other nodes (default 127.0.0.1:25672)
+    address: str | None = None
+    #: seconds a node's leases outlive its last heartbeat (then other nodes take its queues over)
+    lease: float = 5.0
+
+
+@dataclass(slots=True)
 class Tls:
     """TLS for the listeners (``[tls]`` in the config file; ``--tls-*`` override): PEM files."""
 
@@ -139,6 +152,7 @@ class Config:
     definitions: str | None = None
     tls: Tls = field(default_factory=Tls)
     websocket: WebSocket = field(default_factory=WebSocket)
+    cluster: Cluster = field(default_factory=Cluster)
     #: vhosts whose traffic goes to their firehose, the amq.rabbitmq.trace exchange
     trace_vhosts: tuple[str, ...] = ()
     #: the vhost holding the event exchange amq.rabbitmq.event (the events of every vhost); None: off

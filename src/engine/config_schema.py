@@ -121,8 +121,10 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     # or disk_free_limit.relative = 1.5 (times the machine's memory)
     "disk_free_limit": lambda v: v if isinstance(v, dict) else _size(v),
     "websocket": dict,  # checked per key below
+    "cluster": dict,  # checked per key below
 }
 DISK_FREE_KEYS: dict[str, Checker] = {"absolute": _size, "relative": _number}
+CLUSTER_KEYS: dict[str, Checker] = {"node": _str, "address": _str, "lease": _number}
 TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
 WEBSOCKET_KEYS: dict[str, Checker] = {"allowed_origins": _str_list, "compress": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}
@@ -206,6 +208,12 @@ def from_mapping(data: dict[str, Any]) -> Config:
         if key not in WEBSOCKET_KEYS:
             raise _unknown(name, WEBSOCKET_KEYS)
         setattr(cfg.websocket, key, _check(WEBSOCKET_KEYS[key], value, name))
+    for key, value in data.get("cluster", {}).items():
+        name = f"cluster.{key}"
+        if key not in CLUSTER_KEYS:
+            raise _unknown(name, CLUSTER_KEYS)
+        checked = _check(CLUSTER_KEYS[key], value, name)
+        setattr(cfg.cluster, key, checked if key == "lease" else checked or None)
     for key, value in data.get("limits", {}).items():
         name = f"limits.{key}"
         if key not in LIMIT_KEYS:

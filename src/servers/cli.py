@@ -33,6 +33,7 @@ from .logs import BURST, DEFAULT_BACKUPS, DEFAULT_MAX_BYTES, LOG_FORMATS, WINDOW
 from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
 from .streams_cli import add_streams_arguments, streams_command
+from .cluster.cli import LINK_PORT, add_cluster_arguments, attach_node, cluster_command, open_cluster_store
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,analyze,streams}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,analyze,streams,cluster}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -192,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="segment: durable embedded store in --data (default); memory: nothing survives a restart; "
         "postgresql://...: durable store in that PostgreSQL database (needs the 'postgresql' extra)",
     )
+    cluster = serve.add_argument_group("cluster (also [cluster] in the config file; needs a postgresql:// --store)")
+    cluster.add_argument("--node", metavar="NAME",
+                         help="run as node NAME of the cluster of every node sharing the --store database")
+    cluster.add_argument("--cluster-address", metavar="HOST:PORT",
+                         help="the node-to-node link listener (AMQP for peers only; default 127.0.0.1:25672); "
+                              "its bound address is advertised to the other nodes")
+    cluster.add_argument("--cluster-lease", metavar="SECONDS", type=_seconds,
+                         help="how long this node's queue leases outlive its last heartbeat before other "
+                              "nodes take its queues over (default 5)")
     serve.add_argument(
         "--sync",
         choices=["on", "off"],
@@ -259,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_arguments(analyze)
     streams = sub.add_parser("streams", help="stream queues on a running broker: create, create-partitioned")
     add_streams_arguments(streams)
+    cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status of its nodes and leases")
+    add_cluster_arguments(cluster_cmd)
     parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
-                                    "streams": streams})
+                                    "streams": streams, "cluster": cluster_cmd})
     return parser
 
 
@@ -312,6 +324,12 @@ def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
             raise CliError(f"--{proto}: {exc}", EXIT_USAGE) from None
     if not listeners:
         raise CliError("no listener enabled (every one of --stomp, --ws, --amqp is off)", EXIT_USAGE)
+    if config.cluster.node is not None:  # the node-to-node link (engine.cluster.link)
+        try:
+            listeners.append(Listener("cluster", *parse_address(config.cluster.address or
+                                                                f"{DEFAULT_HOST}:{LINK_PORT}", LINK_PORT)))
+        except ValueError as exc:
+            raise CliError(f"--cluster-address: {exc}", EXIT_USAGE) from None
     return listeners
 
 
@@ -368,6 +386,14 @@ def _load_config(args: argparse.Namespace) -> Config:
             raise CliError(f"--trace: vhost '{vhost}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
         if vhost not in config.trace_vhosts:
             config.trace_vhosts = (*config.trace_vhosts, vhost)
+    if args.node is not None:
+        config.cluster.node = args.node or None
+    if args.cluster_address is not None:
+        config.cluster.address = args.cluster_address
+    if args.cluster_lease is not None:
+        if args.cluster_lease <= 0:
+            raise CliError("--cluster-lease must be more than 0 seconds", EXIT_USAGE)
+        config.cluster.lease = args.cluster_lease
     if args.events is not None:
         if args.events not in config.vhosts:
             raise CliError(f"--events: vhost '{args.events}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
@@ -375,9 +401,11 @@ def _load_config(args: argparse.Namespace) -> Config:
     return config
 
 
-def _open_store(args: argparse.Namespace) -> Store:
+def _open_store(args: argparse.Namespace, config: Config, listeners: list[Listener]) -> Store:
     where = {"segment": args.data, "memory": None}.get(args.store, args.store)
     try:
+        if config.cluster.node is not None:
+            return open_cluster_store(where, config.cluster, listeners, sync=args.sync == "on")
         return make_store(where, sync=args.sync == "on")
     except PermissionError as exc:
         raise CliError(f"cannot use the data directory {args.data}: {exc.strerror} ({exc.filename}); "
@@ -387,6 +415,8 @@ def _open_store(args: argparse.Namespace) -> Store:
                        f"{f' ({exc.filename})' if exc.filename else ''}") from None
     except StoreError as exc:
         raise CliError(f"cannot open the store: {exc}") from None
+    except ValueError as exc:  # a cluster node on a store that is not PostgreSQL
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def _check_config(args: argparse.Namespace, config: Config, listeners: list[Listener]) -> int:
@@ -409,9 +439,11 @@ def _serve(args: argparse.Namespace) -> int:
         return _check_config(args, config, listeners)
     raise_fd_limit()
     started = time.monotonic()
-    store = _open_store(args)
+    store = _open_store(args, config, listeners)
+    node: Any = None  # the cluster node's membership upkeep (servers.cluster.node)
     try:
         broker = make_broker(config, store=store)
+        attach = attach_node(broker, store) if config.cluster.node is not None else None
         log_recovery(broker, store, time.monotonic() - started)
         definitions = args.definitions or config.definitions
         if definitions:
@@ -419,7 +451,10 @@ def _serve(args: argparse.Namespace) -> int:
         server = make_server(args.server, broker, listeners)
         if args.shutdown_timeout is not None:
             server.shutdown_timeout = args.shutdown_timeout
-        ops = OpsListeners(server, *ops_plan)
+        if attach is not None:
+            node = attach(server)
+        http, prometheus, https, prometheus_https, ctx = ops_plan
+        ops = OpsListeners(server, http, prometheus, https, prometheus_https, ctx, cluster=node)
         # the disk alarm watches the segment store's directory (a PostgreSQL or memory store has none here)
         disk = DiskMonitor(server, args.data) if args.store == "segment" else None
 
@@ -427,6 +462,8 @@ def _serve(args: argparse.Namespace) -> int:
             ops.start()
             if disk is not None:
                 disk.start()
+            if node is not None:
+                node.start(bound)
 
         try:
             ops.bind()  # every listener is bound before the first "listening" line
@@ -436,6 +473,8 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(str(exc)) from None
         finally:
+            if node is not None:
+                node.stop()
             if disk is not None:
                 disk.stop()
             ops.stop()
@@ -521,6 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return analyze_command(args, sub)
     if args.command == "streams":
         return streams_command(args, sub)
+    if args.command == "cluster":
+        return cluster_command(args, sub)
     try:
         _setup_logging(args)
         return _serve(args)

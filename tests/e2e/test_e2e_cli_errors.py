@@ -49,7 +49,7 @@ def config_file(tmp_path: Path, text: str) -> str:
     ('[users.app]\nvhosts = ["/"]\n',
      "{f}:1: users.app.password: missing (every user needs a password)"),
     ('anonymous_user = "guest"\nlistener = "0.0.0.0"\n',
-     "{f}:2: listener: unknown key (known here: anonymous_user, anonymous_password, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls, disk_free_limit, websocket)"),
+     "{f}:2: listener: unknown key (known here: anonymous_user, anonymous_password, vhosts, default_vhost, trace_vhosts, event_vhost, users, limits, http, prometheus, https, prometheus_https, definitions, tls, disk_free_limit, websocket, cluster)"),
     ('[users.app]\npassword = ""\n',
      "{f}:2: users.app.password: must not be blank (RabbitMQ refuses blank passwords)"),
     ('anonymous_user = "guest"\n',

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from pgtest import PgCluster, create_db, drop_db, postgres_bindir
+from pgtest import fresh_db, throwaway_server
 
 settings.register_profile(
     "ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -18,39 +18,16 @@ STORE_KINDS = ("segment", "postgres")
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """URL of a PostgreSQL server: ``SANSMQ_PG_DSN`` if set, else a throwaway cluster started here
-    (scripts/install-postgres.sh) and stopped at the end. Without PostgreSQL the tests using it are
-    skipped, unless ``SANSMQ_REQUIRE_POSTGRES=1`` (CI, after installing it): then they fail."""
-    url = os.environ.get("SANSMQ_PG_DSN")
-    if url:
+    """URL of a PostgreSQL server for the session (``pgtest.throwaway_server``)."""
+    with throwaway_server() as url:
         yield url
-        return
-    if postgres_bindir() is None:
-        reason = "PostgreSQL not found (install it with scripts/install-postgres.sh)"
-        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
-            pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
-        pytest.skip(reason)
-    cluster = PgCluster()
-    try:
-        url = cluster.start()
-    except RuntimeError as exc:
-        if os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        yield url
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
 def pg_dsn(pg_server: str) -> Iterator[str]:
     """A fresh, empty database on the test server (dropped afterwards)."""
-    url = create_db(pg_server)
-    try:
+    with fresh_db(pg_server) as url:
         yield url
-    finally:
-        drop_db(pg_server, url)
 
 
 class StoreFactory:

@@ -7,11 +7,13 @@ and removes the directory. ``create_db()`` makes a fresh database and returns it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -125,3 +127,43 @@ def drop_db(admin_url: str, url: str) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except psycopg.Error:
         pass  # the server went away (a fault-injection test): nothing left to drop
+
+
+@contextlib.contextmanager
+def throwaway_server() -> Iterator[str]:
+    """URL of a PostgreSQL server for a test session or module: ``SANSMQ_PG_DSN`` if set, else a
+    throwaway cluster started here and stopped at the end. Without PostgreSQL the tests using it are
+    skipped, unless ``SANSMQ_REQUIRE_POSTGRES=1`` (CI, after installing it): then they fail."""
+    import pytest
+
+    url = os.environ.get("SANSMQ_PG_DSN")
+    if url:
+        yield url
+        return
+    required = os.environ.get("SANSMQ_REQUIRE_POSTGRES") == "1"
+    if postgres_bindir() is None:
+        reason = "PostgreSQL not found (install it with scripts/install-postgres.sh)"
+        if required:
+            pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
+        pytest.skip(reason)
+    cluster = PgCluster()
+    try:
+        url = cluster.start()
+    except RuntimeError as exc:
+        if required:
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        yield url
+    finally:
+        cluster.stop()
+
+
+@contextlib.contextmanager
+def fresh_db(server_url: str) -> Iterator[str]:
+    """A fresh, empty database on ``server_url`` (dropped afterwards)."""
+    url = create_db(server_url)
+    try:
+        yield url
+    finally:
+        drop_db(server_url, url)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import amqpproto
 from amqpproto import spec
 
-from .._message import Entry
+from .._message import Entry, Message
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.origin import session_origin
@@ -44,6 +44,10 @@ class ChannelOwner(ConsumerOwner, Protocol):
     cancel_notify: bool
     #: while a read is handled or a store sync releases held confirms: channels with acks to coalesce
     batching: dict[ChannelBase, None] | None
+    #: a cluster peer's link: publishes carry their original route (``relayed`` restores it)
+    relay: bool
+
+    def relayed(self, msg: Message) -> Message: ...
 
     @property
     def channels(self) -> Mapping[int, ChannelBase]:

@@ -85,7 +85,8 @@ class PublishMethods(ChannelBase):
                 ms = expiration_ms(props.expiration, type(m))
                 expires_at = now + ms / 1000.0
             persistent = props.delivery_mode == 2
-            if props.user_id is not None and session.user is not None and props.user_id != session.user.name:
+            if props.user_id is not None and session.user is not None and props.user_id != session.user.name \
+                    and not session.relay:
                 raise ChannelError(spec.PRECONDITION_FAILED, f"user_id property set to '{props.user_id}' but "
                                    f"authenticated user was '{session.user.name}'", type(m))
             reply_to = props.reply_to
@@ -96,21 +97,26 @@ class PublishMethods(ChannelBase):
                 headers["reply-to"] = name
         msg = Message(session.model.next_message_id(), x.name, m.routing_key, headers, m.body, priority,
                       expires_at, persistent)
+        key = None
+        if session.relay:  # routed by a cluster peer (engine.cluster.link): into the queue it named,
+            key = m.routing_key  # with the route its publisher gave restored
+            msg = session.relayed(msg)
         mandatory = m.mandatory
         if self.confirm:
             self.pub_seq += 1
         seq = self.pub_seq if self.confirm else 0
         if self.tx is None:  # the common case, without a closure per message
             stream = None
-            if vhost.trace is None and not priority:  # else publish's firehose and per-queue priority
-                stream = session.model.sole_stream(vhost, x, msg)
-            self._route(x, msg, mandatory, seq, stream)
+            if vhost.trace is None and not priority and key is None:  # else the general path: firehose,
+                stream = session.model.sole_stream(vhost, x, msg)  # per-queue priority, a peer's relay
+            self._route(x, msg, mandatory, seq, key, stream)
         else:
-            self.tx.append(lambda: self._route(x, msg, mandatory, seq))
+            self.tx.append(lambda: self._route(x, msg, mandatory, seq, key))
 
-    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, stream: Queue | None = None) -> None:
+    def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, key: str | None = None,
+               stream: Queue | None = None) -> None:
         """Publish ``msg`` (straight to ``stream`` when it is the one queue it reaches: the stream
-        append's own path) and hold its confirm."""
+        append's own path; by ``key`` when a cluster peer routed it) and hold its confirm."""
         session = self.session
         model = session.model
         before = model.store_writes
@@ -119,12 +125,14 @@ class PublishMethods(ChannelBase):
                 result = model.append_stream(stream, msg)
             else:
                 result = model.publish(self.vhost, x, msg, True,
-                                       self.trace_origin() if self.vhost.trace is not None else None)
+                                       self.trace_origin() if self.vhost.trace is not None else None, key=key)
         except StoreError:
             if not seq:
                 raise  # nobody to nack: the session closes the connection with 541
             # disk full / I/O error: a confirm-mode publisher gets a nack, as RabbitMQ's
             result = PUBLISH_ROUTED | PUBLISH_REFUSED | (PUBLISH_WROTE if model.store_writes != before else 0)
+        if key is not None and not result:
+            result = PUBLISH_REFUSED  # a peer's message for a queue not here (yet): nacked, never dropped
         if mandatory and not result:
             self.send(spec.BasicReturn(spec.NO_ROUTE, "NO_ROUTE", x.name, msg.routing_key, message_props(msg),
                                        msg.body))

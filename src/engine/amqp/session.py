@@ -14,7 +14,7 @@ import amqpproto as A
 from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 
 from .. import oplog
-from .._message import Entry
+from .._message import Entry, Message
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
 from ..model.security import UserAccess, UserRecord, client_id_of
@@ -77,6 +77,12 @@ class AmqpSession(Session):
     PROTOCOL = "amqp"
     __slots__ = ("conn", "vhost", "user", "access", "channels", "client_properties", "closing", "exclusive",
                  "cancel_notify", "blocked_notify", "mechanism", "reply_to", "close_deadline", "batching")
+
+    #: a cluster peer's link (engine.cluster.link): publishes carry the route the peer gave them
+    relay = False
+
+    def relayed(self, msg: Message) -> Message:
+        return msg
 
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
         super().__init__(host, conn_id, peer)
@@ -493,9 +499,11 @@ class AmqpSession(Session):
 
 _CONN_HANDLERS: dict[type, Callable[[AmqpSession, Any], None]] = {
     A.ProtocolHeader: AmqpSession._on_header,
-    spec.ConnectionStartOk: AmqpSession._on_start_ok,
+    # log-in and vhost: looked up on the instance, so a session type may authenticate its own
+    # way (the cluster link, engine.cluster.link)
+    spec.ConnectionStartOk: lambda s, m: s._on_start_ok(m),
     spec.ConnectionTuneOk: AmqpSession._on_tune_ok,
-    spec.ConnectionOpen: AmqpSession._on_open,
+    spec.ConnectionOpen: lambda s, m: s._on_open(m),
     spec.ConnectionClose: AmqpSession._on_close,
     spec.ConnectionUpdateSecret: AmqpSession._on_update_secret,
     spec.ConnectionCloseOk: AmqpSession._on_close_ok,

@@ -53,6 +53,8 @@ class Delivery:
             q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
         state.events.consumer("created", consumer)
+        if state.relays is not None and q._x is not None and q._x.leader is not None:
+            state.relays.consumed(q)  # a queue led elsewhere: served through its leader
         return consumer
 
     def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,
@@ -130,6 +132,8 @@ class Delivery:
         if not keep_unacked:
             self.return_unacked(consumer, requeue)
         if q.consumers is None:
+            if state.relays is not None and q._x is not None and q._x.leader is not None:
+                state.relays.unconsumed(q)  # what it relayed here goes back to the leader now
             if q.auto_delete:
                 self.topology.delete_queue(q)
             elif q.args and "x-expires" in q.args:

@@ -113,7 +113,7 @@ class _QueueExtras:
     """A queue's rarely used fields, created on first non-default write (idle queues have none)."""
 
     __slots__ = ("exclusive_owner", "args", "hi", "bindings", "paged_bytes", "declared", "policy",
-                 "published", "delivered", "redelivered", "acked")
+                 "published", "delivered", "redelivered", "acked", "leader")
 
     def __init__(self) -> None:
         self.exclusive_owner: Any = None
@@ -132,6 +132,8 @@ class _QueueExtras:
         self.delivered = 0
         self.redelivered = 0
         self.acked = 0
+        #: in a cluster, the node leading this queue when it is not this one (engine.cluster)
+        self.leader: str | None = None
 
 
 def extras(q: Queue) -> _QueueExtras:
@@ -239,6 +241,8 @@ class Queue:
     bindings = _extra("bindings", None)
     #: body bytes of the paged ready messages
     paged_bytes = _extra("paged_bytes", 0)
+    #: the cluster node leading this queue when another node does (None: this one)
+    leader = _extra("leader", None)
 
     @property
     def declared_args(self) -> dict[str, Any] | None:
@@ -390,7 +394,15 @@ def check_queue_args(args: dict[str, Any] | None, queue: str = "", vhost: str = 
         raise invalid("x-overflow", "invalid_overflow")
     if "x-dead-letter-strategy" in out and out["x-dead-letter-strategy"] not in DEAD_LETTER_STRATEGIES:
         raise invalid("x-dead-letter-strategy", "invalid_dlx_strategy")
+    for name, known in LOCATORS.items():  # where a cluster places the queue's leader
+        if name in out and out[name] not in known:
+            raise invalid(name, f'{{unknown_locator,"{out[name]}"}}')
     return out
+
+
+#: queue leader locators (RabbitMQ's; the legacy master ones: min-masters and random mean balanced)
+LOCATORS = {"x-queue-leader-locator": ("client-local", "balanced"),
+            "x-queue-master-locator": ("client-local", "min-masters", "random")}
 
 
 def queue_type_of(args: Mapping[str, Any] | None) -> str:

@@ -9,6 +9,7 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._message import READY, Entry, Message
@@ -33,7 +34,7 @@ PUBLISH_WROTE = 4
 
 
 class Publisher:
-    __slots__ = ("state", "pager", "light", "streams", "at_least_once")
+    __slots__ = ("state", "pager", "light", "streams", "at_least_once", "forward")
 
     def __init__(self, state: ModelState, streams: Streams) -> None:
         self.state = state
@@ -44,9 +45,11 @@ class Publisher:
         # made after it (the pager: expired messages; light topics: a delivery's ack timeout)
         self.pager: Pager
         self.light: LightTopics
+        #: a cluster node's way to a queue led by another node (set by engine.cluster)
+        self.forward: Callable[[Queue, Message], bool] = _no_forward
 
     def publish(self, vhost: VHost, exchange: Exchange | str, msg: Message, queue_priority_only: bool = False,
-                origin: tuple[str, str, int] | None = None, traced: bool = True) -> int:
+                origin: tuple[str, str, int] | None = None, traced: bool = True, key: str | None = None) -> int:
         """The one publish path of every protocol: route ``msg`` from ``exchange`` (an Exchange or
         its name: NotFound when there is none) plus the keys of its ``CC``/``BCC`` headers
         (``BCC`` is removed), else through the exchange's alternate exchange, and enqueue it on
@@ -58,7 +61,9 @@ class Publisher:
         ``queue_priority_only``: the message's priority counts only in queues with
         ``x-max-priority`` (AMQP, as RabbitMQ; STOMP orders every queue by priority, as ocamlmq).
         ``origin``: (user, connection, channel) of the publisher, for the firehose (``trace``);
-        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once)."""
+        ``traced=False``: not traced (a delayed exchange's release: its publish was traced once).
+        ``key``: route by this key, not the message's (a cluster peer relays a message it routed
+        itself to its queue's name on the default exchange: engine.cluster.link)."""
         if type(exchange) is str:
             found = vhost.exchanges.get(exchange)
             if found is None:
@@ -71,7 +76,7 @@ class Publisher:
         if "CC" in headers or "BCC" in headers:  # sender-selected distribution
             targets = route_cc(vhost, x, msg)
         else:
-            targets = route(vhost, x, msg.routing_key, headers)
+            targets = route(vhost, x, msg.routing_key if key is None else key, headers)
         if not targets:
             alt = vhost.exchanges.get(x.alternate) if x.alternate is not None else None
             if alt is not None:
@@ -107,8 +112,8 @@ class Publisher:
         if x.name:
             return None
         q = vhost.queues.get(msg.routing_key)
-        if q is None or not q._f & STREAM_FLAG:
-            return None
+        if q is None or not q._f & STREAM_FLAG or (q._x is not None and q._x.leader is not None):
+            return None  # not a stream, or one led by another cluster node (enqueue forwards it)
         headers = msg.headers
         return None if "CC" in headers or "BCC" in headers else q
 
@@ -137,6 +142,8 @@ class Publisher:
                 q.hold(msg)  # type: ignore[union-attr]
             return True
         x = q._x or extras(q)  # read directly: the counters, and the arguments without the property
+        if x.leader is not None:  # a cluster queue led by another node: it goes there
+            return self.forward(q, msg)
         if persist:  # not recovery: a message published into the queue
             x.published += 1
         if q._f & STREAM_FLAG and persist:  # Queue.stream without the property (hot path)
@@ -223,3 +230,7 @@ class Publisher:
             msg, targets = dead
             for target in targets:
                 self.enqueue(target, msg)
+
+
+def _no_forward(q: Queue, msg: Message) -> bool:
+    raise AssertionError(f"queue '{q.name}' is led by node {q.leader} but this node is not in a cluster")

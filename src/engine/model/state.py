@@ -22,7 +22,7 @@ class ModelState:
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
                  "confirmed", "light_limit", "light_dropped", "next_seq",
-                 "light_dropped_total", "page_window", "page_window_bytes", "events", "limits")
+                 "light_dropped_total", "page_window", "page_window_bytes", "events", "limits", "relays")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
@@ -33,6 +33,9 @@ class ModelState:
         self.now = 0.0
         #: the event exchange (``events.Events``), set by the model
         self.events: Any = None
+        #: a cluster node's consumers of queues led elsewhere (``engine.cluster.relay.Relays``);
+        #: told when such a queue gets a consumer and when one of its entries leaves for good
+        self.relays: Any = None
         self.vhosts: dict[str, VHost] = {}
         #: queues (and light subscriptions) touched since the last dispatch, in order
         self.dirty: dict[Any, None] = {}
@@ -97,8 +100,11 @@ class ModelState:
         dropped): its memory (light subscriptions do not count theirs), timer and stored copy
         (unless ``keep_stored``: ``unstore`` removes it later)."""
         queue = isinstance(q, Queue)
-        if entry.state != GONE and queue:
-            self.queued_bytes -= len(entry.msg.body)
+        if queue:
+            if entry.state != GONE:
+                self.queued_bytes -= len(entry.msg.body)
+            if self.relays is not None and q._x is not None and q._x.leader is not None:
+                self.relays.forgotten(q, entry)  # relayed from its leader: acked there
         entry.state = GONE
         if entry.timer is not None:
             self.timers.cancel(entry.timer)

@@ -48,12 +48,17 @@ class OpsListeners:
 
     def __init__(self, driver: Any, http: tuple[str, int] | None, prometheus: tuple[str, int] | None,
                  https: tuple[str, int] | None = None, prometheus_https: tuple[str, int] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
-        """``https`` and ``prometheus_https``: the same apps over TLS with ``tls`` (needed then)."""
+                 tls: ssl.SSLContext | None = None, cluster: Any = None) -> None:
+        """``https`` and ``prometheus_https``: the same apps over TLS with ``tls`` (needed then).
+        ``cluster``: the node's ``servers.cluster.node.ClusterNode`` (its name and peers)."""
         if (https or prometheus_https) and tls is None:
             raise ValueError("an HTTPS listener needs a TLS context (a certificate)")
         self.driver = driver
-        self.api = ManagementApi(self._call, self._listeners)
+        if cluster is None:
+            self.api = ManagementApi(self._call, self._listeners)
+        else:
+            self.api = ManagementApi(self._call, self._listeners, cluster.rabbit_name, cluster.nodes,
+                                     cluster.cluster_name)
         self._want = {"http": http, "prometheus": prometheus, "https": https,
                       "prometheus_https": prometheus_https}
         self._tls = tls
@@ -64,7 +69,7 @@ class OpsListeners:
         self.failed: dict[str, str] = {}
         self._stopping = False
         self.api.failed = self.failed
-        metrics = prometheus_app(self.api.snap, self.api.call)
+        metrics = prometheus_app(self.api.snap, self.api.call, self.api.node, self.api.cluster_name)
         self._apps = {"http": self.api, "prometheus": metrics, "https": self.api, "prometheus_https": metrics}
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:

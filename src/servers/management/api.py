@@ -40,12 +40,15 @@ class ManagementApi(OverviewRoutes, AccessRoutes, TopicPermissionRoutes, PolicyR
     and returns its result (``Driver.call_soon`` plus a wait)."""
 
     def __init__(self, call: Callable[[Callable[[Any], Any]], Any], listeners: Callable[[], list[Any]],
-                 node: str = "sansmq@localhost") -> None:
+                 node: str = "sansmq@localhost", nodes: Callable[[], list[dict[str, Any]]] | None = None,
+                 cluster_name: str | None = None) -> None:
         super().__init__(call, listeners, node)
+        self.cluster_nodes = nodes
+        self.cluster_name = cluster_name or node
         self.routes: list[tuple[tuple[str, ...], dict[str, Callable[..., Any]]]] = [
             (("overview",), {"GET": self.overview}),
             (("whoami",), {"GET": self.whoami}),
-            (("cluster-name",), {"GET": lambda r: {"name": self.node}}),
+            (("cluster-name",), {"GET": lambda r: {"name": self.cluster_name}}),
             (("nodes",), {"GET": self.nodes}),
             (("extensions",), {"GET": lambda r: []}),
             (("vhosts",), {"GET": self.vhosts}),

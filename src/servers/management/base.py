@@ -30,6 +30,10 @@ class ApiBase:
         self.call = call
         self.listeners = listeners
         self.node = node
+        #: the cluster's name (a node alone is its own cluster, as RabbitMQ's)
+        self.cluster_name = node
+        #: a cluster node: every node of the cluster in ``/api/nodes``'s shape (None: a node alone)
+        self.cluster_nodes: Callable[[], list[dict[str, Any]]] | None = None
         #: sections asked for -> (monotonic time taken, snapshot)
         self._snaps: dict[tuple[str, ...], tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()

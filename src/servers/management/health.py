@@ -31,14 +31,18 @@ class HealthRoutes(ApiBase):
     """/api/nodes and /api/health/checks/*."""
 
     def nodes(self, req: Request) -> Any:
+        """This node with its figures; in a cluster, every node (the others as the database lists them)."""
         snap = self.snap(fresh=True)
         used, total = open_fds(), fd_limit()
         disk_free, disk_limit = snap["disk_free"], snap["disk_free_limit"]
-        return [{**self._node(), "fd_used": used, "fd_total": total, "sockets_used": len(snap["connections"]),
-                 "sockets_total": total, "mem_used": resident_bytes(), "mem_limit": snap["memory_high_watermark"],
-                 "mem_alarm": snap["alarms"]["memory"], "disk_free": disk_free if disk_free is not None else 0,
-                 "disk_free_limit": disk_limit, "disk_free_alarm": snap["alarms"]["disk"],
-                 "listeners_failed": sorted(self.failed)}]
+        figures = {"fd_used": used, "fd_total": total, "sockets_used": len(snap["connections"]),
+                   "sockets_total": total, "mem_used": resident_bytes(), "mem_limit": snap["memory_high_watermark"],
+                   "mem_alarm": snap["alarms"]["memory"], "disk_free": disk_free if disk_free is not None else 0,
+                   "disk_free_limit": disk_limit, "disk_free_alarm": snap["alarms"]["disk"],
+                   "listeners_failed": sorted(self.failed)}
+        if self.cluster_nodes is None:
+            return [{**self._node(), **figures}]
+        return [{**n, **figures} if n["name"] == self.node else n for n in self.cluster_nodes()]
 
     def alarms(self, req: Request) -> Any:
         """/api/health/checks/alarms (and local-alarms: a single node)."""

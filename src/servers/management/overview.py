@@ -23,7 +23,7 @@ class OverviewRoutes(ApiBase):
 
         return {
             "management_version": VERSION, "rabbitmq_version": VERSION, "product_name": "sansmq",
-            "product_version": "0.1.0", "cluster_name": self.node, "node": self.node,
+            "product_version": "0.1.0", "cluster_name": self.cluster_name, "node": self.node,
             "erlang_version": "n/a", "rates_mode": "basic", "statistics_db_event_queue": 0,
             "exchange_types": [{"name": t, "description": "", "enabled": True}
                                for t in ("direct", "fanout", "headers", "topic")],

@@ -46,11 +46,19 @@ def resident_bytes() -> int:
 
 
 class RabbitCollector:
-    def __init__(self, snap: Callable[..., dict[str, Any]], per_object: bool) -> None:
+    def __init__(self, snap: Callable[..., dict[str, Any]], per_object: bool, node: str = "sansmq@localhost",
+                 cluster: str = "sansmq@localhost") -> None:
         self.snap = snap
         self.per_object = per_object
+        self.node = node
+        self.cluster = cluster
 
     def collect(self) -> Iterable[Metric]:
+        # RabbitMQ's identity: dashboards join every metric of a scrape target on it to get the node
+        identity = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+                                     labels=["rabbitmq_node", "rabbitmq_cluster"])
+        identity.add_metric([self.node, self.cluster], 1)
+        yield identity
         snap = self.snap()
         conns = snap["connections"]
         counts = snap["counts"].values()
@@ -110,14 +118,15 @@ def per_queue_metrics(rows: list[tuple[Any, ...]]) -> Iterator[bytes]:
                           for i in range(start, min(len(rows), start + CHUNK))).encode()
 
 
-def prometheus_app(snap: Callable[..., dict[str, Any]],
-                   call: Callable[[Callable[[Any], Any]], Any]) -> Callable[..., Iterable[bytes]]:
+def prometheus_app(snap: Callable[..., dict[str, Any]], call: Callable[[Callable[[Any], Any]], Any],
+                   node: str = "sansmq@localhost", cluster: str = "sansmq@localhost") -> Callable[..., Iterable[bytes]]:
     """WSGI app: GET /metrics (aggregated) and /metrics/per-object; 404 elsewhere. ``call`` runs a
-    function on the broker's thread (the per-queue figures are fetched a chunk per call)."""
+    function on the broker's thread (the per-queue figures are fetched a chunk per call); ``node``
+    and ``cluster`` name this node in ``rabbitmq_identity_info``."""
     registries = {}
     for path, per_object in (("/metrics", False), ("/metrics/per-object", True)):
         registries[path] = CollectorRegistry(auto_describe=False)
-        registries[path].register(RabbitCollector(snap, per_object))  # type: ignore[arg-type]
+        registries[path].register(RabbitCollector(snap, per_object, node, cluster))  # type: ignore[arg-type]
 
     def per_object_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         refs = call(queue_refs)

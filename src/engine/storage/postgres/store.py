@@ -158,7 +158,7 @@ class PostgresStore(Store):
         conn = self._connect()
         try:
             conn.execute("SET synchronous_commit TO " + ("on" if self.fsync else "off"))
-            locked = self._take_lock(conn, wait)
+            locked = self._claim(conn, wait)
             if locked:
                 # who we are, to recognise this session if the connection is lost but the
                 # session is not
@@ -174,10 +174,12 @@ class PostgresStore(Store):
         log.info("PostgreSQL store: writing through %s:%s", conn.info.host, conn.info.port)
         return conn
 
-    def _take_lock(self, conn: psycopg.Connection[Any], wait: float) -> bool:
-        """Take the database's advisory lock on ``conn``, waiting up to ``wait`` seconds. A
-        session of our own that still holds it (our connection was cut, but the server has not
-        noticed: without server-side keepalives that can last hours) is ended first."""
+    def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        """Take the schema's advisory lock on ``conn`` (one broker per schema), waiting up to
+        ``wait`` seconds; False when another broker holds it. A session of our own that still holds
+        it (our connection was cut, but the server has not noticed: without server-side keepalives
+        that can last hours) is ended first. A cluster node shares the schema and claims nothing
+        (``storage.postgres.cluster``)."""
         key = lock_key(self.schema)
         deadline = time.monotonic() + wait
         ended = None
@@ -226,7 +228,7 @@ class PostgresStore(Store):
             decoded: dict[int, Message] = {}  # a message held by several queues is one object
             cur = conn.cursor(name="sansmq_recover")
             cur.itersize = 10_000
-            cur.execute(q["load_messages"])
+            cur.execute(q["load_messages"], self._load_params())
             for qid, mid, count, payload in cur:
                 if payload is None:
                     self.dropped_on_recovery += 1
@@ -239,6 +241,10 @@ class PostgresStore(Store):
         if self.dropped_on_recovery:
             log.warning("recovery: %d queue entries without their message row", self.dropped_on_recovery)
         return rec
+
+    def _load_params(self) -> tuple[Any, ...] | None:
+        """Parameters of the ``load_messages`` statement (a cluster node loads the queues it leads)."""
+        return None
 
     def recover(self) -> Recovered:
         rec, self._recovered = self._recovered, None
@@ -372,6 +378,7 @@ class PostgresStore(Store):
                     self._drop_connection()
                     self._commit(batch)
             except Exception as exc:  # noqa: BLE001 - whatever failed, nothing of the batch is lost
+                batch = self._kept_after_failure(batch, exc)
                 with self._lock:
                     self._batch[:0] = batch  # replayed first by the next sync
                     self._group = None
@@ -394,6 +401,11 @@ class PostgresStore(Store):
             if self._failed is not None:
                 log.warning("PostgreSQL store: commits work again")
                 self._failed = None
+
+    def _kept_after_failure(self, batch: list[Item], exc: Exception) -> list[Item]:
+        """What of a batch whose commit failed with ``exc`` is replayed: all of it (a cluster node
+        drops the writes of queues it was fenced off)."""
+        return batch
 
     def _commit(self, batch: list[Item]) -> None:
         conn = self._connection()

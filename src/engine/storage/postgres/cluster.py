@@ -1,0 +1,481 @@
+"""``ClusterStore``: the PostgreSQL store of one node of a cluster (DESIGN.md section 8).
+
+Differences from a lone ``PostgresStore`` on the same schema:
+
+- no advisory lock: every node shares the schema;
+- the node registers itself (``nodes``: a row with its address and heartbeat); its number gives it
+  id spaces of its own for new queues and messages (``no << 32`` and ``no << 40``), so nodes never
+  write the same row ids;
+- messages are loaded, written and removed only for the queues this node leads (``led``: queue id
+  -> lease epoch); every transaction that writes messages ends with ``fence`` (same transaction),
+  so once another node took a lease over, nothing of ours for that queue commits again. A fenced
+  batch loses the writes of those queues (they are the new leader's now) and ``on_fenced`` is told
+  which queues, so the node steps down;
+- every definition change is also appended to ``changes``, in the same transaction, for the other
+  nodes to apply (``definitions_since``); while ``muted`` (applying another node's change) nothing
+  is written at all.
+
+Membership upkeep (``heartbeat``) runs on its own connection from the cluster thread of the
+server (``servers.cluster``), never on the loop thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+
+from ..._message import Message
+from ...cluster.changes import Muting, encode_args
+from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
+from ...streams._pglog import stream_ddl
+from ..segment._records import _decode_message
+from ._batch import Item, _Group
+from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
+from ._schema import schema_ddl
+from .store import CONNECT_KW, PostgresStore, _reason, _safe_dsn
+
+__all__ = ["ClusterStore", "Change", "Heartbeat", "cluster_view"]
+
+log = logging.getLogger("sansmq.cluster")
+
+QUEUE_ID_SHIFT = 32
+MESSAGE_ID_SHIFT = 40
+
+
+@dataclass(slots=True)
+class Change:
+    """One definition change made by another node: ``op`` and its JSON ``params``."""
+
+    serial: int
+    node: str
+    op: str
+    params: dict[str, Any]
+    at: float  # when it was committed (the database's clock, seconds since the epoch)
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """What one round of membership upkeep found."""
+
+    lost: list[tuple[str, str]]  # queues whose lease moved away from this node
+    acquired: dict[tuple[str, str], list[StoredMessage]]  # queues taken over, with their messages
+    leaders: dict[tuple[str, str], str]  # every queue another node leads -> that node
+
+
+class ClusterStore(Muting, PostgresStore):
+    """The store of node ``node`` (advertising ``address`` to its peers); leases last ``lease``
+    seconds past the last heartbeat."""
+
+    def __init__(self, dsn: str, node: str, *, address: str = "", lease: float = 5.0, sync: bool = True,
+                 schema: str = "sansmq", retry_interval: float = 0.5) -> None:
+        self.node = node
+        self.address = address
+        self.lease = lease
+        self.number = 0
+        self._csql = cluster_statements(schema)
+        self._defs_key = defs_key(schema)
+        #: queue id -> lease epoch, for the queues this node leads
+        self.led: dict[int, int] = {}
+        self._defs_pending = False
+        self.last_serial = 0
+        #: at start: the queues other nodes lead -> their leader
+        self.remote_leaders: dict[tuple[str, str], str] = {}
+        self.first_message_id = 0
+        #: the credential of the node-to-node links (in the database: only nodes can read it)
+        self.secret = ""
+        #: node -> the address its node-to-node link listens on
+        self.addresses: dict[str, str] = {}
+        #: live nodes -> how many queues they lead (``balanced`` placement), as of the last heartbeat
+        self.load: dict[str, int] = {}
+        #: queues declared here whose leader placement chose another node -> that node (the model
+        #: marks them remote right after the declare: engine.cluster.membership.placed)
+        self.placed: dict[tuple[str, str], str] = {}
+        #: messages for queues other nodes lead: (sync token, leader, vhost, queue, message), sent
+        #: by ``sync``
+        self._outbox: list[tuple[int, str, str, str, Message]] = []
+        #: forwarded messages given up (their sync failed: their publishers got a nack)
+        self.forwards_failed = 0
+        #: sends one leader's messages over the link, returns once that leader committed them
+        #: (``servers.cluster.link``); raises StoreError when it cannot
+        self.sender: Callable[[str, str, list[tuple[str, Message]]], None] | None = None
+        #: called (from a worker thread) with the (vhost, queue) names this node was fenced off
+        self.on_fenced: Callable[[list[tuple[str, str]]], None] | None = None
+        self._hb_lock = threading.Lock()
+        self._hb_conn: psycopg.Connection[Any] | None = None
+        self._create_schema(dsn, schema)
+        super().__init__(dsn, sync=sync, schema=schema, retry_interval=retry_interval)
+
+    def _create_schema(self, dsn: str, schema: str) -> None:
+        """Every table and the fence function, created by one node at a time (nodes starting
+        together would otherwise race on the catalog: "tuple concurrently updated")."""
+        try:
+            with psycopg.connect(dsn, autocommit=True, **CONNECT_KW) as conn, conn.transaction():
+                conn.execute(self._csql["defs_lock"], (self._defs_key,))
+                conn.execute(schema_ddl(schema))
+                conn.execute(stream_ddl(schema))
+                conn.execute(cluster_ddl(schema))
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store {_safe_dsn(dsn)}: {_reason(exc)}") from None
+
+    # -- connection: shared, nothing to claim -------------------------------------------------------
+    def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        return True
+
+    # -- start: register, take leases, load what this node leads -----------------------------------
+    def _load(self, conn: psycopg.Connection[Any]) -> Recovered:
+        c = self._csql
+        self._sql.update(c)  # the batch's cluster statements, and load_messages of the led queues
+        with conn.transaction():
+            conn.execute(c["defs_lock"], (self._defs_key,))
+            row = conn.execute(c["register"], {"name": self.node, "address": self.address,
+                                               "lease": self.lease}).fetchone()
+            assert row is not None
+            self.number = row[0]
+            self.secret = conn.execute(c["secret"]).fetchone()[0]  # type: ignore[index]
+            self.addresses = dict(conn.execute(c["addresses"]).fetchall())
+            self.load = dict(conn.execute(c["node_load"]).fetchall())
+            conn.execute(c["lease_orphans"], {"me": self.node})
+            conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease, "restart": True})
+            self.last_serial = conn.execute(c["last_change"]).fetchone()[0]  # type: ignore[index]
+            rec = super()._load(conn)
+            lo = self.number << QUEUE_ID_SHIFT
+            ids = conn.execute(c["max_ids"], {"lo": self.number << MESSAGE_ID_SHIFT,
+                                              "hi": (self.number + 1) << MESSAGE_ID_SHIFT}).fetchone()
+            qids = conn.execute(c["max_ids"], {"lo": lo, "hi": (self.number + 1) << QUEUE_ID_SHIFT}).fetchone()
+            self.led = dict(conn.execute(c["lease_mine"], (self.node,)).fetchall())
+            self.remote_leaders = {(v, n): leader for v, n, leader in conn.execute(c["lease_leaders"], (self.node,))}
+        assert ids is not None and qids is not None
+        # new messages and queues get ids in this node's own spaces (recovered ones keep theirs)
+        rec.max_message_id = 0
+        self.first_message_id = max(ids[0] or 0, self.number << MESSAGE_ID_SHIFT)
+        self._next_qid = max(qids[1] or 0, lo) + 1
+        log.info("cluster node %s (no. %d) leads %d of %d queues", self.node, self.number, len(self.led),
+                 len(rec.queues))
+        return rec
+
+    def _load_params(self) -> tuple[Any, ...] | None:
+        return (self.node,)
+
+    def leads(self, vhost: str, queue: str) -> bool:
+        qid = self._qids.get((vhost, queue))
+        return qid is not None and qid in self.led
+
+    def queue_id(self, vhost: str, queue: str) -> int | None:
+        return self._qids.get((vhost, queue))
+
+    def _log(self, op: str, params: dict[str, Any]) -> None:
+        self._op("log_change", self.node, op, json.dumps(params))
+        self._defs_pending = True
+
+    def commit_definitions(self) -> None:
+        """Commit the batch if it holds definition changes (the cluster thread, every poll): users,
+        permissions and policies bring no Sync of their own, and the other nodes must see them."""
+        if self._defs_pending:
+            self._defs_pending = False
+            # the database part only: forwarding belongs to the sync worker alone (one thread uses
+            # the links, and a forward confirms nobody until its own token's sync has sent it)
+            PostgresStore.sync(self, 0)
+
+    # -- entities: written and logged ---------------------------------------------------------------
+    def add_vhost(self, name: str) -> None:
+        if not self.muted:
+            super().add_vhost(name)
+            self._log("vhost.add", {"name": name})
+
+    def delete_vhost(self, name: str) -> None:
+        if not self.muted:
+            super().delete_vhost(name)
+            self._log("vhost.delete", {"name": name})
+
+    def put_doc(self, kind: str, key: str, doc: str) -> None:
+        if not self.muted:
+            super().put_doc(kind, key, doc)
+            self._log("doc.put", {"kind": kind, "key": key, "doc": doc})
+
+    def delete_doc(self, kind: str, key: str) -> None:
+        if not self.muted:
+            super().delete_doc(kind, key)
+            self._log("doc.delete", {"kind": kind, "key": key})
+
+    def add_exchange(self, xdef: ExchangeDef) -> None:
+        if not self.muted:
+            super().add_exchange(xdef)
+            self._log("exchange.add", {**asdict(xdef), "args": encode_args(xdef.args)})
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        if not self.muted:
+            super().delete_exchange(vhost, name)
+            self._log("exchange.delete", {"vhost": vhost, "name": name})
+
+    def add_queue(self, qdef: QueueDef) -> None:
+        """A new durable queue, led by this node (``client-local``) or, ``balanced``, by the live
+        node leading fewest queues."""
+        if self.muted:
+            return
+        super().add_queue(qdef)
+        qid = self._qids[(qdef.vhost, qdef.name)]
+        leader = self._placement(qdef.args)
+        self._op("lease_new", qid, leader, self.lease)
+        if leader == self.node:
+            self.led[qid] = 1
+        else:
+            self.placed[(qdef.vhost, qdef.name)] = leader
+        self._log("queue.add", {**asdict(qdef), "args": encode_args(qdef.args), "id": qid, "leader": leader})
+
+    def _placement(self, args: dict[str, Any] | None) -> str:
+        locator = (args or {}).get("x-queue-leader-locator") or (args or {}).get("x-queue-master-locator")
+        load = self.load
+        if locator in (None, "client-local") or not load:
+            return self.node
+        leader = min(load, key=lambda n: (load[n], n))
+        load[leader] += 1  # the next declares before the next heartbeat spread on
+        return leader
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        if self.muted:
+            return
+        qid = self._qids.get((vhost, name))
+        super().delete_queue(vhost, name)
+        if qid is not None:
+            self.led.pop(qid, None)
+            self._op("lease_drop", qid)
+        self._log("queue.delete", {"vhost": vhost, "name": name})
+
+    def add_binding(self, bdef: BindingDef) -> None:
+        if not self.muted:
+            super().add_binding(bdef)
+            self._log("binding.add", {**asdict(bdef), "args": encode_args(bdef.args)})
+
+    def delete_binding(self, bdef: BindingDef) -> None:
+        if not self.muted:
+            super().delete_binding(bdef)
+            self._log("binding.delete", {**asdict(bdef), "args": encode_args(bdef.args)})
+
+    def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None:
+        """Another node created (``qid``; ``led``: placed here, lease epoch 1) or deleted (None)
+        queue ``name``: keep the id map right."""
+        if qid is None:
+            old = self._qids.pop((vhost, name), None)
+            if old is not None:
+                self.led.pop(old, None)
+        else:
+            self._qids[(vhost, name)] = qid
+            if led:
+                self.led[qid] = 1
+
+    # -- messages: only for the queues this node leads ----------------------------------------------
+    def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
+        qid = self._qids.get((vhost, queue))
+        if qid is None or self.muted:
+            return
+        if qid not in self.led:  # stepped down (fenced) before the model heard of it: refused, not lost
+            raise StoreError(f"queue '{queue}' in vhost '{vhost}' is no longer led by node {self.node}")
+        super().enqueue(vhost, queue, msg)
+
+    def remove(self, vhost: str, queue: str, msg_id: int) -> None:
+        if self._qids.get((vhost, queue)) in self.led:
+            super().remove(vhost, queue, msg_id)
+
+    def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
+        if self._qids.get((vhost, queue)) in self.led:
+            super().update_delivery(vhost, queue, msg_id, delivery_count)
+
+    # -- queues led elsewhere: their messages go to the leader with the sync ----------------------------
+    def forward(self, token: int, leader: str, vhost: str, queue: str, msg: Message) -> None:
+        """Send ``msg`` to ``queue`` on its leader with the sync of ``token`` (loop thread)."""
+        with self._lock:
+            self._outbox.append((token, leader, vhost, queue, msg))
+
+    def sync(self, token: int) -> None:
+        """Our own commit, then the messages for other leaders, each leader confirming after its
+        commit: a publish through this node is confirmed only once its queue's leader stored it.
+
+        A send that fails fails this sync, whose failure nacks the publishers waiting on ``token``
+        or before: their messages are given up. Messages of later tokens (appended after their
+        sync was asked for, taken here early) are kept for their own sync, so no publisher is
+        confirmed for a message that did not reach its leader."""
+        super().sync(token)
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+        if not outbox:
+            return
+        by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
+        for item in outbox:
+            _, leader, vhost, queue, _ = item
+            # a queue whose leader changed since: to its leader now (this node's own link too)
+            leader = self.remote_leaders.get((vhost, queue), leader)
+            by_leader.setdefault((leader, vhost), []).append(item)
+        failed, kept = [], []
+        for (leader, vhost), items in by_leader.items():
+            try:
+                if self.sender is None:
+                    raise StoreError("no node-to-node link to forward messages to their queues' leaders")
+                self.sender(leader, vhost, [(queue, msg) for _, _, _, queue, msg in items])
+            except StoreError as exc:  # other leaders' are still sent
+                failed.append(str(exc))
+                kept += [item for item in items if item[0] > token]
+                self.forwards_failed += sum(1 for item in items if item[0] <= token)
+        if kept:
+            with self._lock:
+                self._outbox[:0] = kept
+        if failed:
+            raise StoreError("; ".join(failed))
+
+    # -- writing: the change log in order, the fence last ---------------------------------------------
+    def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
+        c = self._csql
+        if any(type(item) is tuple and item[0] == "log_change" for item in batch):
+            conn.execute(c["defs_lock"], (self._defs_key,))
+        super()._write(conn, batch)
+        touched: set[int] = set()
+        for item in batch:
+            if isinstance(item, _Group):
+                touched.update(k[0] for k in item.ins)
+                touched.update(k[0] for k in item.cnt)
+                touched.update(k[0] for k in item.dels)
+        if touched:
+            qids = sorted(touched)
+            led = self.led
+            conn.execute(c["fence"], (self.node, qids, [led.get(q, -1) for q in qids]))
+
+    def _kept_after_failure(self, batch: list[Item], exc: Exception) -> list[Item]:
+        if not (isinstance(exc, psycopg.Error) and exc.sqlstate == FENCED):
+            return batch
+        detail = exc.diag.message_detail or ""
+        lost = {int(part) for part in detail.split(",") if part.strip()}
+        names = [key for key, qid in list(self._qids.items()) if qid in lost]  # the loop thread adds to it
+        for qid in lost:
+            self.led.pop(qid, None)
+        log.error("cluster node %s: fenced off %s (their lease moved to another node); stepping down",
+                  self.node, ", ".join(f"{v}/{n}" for v, n in names))
+        if self.on_fenced is not None:
+            self.on_fenced(names)
+        return [_without(item, lost) if isinstance(item, _Group) else item for item in batch]
+
+    # -- membership upkeep (the cluster thread, its own connection) -----------------------------------
+    def _upkeep_conn(self) -> psycopg.Connection[Any]:
+        conn = self._hb_conn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._hb_conn = psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
+        return conn
+
+    def _upkeep(self, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        with self._hb_lock:
+            try:
+                return fn(self._upkeep_conn())
+            except psycopg.Error as exc:
+                conn, self._hb_conn = self._hb_conn, None
+                if conn is not None:
+                    conn.close()
+                raise StoreError(f"cluster upkeep: {_reason(exc)}") from None
+
+    def heartbeat(self, take_over: bool = True) -> Heartbeat:
+        """Beat, renew this node's leases, take over expired ones (``take_over``) and read the
+        messages of those from the database (failover is recovery)."""
+        c = self._csql
+
+        def run(conn: psycopg.Connection[Any]) -> Heartbeat:
+            with conn.transaction():
+                conn.execute(c["heartbeat"], (self.address, self.node))
+                conn.execute(c["lease_renew"], {"me": self.node, "lease": self.lease})
+                got: dict[int, int] = {}
+                if take_over:
+                    got = dict(conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease,
+                                                                 "restart": False}).fetchall())
+                mine = dict(self.led)
+                # a lease row not committed yet (a queue declared since the last sync) is no loss
+                lost = [q for q, leader, e in conn.execute(c["lease_check"], (list(mine),))
+                        if leader != self.node or e != mine[q]]
+                leaders = {(v, n): leader for v, n, leader in conn.execute(c["lease_leaders"], (self.node,))}
+                self.addresses = dict(conn.execute(c["addresses"]).fetchall())
+                self.load = dict(conn.execute(c["node_load"]).fetchall())
+            self.remote_leaders = leaders
+            for q in lost:
+                self.led.pop(q, None)
+            acquired: dict[tuple[str, str], list[StoredMessage]] = {}
+            if got:
+                names = {qid: (v, n) for qid, v, n in conn.execute(c["queue_names"], (list(got),))}
+                for qid in got:
+                    if qid in names:
+                        acquired[names[qid]] = []
+                        self._qids[names[qid]] = qid
+                missing = 0
+                for qid, _mid, count, payload in conn.execute(c["load_queue_messages"], (list(names),)):
+                    if payload is None:
+                        missing += 1
+                        continue
+                    # it may have been delivered by the failed leader: flagged redelivered
+                    acquired[names[qid]].append(StoredMessage(_decode_message(payload), max(count, 1)))
+                if missing:
+                    log.error("cluster node %s: %d queue entries taken over without their message row",
+                              self.node, missing)
+                self.led.update(got)
+            inverse = {qid: key for key, qid in list(self._qids.items())}  # the loop thread adds to it
+            return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders)
+
+        return self._upkeep(run)  # type: ignore[no-any-return]
+
+    def definitions_since(self) -> list[Change]:
+        """Definition changes committed by other nodes since the last call, in serial order."""
+        def run(conn: psycopg.Connection[Any]) -> list[Change]:
+            rows = conn.execute(self._csql["changes_since"], (self.last_serial,)).fetchall()
+            out = []
+            for serial, node, op, params, at in rows:
+                self.last_serial = serial
+                if node != self.node:
+                    out.append(Change(serial, node, op, json.loads(params), float(at)))
+            return out
+
+        return self._upkeep(run)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Commit what is pending, then leave: this node's leases and heartbeat run out at once, so
+        the other nodes take its queues over now rather than a lease later (a graceful shutdown)."""
+        super().close()
+        c = self._csql
+
+        def leave(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute(c["lease_release"], (self.node,))
+                conn.execute(c["node_leave"], (self.node,))
+
+        try:
+            self._upkeep(leave)
+        except StoreError as exc:
+            log.warning("cluster node %s: could not hand its queues over on shutdown: %s", self.node, exc)
+        with self._hb_lock:
+            if self._hb_conn is not None:
+                self._hb_conn.close()
+                self._hb_conn = None
+
+
+def _without(group: _Group, lost: set[int]) -> _Group:
+    """``group`` less the changes of the queues in ``lost``."""
+    kept = _Group()
+    kept.msgs = group.msgs
+    kept.ins = {k: v for k, v in group.ins.items() if k[0] not in lost}
+    kept.cnt = {k: v for k, v in group.cnt.items() if k[0] not in lost}
+    kept.dels = {k for k in group.dels if k[0] not in lost}
+    kept.touched = group.touched
+    return kept
+
+
+def cluster_view(dsn: str, schema: str = "sansmq") -> dict[str, Any]:
+    """Nodes and leases as the database has them (``sansmq cluster status``, ``/api/nodes``)."""
+    c = cluster_statements(schema)
+    try:
+        with psycopg.connect(dsn, autocommit=True, **CONNECT_KW) as conn:
+            nodes = [{"name": n, "number": no, "address": a, "started": s.isoformat(), "heartbeat": h.isoformat(),
+                      "running": bool(alive), "heartbeat_age": float(age)}
+                     for n, no, a, s, h, alive, age in conn.execute(c["nodes"])]
+            leases = [{"vhost": v, "queue": q, "leader": ld, "epoch": e, "expires_in": float(left)}
+                      for v, q, ld, e, _x, left in conn.execute(c["leases"])]
+    except psycopg.Error as exc:
+        raise StoreError(f"cluster status: {_reason(exc)}") from None
+    return {"nodes": nodes, "leases": leases}

@@ -1,0 +1,72 @@
+"""``Links``: this node's connections to its peers' link listeners (``engine.cluster.link``), one
+per (peer, vhost), on our own AMQP client (``pipeline.client``, amqpproto's client role).
+
+``send`` runs in the store's sync (a worker thread, one at a time): it publishes a leader's
+messages in confirm mode and returns once the leader confirmed every one, i.e. after the leader's
+commit holds them. A link that fails is dropped (made again on the next send) and the failure is a
+StoreError: the publishers waiting on that sync get a nack, never a confirm.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote
+
+from engine._message import Message
+from engine.amqp.properties import message_props
+from engine.cluster.link import LINK_USER, RELAY_HEADER, relay_header
+from engine.storage.postgres.cluster import ClusterStore
+from engine.store import StoreError
+from pipeline.client import BrokerError, Client
+
+from .relay import RelayLinks
+
+__all__ = ["Links"]
+
+log = logging.getLogger("sansmq.cluster")
+
+class Links:
+    """``timeout``: seconds a peer may take to connect or to confirm a batch before the link counts
+    as failed (default: the lease; a peer stalled that long has lost its queues anyway)."""
+
+    def __init__(self, store: ClusterStore, timeout: float | None = None) -> None:
+        self.store = store
+        self.timeout = max(store.lease, 0.5) if timeout is None else timeout
+        self._clients: dict[tuple[str, str], Client] = {}
+        #: consumers of queues led elsewhere, served through their leaders
+        self.relays = RelayLinks(store)
+
+    def _client(self, leader: str, vhost: str) -> Client:
+        client = self._clients.get((leader, vhost))
+        if client is None:
+            address = self.store.addresses.get(leader)
+            if not address:
+                raise StoreError(f"cluster node {leader} has no known link address")
+            url = f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}"
+            client = Client(url, timeout=self.timeout)
+            client.confirm_select()
+            self._clients[(leader, vhost)] = client
+        return client
+
+    def send(self, leader: str, vhost: str, items: list[tuple[str, Message]]) -> None:
+        """Publish ``items`` ((queue, message)) to their queues on ``leader``; return once confirmed."""
+        try:
+            client = self._client(leader, vhost)
+            for queue, msg in items:
+                props = message_props(msg)
+                props.headers = {**(props.headers or {}), RELAY_HEADER: relay_header(msg)}
+                last = client.publish("", queue, props, msg.body)
+            client.flush()
+            client.wait_confirms(last)
+        except (OSError, BrokerError, TimeoutError) as exc:
+            self.drop(leader, vhost)
+            raise StoreError(f"forwarding to cluster node {leader}: {exc}") from None
+
+    def drop(self, leader: str, vhost: str) -> None:
+        client = self._clients.pop((leader, vhost), None)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        for leader, vhost in list(self._clients):
+            self.drop(leader, vhost)

@@ -1,0 +1,115 @@
+"""``RelayLinks``: the I/O of consuming a queue through its leader (``engine.cluster.relay``).
+
+One thread per relay: it logs in to the leader's link listener, consumes the queue there with a
+prefetch of ``PREFETCH``, hands each batch of deliveries to the loop thread, sends the acks the
+loop queued, and every ``IDLE_CHECK`` seconds asks the loop whether the queue still has a consumer
+here. When the relay stops (no consumer left, this node leads the queue now) or the link fails, the
+connection is closed, so the leader requeues what it delivered and was not acked; a failed link is
+made again (to the leader the leases name by then) while consumers remain.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+from urllib.parse import quote
+
+from engine._props import props_to_headers
+from engine.cluster.link import LINK_USER
+from engine.cluster.relay import Relay, Relays
+from engine.storage.postgres.cluster import ClusterStore
+from pipeline.client import BrokerError, Client
+
+__all__ = ["RelayLinks", "PREFETCH"]
+
+log = logging.getLogger("sansmq.cluster")
+
+#: deliveries a relay may hold unacked from the leader (the local consumers' prefetch applies here)
+PREFETCH = 250
+#: seconds between two checks that the relayed queue still has a consumer here
+IDLE_CHECK = 0.5
+#: seconds a relay waits for the leader's next delivery before sending its pending acks again
+POLL = 0.02
+#: seconds before a relay whose link failed is made again
+RETRY = 0.5
+
+
+class RelayLinks:
+    """Starts a thread per relay; ``post(fn)`` runs ``fn(broker)`` on the loop thread."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self.relays: Relays | None = None
+        self.post: Any = None  # set once the server exists (ClusterNode)
+
+    def open(self, relay: Relay) -> None:
+        threading.Thread(target=self._run, args=(relay,), name=f"sansmq-relay-{relay.queue.name}",
+                         daemon=True).start()
+
+    def _connect(self, relay: Relay) -> Client:
+        address = self.store.addresses.get(relay.leader)
+        if not address:
+            raise BrokerError(f"cluster node {relay.leader} has no known link address")
+        vhost = relay.queue.vhost.name
+        client = Client(f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
+                        timeout=max(self.store.lease, 0.5))
+        client.qos(PREFETCH)
+        client.consume(relay.queue.name)
+        return client
+
+    def _run(self, relay: Relay) -> None:
+        relays = self.relays
+        assert relays is not None
+        client: Client | None = None
+        try:
+            client = self._connect(relay)
+            next_check = time.monotonic() + IDLE_CHECK
+            acks = relay.acks
+            while relay.active:
+                while acks:
+                    client.ack(acks.popleft(), multiple=False)
+                first = client.next_delivery(POLL)
+                if first is not None:
+                    batch = [first, *client.deliveries]
+                    client.deliveries.clear()
+                    self.post(lambda b, batch=batch: _deliver(relays, relay, batch))
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + IDLE_CHECK
+                    self.post(lambda b: _check(relays, relay))
+            while acks:  # the acks made before the stop still count: sent ahead of the close
+                client.ack(acks.popleft(), multiple=False)
+            client.flush()
+        except (OSError, BrokerError, TimeoutError) as exc:
+            if relay.active:
+                log.warning("cluster: consuming queue '%s' through node %s failed: %s", relay.queue.name,
+                            relay.leader, exc)
+                time.sleep(RETRY)
+                self.post(lambda b: _restart(relays, relay))
+        finally:
+            if client is not None:
+                client.close()
+
+
+def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:
+    for d in batch:
+        props = d.properties
+        relays.delivered(relay, d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props_to_headers(props),
+                         d.body, props is not None and props.delivery_mode == 2,
+                         (props.priority or 0) if props is not None else 0)
+
+
+def _check(relays: Relays, relay: Relay) -> None:
+    """Stop a relay nobody here needs; one whose queue's leader is another node now (the old one
+    stalled) consumes there instead."""
+    if not relays.idle(relay) and relay.queue.leader != relay.leader:
+        _restart(relays, relay)
+
+
+def _restart(relays: Relays, relay: Relay) -> None:
+    """The link failed: what it brought goes back to the leader; consumers left here get a new one."""
+    q = relay.queue
+    relays.stop(relay)
+    if q.consumers and q.leader is not None:
+        relays.consumed(q)
