@@ -55,7 +55,7 @@ class Compaction:
         is written out first; its fsync is left to the next sync, as for any append."""
         self._write_segments()
         tmp = os.path.join(self.path, "journal.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._fs.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         out = bytearray(JRN_MAGIC)
         done = 0
 
@@ -100,9 +100,9 @@ class Compaction:
             flush()
             self._fsync_full(fd)
         except BaseException:
-            os.close(fd)
+            self._fs.close(fd)
             raise
-        os.replace(tmp, os.path.join(self.path, "journal"))
+        self._fs.replace(tmp, os.path.join(self.path, "journal"))
         self._fsync_dir(self.path)
         if self._j is not None:
             self._close_fd(self._j.fd)

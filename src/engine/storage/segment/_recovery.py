@@ -8,6 +8,8 @@ import logging
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from zlib import crc32
 
@@ -61,88 +63,14 @@ class Recovery:
         ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
         record among them is found and dropped when it is paged in)."""
         jpath = os.path.join(self.path, "journal")
-        data: bytes | mmap.mmap = b""
-        if os.path.exists(jpath) and os.path.getsize(jpath):
-            with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         by_qid: dict[int, _QIndex] = {}
         #: loaded idle queues whose journal qid may still get messages: qid -> vhost, name (two
         #: dicts, no tuple per queue)
         self._idle_names: dict[int, str] = {}
         self._idle_vhosts: dict[int, str] = {}
-        n_rec = 0  # records replayed
-        torn = False
-        #: the highest message position the journal's enqueues cover (see ``_replay_markers``) and
-        #: the journal offset of its first enqueue at exactly that position (-1: none yet)
-        cov, cov_from = 0, -1
-        magic = bytes(data[: len(JRN_MAGIC)])
-        if magic == JRN_MAGIC:
-            view = memoryview(data)
-            off, end = len(JRN_MAGIC), len(data)
-            rec_size = _REC.size
-            while off + rec_size <= end:
-                n, crc = _REC.unpack_from(view, off)
-                stop = off + rec_size + n
-                if stop > end or not n or crc32(view[off + rec_size : stop]) != crc:
-                    break
-                p = view[off + rec_size : stop]
-                at, off = off, stop
-                n_rec += 1
-                kind = p[0]
-                if kind == K_ENQ:
-                    _, qid, mid, pos = _ENQ.unpack(p)
-                    if pos >= cov and (pos > cov or cov_from < 0):
-                        cov, cov_from = pos, at
-                    self._replay_enqueue(qid, mid, pos, by_qid)
-                elif kind == K_REM:
-                    _, qid, mid = _REM.unpack(p)
-                    qi = by_qid.get(qid)
-                    if qi is not None and (i := qi.find(mid)) >= 0:
-                        qi.take(i)
-                elif kind == K_CNT:
-                    _, qid, mid, count = _CNT.unpack(p)
-                    qi = by_qid.get(qid)
-                    if qi is not None and qi.find(mid) >= 0:
-                        if qi.counts is None:
-                            qi.counts = {}
-                        qi.counts[mid] = count
-                elif kind == K_EXP:
-                    _, qid, mid, when = _EXP.unpack(p)
-                    qi = by_qid.get(qid)
-                    if qi is not None and qi.find(mid) >= 0:
-                        if qi.exp is None:
-                            qi.exp = {}
-                        qi.exp[mid] = when
-                elif kind == K_MARK:
-                    (_, mark) = _MARK.unpack(p)
-                    if mark > cov:
-                        cov, cov_from = mark, -1
-                elif kind == K_META:
-                    plain = decode_plain_queue(p)
-                    if plain is not None:  # the common case, without a QueueDef
-                        self._load_plain_queue(*plain, by_qid)
-                        continue
-                    try:
-                        meta = decode_meta(bytes(p))
-                    except (ValueError, IndexError, struct.error) as exc:
-                        raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
-                    self._apply_meta(meta, by_qid)
-            if off != end:
-                torn = True
-                log.warning("journal: dropped a torn tail of %d bytes", end - off)
-            covered = _enqueued_at(view, cov, cov_from, off)
-            p = view = None  # type: ignore[assignment]  # release the mapping's exports
-        elif magic.startswith(b"SMQJRN"):
-            raise StoreError(f"{jpath} was written by another sansmq store format version "
-                             f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
-        elif len(data):
-            raise StoreError(f"{jpath} is not a sansmq journal")
-        else:
-            covered = set()
-        if isinstance(data, mmap.mmap):
-            data.close()
-        del data
-        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        with self._journal_data(jpath) as data:
+            magic, n_rec, torn, cov, covered = self._replay_journal(data, jpath, by_qid)
+        existing = [int(n) for n in self._fs.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
         from_segments = self._replay_markers(sorted(existing), cov, covered, by_qid)
         del self._idle_names, self._idle_vhosts
         for v in self._qs.values():  # the loaded idle queues drop their qids
@@ -158,8 +86,8 @@ class Recovery:
                         refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
         for no in existing:
             if no in refs:
-                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
-                self._segs[no].written = os.fstat(self._segs[no].fd).st_size
+                fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
+                self._segs[no] = _File(self._seg_path(no), fd, self._fs.fsize(fd))
         # materialise each queue's head; a message shared by queues is decoded once
         decoded: dict[int, Message | None] = {}
         budget = self.memory_bodies
@@ -240,7 +168,7 @@ class Recovery:
             if no not in refs:
                 self._drop_segment(no)
                 try:
-                    os.unlink(self._seg_path(no))
+                    self._fs.unlink(self._seg_path(no))
                 except FileNotFoundError:
                     pass
         self._seg_no = max(existing, default=0)
@@ -252,10 +180,100 @@ class Recovery:
             if torn or self.dropped_on_recovery or from_segments or not magic or n_rec > 2 * live + 64:
                 self._compact()  # rewrite the live state (also cuts a torn tail)
             else:  # already compact enough: append to it as it is
-                fd = os.open(jpath, os.O_RDWR)
-                self._j = _File(jpath, fd, os.fstat(fd).st_size)
+                fd = self._fs.open(jpath, os.O_RDWR)
+                self._j = _File(jpath, fd, self._fs.fsize(fd))
                 self._j_live_hint = max(1024, live)
         return rec
+
+    @contextmanager
+    def _journal_data(self, jpath: str) -> Iterator[bytes | mmap.mmap]:
+        """The journal's bytes (mapped on a real file system: a big journal costs no heap)."""
+        try:
+            fd = self._fs.open(jpath, os.O_RDONLY)
+        except FileNotFoundError:
+            yield b""
+            return
+        try:
+            with self._fs.mapped(fd) as data:
+                yield data
+        finally:
+            self._fs.close(fd)
+
+    def _replay_journal(self, data: bytes | mmap.mmap, jpath: str, by_qid: dict[int, _QIndex],
+                        ) -> tuple[bytes, int, bool, int, set[tuple[int, int]]]:
+        """Replay the journal's valid records into ``by_qid`` and the definitions. Returns its magic,
+        the records replayed, whether a torn tail was dropped, and the enqueue coverage (the highest
+        message position its enqueues cover and the (queue id, message id) enqueued at exactly it)."""
+        n_rec = 0  # records replayed
+        torn = False
+        #: the highest message position the journal's enqueues cover (see ``_replay_markers``) and
+        #: the journal offset of its first enqueue at exactly that position (-1: none yet)
+        cov, cov_from = 0, -1
+        magic = bytes(data[: len(JRN_MAGIC)])
+        if magic == JRN_MAGIC:
+            view = memoryview(data)
+            off, end = len(JRN_MAGIC), len(data)
+            rec_size = _REC.size
+            while off + rec_size <= end:
+                n, crc = _REC.unpack_from(view, off)
+                stop = off + rec_size + n
+                if stop > end or not n or crc32(view[off + rec_size : stop]) != crc:
+                    break
+                p = view[off + rec_size : stop]
+                at, off = off, stop
+                n_rec += 1
+                kind = p[0]
+                if kind == K_ENQ:
+                    _, qid, mid, pos = _ENQ.unpack(p)
+                    if pos >= cov and (pos > cov or cov_from < 0):
+                        cov, cov_from = pos, at
+                    self._replay_enqueue(qid, mid, pos, by_qid)
+                elif kind == K_REM:
+                    _, qid, mid = _REM.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and (i := qi.find(mid)) >= 0:
+                        qi.take(i)
+                elif kind == K_CNT:
+                    _, qid, mid, count = _CNT.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.counts is None:
+                            qi.counts = {}
+                        qi.counts[mid] = count
+                elif kind == K_EXP:
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0:
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
+                elif kind == K_MARK:
+                    (_, mark) = _MARK.unpack(p)
+                    if mark > cov:
+                        cov, cov_from = mark, -1
+                elif kind == K_META:
+                    plain = decode_plain_queue(p)
+                    if plain is not None:  # the common case, without a QueueDef
+                        self._load_plain_queue(*plain, by_qid)
+                        continue
+                    try:
+                        meta = decode_meta(bytes(p))
+                    except (ValueError, IndexError, struct.error) as exc:
+                        raise StoreError(f"{jpath}: malformed entity record ({exc})") from None
+                    self._apply_meta(meta, by_qid)
+            if off != end:
+                torn = True
+                log.warning("journal: dropped a torn tail of %d bytes", end - off)
+            covered = _enqueued_at(view, cov, cov_from, off)
+            p = view = None  # type: ignore[assignment]  # release the mapping's exports
+        elif magic.startswith(b"SMQJRN"):
+            raise StoreError(f"{jpath} was written by another sansmq store format version "
+                             f"({magic[:7].decode(errors='replace')}; this one reads {JRN_MAGIC[:7].decode()})")
+        elif len(data):
+            raise StoreError(f"{jpath} is not a sansmq journal")
+        else:
+            covered = set()
+        return magic, n_rec, torn, cov, covered
 
     def _replay_enqueue(self, qid: int, mid: int, pos: int, by_qid: dict[int, _QIndex]) -> None:
         qi = by_qid.get(qid)
@@ -278,11 +296,13 @@ class Recovery:
                 continue
             start = (cov & 0xFFFFFFFF) if no == cov >> 32 else len(SEG_MAGIC)
             try:
-                with open(self._seg_path(no), "rb") as f:
-                    if f.read(len(SEG_MAGIC)) != SEG_MAGIC:
+                fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
+                try:
+                    if self._fs.pread(fd, len(SEG_MAGIC), 0) != SEG_MAGIC:
                         continue
-                    f.seek(start)
-                    data = f.read()
+                    data = self._fs.pread(fd, max(0, self._fs.fsize(fd) - start), start)
+                finally:
+                    self._fs.close(fd)
             except OSError as exc:
                 raise StoreError(f"segment {no}: cannot read its tail ({exc})") from None
             for _, p in _records(data, 0)[0]:

@@ -45,7 +45,6 @@ modules: ``_recovery`` (loading), ``_paging`` (page out/in and record reads), ``
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import threading
@@ -53,6 +52,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._message import Message
+from ...fs import OS_FS, FileSystem
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError
 from ...streams._files import FileStreams
 from ._compaction import Compaction
@@ -103,11 +103,13 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     """Durable store in directory ``path``. Opening loads everything (``recover()`` hands it over once).
 
     ``sync=False`` never fsyncs: ``sync`` then only hands the buffers to the OS, so confirmed data
-    survives the process being killed but not a power loss or kernel crash."""
+    survives the process being killed but not a power loss or kernel crash. ``fs`` is the file
+    system every file call goes through (``engine.simfs.SimFS`` under the simulator)."""
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, segment_size: int = 8 << 20,
-                 memory_bodies: int = 64 << 20, recover_window: int = 2048) -> None:
+                 memory_bodies: int = 64 << 20, recover_window: int = 2048, fs: FileSystem = OS_FS) -> None:
         self.path = os.fspath(path)
+        self._fs = fs
         #: receipts always wait for ``sync``: with ``fsync`` off it is only a write to the OS
         self.needs_sync = True
         self.fsync = sync
@@ -155,28 +157,26 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._pages: dict[tuple[str, str], _Page] = {}
         #: paged records that could not be read back (torn, or a failed write that never recovered)
         self.dropped_paged = 0
-        os.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        fs.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock_fd = fs.lock(os.path.join(self.path, "LOCK"))
         except OSError:
-            os.close(self._lock_fd)
             raise StoreError(f"data directory {self.path} is in use by another process") from None
         self._recovered: Recovered | None = self._load()
         self._streams: FileStreams | None = None  # stream queues' logs, opened on first use
 
-    # -- I/O primitives (fault-injection tests override these) -----------------------------------------
+    # -- I/O primitives (through the file-system seam; fault-injection tests also override these)
     def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
-        return os.pwrite(fd, data, offset)
+        return self._fs.pwrite(fd, data, offset)
 
     def _fsync(self, fd: int) -> None:
         """Make an append-only file's new bytes durable: fdatasync flushes the data and the size
         (what reading them back needs) but not the timestamps, a journal commit cheaper."""
-        os.fdatasync(fd)
+        self._fs.fdatasync(fd)
 
     def _fsync_full(self, fd: int) -> None:
         """fsync with every bit of metadata: directories, the rewritten journal."""
-        os.fsync(fd)
+        self._fs.fsync(fd)
 
     def _seg_path(self, no: int) -> str:
         return os.path.join(self.path, "segments", f"{no:08d}")
@@ -243,7 +243,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """Start the next segment file (caller holds ``_lock``)."""
         self._seg_no += 1
         path = self._seg_path(self._seg_no)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg = _File(path, fd, 0)
         seg.buf += SEG_MAGIC
         self._segs[self._seg_no] = seg
@@ -457,7 +457,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         f = self._segs.get(at >> 32)
         if f is None:
             raise StoreError("message body no longer stored (its segment was deleted)")
-        data = os.pread(f.fd, n, at & 0xFFFFFFFF)
+        data = self._fs.pread(f.fd, n, at & 0xFFFFFFFF)
         if len(data) != n:
             raise StoreError("message body truncated in its segment")
         return data
@@ -469,7 +469,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if f is not None:
             self._close_fd(f.fd)
             try:
-                os.unlink(f.path)
+                self._fs.unlink(f.path)
             except FileNotFoundError:
                 pass
 
@@ -478,7 +478,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if self._fsyncing:
             self._closing.append(fd)
         else:
-            os.close(fd)
+            self._fs.close(fd)
 
     # -- write-out and sync ----------------------------------------------------------------------------------
     def _write_file(self, f: _File) -> None:
@@ -501,7 +501,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     # -- stream queues (engine.streams._files: one directory of segment files per stream) -----------
     def _stream_logs(self) -> FileStreams:
         if self._streams is None:
-            self._streams = FileStreams(self.path, fsync=self.fsync)
+            self._streams = FileStreams(self.path, fsync=self.fsync, fs=self._fs)
         return self._streams
 
     def sync(self, token: int) -> None:
@@ -568,14 +568,14 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                     self._fsyncing = False
                     closing, self._closing = self._closing, []
                 for fd in closing:
-                    os.close(fd)
+                    self._fs.close(fd)
 
     def _fsync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
+        fd = self._fs.open(path, os.O_RDONLY)
         try:
             self._fsync_full(fd)
         finally:
-            os.close(fd)
+            self._fs.close(fd)
 
     def close(self) -> None:
         """Write out and fsync everything (when syncing), release the directory."""
@@ -590,11 +590,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             self._streams.close()
         with self._lock:
             for f in self._segs.values():
-                os.close(f.fd)
+                self._fs.close(f.fd)
             self._segs.clear()
             if self._j is not None:
-                os.close(self._j.fd)
+                self._fs.close(self._j.fd)
                 self._j = None
-            os.close(self._lock_fd)
+            self._fs.close(self._lock_fd)
             self._lock_fd = -1
 

@@ -1,0 +1,163 @@
+"""The file-system seam: SimFS's semantics (sync, power loss, fsyncgate, ENOSPC, media faults) and
+the segment store and the stream log running on it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+
+import pytest
+from storagetest_helpers import msg
+
+from engine.fs import OS_FS
+from engine.segment_store import SegmentStore
+from engine.simfs import PAGE, SimFS
+from engine.store import QueueDef, StoreError
+from engine.streams._files import FileStreamLog
+
+RW = os.O_RDWR | os.O_CREAT
+
+
+def synced_file(fs: SimFS, path: str, data: bytes) -> int:
+    fd = fs.open(path, RW)
+    fs.pwrite(fd, data, 0)
+    fs.fsync(fd)
+    fs.fsync_dir(os.path.dirname(path))
+    return fd
+
+
+def test_power_loss_drops_unsynced_bytes_and_unsynced_names() -> None:
+    fs = SimFS()
+    fs.makedirs("/d")
+    fd = synced_file(fs, "/d/a", b"durable")
+    fs.pwrite(fd, b"-lost", 7)
+    other = fs.open("/d/b", RW)  # its name was never made durable
+    fs.pwrite(other, b"x", 0)
+    fs.fsync(other)
+    assert fs.read_file("/d/a") == b"durable-lost"  # readers see the page cache
+    fs.power_loss(random.Random(0), "drop")
+    assert fs.listdir("/d") == ["a"]
+    assert fs.read_file("/d/a") == b"durable"
+    with pytest.raises(OSError):
+        fs.pread(fd, 1, 0)  # descriptors died with the machine
+
+
+def test_torn_power_loss_keeps_a_prefix_of_the_unsynced_bytes() -> None:
+    kept = set()
+    for seed in range(40):
+        fs = SimFS()
+        fd = synced_file(fs, "/a", b"")
+        new = bytes(range(256)) * (3 * PAGE // 256)
+        fs.pwrite(fd, new, 0)
+        fs.power_loss(random.Random(seed), "torn")
+        got = fs.read_file("/a")
+        assert new.startswith(got)
+        kept.add(len(got))
+    assert len(kept) > 10 and min(kept) < PAGE  # cuts anywhere, inside pages too
+
+
+def test_failed_fsync_marks_pages_clean_and_they_never_reach_the_disk() -> None:
+    fs = SimFS()
+    fd = synced_file(fs, "/a", b"")
+    fs.pwrite(fd, b"A" * 10, 0)
+    fs.fail_fsyncs(1)
+    with pytest.raises(OSError) as err:
+        fs.fdatasync(fd)
+    assert err.value.errno == errno.EIO
+    fs.fdatasync(fd)  # "succeeds", as Linux's does after EIO, without writing the pages
+    fs.pwrite(fd, b"B", PAGE + 5)  # another page, written after the failure, does reach the disk
+    fs.fsync(fd)
+    fs.power_loss(random.Random(0), "drop")
+    data = fs.read_file("/a")
+    assert data[:10] == bytes(10) and data[PAGE + 5:PAGE + 6] == b"B"
+
+
+def test_disk_full_refuses_growth_but_not_overwrites() -> None:
+    fs = SimFS()
+    fd = synced_file(fs, "/a", b"0123")
+    fs.disk_full = True
+    fs.pwrite(fd, b"ab", 1)
+    with pytest.raises(OSError) as err:
+        fs.pwrite(fd, b"xyz", 3)
+    assert err.value.errno == errno.ENOSPC
+    assert fs.read_file("/a") == b"0ab3"
+
+
+def test_bit_flips_and_truncation_only_between_crash_and_restart() -> None:
+    fs = SimFS()
+    fd = synced_file(fs, "/a", b"\0" * 64)
+    with pytest.raises(RuntimeError):
+        fs.bit_flip(random.Random(0))
+    fs.close(fd)
+    assert fs.bit_flip(random.Random(0)) == "/a"
+    assert sum(bin(b).count("1") for b in fs.read_file("/a")) == 1
+    fs.truncate(random.Random(1))
+    assert len(fs.read_file("/a")) < 64
+    assert [k for k, _ in fs.faults] == ["bit-flip", "truncation"]
+
+
+def test_the_real_file_system_is_the_os_calls() -> None:
+    assert OS_FS.pwrite is os.pwrite and OS_FS.fdatasync is os.fdatasync and OS_FS.pread is os.pread
+
+
+def test_segment_store_on_simfs_keeps_what_was_synced_through_a_power_loss() -> None:
+    for mode in ("drop", "torn", "scramble"):
+        fs = SimFS()
+        s = SegmentStore("/data", fs=fs, segment_size=4096)
+        s.recover()
+        s.add_queue(QueueDef("/", "q"))
+        for i in range(1, 40):
+            s.enqueue("/", "q", msg(i))
+        s.sync(1)
+        for i in range(40, 60):
+            s.enqueue("/", "q", msg(i))  # never synced
+        s._write_all()  # handed to the OS, not fsynced
+        fs.power_loss(random.Random(7), mode)
+        again = SegmentStore("/data", fs=fs, segment_size=4096)
+        ids = [sm.message.id for sm in again.recover().messages[("/", "q")]]
+        assert ids[:39] == list(range(1, 40)), mode
+        assert ids == list(range(1, len(ids) + 1))  # a prefix of the unsynced ones, in order
+        assert not fs.listdir("/data/segments") == []
+
+
+def test_segment_store_on_simfs_reports_a_failed_fsync_and_enospc() -> None:
+    fs = SimFS()
+    s = SegmentStore("/data", fs=fs)
+    s.recover()
+    s.add_queue(QueueDef("/", "q"))
+    s.enqueue("/", "q", msg(1))
+    fs.fail_fsyncs(1)
+    with pytest.raises(StoreError, match="cannot sync"):
+        s.sync(1)
+    s.sync(2)
+    fs.disk_full = True
+    s.enqueue("/", "q", msg(2))
+    with pytest.raises(StoreError, match="ENOSPC"):
+        s.sync(3)
+    with pytest.raises(StoreError, match="ENOSPC"):
+        s.enqueue("/", "q", msg(3))  # refused while writes fail
+    fs.disk_full = False
+    s.enqueue("/", "q", msg(3))
+    s.sync(4)
+    s.close()
+    again = SegmentStore("/data", fs=fs)
+    assert [sm.message.id for sm in again.recover().messages[("/", "q")]] == [1, 2, 3]
+
+
+def test_stream_log_on_simfs_detects_a_bit_flip_and_never_returns_it() -> None:
+    fs = SimFS()
+    log = FileStreamLog("/s", fs=fs)
+    for i in range(20):
+        log.append(msg(i), 1_700_000_000.0 + i)
+    log.sync()
+    log.close()
+    fd = fs.open("/s/00000000000000000000.seg", os.O_RDWR)
+    size = fs.fsize(fd)
+    fs.pwrite(fd, bytes([fs.pread(fd, 1, size - 3)[0] ^ 0x10]), size - 3)  # in the last record's body
+    fs.close(fd)
+    again = FileStreamLog("/s", fs=fs)
+    assert again.dropped_on_recovery == 1
+    got = again.read(0, max_count=100)
+    assert [r.offset for r in got] == list(range(19))
+    assert all(r.message.body == b"body-%d" % r.offset for r in got)
