@@ -256,7 +256,6 @@ class SimFS:
         self._fds.clear()
         self._dir_fds.clear()
         self._fail_fsyncs = 0
-        self.disk_full = False
         files: dict[str, _Inode] = {}
         for d in sorted(self._durable_dirs):
             for name, ino in self._durable_dirs[d].items():

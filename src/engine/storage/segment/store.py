@@ -162,7 +162,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             self._lock_fd = fs.lock(os.path.join(self.path, "LOCK"))
         except OSError:
             raise StoreError(f"data directory {self.path} is in use by another process") from None
-        self._recovered: Recovered | None = self._load()
+        try:
+            self._recovered: Recovered | None = self._load()
+        except OSError as exc:  # e.g. the disk is full: the journal cannot be rewritten
+            fs.close(self._lock_fd)
+            raise StoreError(f"cannot open the data directory {self.path}: {exc.strerror or exc}") from None
         self._streams: FileStreams | None = None  # stream queues' logs, opened on first use
 
     # -- I/O primitives (through the file-system seam; fault-injection tests also override these)

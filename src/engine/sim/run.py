@@ -1,0 +1,252 @@
+"""One seed, start to end: generate the steps, run them on a ``SimWorld`` checking the ``Oracle``
+after each, then cut the power, boot, drain every queue and check nothing confirmed is missing.
+A failing step list shrinks (delta debugging) to a shorter one that fails the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from amqpproto import spec
+
+from ..store import StoreError
+from .oracle import Oracle, Violation
+from .workload import QUEUES, STREAM, Actor, AmqpConsumer, Refused, declare_all, make_actors
+from .world import SimWorld, StoreFactory, quiet_store_log, segment_store
+
+__all__ = ["FAULTS", "Result", "generate", "run_seed", "run_steps", "shrink"]
+
+Step = tuple[Any, ...]
+
+#: fault classes: what ``--faults`` selects
+FAULTS = ("clock", "drop", "crash", "torn", "fsync", "diskfull", "media")
+_PUBLISHERS = ("pc", "pn", "ps")
+_CONSUMERS = ("c0", "c1", "ct", "cs")
+_TARGETS = (*QUEUES, STREAM)
+
+
+def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None) -> list[Step]:
+    """The seed's step list (workload and faults interleaved)."""
+    rng = random.Random(f"{seed}/steps")
+    n = n if n is not None else rng.randint(30, 90)
+    menu: list[tuple[int, str]] = [(30, "pub"), (14, "ack"), (3, "nack"), (2, "reject"), (2, "cancel"),
+                                   (8, "advance"), (10, "sync"), (1, "restart")]
+    menu += [(w, k) for w, k, f in ((3, "jump", "clock"), (3, "drop", "drop"), (3, "crash", "crash"),
+                                    (3, "crash", "torn"), (3, "syncfail", "fsync"), (2, "disk", "diskfull"),
+                                    (2, "media", "media")) if f in faults]
+    kinds, weights = zip(*[(k, w) for w, k in menu], strict=True)
+    steps: list[Step] = []
+    for _ in range(n):
+        kind = rng.choices(kinds, weights)[0]
+        if kind == "pub":
+            pub = rng.choice(_PUBLISHERS)
+            steps.append(("pub", pub, rng.choice(_TARGETS), rng.randint(1, 6)))
+        elif kind in ("ack", "nack", "reject", "cancel"):
+            steps.append((kind, rng.choice(_CONSUMERS), rng.randint(1, 4)))
+        elif kind == "advance":
+            steps.append(("advance", rng.choice((1, 10, 100, 500, 1000, 2000))))
+        elif kind == "jump":
+            steps.append(("advance", rng.choice((5_000, 60_000, 3_600_000))))
+        elif kind == "sync":
+            steps.append(("sync", 0))
+        elif kind == "syncfail":
+            steps.append(("sync", 1))
+        elif kind == "drop":
+            steps.append(("drop", rng.choice((*_PUBLISHERS, *_CONSUMERS))))
+        elif kind == "crash":
+            mode = "drop" if "torn" not in faults else rng.choice(("drop", "torn", "scramble"))
+            steps.append(("crash", mode, ""))
+        elif kind == "media":
+            steps.append(("crash", "drop", rng.choice(("bit-flip", "truncation"))))
+        elif kind == "disk":
+            steps.append(("disk", rng.randint(0, 1)))
+        else:
+            steps.append(("restart",))
+    return steps
+
+
+@dataclass
+class Result:
+    seed: int
+    steps: list[Step]
+    violation: str | None = None
+    kind: str | None = None
+    failed_at: int | None = None  # index of the step after which it failed (len(steps): the end)
+    trace: list[str] = field(default_factory=list)
+    faults: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    @property
+    def trace_hash(self) -> str:
+        return hashlib.blake2b("\n".join(self.trace).encode(), digest_size=16).hexdigest()
+
+    def to_json(self) -> str:
+        return json.dumps({"seed": self.seed, "violation": self.violation, "kind": self.kind,
+                           "failed_at": self.failed_at, "steps": self.steps, "faults": self.faults,
+                           "trace_hash": self.trace_hash, "trace": self.trace}, indent=1)
+
+
+class _Run:
+    def __init__(self, seed: int, store: StoreFactory) -> None:
+        self.seed = seed
+        self.world = SimWorld(seed, store=store)
+        self.oracle = Oracle()
+        self.actors: dict[str, Actor] = make_actors(self.world, self.oracle)
+        self.next_mid = 1
+        self.stopped = ""  # the store refused the disk: nothing more can run
+        declare_all(self.world)
+        self.world.sync()
+
+    def collect(self) -> None:
+        for actor in self.actors.values():
+            actor.collect()
+
+    def step(self, step: Step) -> None:
+        kind = step[0]
+        w = self.world
+        if kind == "pub":
+            actor = self.actors[step[1]]
+            for _ in range(step[3]):
+                actor.publish(self.next_mid, step[2])  # type: ignore[attr-defined]
+                self.next_mid += 1
+            w.run()
+        elif kind in ("ack", "nack", "reject", "cancel"):
+            self.actors[step[1]].step(kind, step[2])
+        elif kind == "advance":
+            w.advance(step[1] / 1000)
+        elif kind == "sync":
+            w.sync(fail=bool(step[1]))
+        elif kind == "drop":
+            self.actors[step[1]].drop()
+        elif kind == "disk":
+            w.fs.disk_full = bool(step[1])
+        elif kind == "restart":
+            if not w.restart():
+                self.oracle.power_lost()  # acks written to a failing disk are not durable
+        elif kind == "crash":
+            self.oracle.power_lost()
+            if step[2]:
+                self.oracle.media_faults += 1
+                self.oracle.offsets.clear()  # a damaged stream tail is cut and its offsets reused
+            self._boot(lambda: w.crash(step[1], step[2] or None))
+        self.collect()
+
+    def _boot(self, boot: Any) -> None:
+        try:
+            boot()
+        except StoreError as exc:
+            if not self.oracle.media_faults:
+                raise Violation("refused-to-boot", f"the store refused an undamaged disk: {exc}") from None
+            self.stopped = f"the store refused the damaged disk: {exc}"
+
+    def finish(self) -> None:
+        """Answer everything, cut the power, boot, drain every queue and the stream, check."""
+        w = self.world
+        w.fs.disk_full = False
+        w.run()
+        w.sync()
+        self.collect()
+        unanswered = sum(a.unanswered() for a in self.actors.values() if hasattr(a, "unanswered"))
+        self.oracle.power_lost()
+        self._boot(lambda: w.crash("drop"))
+        if self.stopped:
+            return
+        present: set[int] = set()
+        for queue in (*QUEUES, STREAM):
+            drain = AmqpConsumer(f"drain-{queue}", w, self.oracle, queue, prefetch=0 if queue != STREAM else 60_000)
+            drain.ensure()
+            w.run()
+            drain.collect()
+            if queue == STREAM and drain.first_offset not in (None, 0):
+                raise Violation("stream-gap", f"{queue}: the stream now starts at {drain.first_offset}, not 0")
+            present.update(mid for _, mid in drain.unacked)
+            drain.client.send(spec.ConnectionClose(200, "", 0, 0))
+            w.run()
+        self.oracle.check_final(w.now, present, bool(w.reports), unanswered)
+
+
+def run_steps(seed: int, steps: list[Step], store: StoreFactory | None = None, debug: bool = False) -> Result:
+    """Run ``steps`` under ``seed``; the result names the first violation (or none)."""
+    result = Result(seed, steps)
+    with quiet_store_log():
+        run: _Run | None = None
+        try:
+            run = _Run(seed, store or segment_store)
+            for i, step in enumerate(steps):
+                result.failed_at = i
+                try:
+                    run.step(step)
+                except Refused as exc:
+                    if not run.oracle.media_faults:
+                        raise Violation("refused", str(exc)) from None
+                    run.stopped = f"{exc} (after a media fault)"
+
+                result.trace.append(f"{i} {json.dumps(step)} {run.world.digest()}")
+                if run.stopped:
+                    result.note = run.stopped
+                    break
+            else:
+                result.failed_at = len(steps)
+                run.finish()
+                result.note = run.stopped
+            result.failed_at = None
+        except Violation as exc:
+            result.violation, result.kind = str(exc), exc.kind
+        except Exception as exc:  # the broker or the store blew up: a finding too
+            if debug:
+                raise
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            result.violation = f"exception: {type(exc).__name__}: {exc} ({tb.filename}:{tb.lineno})"
+            result.kind = f"exception:{type(exc).__name__}"
+        if run is not None:
+            result.faults = dict(run.world.fs.counts)
+            result.trace.append(f"end {run.world.digest()} {result.kind or 'ok'} {json.dumps(run.oracle.counts)}")
+    return result
+
+
+def run_seed(seed: int, faults: frozenset[str] | set[str] = frozenset(FAULTS), store: StoreFactory | None = None,
+             steps: int | None = None) -> Result:
+    return run_steps(seed, generate(seed, faults, steps), store)
+
+
+def shrink(result: Result, store: StoreFactory | None = None, budget: int = 400) -> Result:
+    """Delta debugging over the step list: the shortest list found that fails with the same kind."""
+    best = result
+    steps = result.steps[: (result.failed_at or len(result.steps)) + 1]
+    tries = 0
+
+    def fails(cand: list[Step]) -> Result | None:
+        nonlocal tries
+        tries += 1
+        r = run_steps(result.seed, cand, store)
+        return r if r.kind == result.kind else None
+
+    if (r := fails(steps)) is not None:
+        best = r
+    else:
+        steps = result.steps
+    n = 2
+    while len(steps) >= 2 and tries < budget:
+        chunk = max(1, len(steps) // n)
+        reduced = False
+        for i in range(0, len(steps), chunk):
+            cand = steps[:i] + steps[i + chunk:]
+            if (r := fails(cand)) is not None:
+                steps, best, reduced = cand, r, True
+                n = max(n - 1, 2)
+                break
+            if tries >= budget:
+                break
+        if not reduced:
+            if chunk == 1:
+                break
+            n = min(len(steps), n * 2)
+    return best
