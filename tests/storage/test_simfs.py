@@ -161,3 +161,40 @@ def test_stream_log_on_simfs_detects_a_bit_flip_and_never_returns_it() -> None:
     got = again.read(0, max_count=100)
     assert [r.offset for r in got] == list(range(19))
     assert all(r.message.body == b"body-%d" % r.offset for r in got)
+
+
+def test_a_retried_fsync_after_a_failed_one_writes_the_pages_again_segment_store() -> None:
+    """fsyncgate (found by the simulator, seed 27): after EIO Linux marks the pages clean; the retry's
+    fsync "succeeds" without writing them, so a confirmed message was lost at the next power cut."""
+    fs = SimFS()
+    s = SegmentStore("/data", fs=fs)
+    s.recover()
+    s.add_queue(QueueDef("/", "q"))
+    s.sync(1)
+    s.enqueue("/", "q", msg(1, b"1" * 2 * PAGE))  # its first page is written by no later write
+    fs.fail_fsyncs(1)
+    with pytest.raises(StoreError, match="cannot sync"):
+        s.sync(2)
+    s.enqueue("/", "q", msg(2))
+    s.sync(3)  # reported durable: message 1 with it
+    fs.power_loss(random.Random(0), "drop")
+    again = SegmentStore("/data", fs=fs)
+    assert [sm.message.id for sm in again.recover().messages[("/", "q")]] == [1, 2]
+    assert again.dropped_on_recovery == 0
+
+
+def test_a_retried_fsync_after_a_failed_one_writes_the_pages_again_stream_log() -> None:
+    fs = SimFS()
+    log = FileStreamLog("/s", fs=fs)
+    log.append(msg(0), 1_700_000_000.0)
+    log.sync()
+    log.append(msg(1, b"1" * 2 * PAGE), 1_700_000_001.0)
+    fs.fail_fsyncs(1)
+    with pytest.raises(StoreError, match="cannot sync"):
+        log.sync()
+    log.append(msg(2), 1_700_000_002.0)
+    log.sync()
+    assert log.committed == 3
+    fs.power_loss(random.Random(0), "drop")
+    again = FileStreamLog("/s", fs=fs)
+    assert [r.message.body for r in again.read(0)] == [b"body-0", b"1" * 2 * PAGE, b"body-2"]

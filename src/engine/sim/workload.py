@@ -27,9 +27,9 @@ _ARGS: dict[str, dict[str, Any]] = {
 
 def declare_all(world: SimWorld) -> None:
     """The topology, declared by a short-lived admin connection (every actor re-declares it too)."""
-    c = world.connect("amqp")
-    c.amqp_open()  # type: ignore[attr-defined]
-    c.open_channel(1)  # type: ignore[attr-defined]
+    c: Any = world.connect("amqp")
+    c.amqp_open()
+    c.open_channel(1)
     for name, args in _ARGS.items():
         c.send(spec.QueueDeclare(queue=name, durable=True, arguments=args, channel=1))
     world.run()
@@ -52,11 +52,12 @@ class Actor:
         self.oracle = oracle
         self.client: Any = None
         self._cursor = 0
+        self._closed = False  # the broker closed our channel or connection (an ack timeout, a failed sync)
 
     # -- connection ------------------------------------------------------------------------------
     def alive(self) -> bool:
         c = self.client
-        return (c is not None and not c.gone and not c.server_closed and c.error is None
+        return (c is not None and not self._closed and not c.gone and not c.server_closed and c.error is None
                 and getattr(c, "amqp_error", None) is None and c.net is self.world.net)
 
     def ensure(self) -> None:
@@ -64,8 +65,11 @@ class Actor:
             return
         if self.client is not None:
             self.lost()
+            if self.client.net is self.world.net:
+                self.client.drop()
         self.client = self.world.connect(self.protocol)
         self._cursor = 0
+        self._closed = False
         self.setup()
         self.world.run()
         self.collect()
@@ -96,6 +100,8 @@ class Actor:
         new = c.received[self._cursor:]
         self._cursor = len(c.received)
         for ev in new:
+            if isinstance(ev, (spec.ChannelClose, spec.ConnectionClose, stompproto.Error)):
+                self._closed = True
             self.on_event(ev)
 
     def on_event(self, ev: Any) -> None:

@@ -59,7 +59,7 @@ from zlib import crc32
 
 from .._message import Message
 from ..fs import OS_FS, FileSystem
-from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, write_out
+from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
@@ -92,7 +92,7 @@ class _Seg:
     """One segment file: what is written, the buffer, and its sparse index."""
 
     __slots__ = ("path", "fd", "first", "end", "written", "buf", "dirty", "last_ts", "chunk",
-                 "idx_off", "idx_pos", "idx_ts", "sidecar")
+                 "idx_off", "idx_pos", "idx_ts", "sidecar", "synced", "rewrite")
 
     def __init__(self, path: str, fd: int, first: int, written: int) -> None:
         self.path = path
@@ -108,6 +108,9 @@ class _Seg:
         self.idx_pos = array("Q")
         self.idx_ts = array("q")
         self.sidecar = False  # its index is saved next to it
+        #: what the last successful fsync covered; whether a failed fsync left pages to write again
+        self.synced = written
+        self.rewrite = False
 
     @property
     def idx_path(self) -> str:
@@ -259,6 +262,8 @@ class FileStreamLog(StreamLog):
                 last.sidecar = False
             self._consumers, self._producers = dict(state[0]), dict(state[1])
         self._firsts = [s.first for s in self._segs]
+        for seg in self._segs:
+            seg.synced = seg.written  # as durable as it was found
         if self._segs:
             self.first = self._segs[0].first
             self.tail = self.committed = self._segs[-1].end
@@ -559,9 +564,17 @@ class FileStreamLog(StreamLog):
             with self._lock:
                 self._changed = False  # a change from here on registers for the next sync
                 self._write_out()
+                for seg in self._segs:
+                    if seg.rewrite:  # a failed fsync may have left its pages unwritten
+                        try:
+                            rewrite_unsynced(seg, self._fs.pread, self._pwrite)
+                        except OSError as exc:
+                            self._mark_failed(exc)
+                            raise StoreError(f"stream store cannot write ({self._failed})") from None
                 self._chunk_open = False
                 tail = self.tail
                 dirty = [s for s in self._segs if s.dirty]
+                marks = [s.written for s in dirty]
                 fds = []
                 for seg in dirty:
                     seg.dirty = False
@@ -581,13 +594,16 @@ class FileStreamLog(StreamLog):
             except OSError as exc:
                 with self._lock:  # never report success for pages the kernel may have dropped
                     for seg in dirty:
-                        seg.dirty = True
+                        seg.dirty = seg.rewrite = True
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
                 raise StoreError(f"stream store cannot sync ({self._failed})") from None
             finally:
                 for fd in fds:
                     self._fs.close(fd)
+            if self.fsync:
+                for seg, mark in zip(dirty, marks, strict=True):
+                    seg.synced = max(seg.synced, mark)
             self.committed = max(self.committed, tail)
             self._save_indexes()
 

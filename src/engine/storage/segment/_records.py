@@ -144,6 +144,9 @@ class Buffered(Protocol):
     buf: bytearray
     written: int
     dirty: bool
+    #: bytes the last successful fsync covered, and whether a failed fsync since left pages to write again
+    synced: int
+    rewrite: bool
 
 
 def write_out(f: Buffered, pwrite: Callable[[int, bytearray, int], int]) -> None:
@@ -158,6 +161,21 @@ def write_out(f: Buffered, pwrite: Callable[[int, bytearray, int], int]) -> None
             buf.clear()
         else:
             del buf[:n]
+
+
+def rewrite_unsynced(f: Buffered, pread: Callable[[int, int, int], bytes],
+                     pwrite: Callable[[int, bytearray, int], int]) -> None:
+    """After a failed fsync Linux marks the pages it could not write clean ("fsyncgate"): a retried
+    fsync would skip them and report success. So the bytes after the last successful fsync are read
+    back from the page cache and written again (dirtying those pages) before the retry's fsync."""
+    at = f.synced
+    data = bytearray(pread(f.fd, f.written - at, at)) if f.written > at else bytearray()
+    while data:
+        n = pwrite(f.fd, data, at)
+        at += n
+        del data[:n]
+    f.rewrite = False
+    f.dirty = True
 
 
 def _record(payload: bytes) -> bytes:

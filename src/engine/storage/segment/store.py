@@ -85,6 +85,7 @@ from ._records import (
     meta_exchange,
     meta_queue,
     meta_vhost,
+    rewrite_unsynced,
     write_out,
 )
 from ._recovery import Recovery
@@ -502,6 +503,12 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if self._j is not None:
             self._write_file(self._j)
 
+    def _rewrite_after_failed_fsync(self) -> None:
+        """Write again what a failed fsync may have left unwritten (caller holds ``_lock``)."""
+        for f in (*self._rotated.values(), self._seg, self._j):
+            if f is not None and f.rewrite:
+                rewrite_unsynced(f, self._fs.pread, self._pwrite)
+
     # -- stream queues (engine.streams._files: one directory of segment files per stream) -----------
     def _stream_logs(self) -> FileStreams:
         if self._streams is None:
@@ -516,6 +523,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             with self._lock:
                 try:
                     self._write_all()
+                    self._rewrite_after_failed_fsync()
                 except OSError as exc:
                     self._mark_failed(exc)
                     raise StoreError(f"message store cannot write ({self._failed})") from None
@@ -545,9 +553,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                     else:
                         self._j_lazy_syncs += 1
                 fds = []
+                marks = []
                 for f in files:
                     f.dirty = False
                     fds.append(f.fd)
+                    marks.append(f.written)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 self._fsyncing = True
             try:
@@ -560,13 +570,16 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                 # for them; the files are marked dirty again so the next sync fsyncs them again
                 with self._lock:
                     for f in files:
-                        f.dirty = True
+                        f.dirty = f.rewrite = True
                     rotated.update(self._rotated)  # what was not deleted meanwhile stays to sync
                     self._rotated = {no: f for no, f in rotated.items() if no in self._segs}
                     self._j_must = self._j_must or j_must
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
                 raise StoreError(f"message store cannot sync ({self._failed})") from None
+            else:
+                for f, mark in zip(files, marks, strict=True):
+                    f.synced = max(f.synced, mark)
             finally:
                 with self._lock:
                     self._fsyncing = False
