@@ -251,6 +251,10 @@ class SimFS:
     def fail_fsyncs(self, n: int = 1) -> None:
         self._fail_fsyncs += n
 
+    def disarm(self) -> None:
+        """Forget fsync failures armed but not hit."""
+        self._fail_fsyncs = 0
+
     def power_loss(self, rng: random.Random, mode: str = "drop") -> None:
         """The machine loses power: descriptors gone, each file what its disk holds (module doc)."""
         self._fds.clear()

@@ -133,17 +133,25 @@ class _Run:
                 self.oracle.power_lost()  # acks written to a failing disk are not durable
         elif kind == "crash":
             self.oracle.power_lost()
-            if step[2]:
+            if step[2] == "bit-flip":
                 self.oracle.media_faults += 1
-                self.oracle.offsets.clear()  # a damaged stream tail is cut and its offsets reused
+                # a damaged stream tail is cut and its offsets reused; a damaged journal loses
+                # removals, so old (even expired) messages may come back ahead of newer ones
+                self.oracle.offsets.clear()
+                self.oracle.fifo.clear()
+            elif step[2] == "truncation":  # a cut at a record boundary looks like a clean end
+                self.oracle.truncated = True
+                self.oracle.offsets.clear()
+                self.oracle.fifo.clear()
             self._boot(lambda: w.crash(step[1], step[2] or None))
         self.collect()
+        w.take_reports()
 
     def _boot(self, boot: Any) -> None:
         try:
             boot()
         except StoreError as exc:
-            if not self.oracle.media_faults:
+            if not self.oracle.media_faults and not self.oracle.truncated:
                 raise Violation("refused-to-boot", f"the store refused an undamaged disk: {exc}") from None
             self.stopped = f"the store refused the damaged disk: {exc}"
 
@@ -162,7 +170,13 @@ class _Run:
         present: set[int] = set()
         for queue in (*QUEUES, STREAM):
             drain = AmqpConsumer(f"drain-{queue}", w, self.oracle, queue, prefetch=0 if queue != STREAM else 60_000)
-            drain.ensure()
+            try:
+                drain.ensure()
+            except Refused as exc:
+                if not self.oracle.media_faults and not self.oracle.truncated:
+                    raise Violation("refused", str(exc)) from None
+                self.stopped = f"{exc} (after a media fault)"
+                return
             w.run()
             drain.collect()
             if queue == STREAM and drain.first_offset not in (None, 0):
@@ -170,6 +184,7 @@ class _Run:
             present.update(mid for _, mid in drain.unacked)
             drain.client.send(spec.ConnectionClose(200, "", 0, 0))
             w.run()
+        w.take_reports()
         self.oracle.check_final(w.now, present, bool(w.reports), unanswered)
 
 
@@ -185,7 +200,7 @@ def run_steps(seed: int, steps: list[Step], store: StoreFactory | None = None, d
                 try:
                     run.step(step)
                 except Refused as exc:
-                    if not run.oracle.media_faults:
+                    if not run.oracle.media_faults and not run.oracle.truncated:
                         raise Violation("refused", str(exc)) from None
                     run.stopped = f"{exc} (after a media fault)"
 

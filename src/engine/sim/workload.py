@@ -60,9 +60,11 @@ class Actor:
         return (c is not None and not self._closed and not c.gone and not c.server_closed and c.error is None
                 and getattr(c, "amqp_error", None) is None and c.net is self.world.net)
 
-    def ensure(self) -> None:
+    def ensure(self) -> bool:
+        """Connect (again) unless connected; whether the connection is usable now."""
+        self.collect()  # an ERROR or a close that arrived meanwhile
         if self.alive():
-            return
+            return True
         if self.client is not None:
             self.lost()
             if self.client.net is self.world.net:
@@ -73,6 +75,7 @@ class Actor:
         self.setup()
         self.world.run()
         self.collect()
+        return self.alive()
 
     def setup(self) -> None:
         c = self.client
@@ -128,7 +131,8 @@ class AmqpPublisher(Actor):
             self.client.send(spec.ConfirmSelect(channel=1))
 
     def publish(self, mid: int, queue: str) -> None:
-        self.ensure()
+        if not self.ensure():
+            return
         self.oracle.publish(mid, queue, self.name, self.world.now, TTL if queue == "ttl" else None)
         self.client.send(spec.BasicPublish(exchange="", routing_key=queue, body=body_for(mid), channel=1,
                                            properties=spec.BasicProperties(delivery_mode=2)))
@@ -167,7 +171,8 @@ class StompPublisher(Actor):
             raise Refused(f"{self.name}: the broker refused the connection: {connected}")
 
     def publish(self, mid: int, queue: str) -> None:
-        self.ensure()
+        if not self.ensure():
+            return
         self.oracle.publish(mid, queue, self.name, self.world.now, TTL if queue == "ttl" else None)
         self._waiting.add(mid)
         self.client.send(stompproto.Send({"destination": f"/amq/queue/{queue}", "persistent": "true",
@@ -230,7 +235,8 @@ class AmqpConsumer(Actor):
         self.unacked.clear()
 
     def step(self, op: str, arg: int) -> None:
-        self.ensure()
+        if not self.ensure():
+            return
         c = self.client
         if op == "cancel":
             if self.consuming:
@@ -289,7 +295,8 @@ class StompConsumer(Actor):
         self.unacked.clear()
 
     def step(self, op: str, arg: int) -> None:
-        self.ensure()
+        if not self.ensure():
+            return
         c = self.client
         if op == "cancel":
             if self.subscribed:

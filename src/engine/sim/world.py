@@ -69,8 +69,9 @@ class SimWorld:
         self._store_factory = store
         self.now = start
         self.boots = 0
-        #: what the store reported while booting (warnings, a refusal to open)
+        #: what the store reported (warnings, errors, a refusal to open), any time
         self.reports: list[str] = []
+        del _capture.records[:]
         self._digest = hashlib.blake2b(digest_size=16)
         self._logged = 0
         self.net: SimNetwork = self._boot()
@@ -107,6 +108,11 @@ class SimWorld:
         self.net.run_until_idle()
         self._fold_log()
 
+    def take_reports(self) -> None:
+        """Collect what the store logged since the last call (streams open lazily, after boot)."""
+        self.reports.extend(_capture.records)
+        del _capture.records[:]
+
     def advance(self, seconds: float) -> None:
         self.net.advance(seconds)
         self.now = self.net.now
@@ -114,9 +120,10 @@ class SimWorld:
 
     def sync(self, fail: bool = False) -> None:
         """Complete the pending syncs (``fail``: the disk fails the first fsync)."""
-        if fail:
+        if fail and self.net.pending_syncs:
             self.fs.fail_fsyncs(1)
         self.net.complete_syncs()
+        self.fs.disarm()
         self._fold_log()
 
     def crash(self, mode: str = "drop", media: str | None = None, rng: random.Random | None = None) -> None:
