@@ -41,6 +41,7 @@ class _Capture(logging.Handler):
 _STORE_LOG = logging.getLogger("sansmq.store")
 _LOG = logging.getLogger("sansmq")
 _capture = _Capture()
+_null = logging.NullHandler()
 
 
 @contextmanager
@@ -48,11 +49,13 @@ def quiet_store_log() -> Iterator[None]:
     """While simulating, the store's warnings are collected (``SimWorld.reports``), not printed."""
     old = _LOG.propagate
     _LOG.propagate = False  # nor is anything else the broker logs (refused logins after a media fault)
+    _LOG.addHandler(_null)  # (without a handler, Python's last resort would print them)
     _STORE_LOG.addHandler(_capture)
     try:
         yield
     finally:
         _STORE_LOG.removeHandler(_capture)
+        _LOG.removeHandler(_null)
         _LOG.propagate = old
 
 
