@@ -75,8 +75,9 @@ def _one(job: tuple[int, frozenset[str], int | None]) -> _Outcome:
 
 
 def run(seeds: Iterable[int], faults: frozenset[str], jobs: int, steps: int | None, out: str,
-        stream: TextIO = sys.stdout) -> int:
+        stream: TextIO | None = None) -> int:
     """Run the seeds; print the summary; return the number of failing seeds."""
+    stream = stream or sys.stdout
     work = [(seed, faults, steps) for seed in seeds]
     started = time.monotonic()
     if jobs > 1:
@@ -115,7 +116,8 @@ def run(seeds: Iterable[int], faults: frozenset[str], jobs: int, steps: int | No
     return len(failures)
 
 
-def replay(seed: int, faults: frozenset[str], steps: int | None, stream: TextIO = sys.stdout) -> int:
+def replay(seed: int, faults: frozenset[str], steps: int | None, stream: TextIO | None = None) -> int:
+    stream = stream or sys.stdout
     r = run_steps(seed, generate(seed, faults, steps))
     for line in r.trace:
         print(line, file=stream)
