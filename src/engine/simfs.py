@@ -32,7 +32,7 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["SimFS", "PAGE"]
+__all__ = ["SimFS", "PAGE", "PowerCut"]
 
 PAGE = 4096
 
@@ -45,6 +45,11 @@ class _Inode:
         self.durable = bytearray()
         #: pages a failed fsync marked clean: a later fsync keeps their old durable content
         self.lost: set[int] = set()
+
+
+class PowerCut(BaseException):
+    """Raised by the fsync ``cut_at_fsync`` chose: the power goes in the middle of a sync (a
+    BaseException, so no ``except OSError`` in the store handles it; the machine is gone)."""
 
 
 def _err(code: int, path: str = "") -> OSError:
@@ -63,6 +68,7 @@ class SimFS:
         self._dir_fds: dict[int, str] = {}  # id(inode of a directory descriptor) -> its path
         self._next_fd = 3
         self._fail_fsyncs = 0
+        self._cut_in: int | None = None  # fsync calls left before the power cut (None: no cut armed)
         self.disk_full = False
         #: every injected fault, as (kind, detail) in order: the trace shows them
         self.faults: list[tuple[str, str]] = []
@@ -139,6 +145,7 @@ class SimFS:
 
     def fsync(self, fd: int) -> None:
         ino = self._inode(fd)
+        self._maybe_cut()
         if id(ino) in self._dir_fds:
             self.fsync_dir(self._dir_fds[id(ino)])
             return
@@ -237,6 +244,7 @@ class SimFS:
         path = self._norm(path)
         if path not in self._dirs:
             raise _err(errno.ENOENT, path)
+        self._maybe_cut()
         if self._fail_fsyncs:
             self._fail_fsyncs -= 1
             self._note("fsync-failure", f"dir {path}")
@@ -252,14 +260,28 @@ class SimFS:
         self._fail_fsyncs += n
 
     def disarm(self) -> None:
-        """Forget fsync failures armed but not hit."""
+        """Forget fsync failures and power cuts armed but not hit."""
         self._fail_fsyncs = 0
+        self._cut_in = None
+
+    def cut_at_fsync(self, n: int) -> None:
+        """The power goes just before the ``n``-th fsync from now (0: the next): PowerCut is raised."""
+        self._cut_in = n
+
+    def _maybe_cut(self) -> None:
+        if self._cut_in is None:
+            return
+        if self._cut_in == 0:
+            self._cut_in = None
+            self._note("cut-in-sync", "before an fsync")
+            raise PowerCut()
+        self._cut_in -= 1
 
     def power_loss(self, rng: random.Random, mode: str = "drop") -> None:
         """The machine loses power: descriptors gone, each file what its disk holds (module doc)."""
         self._fds.clear()
         self._dir_fds.clear()
-        self._fail_fsyncs = 0
+        self.disarm()
         files: dict[str, _Inode] = {}
         for d in sorted(self._durable_dirs):
             for name, ino in self._durable_dirs[d].items():

@@ -50,7 +50,7 @@ def injected(result: Result) -> dict[str, int]:
         "clock": sum(1 for s in steps if s[0] == "advance" and s[1] >= 5000),
         "drop": sum(1 for s in steps if s[0] == "drop"),
         "crash": fs.get("power-loss", 0),
-        "torn": sum(1 for s in steps if s[0] == "crash" and s[1] != "drop"),
+        "torn": sum(1 for s in steps if (s[0] == "crash" and s[1] != "drop") or (s[0] == "cut" and s[2] != "drop")),
         "fsync": fs.get("fsync-failure", 0),
         "diskfull": fs.get("enospc", 0),
         "media": fs.get("bit-flip", 0) + fs.get("truncation", 0),

@@ -36,7 +36,7 @@ def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None)
     menu: list[tuple[int, str]] = [(30, "pub"), (14, "ack"), (3, "nack"), (2, "reject"), (2, "cancel"),
                                    (8, "advance"), (10, "sync"), (1, "restart")]
     menu += [(w, k) for w, k, f in ((3, "jump", "clock"), (3, "drop", "drop"), (3, "crash", "crash"),
-                                    (3, "crash", "torn"), (3, "syncfail", "fsync"), (2, "disk", "diskfull"),
+                                    (3, "crash", "torn"), (3, "cut", "crash"), (3, "syncfail", "fsync"), (2, "disk", "diskfull"),
                                     (2, "media", "media")) if f in faults]
     kinds, weights = zip(*[(k, w) for w, k in menu], strict=True)
     steps: list[Step] = []
@@ -60,6 +60,9 @@ def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None)
         elif kind == "crash":
             mode = "drop" if "torn" not in faults else rng.choice(("drop", "torn", "scramble"))
             steps.append(("crash", mode, ""))
+        elif kind == "cut":
+            mode = "drop" if "torn" not in faults else rng.choice(("drop", "torn", "scramble"))
+            steps.append(("cut", rng.randint(0, 3), mode))
         elif kind == "media":
             steps.append(("crash", "drop", rng.choice(("bit-flip", "truncation"))))
         elif kind == "disk":
@@ -131,6 +134,9 @@ class _Run:
         elif kind == "restart":
             if not w.restart():
                 self.oracle.power_lost()  # acks written to a failing disk are not durable
+        elif kind == "cut":
+            self.oracle.power_lost()
+            self._boot(lambda: w.sync_and_cut(step[1], step[2]))
         elif kind == "crash":
             self.oracle.power_lost()
             if step[2] == "bit-flip":

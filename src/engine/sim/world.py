@@ -13,7 +13,7 @@ from typing import Any
 from .._broker import Broker
 from ..config import Config
 from ..segment_store import SegmentStore
-from ..simfs import SimFS
+from ..simfs import PowerCut, SimFS
 from ..store import Store, StoreError
 from ..testing import DEFAULT_START, SimClient, SimNetwork
 
@@ -128,6 +128,17 @@ class SimWorld:
         self.net.complete_syncs()
         self.fs.disarm()
         self._fold_log()
+
+    def sync_and_cut(self, n: int, mode: str) -> None:
+        """Start the pending syncs and cut the power just before their ``n``-th fsync (or after
+        them all if they have fewer), then boot again (see ``crash``)."""
+        self.fs.cut_at_fsync(n)
+        try:
+            self.net.complete_syncs()
+        except PowerCut:
+            pass
+        self.fs.disarm()
+        self.crash(mode)
 
     def crash(self, mode: str = "drop", media: str | None = None, rng: random.Random | None = None) -> None:
         """Power loss (``mode``: drop, torn, scramble), then optionally a media fault (``bit-flip``,
