@@ -36,8 +36,8 @@ def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None)
     menu: list[tuple[int, str]] = [(30, "pub"), (14, "ack"), (3, "nack"), (2, "reject"), (2, "cancel"),
                                    (8, "advance"), (10, "sync"), (1, "restart")]
     menu += [(w, k) for w, k, f in ((3, "jump", "clock"), (3, "drop", "drop"), (3, "crash", "crash"),
-                                    (3, "crash", "torn"), (3, "cut", "crash"), (3, "syncfail", "fsync"), (2, "disk", "diskfull"),
-                                    (2, "media", "media")) if f in faults]
+                                    (3, "crash", "torn"), (3, "cut", "crash"), (3, "syncfail", "fsync"),
+                                    (2, "disk", "diskfull"), (2, "media", "media")) if f in faults]
     kinds, weights = zip(*[(k, w) for w, k in menu], strict=True)
     steps: list[Step] = []
     for _ in range(n):
