@@ -4,6 +4,7 @@ trace of every failing seed (shrunk); ``--seed S --replay`` runs one seed and pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -80,11 +81,18 @@ def run(seeds: Iterable[int], faults: frozenset[str], jobs: int, steps: int | No
     stream = stream or sys.stdout
     work = [(seed, faults, steps) for seed in seeds]
     started = time.monotonic()
-    if jobs > 1:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            outcomes = list(pool.imap(_one, work, chunksize=8))
-    else:
-        outcomes = [_one(w) for w in work]
+    outcomes: list[_Outcome] = []
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
+            results: Iterable[_Outcome] = pool.imap(_one, work, chunksize=8)
+        else:
+            results = map(_one, work)
+        for o in results:
+            outcomes.append(o)
+            if len(outcomes) % 1000 == 0:  # progress of a long run, on stderr
+                print(f"{len(outcomes)} seeds, {sum(x.kind is not None for x in outcomes)} failures so far "
+                      f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     elapsed = time.monotonic() - started
     totals = dict.fromkeys(FAULTS, 0)
     seeds_with = dict.fromkeys(FAULTS, 0)
