@@ -13,6 +13,7 @@ from typing import Any
 
 from amqpproto import spec
 
+from ..config import Config, Limits
 from ..store import StoreError
 from .oracle import Oracle, Violation
 from .workload import QUEUES, STREAM, Actor, AmqpConsumer, Refused, declare_all, make_actors
@@ -22,6 +23,8 @@ __all__ = ["FAULTS", "Result", "generate", "run_seed", "run_steps", "shrink"]
 
 Step = tuple[Any, ...]
 
+#: a small queue window: ready messages beyond 8 are paged out to the store (transient records too)
+SIM_CONFIG = Config(limits=Limits(queue_window=8))
 #: fault classes: what ``--faults`` selects
 FAULTS = ("clock", "drop", "crash", "torn", "fsync", "diskfull", "media")
 _PUBLISHERS = ("pc", "pn", "ps")
@@ -100,7 +103,7 @@ class Result:
 class _Run:
     def __init__(self, seed: int, store: StoreFactory) -> None:
         self.seed = seed
-        self.world = SimWorld(seed, store=store)
+        self.world = SimWorld(seed, store=store, config=SIM_CONFIG)
         self.oracle = Oracle()
         self.actors: dict[str, Actor] = make_actors(self.world, self.oracle)
         self.next_mid = 1
