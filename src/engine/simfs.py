@@ -294,17 +294,19 @@ class SimFS:
         self._files = files
         self._note("power-loss", f"{mode}, {kept} unsynced bytes kept")
 
-    def _victims(self) -> list[str]:
+    def _victim(self, rng: random.Random) -> tuple[str, _Inode] | None:
         if self._fds:
             raise RuntimeError("media faults are injected while nothing is open (between crash and restart)")
-        return sorted(p for p, ino in self._files.items() if ino.data)
-
-    def bit_flip(self, rng: random.Random) -> str | None:
-        victims = self._victims()
+        victims = sorted(p for p, ino in self._files.items() if ino.data)
         if not victims:
             return None
         path = rng.choice(victims)
-        ino = self._files[path]
+        return path, self._files[path]
+
+    def bit_flip(self, rng: random.Random) -> str | None:
+        if (victim := self._victim(rng)) is None:
+            return None
+        path, ino = victim
         at = rng.randrange(len(ino.data))
         bit = rng.randrange(8)
         ino.data[at] ^= 1 << bit
@@ -313,11 +315,9 @@ class SimFS:
         return path
 
     def truncate(self, rng: random.Random) -> str | None:
-        victims = self._victims()
-        if not victims:
+        if (victim := self._victim(rng)) is None:
             return None
-        path = rng.choice(victims)
-        ino = self._files[path]
+        path, ino = victim
         n = rng.randrange(len(ino.data))
         del ino.data[n:]
         ino.durable = bytearray(ino.data)

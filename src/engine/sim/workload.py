@@ -192,22 +192,61 @@ class StompPublisher(Actor):
         return len(self._waiting) if self.alive() else 0
 
 
-class AmqpConsumer(Actor):
-    """basic.consume with a prefetch on one queue (the stream: from ``first``, offsets checked)."""
+class Consumer(Actor):
+    """A consumer of one queue: ``step`` acks, nacks (requeue), rejects some of its oldest unacked
+    deliveries, or cancels (and next time consumes again); the protocol parts are the subclass's."""
 
     def __init__(self, name: str, world: SimWorld, oracle: Oracle, queue: str, prefetch: int) -> None:
         super().__init__(name, world, oracle)
         self.queue = queue
         self.prefetch = prefetch
-        self.unacked: deque[tuple[int, int]] = deque()  # (delivery tag, message id)
+        self.unacked: deque[tuple[Any, int]] = deque()  # (protocol's ack handle, message id)
         self.consuming = False
+
+    def lost(self) -> None:
+        self.unacked.clear()
+
+    def consume(self) -> None:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def settle_one(self, op: str, handle: Any) -> bool:
+        """Send ``op`` for one delivery; whether that settles it (removes it from the queue)."""
+        raise NotImplementedError
+
+    def step(self, op: str, arg: int) -> None:
+        if not self.ensure():
+            return
+        if op == "cancel":
+            if self.consuming:
+                self.cancel()
+            else:
+                self.consume()
+            return
+        settled = []
+        for _ in range(min(arg, len(self.unacked))):
+            handle, mid = self.unacked.popleft()
+            if self.settle_one(op, handle):
+                settled.append(mid)
+        self.world.run()
+        if self.queue != STREAM:  # a stream's ack only gives credit back
+            for mid in settled:
+                self.oracle.settle(mid, self.alive())
+
+
+class AmqpConsumer(Consumer):
+    """basic.consume with a prefetch on one queue (the stream: from ``first``, offsets checked)."""
+
+    def __init__(self, name: str, world: SimWorld, oracle: Oracle, queue: str, prefetch: int) -> None:
+        super().__init__(name, world, oracle, queue, prefetch)
         self._last_offset: int | None = None
         self.first_offset: int | None = None  # the first stream offset this consumer got
 
     def setup(self) -> None:
         super().setup()
         self.unacked.clear()
-        self._last_offset = None
         self.client.send(spec.BasicQos(prefetch_count=self.prefetch, channel=1))
         self.consume()
 
@@ -216,6 +255,10 @@ class AmqpConsumer(Actor):
         self.client.send(spec.BasicConsume(queue=self.queue, consumer_tag="c", arguments=args, channel=1))
         self.consuming = True
         self._last_offset = None
+
+    def cancel(self) -> None:
+        self.client.send(spec.BasicCancel(consumer_tag="c", channel=1))
+        self.consuming = False
 
     def on_event(self, ev: Any) -> None:
         if isinstance(ev, spec.BasicDeliver):
@@ -231,92 +274,49 @@ class AmqpConsumer(Actor):
         elif isinstance(ev, spec.BasicCancel):
             self.consuming = False
 
-    def lost(self) -> None:
-        self.unacked.clear()
-
-    def step(self, op: str, arg: int) -> None:
-        if not self.ensure():
-            return
-        c = self.client
-        if op == "cancel":
-            if self.consuming:
-                c.send(spec.BasicCancel(consumer_tag="c", channel=1))
-                self.consuming = False
-            else:
-                self.consume()
-            return
-        settled: list[int] = []
-        for _ in range(min(arg, len(self.unacked))):
-            tag, mid = self.unacked.popleft()
-            if op == "ack":
-                c.send(spec.BasicAck(delivery_tag=tag, channel=1))
-                settled.append(mid)
-            elif op == "nack":
-                c.send(spec.BasicNack(delivery_tag=tag, requeue=True, channel=1))
-            elif op == "reject":
-                c.send(spec.BasicReject(delivery_tag=tag, requeue=False, channel=1))
-                settled.append(mid)
-        self.world.run()
-        if self.queue != STREAM:  # a stream's ack only gives credit back
-            for mid in settled:
-                self.oracle.settle(mid, self.alive())
+    def settle_one(self, op: str, handle: Any) -> bool:
+        if op == "ack":
+            self.client.send(spec.BasicAck(delivery_tag=handle, channel=1))
+        elif op == "nack":
+            self.client.send(spec.BasicNack(delivery_tag=handle, requeue=True, channel=1))
+        else:
+            self.client.send(spec.BasicReject(delivery_tag=handle, requeue=False, channel=1))
+        return op != "nack"
 
 
-class StompConsumer(Actor):
+class StompConsumer(Consumer):
     """SUBSCRIBE with ack client-individual and a prefetch; ACK and NACK (requeue)."""
 
     protocol = "stomp"
-
-    def __init__(self, name: str, world: SimWorld, oracle: Oracle, queue: str, prefetch: int) -> None:
-        super().__init__(name, world, oracle)
-        self.queue = queue
-        self.prefetch = prefetch
-        self.unacked: deque[tuple[str, int]] = deque()
-        self.subscribed = False
 
     def setup(self) -> None:
         self.unacked.clear()
         connected = self.client.stomp_connect()
         if not isinstance(connected, stompproto.Connected):
             raise Refused(f"{self.name}: the broker refused the connection: {connected}")
-        self.subscribe()
+        self.consume()
 
-    def subscribe(self) -> None:
+    def consume(self) -> None:
         self.client.send(stompproto.Subscribe({"destination": f"/amq/queue/{self.queue}", "id": "s",
                                                "ack": "client-individual", "prefetch-count": str(self.prefetch)}))
-        self.subscribed = True
+        self.consuming = True
+
+    def cancel(self) -> None:
+        self.client.send(stompproto.Unsubscribe({"id": "s"}))
+        self.consuming = False
+        self.unacked.clear()  # RabbitMQ requeues a cancelled STOMP subscription's unacked
 
     def on_event(self, ev: Any) -> None:
         if isinstance(ev, stompproto.Message):
             mid = self.oracle.deliver(self.queue, ev.body, ev.headers.get("redelivered") == "true")
             self.unacked.append((ev.headers["ack"], mid))
 
-    def lost(self) -> None:
-        self.unacked.clear()
-
-    def step(self, op: str, arg: int) -> None:
-        if not self.ensure():
-            return
-        c = self.client
-        if op == "cancel":
-            if self.subscribed:
-                c.send(stompproto.Unsubscribe({"id": "s"}))
-                self.subscribed = False
-                self.unacked.clear()  # RabbitMQ requeues a cancelled STOMP subscription's unacked
-            else:
-                self.subscribe()
-            return
-        settled: list[int] = []
-        for _ in range(min(arg, len(self.unacked))):
-            ack_id, mid = self.unacked.popleft()
-            if op == "ack":
-                c.send(stompproto.Ack({"id": ack_id}))
-                settled.append(mid)
-            else:  # nack and reject: STOMP NACK requeues (RabbitMQ's default)
-                c.send(stompproto.Nack({"id": ack_id}))
-        self.world.run()
-        for mid in settled:
-            self.oracle.settle(mid, self.alive())
+    def settle_one(self, op: str, handle: Any) -> bool:
+        if op == "ack":
+            self.client.send(stompproto.Ack({"id": handle}))
+            return True
+        self.client.send(stompproto.Nack({"id": handle}))  # nack and reject: STOMP NACK requeues
+        return False
 
 
 def make_actors(world: SimWorld, oracle: Oracle) -> dict[str, Actor]:
