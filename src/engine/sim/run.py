@@ -27,7 +27,7 @@ Step = tuple[Any, ...]
 SIM_CONFIG = Config(limits=Limits(queue_window=8))
 #: fault classes: what ``--faults`` selects
 FAULTS = ("clock", "drop", "crash", "torn", "fsync", "diskfull", "media")
-_PUBLISHERS = ("pc", "pn", "ps")
+_PUBLISHERS = ("pc", "pn", "ps", "pw")
 _CONSUMERS = ("c0", "c1", "ct", "cs")
 _TARGETS = (*QUEUES, STREAM)
 

@@ -1,6 +1,6 @@
 """Generated clients of the simulated broker: publishers (AMQP with and without confirms, STOMP with
-receipts), consumers (AMQP with prefetch, acks, nacks with requeue, rejects, cancels; STOMP with
-client-individual acks), a TTL queue and a stream consumer reading offsets. Each actor reconnects on
+receipts, also over WebSocket), consumers (AMQP with prefetch, acks, nacks with requeue, rejects,
+cancels; STOMP with client-individual acks), a TTL queue and a stream consumer reading offsets. Each actor reconnects on
 its next step after its connection went down, and reports what it sees to the ``Oracle``."""
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class Actor:
     def alive(self) -> bool:
         c = self.client
         return (c is not None and not self._closed and not c.gone and not c.server_closed and c.error is None
-                and getattr(c, "amqp_error", None) is None and c.net is self.world.net)
+                and getattr(c, "amqp_error", None) is None and getattr(c, "ws_error", None) is None
+                and c.net is self.world.net)
 
     def ensure(self) -> bool:
         """Connect (again) unless connected; whether the connection is usable now."""
@@ -69,13 +70,16 @@ class Actor:
             self.lost()
             if self.client.net is self.world.net:
                 self.client.drop()
-        self.client = self.world.connect(self.protocol)
+        self.client = self.connect()
         self._cursor = 0
         self._closed = False
         self.setup()
         self.world.run()
         self.collect()
         return self.alive()
+
+    def connect(self) -> Any:
+        return self.world.connect(self.protocol)
 
     def setup(self) -> None:
         c = self.client
@@ -190,6 +194,13 @@ class StompPublisher(Actor):
 
     def unanswered(self) -> int:
         return len(self._waiting) if self.alive() else 0
+
+
+class WsStompPublisher(StompPublisher):
+    """The same over WebSocket (``/ws``, subprotocol v12.stomp): each frame one message."""
+
+    def connect(self) -> Any:
+        return self.world.net.connect_ws()
 
 
 class Consumer(Actor):
@@ -324,6 +335,7 @@ def make_actors(world: SimWorld, oracle: Oracle) -> dict[str, Actor]:
         "pc": AmqpPublisher("pc", world, oracle, confirms=True),
         "pn": AmqpPublisher("pn", world, oracle, confirms=False),
         "ps": StompPublisher("ps", world, oracle),
+        "pw": WsStompPublisher("pw", world, oracle),
         "c0": AmqpConsumer("c0", world, oracle, "q0", prefetch=5),
         "c1": StompConsumer("c1", world, oracle, "q1", prefetch=3),
         "ct": AmqpConsumer("ct", world, oracle, "ttl", prefetch=2),
