@@ -171,7 +171,9 @@ class Recovery:
                     self._fs.unlink(self._seg_path(no))
                 except FileNotFoundError:
                     pass
-        self._seg_no = max(existing, default=0)
+        # never reuse the number of a segment the journal covers but the disk lost (its directory
+        # entry was not durable yet): markers at positions below ``cov`` are never replayed
+        self._seg_no = max(max(existing, default=0), cov >> 32)
         live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
                 + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings)
                 + len(self._docs))
