@@ -112,3 +112,19 @@ def test_sansmq_simulate_is_a_subcommand(capsys: pytest.CaptureFixture[str], tmp
     assert main(["simulate", "--seeds", "4", "--start", "100", "--jobs", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "4 seeds, 0 failures" in out and out.count("injected in") == len(FAULTS)
+
+
+#: shrunk step lists of failures the 10,000-seed runs found (docs/simulation-bugs.md): each passes now
+REGRESSIONS = {
+    27: [("pub", "pn", "q1", 1), ("pub", "pc", "q0", 4), ("sync", 1)],
+    3765: [("pub", "ps", "q1", 2), ("sync", 0), ("crash", "torn", ""), ("pub", "ps", "ttl", 6), ("sync", 1),
+           ("advance", 1000), ("advance", 2000), ("pub", "ps", "q1", 3), ("crash", "torn", ""),
+           ("pub", "ps", "q1", 2)],
+    1530: [("pub", "pn", "s0", 5), ("cancel", "cs", 1), ("cancel", "cs", 3), ("sync", 0)],
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS))
+def test_the_failures_found_replay_clean(seed: int) -> None:
+    r = run_steps(seed, REGRESSIONS[seed])
+    assert r.ok, r.violation

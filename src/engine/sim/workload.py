@@ -252,23 +252,27 @@ class AmqpConsumer(Consumer):
 
     def __init__(self, name: str, world: SimWorld, oracle: Oracle, queue: str, prefetch: int) -> None:
         super().__init__(name, world, oracle, queue, prefetch)
-        self._last_offset: int | None = None
+        #: each basic.consume gets a new tag: deliveries to a cancelled one may still arrive
+        self._generation = 0
+        self._last_offset: dict[str, int] = {}  # consumer tag -> the last stream offset it got
         self.first_offset: int | None = None  # the first stream offset this consumer got
 
     def setup(self) -> None:
         super().setup()
         self.unacked.clear()
+        self._last_offset.clear()
         self.client.send(spec.BasicQos(prefetch_count=self.prefetch, channel=1))
         self.consume()
 
     def consume(self) -> None:
         args = {"x-stream-offset": "first"} if self.queue == STREAM else {}
-        self.client.send(spec.BasicConsume(queue=self.queue, consumer_tag="c", arguments=args, channel=1))
+        self._generation += 1
+        self.client.send(spec.BasicConsume(queue=self.queue, consumer_tag=f"c{self._generation}", arguments=args,
+                                           channel=1))
         self.consuming = True
-        self._last_offset = None
 
     def cancel(self) -> None:
-        self.client.send(spec.BasicCancel(consumer_tag="c", channel=1))
+        self.client.send(spec.BasicCancel(consumer_tag=f"c{self._generation}", channel=1))
         self.consuming = False
 
     def on_event(self, ev: Any) -> None:
@@ -276,11 +280,12 @@ class AmqpConsumer(Consumer):
             offset = None
             if self.queue == STREAM:
                 offset = (ev.properties.headers or {}).get("x-stream-offset")
-            mid = self.oracle.deliver(self.queue, ev.body, ev.redelivered, offset, self._last_offset)
+            last = self._last_offset.get(ev.consumer_tag)
+            mid = self.oracle.deliver(self.queue, ev.body, ev.redelivered, offset, last)
             if offset is not None:
                 if self.first_offset is None:
                     self.first_offset = offset
-                self._last_offset = offset
+                self._last_offset[ev.consumer_tag] = offset
             self.unacked.append((ev.delivery_tag, mid))
         elif isinstance(ev, spec.BasicCancel):
             self.consuming = False
