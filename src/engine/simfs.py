@@ -38,9 +38,11 @@ PAGE = 4096
 
 
 class _Inode:
-    __slots__ = ("data", "durable", "lost")
+    __slots__ = ("data", "durable", "lost", "serial", "fsyncs")
 
-    def __init__(self) -> None:
+    def __init__(self, serial: int = 0) -> None:
+        self.serial = serial  # which file this is (names move with rename)
+        self.fsyncs = 0  # successful fsyncs
         self.data = bytearray()
         self.durable = bytearray()
         #: pages a failed fsync marked clean: a later fsync keeps their old durable content
@@ -67,6 +69,7 @@ class SimFS:
         self._fds: dict[int, _Inode] = {}
         self._dir_fds: dict[int, str] = {}  # id(inode of a directory descriptor) -> its path
         self._next_fd = 3
+        self._serial = 0
         self._fail_fsyncs = 0
         self._cut_in: int | None = None  # fsync calls left before the power cut (None: no cut armed)
         self.disk_full = False
@@ -103,7 +106,8 @@ class SimFS:
                     raise _err(errno.ENOENT, path)
                 if os.path.dirname(path) not in self._dirs:
                     raise _err(errno.ENOENT, path)
-                ino_or_none = self._files[path] = _Inode()
+                self._serial += 1
+                ino_or_none = self._files[path] = _Inode(self._serial)
             ino = ino_or_none
             if flags & os.O_TRUNC:
                 ino.data.clear()
@@ -155,6 +159,7 @@ class SimFS:
             # fsyncgate: the dirty pages are marked clean, their data never written back
             ino.lost.update(_dirty_pages(ino))
             raise _err(errno.EIO)
+        ino.fsyncs += 1
         if ino.lost:
             keep = bytearray(ino.data)
             for page in ino.lost:
@@ -323,6 +328,12 @@ class SimFS:
         ino.durable = bytearray(ino.data)
         self._note("truncation", f"{path} to {n} bytes")
         return path
+
+    def sync_mark(self, path: str) -> tuple[int, int]:
+        """(which file, how many fsyncs) at ``path``: it changes when the file there was fsynced
+        or replaced by another (for "has this file been made durable since")."""
+        ino = self._files.get(self._norm(path))
+        return (ino.serial, ino.fsyncs) if ino is not None else (0, 0)
 
     def snapshot(self) -> dict[str, bytes]:
         """Every file's visible content (for traces and tests)."""

@@ -54,7 +54,9 @@ class Oracle:
     confirmed: set[int] = field(default_factory=set)
     #: acked or rejected (dropped): never required again
     settled: set[int] = field(default_factory=set)
-    #: acked while the broker was up and not lost to a power cut since: must never come back
+    #: settled in this broker life, the journal not fsynced since: never back while the broker lives
+    acked: set[int] = field(default_factory=set)
+    #: settled and the journal fsynced since: never back, even after a power cut
     acked_durable: set[int] = field(default_factory=set)
     #: settles whose fate is unknown (the connection went down around them)
     maybe_settled: set[int] = field(default_factory=set)
@@ -94,6 +96,8 @@ class Oracle:
         if pub.queue != queue:
             raise Violation("misrouted", f"message {mid} of {pub.queue} delivered from {queue}")
         if mid in self.acked_durable:
+            raise Violation("acked-redelivered", f"{queue}: message {mid} delivered again after its ack was durable")
+        if mid in self.acked:
             raise Violation("acked-redelivered", f"{queue}: message {mid} delivered again after its ack")
         self._count("delivered")
         if stream_offset is not None:
@@ -119,15 +123,23 @@ class Oracle:
     def settle(self, mid: int, sure: bool) -> None:
         if sure:
             self.settled.add(mid)
-            self.acked_durable.add(mid)
+            self.acked.add(mid)
         else:
             self.maybe_settled.add(mid)
         self._count("settled")
 
     # -- faults ------------------------------------------------------------------------------------
-    def power_lost(self) -> None:
-        """Acks since the last journal fsync may be lost: those messages may come back (once)."""
-        self.acked_durable.clear()
+    def journal_synced(self) -> None:
+        """The journal was fsynced (or rewritten): every ack so far is durable."""
+        self.acked_durable |= self.acked
+        self.acked.clear()
+
+    def power_lost(self, media: bool = False) -> None:
+        """Acks since the last journal fsync may be lost: those messages may come back (a damaged
+        disk may bring back any)."""
+        self.acked.clear()
+        if media:
+            self.acked_durable.clear()
 
     # -- the end -----------------------------------------------------------------------------------
     def required(self, now: float) -> set[int]:

@@ -108,6 +108,7 @@ class _Run:
         self.actors: dict[str, Actor] = make_actors(self.world, self.oracle)
         self.next_mid = 1
         self.stopped = ""  # the store refused the disk: nothing more can run
+        self._journal = self.world.journal_mark()
         declare_all(self.world)
         self.world.sync()
 
@@ -135,13 +136,14 @@ class _Run:
         elif kind == "disk":
             w.fs.disk_full = bool(step[1])
         elif kind == "restart":
-            if not w.restart():
-                self.oracle.power_lost()  # acks written to a failing disk are not durable
+            self._boot(lambda: self._restart(w))
         elif kind == "cut":
+            w.sync_until_cut(step[1])
+            self._journal_moved()  # the sync's fsyncs done before the cut count
             self.oracle.power_lost()
-            self._boot(lambda: w.sync_and_cut(step[1], step[2]))
+            self._boot(lambda: w.crash(step[2]))
         elif kind == "crash":
-            self.oracle.power_lost()
+            self.oracle.power_lost(media=bool(step[2]))
             if step[2] == "bit-flip":
                 self.oracle.media_faults += 1
                 # a damaged stream tail is cut and its offsets reused; a damaged journal loses
@@ -155,6 +157,21 @@ class _Run:
             self._boot(lambda: w.crash(step[1], step[2] or None))
         self.collect()
         w.take_reports()
+        self._journal_moved()
+
+    def _journal_moved(self) -> None:
+        """Acks are durable once the journal was fsynced after them."""
+        mark = self.world.journal_mark()
+        if mark != self._journal:
+            self._journal = mark
+            self.oracle.journal_synced()
+
+    def _restart(self, w: SimWorld) -> None:
+        if w.restart():
+            self.oracle.journal_synced()  # a clean close fsyncs the journal
+        else:
+            self.oracle.power_lost()  # acks written to a failing disk are not durable
+        self._journal = w.journal_mark()
 
     def _boot(self, boot: Any) -> None:
         try:
@@ -172,6 +189,7 @@ class _Run:
         w.sync()
         self.collect()
         unanswered = sum(a.unanswered() for a in self.actors.values() if hasattr(a, "unanswered"))
+        self._journal_moved()
         self.oracle.power_lost()
         self._boot(lambda: w.crash("drop"))
         if self.stopped:

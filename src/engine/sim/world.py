@@ -132,13 +132,20 @@ class SimWorld:
     def sync_and_cut(self, n: int, mode: str) -> None:
         """Start the pending syncs and cut the power just before their ``n``-th fsync (or after
         them all if they have fewer), then boot again (see ``crash``)."""
+        self.sync_until_cut(n)
+        self.crash(mode)
+
+    def sync_until_cut(self, n: int) -> bool:
+        """The pending syncs until just before their ``n``-th fsync; whether the cut came (the
+        machine must then ``crash``: its broker is gone)."""
         self.fs.cut_at_fsync(n)
         try:
             self.net.complete_syncs()
         except PowerCut:
-            pass
-        self.fs.disarm()
-        self.crash(mode)
+            return True
+        finally:
+            self.fs.disarm()
+        return False
 
     def crash(self, mode: str = "drop", media: str | None = None, rng: random.Random | None = None) -> None:
         """Power loss (``mode``: drop, torn, scramble), then optionally a media fault (``bit-flip``,
@@ -178,6 +185,10 @@ class SimWorld:
         for entry in log[self._logged:]:
             self._digest.update(repr(entry).encode())
         self._logged = len(log)
+
+    def journal_mark(self) -> tuple[int, int]:
+        """Changes whenever the store's journal was fsynced or rewritten (acks in it are durable)."""
+        return self.fs.sync_mark(f"{DATA_DIR}/journal")
 
     def digest(self) -> str:
         return self._digest.hexdigest()
