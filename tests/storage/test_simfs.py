@@ -248,3 +248,21 @@ def test_a_segment_number_the_journal_covers_is_never_reused_after_its_file_was_
     fs.power_loss(random.Random(0), "drop")
     again = SegmentStore("/data", fs=fs, segment_size=16384)
     assert [sm.message.id for sm in again.recover().messages[("/", "q")]] == [1, 4]
+
+
+def test_a_message_recovered_from_its_segment_marker_keeps_its_queue_ttl() -> None:
+    """Found by the simulator (seed 6843): a TTL queue's expiry of a message was only in the
+    journal; when the segment reached the disk and the journal's tail did not, the message came back
+    from its enqueue marker without an expiry and was delivered long after its TTL."""
+    fs = SimFS()
+    s = SegmentStore("/data", fs=fs)
+    s.recover()
+    s.add_queue(QueueDef("/", "t", args={"x-message-ttl": 1000}))
+    s.sync(1)
+    s.enqueue_expiring("/", "t", msg(1), 1_700_000_001.0)
+    s._write_all()
+    fs.fsync(s._seg.fd)  # the kernel happened to write the segment back, not the journal
+    fs.power_loss(random.Random(0), "drop")
+    again = SegmentStore("/data", fs=fs)
+    (stored,) = again.recover().messages[("/", "t")]
+    assert stored.message.id == 1 and stored.expires == 1_700_000_001.0

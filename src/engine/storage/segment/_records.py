@@ -37,7 +37,7 @@ K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK = 1, 2, 3, 4, 5, 6
 _PERSISTENT = 1
 _HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
 NAN = float("nan")
-assert _ENQ.size < _MSG.size  # is_enqueue_marker tells the two apart by length
+assert _ENQ.size < _MSG.size and _EXP.size < _MSG.size  # the markers are told from messages by length
 
 # -- journal meta records ----------------------------------------------------------------------
 OP_ADD_VHOST, OP_DEL_VHOST, OP_ADD_X, OP_DEL_X, OP_ADD_Q, OP_DEL_Q, OP_ADD_B, OP_DEL_B = range(1, 9)
@@ -180,6 +180,12 @@ def rewrite_unsynced(f: Buffered, pread: Callable[[int, int, int], bytes],
 
 def _record(payload: bytes) -> bytes:
     return _REC.pack(len(payload), crc32(payload)) + payload
+
+
+def is_expiry_marker(p: bytes | memoryview) -> bool:
+    """Whether a segment record's payload is a queue's expiry of a message (``_EXP``), written beside
+    the message's enqueue marker (``SegmentStore.enqueue_expiring``)."""
+    return len(p) == _EXP.size and p[0] == K_EXP
 
 
 def is_enqueue_marker(p: bytes | memoryview) -> bool:

@@ -48,6 +48,7 @@ from ._records import (
     decode_meta,
     decode_plain_queue,
     is_enqueue_marker,
+    is_expiry_marker,
     meta_to_def,
 )
 
@@ -308,6 +309,15 @@ class Recovery:
             except OSError as exc:
                 raise StoreError(f"segment {no}: cannot read its tail ({exc})") from None
             for _, p in _records(data, 0)[0]:
+                if is_expiry_marker(p):  # follows its enqueue marker: the message is known by now
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0 and (qi.exp is None or mid not in qi.exp):
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
+                        applied += 1
+                    continue
                 if not is_enqueue_marker(p):
                     continue
                 _, qid, mid, pos = _ENQ.unpack(p)

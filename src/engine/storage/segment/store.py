@@ -383,8 +383,14 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if qi.exp is None:
             qi.exp = {}
         qi.exp[msg.id] = expires
-        self._journal(_EXP.pack(K_EXP, qi.qid, msg.id, expires))
-        self._j_must = True  # the queue's expiry of the message is only in the journal
+        exp = _EXP.pack(K_EXP, qi.qid, msg.id, expires)
+        self._journal(exp)
+        self._j_must = True
+        if self._last_msg[0] == msg.id and self._last_msg[1] >> 32 == self._seg_no:
+            # beside the enqueue marker too: a message recovered from its marker keeps its TTL
+            assert self._seg is not None
+            with self._lock:
+                self._append(self._seg, _record(exp))
 
     def _append_message(self, msg: Message) -> int:
         """Append ``msg``'s record to the current segment (caller holds ``_lock``); the same message
