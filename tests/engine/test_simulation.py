@@ -121,6 +121,8 @@ REGRESSIONS = {
            ("advance", 1000), ("advance", 2000), ("pub", "ps", "q1", 3), ("crash", "torn", ""),
            ("pub", "ps", "q1", 2)],
     1530: [("pub", "pn", "s0", 5), ("cancel", "cs", 1), ("cancel", "cs", 3), ("sync", 0)],
+    6843: [("pub", "pc", "ttl", 4), ("advance", 60000), ("disk", 1), ("ack", "ct", 4), ("pub", "pc", "ttl", 6),
+           ("cut", 2, "torn")],
 }
 
 
