@@ -2,8 +2,9 @@
 
 Checked as events arrive (after every step): a delivered message is byte for byte one that was
 published to that queue (a corrupted record is never delivered); an acked message never comes back
-while the broker lives, nor after a power cut once the journal was fsynced after the ack; first deliveries from one publisher to one queue come in publish order;
-a stream offset always holds the same message and one consumer sees offsets without gaps.
+while the broker lives, nor after a power cut once the journal was fsynced after the ack; first
+deliveries from one publisher to one queue come in publish order; a stream offset always holds the
+same message and one consumer sees offsets without gaps.
 Checked at the end (``check_final``, after a power cut and a reboot): no confirmed or receipted
 message is missing unless it was settled, expired, or the store reported damage it found (a bit
 flip may destroy data, but never silently; a truncation may, see ``truncated``); every confirm was
