@@ -266,3 +266,31 @@ def test_a_message_recovered_from_its_segment_marker_keeps_its_queue_ttl() -> No
     again = SegmentStore("/data", fs=fs)
     (stored,) = again.recover().messages[("/", "t")]
     assert stored.message.id == 1 and stored.expires == 1_700_000_001.0
+
+
+def test_a_queue_id_lost_with_a_damaged_journal_tail_is_never_reused() -> None:
+    """Found by the simulator (seed 3027, bit flips): the journal's tail with a queue's id was lost;
+    the next queue to need an id got the same one, and at a later recovery the old queue's enqueue
+    markers moved its messages into the other queue."""
+    fs = SimFS()
+    s = SegmentStore("/data", fs=fs)
+    s.recover()
+    s.add_queue(QueueDef("/", "a"))
+    s.add_queue(QueueDef("/", "b"))
+    s.sync(1)
+    intact = fs.getsize("/data/journal")
+    s.enqueue("/", "a", msg(1))  # a's first message: a gets an id (journalled) and a marker
+    lost_qid = s._qget("/", "a").qid
+    s.sync(2)
+    s.close()
+    fd = fs.open("/data/journal", os.O_RDWR)
+    fs.ftruncate(fd, intact)  # the damaged tail dropped: a's id and its enqueue are gone
+    fs.fsync(fd)
+    fs.close(fd)
+    s = SegmentStore("/data", fs=fs)  # sees the lost id in a's marker, rewrites the journal
+    s.recover()
+    s.close()
+    s = SegmentStore("/data", fs=fs)  # the marker is before the journal's coverage now
+    s.recover()
+    s.enqueue("/", "b", msg(2))
+    assert s._qget("/", "b").qid != lost_qid

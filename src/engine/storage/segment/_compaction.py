@@ -11,11 +11,13 @@ from ._records import (
     _ENQ,
     _EXP,
     _MARK,
+    _NEXTQ,
     JRN_MAGIC,
     K_CNT,
     K_ENQ,
     K_EXP,
     K_MARK,
+    K_NEXTQ,
     OP_ADD_B,
     OP_ADD_VHOST,
     OP_PUT_DOC,
@@ -95,6 +97,7 @@ class Compaction:
             # every enqueue of a message before this point is above (or was removed): recovery
             # applies only segment markers of messages from here on
             assert self._seg is not None
+            out += _record(_NEXTQ.pack(K_NEXTQ, self._next_qid))
             out += _record(_MARK.pack(K_MARK, (self._seg_no << 32) | self._seg.size))
             self._last_msg = (0, 0)  # the next enqueue writes its message anew, after the mark
             flush()

@@ -33,7 +33,9 @@ _EXP = Struct("<BIQd")  # kind, queue id, message id, this queue's expiry of the
 #: kind, the segment position the journal covers from here on (written by compaction): every
 #: enqueue of a message at a lower position is in the journal (or was removed)
 _MARK = Struct("<BQ")
-K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK = 1, 2, 3, 4, 5, 6
+#: kind, the next queue id to give (written by compaction: an id a damaged journal lost stays used)
+_NEXTQ = Struct("<BI")
+K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK, K_NEXTQ = 1, 2, 3, 4, 5, 6, 7
 _PERSISTENT = 1
 _HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
 NAN = float("nan")

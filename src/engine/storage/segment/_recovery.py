@@ -23,6 +23,7 @@ from ._records import (
     _ENQ,
     _EXP,
     _MARK,
+    _NEXTQ,
     _REC,
     _REM,
     JRN_MAGIC,
@@ -31,6 +32,7 @@ from ._records import (
     K_EXP,
     K_MARK,
     K_META,
+    K_NEXTQ,
     K_REM,
     OP_ADD_B,
     OP_ADD_Q,
@@ -254,6 +256,8 @@ class Recovery:
                     (_, mark) = _MARK.unpack(p)
                     if mark > cov:
                         cov, cov_from = mark, -1
+                elif kind == K_NEXTQ:
+                    self._next_qid = max(self._next_qid, _NEXTQ.unpack(p)[1])
                 elif kind == K_META:
                     plain = decode_plain_queue(p)
                     if plain is not None:  # the common case, without a QueueDef
@@ -321,6 +325,9 @@ class Recovery:
                 if not is_enqueue_marker(p):
                     continue
                 _, qid, mid, pos = _ENQ.unpack(p)
+                # a queue id whose definition a damaged journal lost is never given to another
+                # queue: its markers would otherwise move its messages there at a later recovery
+                self._next_qid = max(self._next_qid, qid + 1)
                 if pos > cov or (pos == cov and (qid, mid) not in covered):
                     self._replay_enqueue(qid, mid, pos, by_qid)
                     applied += 1
