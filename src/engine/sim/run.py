@@ -117,47 +117,51 @@ class _Run:
             actor.collect()
 
     def step(self, step: Step) -> None:
-        kind = step[0]
-        w = self.world
-        if kind == "pub":
-            actor = self.actors[step[1]]
-            for _ in range(step[3]):
-                actor.publish(self.next_mid, step[2])  # type: ignore[attr-defined]
-                self.next_mid += 1
-            w.run()
-        elif kind in ("ack", "nack", "reject", "cancel"):
-            self.actors[step[1]].step(kind, step[2])
-        elif kind == "advance":
-            w.advance(step[1] / 1000)
-        elif kind == "sync":
-            w.sync(fail=bool(step[1]))
-        elif kind == "drop":
-            self.actors[step[1]].drop()
-        elif kind == "disk":
-            w.fs.disk_full = bool(step[1])
-        elif kind == "restart":
-            self._boot(lambda: self._restart(w))
-        elif kind == "cut":
-            w.sync_until_cut(step[1])
-            self._journal_moved()  # the sync's fsyncs done before the cut count
-            self.oracle.power_lost()
-            self._boot(lambda: w.crash(step[2]))
-        elif kind == "crash":
-            self.oracle.power_lost(media=bool(step[2]))
-            if step[2] == "bit-flip":
-                self.oracle.media_faults += 1
-                # a damaged stream tail is cut and its offsets reused; a damaged journal loses
-                # removals, so old (even expired) messages may come back ahead of newer ones
-                self.oracle.offsets.clear()
-                self.oracle.fifo.clear()
-            elif step[2] == "truncation":  # a cut at a record boundary looks like a clean end
-                self.oracle.truncated = True
-                self.oracle.offsets.clear()
-                self.oracle.fifo.clear()
-            self._boot(lambda: w.crash(step[1], step[2] or None))
+        _STEPS[step[0]](self, *step[1:])
         self.collect()
-        w.take_reports()
+        self.world.take_reports()
         self._journal_moved()
+
+    def _pub(self, actor: str, queue: str, n: int) -> None:
+        for _ in range(n):
+            self.actors[actor].publish(self.next_mid, queue)  # type: ignore[attr-defined]
+            self.next_mid += 1
+        self.world.run()
+
+    def _advance(self, ms: int) -> None:
+        self.world.advance(ms / 1000)
+
+    def _sync(self, fail: int) -> None:
+        self.world.sync(fail=bool(fail))
+
+    def _drop(self, actor: str) -> None:
+        self.actors[actor].drop()
+
+    def _disk(self, full: int) -> None:
+        self.world.fs.disk_full = bool(full)
+
+    def _restart_step(self) -> None:
+        self._boot(lambda: self._restart(self.world))
+
+    def _cut(self, n: int, mode: str) -> None:
+        w = self.world
+        w.sync_until_cut(n)
+        self._journal_moved()  # the sync's fsyncs done before the cut count
+        self.oracle.power_lost()
+        self._boot(lambda: w.crash(mode))
+
+    def _crash(self, mode: str, media: str) -> None:
+        self.oracle.power_lost(media=bool(media))
+        if media:
+            # a damaged stream tail is cut and its offsets reused; a damaged journal loses
+            # removals, so old (even expired) messages may come back ahead of newer ones
+            self.oracle.offsets.clear()
+            self.oracle.fifo.clear()
+        if media == "bit-flip":
+            self.oracle.media_faults += 1
+        elif media == "truncation":  # a cut at a record boundary looks like a clean end
+            self.oracle.truncated = True
+        self._boot(lambda: self.world.crash(mode, media or None))
 
     def _journal_moved(self) -> None:
         """Acks are durable once the journal was fsynced after them."""
@@ -214,6 +218,27 @@ class _Run:
         w.take_reports()
         self.oracle.check_final(w.now, present, bool(w.reports), unanswered)
 
+
+
+def _settle(op: str) -> Any:
+    return lambda run, actor, n: run.actors[actor].step(op, n)
+
+
+#: step kind -> what runs it (with the step's arguments)
+_STEPS: dict[str, Any] = {
+    "pub": _Run._pub,
+    "ack": _settle("ack"),
+    "nack": _settle("nack"),
+    "reject": _settle("reject"),
+    "cancel": _settle("cancel"),
+    "advance": _Run._advance,
+    "sync": _Run._sync,
+    "drop": _Run._drop,
+    "disk": _Run._disk,
+    "restart": _Run._restart_step,
+    "cut": _Run._cut,
+    "crash": _Run._crash,
+}
 
 def run_steps(seed: int, steps: list[Step], store: StoreFactory | None = None, debug: bool = False) -> Result:
     """Run ``steps`` under ``seed``; the result names the first violation (or none)."""
