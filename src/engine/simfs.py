@@ -67,7 +67,7 @@ class SimFS:
         #: directory -> {name: inode} as of its last fsync (what a power cut leaves)
         self._durable_dirs: dict[str, dict[str, _Inode]] = {}
         self._fds: dict[int, _Inode] = {}
-        self._dir_fds: dict[int, str] = {}  # id(inode of a directory descriptor) -> its path
+        self._dir_fds: dict[int, str] = {}  # serial of a directory descriptor's inode -> its path
         self._next_fd = 3
         self._serial = 0
         self._fail_fsyncs = 0
@@ -97,8 +97,9 @@ class SimFS:
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         path = self._norm(path)
         if path in self._dirs:
-            ino = _Inode()  # a directory descriptor: its fsync is fsync_dir's
-            self._dir_fds[id(ino)] = path
+            self._serial += 1
+            ino = _Inode(self._serial)  # a directory descriptor: its fsync is fsync_dir's
+            self._dir_fds[ino.serial] = path
         else:
             ino_or_none = self._files.get(path)
             if ino_or_none is None:
@@ -120,8 +121,8 @@ class SimFS:
         ino = self._fds.pop(fd, None)
         if ino is None:
             raise _err(errno.EBADF)
-        if id(ino) in self._dir_fds and ino not in self._fds.values():
-            del self._dir_fds[id(ino)]
+        if ino.serial in self._dir_fds and ino not in self._fds.values():
+            del self._dir_fds[ino.serial]
 
     def dup(self, fd: int) -> int:
         ino = self._inode(fd)
@@ -150,8 +151,8 @@ class SimFS:
     def fsync(self, fd: int) -> None:
         ino = self._inode(fd)
         self._maybe_cut()
-        if id(ino) in self._dir_fds:
-            self.fsync_dir(self._dir_fds[id(ino)])
+        if ino.serial in self._dir_fds:
+            self.fsync_dir(self._dir_fds[ino.serial])
             return
         if self._fail_fsyncs:
             self._fail_fsyncs -= 1

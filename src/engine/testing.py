@@ -12,8 +12,8 @@ logs every operation, can fail a sync and can "crash" (keep only what was synced
     alice.send(Subscribe({"destination": "/queue/a", "id": "1"}))
     net.run_until_idle()
 
-``SimWorld``, ``run_seed``, ``run_steps`` and ``shrink`` (the seeded simulator with faults, ``engine.sim``)
-are reachable here too.
+The seeded simulator with faults (a broker on a simulated disk, generated clients, invariants,
+shrinking) builds on this module: ``engine.sim`` (``SimWorld``, ``run_seed``, ``shrink``).
 
 ``net.connect_ws(path, subprotocols)`` does the same over protocol ``"ws"`` (STOMP over WebSocket):
 a :class:`WsSimClient` runs the opening handshake and sends each STOMP frame as one message.
@@ -641,15 +641,3 @@ class AmqpSimClient(SimClient):
             self._read_events()
         except amqpproto.RemoteProtocolError as exc:
             self.amqp_error = exc
-
-
-_SIMULATOR = ("SimWorld", "run_seed", "run_steps", "shrink")
-
-
-def __getattr__(name: str) -> Any:
-    """The seeded simulator (``engine.sim``) builds on this module, so its names load on first use."""
-    if name in _SIMULATOR:
-        from . import sim
-
-        return getattr(sim, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
