@@ -104,62 +104,9 @@ class Recovery:
                 if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
                     self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
                 continue
-            key = (vname, qname)
-            assert qi.ids is not None and qi.pos is not None
+            assert qi.ids is not None
             max_id = max(max_id, qi.ids[-1])
-            stored: list[StoredMessage] = []
-            bad: list[int] = []
-            i, n = 0, len(qi.ids)
-            while i < n and len(stored) < self.recover_window:
-                mid, pos = qi.ids[i], qi.pos[i]
-                i += 1
-                if not pos:
-                    continue
-                if pos in decoded:
-                    msg = decoded[pos]
-                else:
-                    p = self._read_record(pos)
-                    msg = None
-                    if p is not None:
-                        lazy = None
-                        if budget < 0:
-                            lazy = (self, pos + _REC.size)
-                        else:
-                            budget -= len(p)
-                        try:
-                            msg = _decode_message(p, lazy)
-                        except (ValueError, IndexError, struct.error):
-                            msg = None
-                    decoded[pos] = msg
-                if msg is None or msg.id != mid:
-                    bad.append(mid)
-                    continue
-                stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
-            if stored:
-                rec.messages[key] = stored
-            if i < n:
-                page = _Page()
-                paged = 0
-                tail = n - i
-                if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
-                    page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
-                    paged = tail
-                else:
-                    for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
-                        if q:
-                            page.add_stored(m)
-                            paged += 1
-                if paged:
-                    self._pages[key] = page
-                    rec.paged[key] = paged
-            for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
-                self.dropped_on_recovery += 1
-                pos = qi.take(qi.find(mid))
-                left = refs[pos >> 32] - 1
-                if left:
-                    refs[pos >> 32] = left
-                else:
-                    del refs[pos >> 32]
+            budget = self._materialise((vname, qname), qi, rec, decoded, budget)
         rec.max_message_id = max_id
         # the queues' definitions are made as they are read: a million idle queues need not be a
         # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
@@ -189,6 +136,68 @@ class Recovery:
                 self._j = _File(jpath, fd, self._fs.fsize(fd))
                 self._j_live_hint = max(1024, live)
         return rec
+
+    def _materialise(self, key: tuple[str, str], qi: _QIndex, rec: Recovered, decoded: dict[int, Message | None],
+                     budget: int) -> int:
+        """Read the first ``recover_window`` messages of a queue into ``rec`` (a message shared by
+        queues is decoded once, via ``decoded``; bodies past the ``budget`` of bytes stay on disk),
+        page the rest unread, and forget records that are missing or torn. Returns the budget left."""
+        assert qi.ids is not None and qi.pos is not None
+        refs = self._refs
+        stored: list[StoredMessage] = []
+        bad: list[int] = []
+        i, n = 0, len(qi.ids)
+        while i < n and len(stored) < self.recover_window:
+            mid, pos = qi.ids[i], qi.pos[i]
+            i += 1
+            if not pos:
+                continue
+            if pos in decoded:
+                msg = decoded[pos]
+            else:
+                p = self._read_record(pos)
+                msg = None
+                if p is not None:
+                    lazy = None
+                    if budget < 0:
+                        lazy = (self, pos + _REC.size)
+                    else:
+                        budget -= len(p)
+                    try:
+                        msg = _decode_message(p, lazy)
+                    except (ValueError, IndexError, struct.error):
+                        msg = None
+                decoded[pos] = msg
+            if msg is None or msg.id != mid:
+                bad.append(mid)
+                continue
+            stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
+        if stored:
+            rec.messages[key] = stored
+        if i < n:
+            page = _Page()
+            paged = 0
+            tail = n - i
+            if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
+                page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
+                paged = tail
+            else:
+                for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
+                    if q:
+                        page.add_stored(m)
+                        paged += 1
+            if paged:
+                self._pages[key] = page
+                rec.paged[key] = paged
+        for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
+            self.dropped_on_recovery += 1
+            pos = qi.take(qi.find(mid))
+            left = refs[pos >> 32] - 1
+            if left:
+                refs[pos >> 32] = left
+            else:
+                del refs[pos >> 32]
+        return budget
 
     @contextmanager
     def _journal_data(self, jpath: str) -> Iterator[bytes | mmap.mmap]:
