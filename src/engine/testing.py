@@ -12,6 +12,9 @@ logs every operation, can fail a sync and can "crash" (keep only what was synced
     alice.send(Subscribe({"destination": "/queue/a", "id": "1"}))
     net.run_until_idle()
 
+The seeded simulator with faults (a broker on a simulated disk, generated clients, invariants,
+shrinking) builds on this module: ``engine.sim`` (``SimWorld``, ``run_seed``, ``shrink``).
+
 ``net.connect_ws(path, subprotocols)`` does the same over protocol ``"ws"`` (STOMP over WebSocket):
 a :class:`WsSimClient` runs the opening handshake and sends each STOMP frame as one message.
 """

@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any, Sequence
 
 from engine.config import Config
+from engine.sim.cli import add_arguments as add_simulate_arguments
 from engine.config_schema import ConfigError, load, parse_size
 from engine.model import ModelError
 from engine.store import Store, StoreError
@@ -133,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 could not start or run, 2 bad command line or config, "
                "130 second SIGINT during shutdown")
     parser.add_argument("--version", action="version", version=f"sansmq {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,bench,analyze,streams,cluster}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{serve,bench,analyze,streams,cluster,simulate}")
     serve = sub.add_parser(
         "serve", help="run the broker",
         description="Run the broker until SIGTERM or SIGINT, then close every client with its protocol's "
@@ -271,8 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_streams_arguments(streams)
     cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status of its nodes and leases")
     add_cluster_arguments(cluster_cmd)
+    simulate = sub.add_parser("simulate", help="deterministic simulation: seeded runs with injected faults",
+                              description="Run seeded whole-broker simulations (engine.sim) in parallel processes.")
+    add_simulate_arguments(simulate)
     parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
-                                    "streams": streams, "cluster": cluster_cmd})
+                                    "streams": streams, "cluster": cluster_cmd, "simulate": simulate})
     return parser
 
 
@@ -562,6 +567,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return streams_command(args, sub)
     if args.command == "cluster":
         return cluster_command(args, sub)
+    if args.command == "simulate":
+        from engine.sim.cli import command as simulate_command
+
+        return simulate_command(args)
     try:
         _setup_logging(args)
         return _serve(args)

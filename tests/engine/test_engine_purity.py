@@ -2,8 +2,9 @@
 other without circles (AST checks of the sources).
 
 Every module of the ``engine`` package is core except ``engine.storage`` (the stores that do file
-and database I/O by design), the stream logs' file and PostgreSQL backends, and ``engine.testing``
-(the simulation tools, which own a clock)."""
+and database I/O by design), the stream logs' file and PostgreSQL backends, the file-system seam
+under them (``engine.fs``, the real one, and ``engine.simfs``), and ``engine.testing`` and
+``engine.sim`` (the simulation tools, which own a clock and run processes)."""
 
 import ast
 from pathlib import Path
@@ -12,7 +13,7 @@ import engine
 
 FORBIDDEN_MODULES = {"time", "os", "uuid", "secrets", "datetime", "threading", "asyncio", "socket"}
 ROOT = Path(engine.__file__).parent
-NOT_PURE = ("storage/", "streams/_files.py", "streams/_pglog.py", "testing.py")
+NOT_PURE = ("storage/", "streams/_files.py", "streams/_pglog.py", "fs.py", "simfs.py", "testing.py", "sim/")
 #: core modules allowed one of the forbidden imports, and why
 ALLOWED = {"streams/args.py": {"datetime"}}  # reads AMQP timestamp values; never asks for the time
 CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter"}

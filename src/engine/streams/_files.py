@@ -47,9 +47,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
-import mmap
 import os
-import shutil
 import struct
 import sys
 import threading
@@ -60,7 +58,8 @@ from struct import Struct
 from zlib import crc32
 
 from .._message import Message
-from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, write_out
+from ..fs import OS_FS, FileSystem
+from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
@@ -93,7 +92,7 @@ class _Seg:
     """One segment file: what is written, the buffer, and its sparse index."""
 
     __slots__ = ("path", "fd", "first", "end", "written", "buf", "dirty", "last_ts", "chunk",
-                 "idx_off", "idx_pos", "idx_ts", "sidecar")
+                 "idx_off", "idx_pos", "idx_ts", "sidecar", "synced", "rewrite")
 
     def __init__(self, path: str, fd: int, first: int, written: int) -> None:
         self.path = path
@@ -109,6 +108,9 @@ class _Seg:
         self.idx_pos = array("Q")
         self.idx_ts = array("q")
         self.sidecar = False  # its index is saved next to it
+        #: what the last successful fsync covered; whether a failed fsync left pages to write again
+        self.synced = written
+        self.rewrite = False
 
     @property
     def idx_path(self) -> str:
@@ -124,11 +126,10 @@ class _Seg:
                                       len(self.idx_off)) + b"".join(a.tobytes() for a in arrays))
         return body + _U32.pack(crc32(body))
 
-    def load_index(self) -> bool:
+    def load_index(self, fs: FileSystem) -> bool:
         """Take the index from the sidecar if it is intact and matches the segment's size."""
         try:
-            with open(self.idx_path, "rb") as f:
-                data = f.read()
+            data = fs.read_file(self.idx_path)
         except FileNotFoundError:
             return False
         head = len(IDX_MAGIC) + _IDX.size
@@ -137,7 +138,7 @@ class _Seg:
         if crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
             return False
         first, end, size, last_ts, chunk, n = _IDX.unpack_from(data, len(IDX_MAGIC))
-        if first != self.first or size != os.fstat(self.fd).st_size or len(data) != head + 24 * n + 4:
+        if first != self.first or size != fs.fsize(self.fd) or len(data) != head + 24 * n + 4:
             return False
         for i, a in enumerate((self.idx_off, self.idx_pos, self.idx_ts)):
             a.frombytes(data[head + 8 * n * i: head + 8 * n * (i + 1)])
@@ -192,9 +193,10 @@ class FileStreamLog(StreamLog):
     private_reads = True  # every read decodes anew
 
     def __init__(self, path: str, settings: StreamSettings | None = None, *, fsync: bool = True,
-                 on_change: Callable[[FileStreamLog], None] | None = None) -> None:
+                 on_change: Callable[[FileStreamLog], None] | None = None, fs: FileSystem = OS_FS) -> None:
         super().__init__(settings)
         self.path = path
+        self._fs = fs
         self.fsync = fsync
         #: told (under ``_lock``) the first time the log changes after a sync, so that the owner's
         #: sync visits only changed logs
@@ -208,22 +210,23 @@ class FileStreamLog(StreamLog):
         self._dir_dirty = False
         self._failed: str | None = None
         self._hints: dict[int, tuple[_Seg, int]] = {}
-        os.makedirs(path, exist_ok=True)
+        fs.makedirs(path, exist_ok=True)
         self._open()
 
-    # -- I/O primitives (fault-injection tests override these) ----------------------------------------
+    # -- I/O primitives (through the file-system seam; fault-injection tests also override these)
     def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
-        return os.pwrite(fd, data, offset)
+        return self._fs.pwrite(fd, data, offset)
 
     def _fsync(self, fd: int) -> None:
-        os.fsync(fd)
+        self._fs.fsync(fd)
 
     # -- opening ----------------------------------------------------------------------------------------
     def _open(self) -> None:
-        names = sorted(n for n in os.listdir(self.path) if n.endswith(".seg") and n[:-4].isdigit())
-        for n in os.listdir(self.path):  # sidecars of deleted segments, half-written ones
+        fs = self._fs
+        names = sorted(n for n in fs.listdir(self.path) if n.endswith(".seg") and n[:-4].isdigit())
+        for n in fs.listdir(self.path):  # sidecars of deleted segments, half-written ones
             if n.endswith(".tmp") or (n.endswith(".idx") and n[:-4] + ".seg" not in names):
-                os.unlink(os.path.join(self.path, n))
+                fs.unlink(os.path.join(self.path, n))
         state: tuple[dict[str, int], dict[str, int]] | None = None
         for i, name in enumerate(names):
             path = os.path.join(self.path, name)
@@ -231,22 +234,22 @@ class FileStreamLog(StreamLog):
             if self._segs and first != self._segs[-1].end:
                 self._discard(names[i:], "does not continue the previous segment")
                 break
-            seg = _Seg(path, os.open(path, os.O_RDWR), first, 0)
+            seg = _Seg(path, fs.open(path, os.O_RDWR), first, 0)
             state = None
-            if i < len(names) - 1 and seg.load_index():
+            if i < len(names) - 1 and seg.load_index(fs):
                 end, torn = seg.written, False
             else:
                 state = ({}, {})
                 end, torn = self._scan(seg, state)
             if end <= len(MAGIC):  # nothing valid (a segment started just before a crash)
-                os.close(seg.fd)
-                os.unlink(path)
+                fs.close(seg.fd)
+                fs.unlink(path)
                 self._dir_dirty = True
                 self._discard(names[i + 1:], "follows an empty segment")
                 break
             self._segs.append(seg)
             if torn:
-                os.ftruncate(seg.fd, end)
+                fs.ftruncate(seg.fd, end)
                 self._discard(names[i + 1:], "follows a torn segment")
                 break
         if self._segs:
@@ -255,10 +258,12 @@ class FileStreamLog(StreamLog):
                 state = ({}, {})
                 self._scan(_Seg(last.path, last.fd, last.first, 0), state)
             if last.sidecar:  # it is appended to again
-                os.unlink(last.idx_path)
+                fs.unlink(last.idx_path)
                 last.sidecar = False
             self._consumers, self._producers = dict(state[0]), dict(state[1])
         self._firsts = [s.first for s in self._segs]
+        for seg in self._segs:
+            seg.synced = seg.written  # as durable as it was found
         if self._segs:
             self.first = self._segs[0].first
             self.tail = self.committed = self._segs[-1].end
@@ -271,21 +276,21 @@ class FileStreamLog(StreamLog):
         """Delete segments after a torn one (never confirmed), counting their records."""
         for name in names:
             path = os.path.join(self.path, name)
-            seg = _Seg(path, os.open(path, os.O_RDONLY), int(name[:-4]), 0)
+            seg = _Seg(path, self._fs.open(path, os.O_RDONLY), int(name[:-4]), 0)
             self._scan(seg, ({}, {}))
             self.dropped_on_recovery += seg.end - seg.first
-            os.close(seg.fd)
+            self._fs.close(seg.fd)
             log.warning("stream segment %s %s: deleted", path, why)
-            os.unlink(path)
+            self._fs.unlink(path)
             self._dir_dirty = True
 
     def _scan(self, seg: _Seg, state: tuple[dict[str, int], dict[str, int]]) -> tuple[int, bool]:
         """Validate ``seg``'s records, building its index and replaying tracking into ``state``.
         Returns the end of the valid data and whether a torn tail follows it."""
-        size = os.fstat(seg.fd).st_size
+        size = self._fs.fsize(seg.fd)
         if size < len(MAGIC):
             return 0, size > 0
-        with mmap.mmap(seg.fd, 0, access=mmap.ACCESS_READ) as data:
+        with self._fs.mapped(seg.fd) as data:
             if data[: len(MAGIC)] != MAGIC:
                 raise StoreError(f"{seg.path} is not a sansmq stream segment")
             view = memoryview(data)
@@ -337,7 +342,7 @@ class FileStreamLog(StreamLog):
     def _new_segment(self, first: int, ts: int) -> _Seg:
         """Start a segment whose first record is the tracking snapshot (caller holds ``_lock``)."""
         path = os.path.join(self.path, _seg_name(first))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg = _Seg(path, fd, first, 0)
         snap = _SNAP.pack(len(self._consumers), len(self._producers))
         seg.buf += MAGIC
@@ -427,8 +432,8 @@ class FileStreamLog(StreamLog):
         """``n`` bytes (fewer at the end) at ``pos``, from the file and/or the unwritten buffer."""
         with self._lock:
             if pos + n <= seg.written:
-                return os.pread(seg.fd, n, pos)
-            head = os.pread(seg.fd, seg.written - pos, pos) if pos < seg.written else b""
+                return self._fs.pread(seg.fd, n, pos)
+            head = self._fs.pread(seg.fd, seg.written - pos, pos) if pos < seg.written else b""
             start = max(0, pos - seg.written)
             return head + bytes(seg.buf[start:start + n - len(head)])
 
@@ -529,11 +534,11 @@ class FileStreamLog(StreamLog):
             gone, self._segs = self._segs[:n], self._segs[n:]
             self._firsts = self._firsts[n:]
             for seg in gone:
-                os.close(seg.fd)
+                self._fs.close(seg.fd)
                 seg.fd = -1
                 for path in (seg.path, seg.idx_path):
                     try:
-                        os.unlink(path)
+                        self._fs.unlink(path)
                     except FileNotFoundError:
                         pass
             self._dir_dirty = True
@@ -559,31 +564,46 @@ class FileStreamLog(StreamLog):
             with self._lock:
                 self._changed = False  # a change from here on registers for the next sync
                 self._write_out()
+                for seg in self._segs:
+                    if seg.rewrite:  # a failed fsync may have left its pages unwritten
+                        try:
+                            rewrite_unsynced(seg, self._fs.pread, self._pwrite)
+                        except OSError as exc:
+                            self._mark_failed(exc)
+                            raise StoreError(f"stream store cannot write ({self._failed})") from None
                 self._chunk_open = False
                 tail = self.tail
                 dirty = [s for s in self._segs if s.dirty]
+                marks = [s.written for s in dirty]
                 fds = []
                 for seg in dirty:
                     seg.dirty = False
                     if self.fsync:  # without fsync, written is as durable as it gets
-                        fds.append(os.dup(seg.fd))
+                        fds.append(self._fs.dup(seg.fd))
                 dir_dirty = self._dir_dirty and self.fsync
                 self._dir_dirty = False
             try:
                 for fd in fds:
                     self._fsync(fd)
                 if dir_dirty:
-                    _fsync_dir(self.path, self._fsync)
+                    fd = self._fs.open(self.path, os.O_RDONLY)
+                    try:
+                        self._fsync(fd)
+                    finally:
+                        self._fs.close(fd)
             except OSError as exc:
                 with self._lock:  # never report success for pages the kernel may have dropped
                     for seg in dirty:
-                        seg.dirty = True
+                        seg.dirty = seg.rewrite = True
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
                 raise StoreError(f"stream store cannot sync ({self._failed})") from None
             finally:
                 for fd in fds:
-                    os.close(fd)
+                    self._fs.close(fd)
+            if self.fsync:
+                for seg, mark in zip(dirty, marks, strict=True):
+                    seg.synced = max(seg.synced, mark)
             self.committed = max(self.committed, tail)
             self._save_indexes()
 
@@ -594,14 +614,13 @@ class FileStreamLog(StreamLog):
         for seg in sealed:
             tmp = seg.idx_path + ".tmp"
             try:
-                with open(tmp, "wb") as f:
-                    f.write(seg.save_index())
+                self._fs.write_file(tmp, seg.save_index())
                 with self._lock:
                     if seg.fd >= 0 and seg in self._segs:
-                        os.replace(tmp, seg.idx_path)
+                        self._fs.replace(tmp, seg.idx_path)
                         seg.sidecar = True
                     else:
-                        os.unlink(tmp)
+                        self._fs.unlink(tmp)
             except OSError as exc:  # only costs a scan on the next open
                 log.warning("stream %s: could not save a segment index: %s", self.path, exc)
 
@@ -612,17 +631,9 @@ class FileStreamLog(StreamLog):
             log.error("closing stream %s: %s", self.path, exc)
         with self._lock:
             for seg in self._segs:
-                os.close(seg.fd)
+                self._fs.close(seg.fd)
             self._segs = []
             self._firsts = []
-
-
-def _fsync_dir(path: str, fsync: Callable[[int], None]) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def stream_key(vhost: str, name: str) -> str:
@@ -633,9 +644,10 @@ def stream_key(vhost: str, name: str) -> str:
 class FileStreams:
     """The stream logs of a data directory (``<root>/streams``), by (vhost, name)."""
 
-    def __init__(self, root: str, *, fsync: bool = True) -> None:
+    def __init__(self, root: str, *, fsync: bool = True, fs: FileSystem = OS_FS) -> None:
         self.root = os.path.join(root, "streams")
         self.fsync = fsync
+        self._fs = fs
         self.logs: dict[tuple[str, str], FileStreamLog] = {}
         #: logs changed since the last sync (a sync visits only these, not every stream)
         self._changed: dict[FileStreamLog, None] = {}
@@ -648,13 +660,14 @@ class FileStreams:
                 slog.settings = settings
             return slog
         path = os.path.join(self.root, stream_key(vhost, name))
-        if not os.path.isdir(path):
-            os.makedirs(path)
-            with open(os.path.join(path, "NAME"), "wb") as f:
-                f.write(vhost.encode("utf-8", "surrogateescape") + b"\0" + name.encode("utf-8", "surrogateescape"))
+        if not self._fs.isdir(path):
+            self._fs.makedirs(path)
+            self._fs.write_file(os.path.join(path, "NAME"), vhost.encode("utf-8", "surrogateescape") + b"\0"
+                                + name.encode("utf-8", "surrogateescape"))
             if self.fsync:
-                _fsync_dir(self.root, os.fsync)
-        slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync, on_change=self._note)
+                self._fs.fsync_dir(self.root)
+        slog = self.logs[(vhost, name)] = FileStreamLog(path, settings, fsync=self.fsync, on_change=self._note,
+                                                        fs=self._fs)
         # recovery deleted or truncated files, or scanned a sealed segment without a saved index:
         # the next sync makes that durable, or saves it
         if slog._dir_dirty or any(not s.sidecar for s in slog._segs[:-1]):
@@ -673,12 +686,12 @@ class FileStreams:
                 self._changed.pop(slog, None)
             with slog._lock:
                 for seg in slog._segs:
-                    os.close(seg.fd)
+                    self._fs.close(seg.fd)
                 slog._segs = []
                 slog._dir_dirty = False  # a sync already under way finds nothing left to do
         path = os.path.join(self.root, stream_key(vhost, name))
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
+        if self._fs.isdir(path):
+            self._fs.rmtree(path)
 
     def sync(self) -> None:
         """Sync the logs changed since the last sync (worker thread)."""

@@ -11,11 +11,13 @@ from ._records import (
     _ENQ,
     _EXP,
     _MARK,
+    _NEXTQ,
     JRN_MAGIC,
     K_CNT,
     K_ENQ,
     K_EXP,
     K_MARK,
+    K_NEXTQ,
     OP_ADD_B,
     OP_ADD_VHOST,
     OP_PUT_DOC,
@@ -55,7 +57,7 @@ class Compaction:
         is written out first; its fsync is left to the next sync, as for any append."""
         self._write_segments()
         tmp = os.path.join(self.path, "journal.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._fs.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         out = bytearray(JRN_MAGIC)
         done = 0
 
@@ -95,14 +97,15 @@ class Compaction:
             # every enqueue of a message before this point is above (or was removed): recovery
             # applies only segment markers of messages from here on
             assert self._seg is not None
+            out += _record(_NEXTQ.pack(K_NEXTQ, self._next_qid))
             out += _record(_MARK.pack(K_MARK, (self._seg_no << 32) | self._seg.size))
             self._last_msg = (0, 0)  # the next enqueue writes its message anew, after the mark
             flush()
             self._fsync_full(fd)
         except BaseException:
-            os.close(fd)
+            self._fs.close(fd)
             raise
-        os.replace(tmp, os.path.join(self.path, "journal"))
+        self._fs.replace(tmp, os.path.join(self.path, "journal"))
         self._fsync_dir(self.path)
         if self._j is not None:
             self._close_fd(self._j.fd)

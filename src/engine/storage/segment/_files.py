@@ -14,7 +14,7 @@ _ZEROS = bytes(ZERO_AHEAD)
 class _File:
     """An append-only file written at known offsets from a buffer (retried after a failed write)."""
 
-    __slots__ = ("path", "fd", "written", "buf", "dirty", "zeroed")
+    __slots__ = ("path", "fd", "written", "buf", "dirty", "zeroed", "synced", "rewrite")
 
     def __init__(self, path: str, fd: int, written: int) -> None:
         self.path = path
@@ -24,6 +24,9 @@ class _File:
         self.dirty = False
         #: the file's zeros written ahead of ``written`` end here (see ``zero_ahead``)
         self.zeroed = written
+        #: what the last successful fsync covered (a file opened is as durable as it is)
+        self.synced = written
+        self.rewrite = False  # a failed fsync left its unsynced pages to write again
 
     @property
     def size(self) -> int:

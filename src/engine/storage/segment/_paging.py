@@ -5,7 +5,6 @@ message, read back from the segments in runs (``Store.page_out`` / ``page_in``).
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from zlib import crc32
 
@@ -151,10 +150,10 @@ class Paging:
         holds ``_lock``)."""
         w = f.written
         if off + n <= w:
-            return os.pread(f.fd, n, off)
+            return self._fs.pread(f.fd, n, off)
         if off >= w:
             return bytes(f.buf[off - w : off - w + n])
-        return os.pread(f.fd, w - off, off) + bytes(f.buf[: off + n - w])
+        return self._fs.pread(f.fd, w - off, off) + bytes(f.buf[: off + n - w])
 
     def _read_record(self, pos: int) -> bytes | None:
         """The payload of the record at ``pos`` if it is complete and its CRC matches."""

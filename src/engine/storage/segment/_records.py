@@ -33,11 +33,13 @@ _EXP = Struct("<BIQd")  # kind, queue id, message id, this queue's expiry of the
 #: kind, the segment position the journal covers from here on (written by compaction): every
 #: enqueue of a message at a lower position is in the journal (or was removed)
 _MARK = Struct("<BQ")
-K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK = 1, 2, 3, 4, 5, 6
+#: kind, the next queue id to give (written by compaction: an id a damaged journal lost stays used)
+_NEXTQ = Struct("<BI")
+K_ENQ, K_REM, K_CNT, K_META, K_EXP, K_MARK, K_NEXTQ = 1, 2, 3, 4, 5, 6, 7
 _PERSISTENT = 1
 _HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
 NAN = float("nan")
-assert _ENQ.size < _MSG.size  # is_enqueue_marker tells the two apart by length
+assert _ENQ.size < _MSG.size and _EXP.size < _MSG.size  # the markers are told from messages by length
 
 # -- journal meta records ----------------------------------------------------------------------
 OP_ADD_VHOST, OP_DEL_VHOST, OP_ADD_X, OP_DEL_X, OP_ADD_Q, OP_DEL_Q, OP_ADD_B, OP_DEL_B = range(1, 9)
@@ -144,6 +146,9 @@ class Buffered(Protocol):
     buf: bytearray
     written: int
     dirty: bool
+    #: bytes the last successful fsync covered, and whether a failed fsync since left pages to write again
+    synced: int
+    rewrite: bool
 
 
 def write_out(f: Buffered, pwrite: Callable[[int, bytearray, int], int]) -> None:
@@ -160,8 +165,29 @@ def write_out(f: Buffered, pwrite: Callable[[int, bytearray, int], int]) -> None
             del buf[:n]
 
 
+def rewrite_unsynced(f: Buffered, pread: Callable[[int, int, int], bytes],
+                     pwrite: Callable[[int, bytearray, int], int]) -> None:
+    """After a failed fsync Linux marks the pages it could not write clean ("fsyncgate"): a retried
+    fsync would skip them and report success. So the bytes after the last successful fsync are read
+    back from the page cache and written again (dirtying those pages) before the retry's fsync."""
+    at = f.synced
+    data = bytearray(pread(f.fd, f.written - at, at)) if f.written > at else bytearray()
+    while data:
+        n = pwrite(f.fd, data, at)
+        at += n
+        del data[:n]
+    f.rewrite = False
+    f.dirty = True
+
+
 def _record(payload: bytes) -> bytes:
     return _REC.pack(len(payload), crc32(payload)) + payload
+
+
+def is_expiry_marker(p: bytes | memoryview) -> bool:
+    """Whether a segment record's payload is a queue's expiry of a message (``_EXP``), written beside
+    the message's enqueue marker (``SegmentStore.enqueue_expiring``)."""
+    return len(p) == _EXP.size and p[0] == K_EXP
 
 
 def is_enqueue_marker(p: bytes | memoryview) -> bool:

@@ -8,6 +8,8 @@ import logging
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from zlib import crc32
 
@@ -21,6 +23,7 @@ from ._records import (
     _ENQ,
     _EXP,
     _MARK,
+    _NEXTQ,
     _REC,
     _REM,
     JRN_MAGIC,
@@ -29,6 +32,7 @@ from ._records import (
     K_EXP,
     K_MARK,
     K_META,
+    K_NEXTQ,
     K_REM,
     OP_ADD_B,
     OP_ADD_Q,
@@ -46,6 +50,7 @@ from ._records import (
     decode_meta,
     decode_plain_queue,
     is_enqueue_marker,
+    is_expiry_marker,
     meta_to_def,
 )
 
@@ -61,15 +66,158 @@ class Recovery:
         ``recover_window`` messages of each queue; the rest stay in the queue's page, unread (a torn
         record among them is found and dropped when it is paged in)."""
         jpath = os.path.join(self.path, "journal")
-        data: bytes | mmap.mmap = b""
-        if os.path.exists(jpath) and os.path.getsize(jpath):
-            with open(jpath, "rb") as f:  # mapped, not read: a big journal costs no heap
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         by_qid: dict[int, _QIndex] = {}
         #: loaded idle queues whose journal qid may still get messages: qid -> vhost, name (two
         #: dicts, no tuple per queue)
         self._idle_names: dict[int, str] = {}
         self._idle_vhosts: dict[int, str] = {}
+        with self._journal_data(jpath) as data:
+            magic, n_rec, torn, cov, covered = self._replay_journal(data, jpath, by_qid)
+        existing = [int(n) for n in self._fs.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
+        from_segments = self._replay_markers(sorted(existing), cov, covered, by_qid)
+        del self._idle_names, self._idle_vhosts
+        for v in self._qs.values():  # the loaded idle queues drop their qids
+            for qname, x in v.items():
+                if type(x) is int:
+                    v[qname] = _IDLE
+        # segment references, and the files they keep
+        refs = self._refs
+        for qi in by_qid.values():
+            if qi.pos is not None:
+                for pos in qi.pos:
+                    if pos:
+                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+        for no in existing:
+            if no in refs:
+                fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
+                self._segs[no] = _File(self._seg_path(no), fd, self._fs.fsize(fd))
+        # materialise each queue's head; a message shared by queues is decoded once
+        decoded: dict[int, Message | None] = {}
+        budget = self.memory_bodies
+        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()),
+                        docs=dict(self._docs))
+        max_id = 0
+        for vname, qname, qi in self._all_queues():
+            if type(qi) is int:
+                continue
+            if not qi.live:
+                if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
+                    self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
+                continue
+            assert qi.ids is not None
+            max_id = max(max_id, qi.ids[-1])
+            budget = self._materialise((vname, qname), qi, rec, decoded, budget)
+        rec.max_message_id = max_id
+        # the queues' definitions are made as they are read: a million idle queues need not be a
+        # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
+        rec.queues = _QueueDefs({vname: dict(v) for vname, v in self._qs.items()})  # type: ignore[assignment]
+        if self.dropped_on_recovery:
+            log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
+        # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
+        for no in existing:
+            if no not in refs:
+                self._drop_segment(no)
+                try:
+                    self._fs.unlink(self._seg_path(no))
+                except FileNotFoundError:
+                    pass
+        # never reuse the number of a segment the journal covers but the disk lost (its directory
+        # entry was not durable yet): markers at positions below ``cov`` are never replayed
+        self._seg_no = max(max(existing, default=0), cov >> 32)
+        live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
+                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings)
+                + len(self._docs))
+        with self._lock:
+            self._new_segment()
+            if torn or self.dropped_on_recovery or from_segments or not magic or n_rec > 2 * live + 64:
+                self._compact()  # rewrite the live state (also cuts a torn tail)
+            else:  # already compact enough: append to it as it is
+                fd = self._fs.open(jpath, os.O_RDWR)
+                self._j = _File(jpath, fd, self._fs.fsize(fd))
+                self._j_live_hint = max(1024, live)
+        return rec
+
+    def _materialise(self, key: tuple[str, str], qi: _QIndex, rec: Recovered, decoded: dict[int, Message | None],
+                     budget: int) -> int:
+        """Read the first ``recover_window`` messages of a queue into ``rec`` (a message shared by
+        queues is decoded once, via ``decoded``; bodies past the ``budget`` of bytes stay on disk),
+        page the rest unread, and forget records that are missing or torn. Returns the budget left."""
+        assert qi.ids is not None and qi.pos is not None
+        refs = self._refs
+        stored: list[StoredMessage] = []
+        bad: list[int] = []
+        i, n = 0, len(qi.ids)
+        while i < n and len(stored) < self.recover_window:
+            mid, pos = qi.ids[i], qi.pos[i]
+            i += 1
+            if not pos:
+                continue
+            if pos in decoded:
+                msg = decoded[pos]
+            else:
+                p = self._read_record(pos)
+                msg = None
+                if p is not None:
+                    lazy = None
+                    if budget < 0:
+                        lazy = (self, pos + _REC.size)
+                    else:
+                        budget -= len(p)
+                    try:
+                        msg = _decode_message(p, lazy)
+                    except (ValueError, IndexError, struct.error):
+                        msg = None
+                decoded[pos] = msg
+            if msg is None or msg.id != mid:
+                bad.append(mid)
+                continue
+            stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
+        if stored:
+            rec.messages[key] = stored
+        if i < n:
+            page = _Page()
+            paged = 0
+            tail = n - i
+            if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
+                page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
+                paged = tail
+            else:
+                for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
+                    if q:
+                        page.add_stored(m)
+                        paged += 1
+            if paged:
+                self._pages[key] = page
+                rec.paged[key] = paged
+        for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
+            self.dropped_on_recovery += 1
+            pos = qi.take(qi.find(mid))
+            left = refs[pos >> 32] - 1
+            if left:
+                refs[pos >> 32] = left
+            else:
+                del refs[pos >> 32]
+        return budget
+
+    @contextmanager
+    def _journal_data(self, jpath: str) -> Iterator[bytes | mmap.mmap]:
+        """The journal's bytes (mapped on a real file system: a big journal costs no heap)."""
+        try:
+            fd = self._fs.open(jpath, os.O_RDONLY)
+        except FileNotFoundError:
+            yield b""
+            return
+        try:
+            with self._fs.mapped(fd) as data:
+                yield data
+        finally:
+            self._fs.close(fd)
+
+    def _replay_journal(self, data: bytes | mmap.mmap, jpath: str, by_qid: dict[int, _QIndex],
+                        ) -> tuple[bytes, int, bool, int, set[tuple[int, int]]]:
+        """Replay the journal's valid records into ``by_qid`` and the definitions. Returns its magic,
+        the records replayed, whether a torn tail was dropped, and the enqueue coverage (the highest
+        message position its enqueues cover and the (queue id, message id) enqueued at exactly it)."""
         n_rec = 0  # records replayed
         torn = False
         #: the highest message position the journal's enqueues cover (see ``_replay_markers``) and
@@ -117,6 +265,8 @@ class Recovery:
                     (_, mark) = _MARK.unpack(p)
                     if mark > cov:
                         cov, cov_from = mark, -1
+                elif kind == K_NEXTQ:
+                    self._next_qid = max(self._next_qid, _NEXTQ.unpack(p)[1])
                 elif kind == K_META:
                     plain = decode_plain_queue(p)
                     if plain is not None:  # the common case, without a QueueDef
@@ -139,123 +289,7 @@ class Recovery:
             raise StoreError(f"{jpath} is not a sansmq journal")
         else:
             covered = set()
-        if isinstance(data, mmap.mmap):
-            data.close()
-        del data
-        existing = [int(n) for n in os.listdir(os.path.join(self.path, "segments")) if n.isdigit()]
-        from_segments = self._replay_markers(sorted(existing), cov, covered, by_qid)
-        del self._idle_names, self._idle_vhosts
-        for v in self._qs.values():  # the loaded idle queues drop their qids
-            for qname, x in v.items():
-                if type(x) is int:
-                    v[qname] = _IDLE
-        # segment references, and the files they keep
-        refs = self._refs
-        for qi in by_qid.values():
-            if qi.pos is not None:
-                for pos in qi.pos:
-                    if pos:
-                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
-        for no in existing:
-            if no in refs:
-                self._segs[no] = _File(self._seg_path(no), os.open(self._seg_path(no), os.O_RDONLY), 0)
-                self._segs[no].written = os.fstat(self._segs[no].fd).st_size
-        # materialise each queue's head; a message shared by queues is decoded once
-        decoded: dict[int, Message | None] = {}
-        budget = self.memory_bodies
-        rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()),
-                        docs=dict(self._docs))
-        max_id = 0
-        for vname, qname, qi in self._all_queues():
-            if type(qi) is int:
-                continue
-            if not qi.live:
-                if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
-                    self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
-                continue
-            key = (vname, qname)
-            assert qi.ids is not None and qi.pos is not None
-            max_id = max(max_id, qi.ids[-1])
-            stored: list[StoredMessage] = []
-            bad: list[int] = []
-            i, n = 0, len(qi.ids)
-            while i < n and len(stored) < self.recover_window:
-                mid, pos = qi.ids[i], qi.pos[i]
-                i += 1
-                if not pos:
-                    continue
-                if pos in decoded:
-                    msg = decoded[pos]
-                else:
-                    p = self._read_record(pos)
-                    msg = None
-                    if p is not None:
-                        lazy = None
-                        if budget < 0:
-                            lazy = (self, pos + _REC.size)
-                        else:
-                            budget -= len(p)
-                        try:
-                            msg = _decode_message(p, lazy)
-                        except (ValueError, IndexError, struct.error):
-                            msg = None
-                    decoded[pos] = msg
-                if msg is None or msg.id != mid:
-                    bad.append(mid)
-                    continue
-                stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
-            if stored:
-                rec.messages[key] = stored
-            if i < n:
-                page = _Page()
-                paged = 0
-                tail = n - i
-                if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
-                    page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
-                    paged = tail
-                else:
-                    for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
-                        if q:
-                            page.add_stored(m)
-                            paged += 1
-                if paged:
-                    self._pages[key] = page
-                    rec.paged[key] = paged
-            for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
-                self.dropped_on_recovery += 1
-                pos = qi.take(qi.find(mid))
-                left = refs[pos >> 32] - 1
-                if left:
-                    refs[pos >> 32] = left
-                else:
-                    del refs[pos >> 32]
-        rec.max_message_id = max_id
-        # the queues' definitions are made as they are read: a million idle queues need not be a
-        # million QueueDefs at once (a copy of the dicts is a few big blocks, given back when freed)
-        rec.queues = _QueueDefs({vname: dict(v) for vname, v in self._qs.items()})  # type: ignore[assignment]
-        if self.dropped_on_recovery:
-            log.warning("recovery: %d message records missing or torn (never confirmed)", self.dropped_on_recovery)
-        # unreferenced segments go; new messages go to a fresh segment (old tails are never appended to)
-        for no in existing:
-            if no not in refs:
-                self._drop_segment(no)
-                try:
-                    os.unlink(self._seg_path(no))
-                except FileNotFoundError:
-                    pass
-        self._seg_no = max(existing, default=0)
-        live = (sum(qi.live + len(qi.counts or ()) + len(qi.exp or ()) for qi in by_qid.values())
-                + len(self._vhosts) + len(self._exchanges) + self._queue_count() + len(self._bindings)
-                + len(self._docs))
-        with self._lock:
-            self._new_segment()
-            if torn or self.dropped_on_recovery or from_segments or not magic or n_rec > 2 * live + 64:
-                self._compact()  # rewrite the live state (also cuts a torn tail)
-            else:  # already compact enough: append to it as it is
-                fd = os.open(jpath, os.O_RDWR)
-                self._j = _File(jpath, fd, os.fstat(fd).st_size)
-                self._j_live_hint = max(1024, live)
-        return rec
+        return magic, n_rec, torn, cov, covered
 
     def _replay_enqueue(self, qid: int, mid: int, pos: int, by_qid: dict[int, _QIndex]) -> None:
         qi = by_qid.get(qid)
@@ -278,17 +312,31 @@ class Recovery:
                 continue
             start = (cov & 0xFFFFFFFF) if no == cov >> 32 else len(SEG_MAGIC)
             try:
-                with open(self._seg_path(no), "rb") as f:
-                    if f.read(len(SEG_MAGIC)) != SEG_MAGIC:
+                fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
+                try:
+                    if self._fs.pread(fd, len(SEG_MAGIC), 0) != SEG_MAGIC:
                         continue
-                    f.seek(start)
-                    data = f.read()
+                    data = self._fs.pread(fd, max(0, self._fs.fsize(fd) - start), start)
+                finally:
+                    self._fs.close(fd)
             except OSError as exc:
                 raise StoreError(f"segment {no}: cannot read its tail ({exc})") from None
             for _, p in _records(data, 0)[0]:
+                if is_expiry_marker(p):  # follows its enqueue marker: the message is known by now
+                    _, qid, mid, when = _EXP.unpack(p)
+                    qi = by_qid.get(qid)
+                    if qi is not None and qi.find(mid) >= 0 and (qi.exp is None or mid not in qi.exp):
+                        if qi.exp is None:
+                            qi.exp = {}
+                        qi.exp[mid] = when
+                        applied += 1
+                    continue
                 if not is_enqueue_marker(p):
                     continue
                 _, qid, mid, pos = _ENQ.unpack(p)
+                # a queue id whose definition a damaged journal lost is never given to another
+                # queue: its markers would otherwise move its messages there at a later recovery
+                self._next_qid = max(self._next_qid, qid + 1)
                 if pos > cov or (pos == cov and (qid, mid) not in covered):
                     self._replay_enqueue(qid, mid, pos, by_qid)
                     applied += 1

@@ -45,7 +45,6 @@ modules: ``_recovery`` (loading), ``_paging`` (page out/in and record reads), ``
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import threading
@@ -53,6 +52,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._message import Message
+from ...fs import OS_FS, FileSystem
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError
 from ...streams._files import FileStreams
 from ._compaction import Compaction
@@ -85,6 +85,7 @@ from ._records import (
     meta_exchange,
     meta_queue,
     meta_vhost,
+    rewrite_unsynced,
     write_out,
 )
 from ._recovery import Recovery
@@ -103,11 +104,13 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     """Durable store in directory ``path``. Opening loads everything (``recover()`` hands it over once).
 
     ``sync=False`` never fsyncs: ``sync`` then only hands the buffers to the OS, so confirmed data
-    survives the process being killed but not a power loss or kernel crash."""
+    survives the process being killed but not a power loss or kernel crash. ``fs`` is the file
+    system every file call goes through (``engine.simfs.SimFS`` under the simulator)."""
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, segment_size: int = 8 << 20,
-                 memory_bodies: int = 64 << 20, recover_window: int = 2048) -> None:
+                 memory_bodies: int = 64 << 20, recover_window: int = 2048, fs: FileSystem = OS_FS) -> None:
         self.path = os.fspath(path)
+        self._fs = fs
         #: receipts always wait for ``sync``: with ``fsync`` off it is only a write to the OS
         self.needs_sync = True
         self.fsync = sync
@@ -155,28 +158,30 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._pages: dict[tuple[str, str], _Page] = {}
         #: paged records that could not be read back (torn, or a failed write that never recovered)
         self.dropped_paged = 0
-        os.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        fs.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock_fd = fs.lock(os.path.join(self.path, "LOCK"))
         except OSError:
-            os.close(self._lock_fd)
             raise StoreError(f"data directory {self.path} is in use by another process") from None
-        self._recovered: Recovered | None = self._load()
+        try:
+            self._recovered: Recovered | None = self._load()
+        except OSError as exc:  # e.g. the disk is full: the journal cannot be rewritten
+            fs.close(self._lock_fd)
+            raise StoreError(f"cannot open the data directory {self.path}: {exc.strerror or exc}") from None
         self._streams: FileStreams | None = None  # stream queues' logs, opened on first use
 
-    # -- I/O primitives (fault-injection tests override these) -----------------------------------------
+    # -- I/O primitives (through the file-system seam; fault-injection tests also override these)
     def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
-        return os.pwrite(fd, data, offset)
+        return self._fs.pwrite(fd, data, offset)
 
     def _fsync(self, fd: int) -> None:
         """Make an append-only file's new bytes durable: fdatasync flushes the data and the size
         (what reading them back needs) but not the timestamps, a journal commit cheaper."""
-        os.fdatasync(fd)
+        self._fs.fdatasync(fd)
 
     def _fsync_full(self, fd: int) -> None:
         """fsync with every bit of metadata: directories, the rewritten journal."""
-        os.fsync(fd)
+        self._fs.fsync(fd)
 
     def _seg_path(self, no: int) -> str:
         return os.path.join(self.path, "segments", f"{no:08d}")
@@ -243,7 +248,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """Start the next segment file (caller holds ``_lock``)."""
         self._seg_no += 1
         path = self._seg_path(self._seg_no)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg = _File(path, fd, 0)
         seg.buf += SEG_MAGIC
         self._segs[self._seg_no] = seg
@@ -378,8 +383,14 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if qi.exp is None:
             qi.exp = {}
         qi.exp[msg.id] = expires
-        self._journal(_EXP.pack(K_EXP, qi.qid, msg.id, expires))
-        self._j_must = True  # the queue's expiry of the message is only in the journal
+        exp = _EXP.pack(K_EXP, qi.qid, msg.id, expires)
+        self._journal(exp)
+        self._j_must = True
+        if self._last_msg[0] == msg.id and self._last_msg[1] >> 32 == self._seg_no:
+            # beside the enqueue marker too: a message recovered from its marker keeps its TTL
+            assert self._seg is not None
+            with self._lock:
+                self._append(self._seg, _record(exp))
 
     def _append_message(self, msg: Message) -> int:
         """Append ``msg``'s record to the current segment (caller holds ``_lock``); the same message
@@ -457,7 +468,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         f = self._segs.get(at >> 32)
         if f is None:
             raise StoreError("message body no longer stored (its segment was deleted)")
-        data = os.pread(f.fd, n, at & 0xFFFFFFFF)
+        data = self._fs.pread(f.fd, n, at & 0xFFFFFFFF)
         if len(data) != n:
             raise StoreError("message body truncated in its segment")
         return data
@@ -469,7 +480,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if f is not None:
             self._close_fd(f.fd)
             try:
-                os.unlink(f.path)
+                self._fs.unlink(f.path)
             except FileNotFoundError:
                 pass
 
@@ -478,7 +489,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if self._fsyncing:
             self._closing.append(fd)
         else:
-            os.close(fd)
+            self._fs.close(fd)
 
     # -- write-out and sync ----------------------------------------------------------------------------------
     def _write_file(self, f: _File) -> None:
@@ -498,10 +509,16 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if self._j is not None:
             self._write_file(self._j)
 
+    def _rewrite_after_failed_fsync(self) -> None:
+        """Write again what a failed fsync may have left unwritten (caller holds ``_lock``)."""
+        for f in (*self._rotated.values(), self._seg, self._j):
+            if f is not None and f.rewrite:
+                rewrite_unsynced(f, self._fs.pread, self._pwrite)
+
     # -- stream queues (engine.streams._files: one directory of segment files per stream) -----------
     def _stream_logs(self) -> FileStreams:
         if self._streams is None:
-            self._streams = FileStreams(self.path, fsync=self.fsync)
+            self._streams = FileStreams(self.path, fsync=self.fsync, fs=self._fs)
         return self._streams
 
     def sync(self, token: int) -> None:
@@ -512,6 +529,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             with self._lock:
                 try:
                     self._write_all()
+                    self._rewrite_after_failed_fsync()
                 except OSError as exc:
                     self._mark_failed(exc)
                     raise StoreError(f"message store cannot write ({self._failed})") from None
@@ -541,9 +559,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                     else:
                         self._j_lazy_syncs += 1
                 fds = []
+                marks = []
                 for f in files:
                     f.dirty = False
                     fds.append(f.fd)
+                    marks.append(f.written)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 self._fsyncing = True
             try:
@@ -556,26 +576,29 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
                 # for them; the files are marked dirty again so the next sync fsyncs them again
                 with self._lock:
                     for f in files:
-                        f.dirty = True
+                        f.dirty = f.rewrite = True
                     rotated.update(self._rotated)  # what was not deleted meanwhile stays to sync
                     self._rotated = {no: f for no, f in rotated.items() if no in self._segs}
                     self._j_must = self._j_must or j_must
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._mark_failed(exc)
                 raise StoreError(f"message store cannot sync ({self._failed})") from None
+            else:
+                for f, mark in zip(files, marks, strict=True):
+                    f.synced = max(f.synced, mark)
             finally:
                 with self._lock:
                     self._fsyncing = False
                     closing, self._closing = self._closing, []
                 for fd in closing:
-                    os.close(fd)
+                    self._fs.close(fd)
 
     def _fsync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
+        fd = self._fs.open(path, os.O_RDONLY)
         try:
             self._fsync_full(fd)
         finally:
-            os.close(fd)
+            self._fs.close(fd)
 
     def close(self) -> None:
         """Write out and fsync everything (when syncing), release the directory."""
@@ -590,11 +613,11 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
             self._streams.close()
         with self._lock:
             for f in self._segs.values():
-                os.close(f.fd)
+                self._fs.close(f.fd)
             self._segs.clear()
             if self._j is not None:
-                os.close(self._j.fd)
+                self._fs.close(self._j.fd)
                 self._j = None
-            os.close(self._lock_fd)
+            self._fs.close(self._lock_fd)
             self._lock_fd = -1
 
