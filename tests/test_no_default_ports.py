@@ -66,7 +66,9 @@ def _items(node: ast.expr, names: dict[str, Any]) -> list[str | None]:
 
 def _unset_listeners(args: list[str | None]) -> list[str]:
     given = {a.split("=", 1)[0] for a in args if a}
-    return [name for name in DEFAULT_LISTENERS if f"--{name}" not in given and f"--no-{name}" not in given]
+    # a cluster node also binds its node-to-node link (default port 25672)
+    wanted = DEFAULT_LISTENERS + (("cluster-address",) if "--node" in given else ())
+    return [name for name in wanted if f"--{name}" not in given and f"--no-{name}" not in given]
 
 
 def serve_command_lines() -> list[tuple[str, int, list[str | None]]]:

@@ -29,6 +29,6 @@ def test_serve_flags() -> None:
 
 def test_a_node_needs_a_postgresql_store() -> None:
     out = subprocess.run([sys.executable, "-m", "servers", "serve", "--store", "memory", "--node", "a",
-                          "--amqp", "127.0.0.1:0", "--no-stomp", "--no-ws", "--no-http", "--no-prometheus"],
+                          "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--no-stomp", "--no-ws", "--no-http", "--no-prometheus"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "needs a postgresql:// --store" in out.stderr

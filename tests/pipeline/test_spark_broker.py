@@ -9,6 +9,7 @@ from e2ekit import start_server
 from tlskit import make_pki
 
 from pipeline.client import Client
+from servers.management import OPS_EPHEMERAL
 
 
 def test_amqps_with_a_client_certificate_and_several_hosts(spark, tmp_path: Path) -> None:
@@ -48,8 +49,6 @@ def test_a_streaming_query_survives_a_10_second_broker_restart(spark, tmp_path: 
 
     from e2ekit import ServerProcess, wait_until
     from pipelinekit import Broker
-
-    from servers.management import OPS_EPHEMERAL
 
     config = tmp_path / "sansmq.toml"
     config.write_text("")
