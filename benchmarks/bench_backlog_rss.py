@@ -89,7 +89,7 @@ class Stomp:
     def __init__(self, addr: tuple[str, int]) -> None:
         self.sock = socket.create_connection(addr)
         self.buf = b""
-        self.sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00")
+        self.sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\x00")
         self._until(b"CONNECTED")
         self.seq = 0
 

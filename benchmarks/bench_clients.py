@@ -133,7 +133,7 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
 
 def stomp_py(url: str, n: int) -> tuple[float, float]:
     port = int(url.rsplit(":", 1)[1].strip("/"))
-    conn = stomp.Connection12([("127.0.0.1", port)])
+    conn = stomp.Connection12([("127.0.0.1", port)], vhost="/")
     listener = _Listener()
     conn.set_listener("bench", listener)
     conn.connect("guest", "guest", wait=True)

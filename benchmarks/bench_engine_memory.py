@@ -67,7 +67,7 @@ def stomp_with_store(n: int, frame: bytes, label: str) -> float:
                         store.sync(action.token)
                         broker.synced(action.token, 1.0)
 
-        feed(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+        feed(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
         args = frame.count(b"%d")
         frames = [frame % ((i,) * args) for i in range(n)]
 
@@ -145,7 +145,7 @@ def main() -> None:
 
     session4 = StompSession(broker, 4, ("127.0.0.1", 4))
     broker.sessions[4] = session4
-    session4.data_received(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+    session4.data_received(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
     broker.drain()
     k = max(1, n // 10)
 

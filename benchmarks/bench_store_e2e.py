@@ -68,7 +68,7 @@ def start_server(url: str | None, data: str) -> tuple[subprocess.Popen[str], dic
 def _stomp(port: int) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\x00")
+    s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\x00")
     buf = b""
     while b"\x00" not in buf:
         buf += s.recv(4096)

@@ -74,7 +74,8 @@ class Client:
         self.frames: list[tuple[bytes, dict[str, str], bytes]] = []
         self.cond = threading.Condition()
         self.closed = False
-        self.send_frame(b"CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"})
+        self.send_frame(b"CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "0,0", "login": "guest",
+                                     "passcode": "guest"})
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         if not self.wait(lambda: any(f[0] == b"CONNECTED" for f in self.frames), 5):

@@ -98,8 +98,8 @@ def test_the_declaring_node_leads_a_new_queue_and_keeps_its_messages(nodes: Node
     got = [ch.basic_get("jobs", auto_ack=True)[2] for _ in range(10)]
     assert got == [str(i).encode() for i in range(10)]
     # over STOMP on the leader too
-    stomp_conn = stomp.Connection12([("127.0.0.1", b.stomp)], heartbeats=(0, 0))
-    stomp_conn.connect(wait=True)
+    stomp_conn = stomp.Connection12([("127.0.0.1", b.stomp)], heartbeats=(0, 0), vhost="/")
+    stomp_conn.connect("guest", "guest", wait=True)
     stomp_conn.send("/amq/queue/jobs", "via stomp", headers={"persistent": "true", "receipt": "r1"})
     stomp_conn.disconnect()
 
@@ -121,7 +121,7 @@ def test_a_publish_through_another_node_is_confirmed_once_the_leader_stored_it(n
     for i in range(20):
         och.basic_publish("events", "created", b'{"i": %d}' % i, props, mandatory=True)
     other.close()
-    stomp_conn = stomp.Connection12([("127.0.0.1", c.stomp)], heartbeats=(0, 0))
+    stomp_conn = stomp.Connection12([("127.0.0.1", c.stomp)], heartbeats=(0, 0), vhost="/")
     receipts: list[str] = []
 
     class Receipts(stomp.ConnectionListener):
@@ -129,7 +129,7 @@ def test_a_publish_through_another_node_is_confirmed_once_the_leader_stored_it(n
             receipts.append(frame.headers["receipt-id"])
 
     stomp_conn.set_listener("r", Receipts())
-    stomp_conn.connect(wait=True)
+    stomp_conn.connect("guest", "guest", wait=True)
     stomp_conn.send("/exchange/events/created", "from stomp", headers={"persistent": "true", "receipt": "r1"})
     wait_for(lambda: receipts == ["r1"], timeout=10, what="the receipt from c")
     stomp_conn.disconnect()
