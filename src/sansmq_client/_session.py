@@ -8,14 +8,28 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ._errors import ConnectionLost
+from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
+from ._url import Params
 
-if TYPE_CHECKING:
-    from ._core import Core
-    from ._model import ConsumerRecord, Delivery
+
+class Core(Protocol):
+    """What a session uses of the ``_core.Core`` that outlives it (a narrow interface, so the
+    sessions do not import the core that creates them)."""
+
+    params: Params
+    generation: int
+    clock: Callable[[], float]
+    #: the declared topology to restore after a reconnect: key -> (kind, arguments)
+    topology: dict[tuple[Any, ...], tuple[str, dict[str, Any]]]
+    #: the consumers to subscribe again, by tag
+    consumers: dict[str, ConsumerRecord]
+
+    def forget_consumer(self, consumer: ConsumerRecord) -> None: ...
+
 
 __all__ = ["Session", "TxRecord", "SETTLE"]
 
