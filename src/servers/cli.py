@@ -142,6 +142,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "close and wait for pending disk syncs (a second SIGINT exits at once).",
         epilog="exit status: 0 stopped cleanly or config OK, 1 could not start (port in use, data "
                "directory, store, missing package), 2 bad command line or config file, 130 second SIGINT")
+    add_serve_arguments(serve)
+    bench = sub.add_parser(
+        "bench",
+        help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest",
+        description=BENCH_DESCRIPTION,
+        epilog=BENCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_bench_arguments(bench)
+    analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
+                             description=ANALYZE_DESCRIPTION)
+    add_analyze_arguments(analyze)
+    streams = sub.add_parser("streams", help="stream queues on a running broker: create, create-partitioned")
+    add_streams_arguments(streams)
+    cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status of its nodes and leases")
+    add_cluster_arguments(cluster_cmd)
+    simulate = sub.add_parser("simulate", help="deterministic simulation: seeded runs with injected faults",
+                              description="Run seeded whole-broker simulations (engine.sim) in parallel processes.")
+    add_simulate_arguments(simulate)
+    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
+                                    "streams": streams, "cluster": cluster_cmd, "simulate": simulate})
+    return parser
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    """The options of ``sansmq serve``: listeners, TLS, config, store, cluster, limits, logging."""
     serve.add_argument("--server", choices=SERVER_KINDS, default="threads",
                        help="I/O driver (default threads: the fastest in benchmarks/, see the README; "
                             "trio needs pip install 'sansmq[trio]')")
@@ -258,27 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
                       default=(BURST, WINDOW),
                       help=f"at most LINES similar lines (same message, different peers) per SECONDS; the rest "
                            f"are counted in a 'suppressed N similar messages' note (default {BURST}/{WINDOW:g})")
-    bench = sub.add_parser(
-        "bench",
-        help="load-test a broker (AMQP, STOMP, STOMP over WebSocket), like PerfTest",
-        description=BENCH_DESCRIPTION,
-        epilog=BENCH_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_bench_arguments(bench)
-    analyze = sub.add_parser("analyze", help="traffic report from a firehose trace stream (Spark job)",
-                             description=ANALYZE_DESCRIPTION)
-    add_analyze_arguments(analyze)
-    streams = sub.add_parser("streams", help="stream queues on a running broker: create, create-partitioned")
-    add_streams_arguments(streams)
-    cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status of its nodes and leases")
-    add_cluster_arguments(cluster_cmd)
-    simulate = sub.add_parser("simulate", help="deterministic simulation: seeded runs with injected faults",
-                              description="Run seeded whole-broker simulations (engine.sim) in parallel processes.")
-    add_simulate_arguments(simulate)
-    parser.set_defaults(subparsers={"serve": serve, "bench": bench, "analyze": analyze,
-                                    "streams": streams, "cluster": cluster_cmd, "simulate": simulate})
-    return parser
 
 
 class CliError(Exception):
