@@ -33,8 +33,9 @@ bash scripts/build-docs.sh
 # Sockets for 1,000-connection tests: raise the soft descriptor limit as far as the hard one allows.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-# The browser suite was just installed: a missing browser must fail, not skip.
-SANSMQ_REQUIRE_BROWSER=1 .venv/bin/python -m pytest "$@"
+# The browser suite was just installed: a missing browser must fail, not skip. The 30 slowest
+# tests are listed at the end: where CI time goes.
+SANSMQ_REQUIRE_BROWSER=1 .venv/bin/python -m pytest --durations=30 "$@"
 
 FUZZ_RUNS=${FUZZ_RUNS:-20000}
 for harness in fuzz/*_fuzz.py; do
