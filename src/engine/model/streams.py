@@ -226,9 +226,12 @@ class Streams:
     def log(self, q: Queue) -> StreamLog:
         return self.logs[q]
 
-    def visible_end(self, q: Queue) -> int:
-        """The offset after the last record consumers may see (what queue.declare-ok reports)."""
+    def visible_end(self, q: Queue, fresh: bool = False) -> int:
+        """The offset after the last record consumers may see (what queue.declare-ok reports,
+        ``fresh``: as the leader committed it, when another cluster node leads the stream)."""
         log = self.logs[q]
+        if fresh and q.leader is not None:
+            log.refresh()
         return min(log.committed, log.tail)
 
     def _arm_retention(self, q: Queue, log: StreamLog) -> None:
@@ -239,7 +242,7 @@ class Streams:
         log = self.logs.get(q)
         if log is None:
             return
-        if log.apply_retention(now):
+        if q.leader is None and log.apply_retention(now):  # a cluster node leaves it to the leader
             self.state.store_write()
         self._arm_retention(q, log)
 
@@ -278,6 +281,8 @@ class Streams:
         """Give ``consumer`` its reader: where its ``name`` stored an offset if it did, else at
         ``start``, else at ``next`` (RabbitMQ's default)."""
         log = self.logs[q]
+        if q.leader is not None:  # led by another cluster node: its log as the leader left it
+            log.refresh()
         stored = log.stored_offset(name) if name is not None else None
         if stored is not None:
             offset = min(max(stored, log.first), log.tail)

@@ -45,7 +45,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     links = Links(store)
     store.sender = links.send
     model.publisher.forward = make_forward(model, store, broker.sync_token)
-    model.relays = links.relays.relays = Relays(model, links.relays.open)
+    model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log)
     place_declared(model, store.placed)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)

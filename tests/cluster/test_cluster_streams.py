@@ -1,0 +1,136 @@
+"""Streams in a cluster: a stream declared on one node is appended to and read from every node; its
+leader's death loses nothing confirmed and consumers elsewhere read on; partitions' leaders spread."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from typing import Any
+
+import pika
+from clusterkit import LEASE, Node, Nodes, wait_for  # noqa: F401 - LEASE: failover tests
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def _declare_stream(node: Node, name: str, **args: Any) -> None:
+    conn = node.pika()
+    conn.channel().queue_declare(name, durable=True, arguments={**STREAM, **args})
+    conn.close()
+
+
+def _publisher(node: Node) -> Any:
+    ch = node.pika().channel()
+    ch.confirm_delivery()
+    return ch
+
+
+def _publish(ch: Any, stream: str, bodies: list[bytes], producer: str | None = None, first_id: int = 0) -> None:
+    for i, body in enumerate(bodies):
+        headers = None if producer is None else {"x-producer": producer, "x-publishing-id": first_id + i}
+        ch.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2, headers=headers))
+
+
+class StreamReader:
+    """A pika stream consumer on ``node`` in a thread of its own: (offset, body) as they arrive."""
+
+    def __init__(self, node: Node, stream: str, offset: Any = "first", name: str | None = None) -> None:
+        self.got: list[tuple[int, bytes]] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        args: dict[str, Any] = {"x-stream-offset": offset}
+        if name is not None:
+            args["x-stream-consumer-name"] = name
+        self._conn = node.pika()
+        ch = self._conn.channel()
+        ch.basic_qos(prefetch_count=50)
+
+        def on(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            self.got.append((props.headers["x-stream-offset"], body))
+            ch.basic_ack(method.delivery_tag)
+
+        ch.basic_consume(stream, on, arguments=args)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._conn.process_data_events(time_limit=0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def wait(self, n: int, timeout: float = 15.0) -> list[tuple[int, bytes]]:
+        wait_for(lambda: len(self.got) >= n or self.error, timeout=timeout, what=f"{n} stream deliveries")
+        return list(self.got)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        try:
+            self._conn.close()
+        except pika.exceptions.AMQPError:
+            pass
+
+
+def _wait_defined(name: str, *nodes: Node) -> None:
+    for node in nodes:
+        wait_for(lambda node=node: node.has_queue(name), timeout=10, what=f"{name} on {node.name}")
+
+
+def test_a_stream_is_appended_to_and_read_from_every_node(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    _declare_stream(a, "events")
+    _wait_defined("events", b, c)
+    assert nodes.leader("events") == ("a", 1)
+    _publish(_publisher(a), "events", [b"a%d" % i for i in range(5)])
+    # appended through b (forwarded to a; confirmed after a's commit), deduplicated by a
+    pb = _publisher(b)
+    _publish(pb, "events", [b"b%d" % i for i in range(5)], producer="p", first_id=1)
+    _publish(pb, "events", [b"dup%d" % i for i in range(5)], producer="p", first_id=1)  # resent: not appended
+    _publish(_publisher(c), "events", [b"c%d" % i for i in range(5)])
+    want = [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)] + [b"c%d" % i for i in range(5)]
+    on_a, on_c = StreamReader(a, "events"), StreamReader(c, "events")
+    try:
+        assert [body for _, body in on_a.wait(15)] == want
+        assert on_c.wait(15) == on_a.got[:15]
+        assert [o for o, _ in on_c.got] == list(range(15))
+        # new appends reach the consumer on c (woken by the leader's feed, not by polling)
+        _publish(pb, "events", [b"late%d" % i for i in range(3)], producer="p", first_id=6)
+        assert [body for _, body in on_c.wait(18)[15:]] == [b"late0", b"late1", b"late2"]
+        assert on_c.got == on_a.wait(18)
+        assert on_c.error is None and on_a.error is None
+    finally:
+        on_a.close()
+        on_c.close()
+
+
+def test_every_offset_spec_reads_the_same_records_on_a_node_that_does_not_lead(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    _declare_stream(a, "specs")
+    _wait_defined("specs", c)
+    pa = _publisher(a)
+    _publish(pa, "specs", [b"old%d" % i for i in range(4)])
+    time.sleep(1.2)  # a timestamp between two chunks (AMQP timestamps are whole seconds)
+    since = int(time.time())
+    time.sleep(1.1)
+    _publish(pa, "specs", [b"new%d" % i for i in range(3)])
+    for spec in ("first", "last", 2, datetime.datetime.fromtimestamp(since)):
+        readers = [StreamReader(node, "specs", spec) for node in (a, c)]
+        try:
+            wait_for(lambda readers=readers: readers[0].got and len(readers[1].got) >= len(readers[0].got),
+                     what=f"reads from {spec!r}")
+            time.sleep(0.3)
+            assert readers[1].got == readers[0].got, spec
+        finally:
+            for r in readers:
+                r.close()
+    nxt = StreamReader(c, "specs", "next")
+    try:
+        time.sleep(0.5)
+        assert nxt.got == []
+        _publish(pa, "specs", [b"next"])
+        assert nxt.wait(1) == [(7, b"next")]
+    finally:
+        nxt.close()
