@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 import pika
-from clusterkit import LEASE, Node, Nodes, wait_for  # noqa: F401 - LEASE: failover tests
+import pytest
+from clusterkit import LEASE, Node, Nodes, wait_for
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -134,3 +135,91 @@ def test_every_offset_spec_reads_the_same_records_on_a_node_that_does_not_lead(n
         assert nxt.wait(1) == [(7, b"next")]
     finally:
         nxt.close()
+
+
+def test_kill_9_of_a_streams_leader_loses_nothing_confirmed_and_readers_elsewhere_read_on(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    _declare_stream(a, "fo")
+    _wait_defined("fo", b, c)
+    total = 300
+    on_b, tracked = StreamReader(b, "fo"), StreamReader(c, "fo", name="tracked")
+    confirmed: list[int] = []
+    nacked = 0
+
+    def publish() -> None:
+        """One producer through b: a publish nacked (its leader died) is sent again with the same
+        publishing id until confirmed; dedup keeps the one that a committed before it died."""
+        nonlocal nacked
+        ch = _publisher(b)
+        for pid in range(total):
+            while True:
+                try:
+                    _publish(ch, "fo", [b"%d" % pid], producer="p", first_id=pid)
+                    break
+                except pika.exceptions.NackError:
+                    nacked += 1
+                    time.sleep(0.1)
+            confirmed.append(pid)
+
+    pub = threading.Thread(target=publish, daemon=True)
+    pub.start()
+    try:
+        wait_for(lambda: len(confirmed) >= 100, what="100 confirms")
+        a.kill()
+        assert len(confirmed) < total  # killed mid-stream
+        pub.join(LEASE * 30)
+        assert len(confirmed) == total
+        leader, epoch = nodes.leader("fo")  # type: ignore[misc]
+        assert leader != "a" and epoch == 2
+        assert "took over queue 'fo'" in nodes[leader].log()
+        want = [(i, b"%d" % i) for i in range(total)]  # every confirmed append once, in order
+        assert on_b.wait(total, timeout=30) == want
+        assert tracked.wait(total, timeout=30) == want
+        assert on_b.error is None and tracked.error is None
+        from_leader = StreamReader(nodes[leader], "fo")
+        assert from_leader.wait(total) == want
+        from_leader.close()
+    finally:
+        on_b.close()
+        tracked.close()
+    # the tracked consumer's offset (stored by c through the failover) is where its name resumes, on b
+    time.sleep(0.5)
+    resumed = StreamReader(b, "fo", offset="first", name="tracked")
+    try:
+        time.sleep(1.0)
+        assert resumed.got == []
+        _publish(_publisher(c), "fo", [b"after"], producer="p", first_id=total)
+        _publish(_publisher(c), "fo", [b"dup"], producer="p", first_id=total)  # deduplicated by the new leader
+        assert resumed.wait(1) == [(total, b"after")]
+        time.sleep(0.5)
+        assert len(resumed.got) == 1
+    finally:
+        resumed.close()
+
+
+def test_a_stalled_streams_leader_is_fenced_its_append_refused_and_its_readers_read_on(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    _declare_stream(a, "fenced-s")
+    _wait_defined("fenced-s", b, c)
+    pa = _publisher(a)
+    _publish(pa, "fenced-s", [b"before"])
+    reader = StreamReader(a, "fenced-s")  # a reader on the old leader stays and reads on
+    assert reader.wait(1) == [(0, b"before")]
+    a.pause()
+    try:
+        wait_for(lambda: (lead := nodes.leader("fenced-s")) and lead[0] != "a", timeout=LEASE * 5,
+                 what="a new leader")
+    finally:
+        a.resume()
+    # a's append on resuming, before it heard of the new leader, cannot commit: a nack, not in the log
+    with pytest.raises((pika.exceptions.NackError, pika.exceptions.AMQPError)):
+        _publish(pa, "fenced-s", [b"fenced"])
+    wait_for(lambda: "stepped down from stream 'fenced-s'" in a.log(), what="a steps down")
+    _publish(_publisher(b), "fenced-s", [b"after"])
+    assert reader.wait(2) == [(0, b"before"), (1, b"after")]
+    time.sleep(0.3)
+    assert len(reader.got) == 2 and reader.error is None
+    reader.close()
+    from_c = StreamReader(c, "fenced-s")
+    assert from_c.wait(2) == [(0, b"before"), (1, b"after")]
+    from_c.close()
