@@ -4,6 +4,8 @@ leader's death loses nothing confirmed and consumers elsewhere read on; partitio
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -223,3 +225,26 @@ def test_a_stalled_streams_leader_is_fenced_its_append_refused_and_its_readers_r
     from_c = StreamReader(c, "fenced-s")
     assert from_c.wait(2) == [(0, b"before"), (1, b"after")]
     from_c.close()
+
+
+def test_a_partitioned_streams_partitions_are_led_by_different_nodes_as_the_api_reports(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    wait_for(lambda: sum(n["running"] for n in nodes.status()["nodes"]) == 3, what="three live nodes")
+    made = subprocess.run([sys.executable, "-m", "servers", "streams", "create-partitioned", "sup", "--partitions",
+                           "3", "--amqp", f"127.0.0.1:{a.amqp}"], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    parts = [f"sup-{i}" for i in range(3)]
+    leaders = {p: nodes.leader(p)[0] for p in parts}  # type: ignore[index]
+    assert sorted(leaders.values()) == ["a", "b", "c"], leaders  # balanced: one each
+    _wait_defined("sup-2", b, c)
+    for node in (a, b, c):  # every node's API names each partition's leader node, as RabbitMQ's does
+        listed = {q["name"]: q for q in node.api("queues") if q["name"] in leaders}
+        assert {p: (q["node"], q["leader"]) for p, q in listed.items()} == {
+            p: (f"sansmq@{lead}", f"sansmq@{lead}") for p, lead in leaders.items()}
+    ch = _publisher(c)
+    for i in range(3):
+        ch.basic_publish("sup", str(i), b"to %d" % i, pika.BasicProperties(delivery_mode=2))
+    for p, lead in leaders.items():
+        reader = StreamReader(nodes[lead], p)
+        assert reader.wait(1) == [(0, b"to " + p[-1].encode())]
+        reader.close()
