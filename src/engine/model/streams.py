@@ -46,7 +46,7 @@ from ..streams import (
     stream_settings,
 )
 from .errors import PreconditionFailed
-from .objects import Consumer, Queue, queue_type_of
+from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
@@ -309,6 +309,7 @@ class Streams:
             cache = self.caches[q] = RecordCache()
         consumers = list(q.consumers or ())
         shared = len(consumers) > 1
+        tags_before = state.next_tag
         for c in consumers:
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
@@ -330,6 +331,9 @@ class Streams:
                 owner.deliver(c, tag, entry)
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
+        if state.next_tag != tags_before:  # deliver_get, as for any queue (the node's and the queue's)
+            state.delivered += state.next_tag - tags_before
+            (q._x or extras(q)).delivered += state.next_tag - tags_before
 
     def ack_one(self, consumer: Consumer, tag: int) -> bool:
         """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream

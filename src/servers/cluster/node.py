@@ -94,6 +94,8 @@ class ClusterNode:
         link = next((lst for lst in bound if lst.protocol == ClusterLinkSession.PROTOCOL), None)
         if link is not None:
             self.store.address = f"{link.host}:{link.port}"
+        # clients learn which node they reached (the Spark source: to read streams on their leaders)
+        self.driver.broker.advertised["node"] = self.rabbit_name
         self._thread.start()
 
     def stop(self) -> None:
