@@ -82,10 +82,16 @@ def _wait_defined(name: str, *nodes: Node) -> None:
         wait_for(lambda node=node: node.has_queue(name), timeout=10, what=f"{name} on {node.name}")
 
 
-def test_a_stream_is_appended_to_and_read_from_every_node(nodes: Nodes) -> None:
+def _three_nodes_and_stream(nodes: Nodes, name: str) -> list[Node]:
+    """Nodes a, b, c and the stream ``name`` declared on a (led by a), known on b and c."""
     a, b, c = nodes.start("a", "b", "c")
-    _declare_stream(a, "events")
-    _wait_defined("events", b, c)
+    _declare_stream(a, name)
+    _wait_defined(name, b, c)
+    return [a, b, c]
+
+
+def test_a_stream_is_appended_to_and_read_from_every_node(nodes: Nodes) -> None:
+    a, b, c = _three_nodes_and_stream(nodes, "events")
     assert nodes.leader("events") == ("a", 1)
     _publish(_publisher(a), "events", [b"a%d" % i for i in range(5)])
     # appended through b (forwarded to a; confirmed after a's commit), deduplicated by a
@@ -110,9 +116,7 @@ def test_a_stream_is_appended_to_and_read_from_every_node(nodes: Nodes) -> None:
 
 
 def test_every_offset_spec_reads_the_same_records_on_a_node_that_does_not_lead(nodes: Nodes) -> None:
-    a, b, c = nodes.start("a", "b", "c")
-    _declare_stream(a, "specs")
-    _wait_defined("specs", c)
+    a, b, c = _three_nodes_and_stream(nodes, "specs")
     pa = _publisher(a)
     _publish(pa, "specs", [b"old%d" % i for i in range(4)])
     time.sleep(1.2)  # a timestamp between two chunks (AMQP timestamps are whole seconds)
@@ -140,9 +144,7 @@ def test_every_offset_spec_reads_the_same_records_on_a_node_that_does_not_lead(n
 
 
 def test_kill_9_of_a_streams_leader_loses_nothing_confirmed_and_readers_elsewhere_read_on(nodes: Nodes) -> None:
-    a, b, c = nodes.start("a", "b", "c")
-    _declare_stream(a, "fo")
-    _wait_defined("fo", b, c)
+    a, b, c = _three_nodes_and_stream(nodes, "fo")
     total = 300
     on_b, tracked = StreamReader(b, "fo"), StreamReader(c, "fo", name="tracked")
     confirmed: list[int] = []
@@ -200,9 +202,7 @@ def test_kill_9_of_a_streams_leader_loses_nothing_confirmed_and_readers_elsewher
 
 
 def test_a_stalled_streams_leader_is_fenced_its_append_refused_and_its_readers_read_on(nodes: Nodes) -> None:
-    a, b, c = nodes.start("a", "b", "c")
-    _declare_stream(a, "fenced-s")
-    _wait_defined("fenced-s", b, c)
+    a, b, c = _three_nodes_and_stream(nodes, "fenced-s")
     pa = _publisher(a)
     _publish(pa, "fenced-s", [b"before"])
     reader = StreamReader(a, "fenced-s")  # a reader on the old leader stays and reads on
