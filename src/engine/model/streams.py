@@ -283,6 +283,8 @@ class Streams:
         log = self.logs[q]
         if q.leader is not None:  # led by another cluster node: its log as the leader left it
             log.refresh()
+        elif name is not None and self.state.relays is not None:  # a cluster node leading it: the
+            log.refresh_offset(name)  # name may have stored its offset through another node
         stored = log.stored_offset(name) if name is not None else None
         if stored is not None:
             offset = min(max(stored, log.first), log.tail)

@@ -203,6 +203,9 @@ class StreamLog(ABC):
     def refresh(self) -> None:  # noqa: B027 - optional: only a log other processes write changes under us
         """Read the log's extent and tracking back from the storage its leader writes."""
 
+    def refresh_offset(self, consumer: str) -> None:  # noqa: B027 - optional, as ``refresh``
+        """Read ``consumer``'s stored offset back from the storage (another node may have stored it)."""
+
     def followed_to(self, tail: int) -> bool:
         """The stream's leader committed every offset below ``tail``: readable here now. False
         when that is nothing new."""

@@ -126,6 +126,7 @@ SQL = {
         "SELECT first, end_offset, size, last_ts FROM {s}.stream_segments WHERE stream = %s ORDER BY first"
     ),
     "load_stream_tracking": "SELECT kind, name, value FROM {s}.stream_tracking WHERE stream = %s",
+    "load_offset": "SELECT value FROM {s}.stream_tracking WHERE stream = %s AND kind = 0 AND name = %s",
     "load_segments": "SELECT stream, first, end_offset, size, last_ts FROM {s}.stream_segments ORDER BY stream, first",
     "load_tracking": "SELECT stream, kind, name, value FROM {s}.stream_tracking",
     "read": (
@@ -308,6 +309,11 @@ class PgStreamLog(StreamLog):
                 self.first = segs[0].first
                 self.tail = self.committed = segs[-1].end
                 self._last_ts = max(0, max(s.last_ts for s in segs))
+
+    def refresh_offset(self, consumer: str) -> None:
+        rows = self._streams.query("load_offset", self.sid, consumer)
+        if rows:  # the later of the two: one stored here may not be committed yet
+            self._consumers[consumer] = max(rows[0][0], self._consumers.get(consumer, -1))
 
     # -- reading (loop thread) ------------------------------------------------------------------------
     def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
