@@ -18,6 +18,15 @@ sync, with ``unnest`` statements; the commit moves ``committed`` and a new chunk
 next batch. Every statement is idempotent (``ON CONFLICT``), so a batch put back after a failed
 commit is replayed safely. Records not yet committed are read from memory; committed ones through
 a second connection used only for reads on the loop thread (short indexed range queries).
+
+In a cluster (``storage.postgres.cluster``) every node opens every stream's log, but only the
+stream's leader appends, applies retention and stores producers' ids; ``StreamWork.led`` names the
+streams whose rows a batch writes so, and the node's transaction fences them with the lease's
+epoch (a fenced batch loses them: ``StreamWork.without``). Another node reads the committed records
+as the leader does; ``refresh`` reloads a log's extent, chunk and tracking as the leader left them
+(a consumer attaching, a takeover, a step-down) and the leader's feed moves its end on
+(``StreamLog.followed_to``, ``engine.cluster.relay``). Consumer offsets are stored by the node the
+consumer is on, unfenced (they are the consumer's, not the log's).
 """
 
 from __future__ import annotations

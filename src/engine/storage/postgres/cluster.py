@@ -10,7 +10,8 @@ Differences from a lone ``PostgresStore`` on the same schema:
   -> lease epoch); every transaction that writes messages ends with ``fence`` (same transaction),
   so once another node took a lease over, nothing of ours for that queue commits again. A fenced
   batch loses the writes of those queues (they are the new leader's now) and ``on_fenced`` is told
-  which queues, so the node steps down;
+  which queues, so the node steps down. A stream's appends, retention and producer ids are fenced
+  the same way (``StreamWork.led``); streams get ids in the node's own space too;
 - every definition change is also appended to ``changes``, in the same transaction, for the other
   nodes to apply (``definitions_since``); while ``muted`` (applying another node's change) nothing
   is written at all.
