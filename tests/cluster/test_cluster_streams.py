@@ -248,3 +248,63 @@ def test_a_partitioned_streams_partitions_are_led_by_different_nodes_as_the_api_
         reader = StreamReader(nodes[lead], p)
         assert reader.wait(1) == [(0, b"to " + p[-1].encode())]
         reader.close()
+
+
+def test_the_projects_client_and_aio_pika_read_a_stream_through_its_leaders_death(nodes: Nodes) -> None:
+    """sansmq_client publishes (deduplicated) through b and consumes on a, the leader, listing every
+    node: when a dies it reconnects to b and resumes after its last acked offset; an aio-pika
+    consumer on c from an offset reads the same records."""
+    import asyncio
+
+    import aio_pika
+
+    import sansmq_client.sync
+    from sansmq_client import PublishNacked
+
+    a, b, c = _three_nodes_and_stream(nodes, "own")
+    hosts = ",".join(f"127.0.0.1:{n.amqp}" for n in (a, b, c))
+    got: list[tuple[int | None, bytes]] = []
+    consumer = sansmq_client.sync.connect(f"amqp://guest:guest@{hosts}/")
+    publisher = sansmq_client.sync.connect(f"amqp://guest:guest@127.0.0.1:{b.amqp}/")
+    try:
+        def on(d: Any) -> None:
+            got.append((d.offset, d.body))
+            consumer.ack(d)
+
+        consumer.subscribe("own", on, prefetch=10, offset="first")
+        for i in range(20):
+            publisher.publish("own", b"m%d" % i, headers={"x-producer": "own", "x-publishing-id": i})
+        wait_for(lambda: len(got) >= 20, what="20 on a")
+        a.kill()
+        leader = wait_for(lambda: (lead := nodes.leader("own")) and lead[0] != "a" and lead[0], timeout=LEASE * 5,
+                          what="a new leader")
+        for i in range(20, 40):
+            while True:
+                try:
+                    publisher.publish("own", b"m%d" % i, headers={"x-producer": "own", "x-publishing-id": i})
+                    break
+                except PublishNacked:  # the leader was away: sent again (deduplicated if it was stored)
+                    time.sleep(0.2)
+        wait_for(lambda: len(got) >= 40, timeout=30, what=f"40 through {leader}")
+        time.sleep(0.3)
+        assert got == [(i, b"m%d" % i) for i in range(40)]
+    finally:
+        consumer.close()
+        publisher.close()
+
+    async def aio() -> list[tuple[int, bytes]]:
+        conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{c.amqp}/")
+        ch = await conn.channel()
+        await ch.set_qos(prefetch_count=10)
+        q = await ch.get_queue("own")
+        out: list[tuple[int, bytes]] = []
+        async with q.iterator(arguments={"x-stream-offset": 5}) as it:
+            async for message in it:
+                out.append((message.headers["x-stream-offset"], message.body))  # type: ignore[arg-type]
+                await message.ack()
+                if len(out) == 35:
+                    break
+        await conn.close()
+        return out
+
+    assert asyncio.run(asyncio.wait_for(aio(), 30)) == [(i, b"m%d" % i) for i in range(5, 40)]
