@@ -308,3 +308,32 @@ def test_the_projects_client_and_aio_pika_read_a_stream_through_its_leaders_deat
         return out
 
     assert asyncio.run(asyncio.wait_for(aio(), 30)) == [(i, b"m%d" % i) for i in range(5, 40)]
+
+
+def test_stomp_appends_and_reads_a_stream_on_nodes_that_do_not_lead_it(nodes: Nodes) -> None:
+    import stomp
+
+    a, b, c = _three_nodes_and_stream(nodes, "st")
+    _publish(_publisher(a), "st", [b"a0", b"a1", b"a2"])
+    frames: list[tuple[str, str]] = []
+
+    class Collect(stomp.ConnectionListener):
+        def on_message(self, frame) -> None:  # noqa: ANN001 - stomp.py's frame
+            frames.append((frame.headers["x-stream-offset"], frame.body))
+            reader.ack(frame.headers["ack"])
+
+    sender = stomp.Connection12([("127.0.0.1", b.stomp)], heartbeats=(0, 0), vhost="/")
+    sender.connect("guest", "guest", wait=True)
+    reader = stomp.Connection12([("127.0.0.1", c.stomp)], heartbeats=(0, 0), vhost="/")
+    reader.set_listener("c", Collect())
+    reader.connect("guest", "guest", wait=True)
+    try:
+        reader.subscribe("/amq/queue/st", "1", ack="client-individual",
+                         headers={"x-stream-offset": "offset=1", "prefetch-count": "10"})
+        sender.send("/amq/queue/st", "b0", headers={"persistent": "true", "receipt": "r1"})
+        wait_for(lambda: len(frames) >= 3, what="three STOMP deliveries on c")
+        time.sleep(0.3)
+        assert frames == [("1", "a1"), ("2", "a2"), ("3", "b0")]
+    finally:
+        sender.disconnect()
+        reader.disconnect()
