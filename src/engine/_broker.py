@@ -84,6 +84,9 @@ class Broker(Administration):
         self.store = store
         self.rng = rng
         self.now = 0.0
+        #: what AMQP connection.start adds to the server properties: a cluster node's name
+        #: (``node``) and management port (``management_port``), set by the server
+        self.advertised: dict[str, Any] = {}
         self.timers = TimerQueue()
         self.model = Model(store, self.timers)
         self.model.light_limit = config.limits.max_topic_buffer

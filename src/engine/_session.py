@@ -44,6 +44,8 @@ class Host(Protocol):
     rng: random.Random
     #: the driver's clock, as of the current call
     now: float
+    #: server properties AMQP's connection.start adds (a cluster node's name, management port)
+    advertised: dict[str, Any]
 
     def write(self, conn_id: int, data: bytes) -> None: ...
 

@@ -124,7 +124,7 @@ def _queue(q: Queue, sampler: Sampler | None, streams: Any, at_least_once: Any) 
             "rates": sampler.queue_rates(q) if sampler is not None else {},
             "vhost": q.vhost.name, "name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
             "exclusive": owner is not None, "arguments": dict(q.declared_args or {}), "policy": q.policy,
-            "type": queue_type(q),
+            "type": queue_type(q), "leader_node": q.leader,  # a cluster node's name; None: this node leads it
             "effective_arguments": dict(q.args or {}), "messages_ready": ready,
             "messages_unacknowledged": unacked, "messages": ready + unacked + dlx, "consumers": q.consumer_count(),
             "message_bytes_ready": nbytes, **({"messages_dlx": dlx} if q.quorum else {})}

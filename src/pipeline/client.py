@@ -305,6 +305,8 @@ class Client:
         deadline = time.monotonic() + self.timeout
         self._send(amqpproto.ProtocolHeader())
         start = self._pump(spec.ConnectionStart, deadline)
+        #: what the broker says of itself (a sansmq cluster node: ``node``, ``management_port``)
+        self.server_properties: dict[str, Any] = start.server_properties or {}
         caps = start.server_properties.get("capabilities")
         self.capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
         self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq pipeline"))

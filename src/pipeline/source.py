@@ -21,6 +21,7 @@ from .bulk import read_stream_range
 from .client import Client, StreamNotFound
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
+from .leaders import leader_urls
 from .offsets import cap_total, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .retry import Outage, with_retries
@@ -33,15 +34,17 @@ SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key stri
 
 @dataclass
 class StreamRange(InputPartition):
-    """One task's work: offsets [start, end) of one stream."""
+    """One task's work: offsets [start, end) of one stream, read through ``url`` when given (the
+    hosts with the stream's leader first: ``leaders``)."""
 
     stream: str
     start: int
     end: int
+    url: str | None = None
 
-    def __init__(self, stream: str, start: int, end: int) -> None:
+    def __init__(self, stream: str, start: int, end: int, url: str | None = None) -> None:
         super().__init__((stream, start, end))
-        self.stream, self.start, self.end = stream, start, end
+        self.stream, self.start, self.end, self.url = stream, start, end, url
 
 
 def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -52,7 +55,7 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     outage: Outage | None = None
     while start < part.end:
         try:
-            with Client(opts.url, timeout=opts.timeout) as client:
+            with Client(part.url or opts.url, timeout=opts.timeout) as client:
                 client.qos(opts.prefetch)
                 for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
                                                LossPolicy(opts.fail_on_data_loss)):
@@ -126,7 +129,9 @@ def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
 
 
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
-    return [StreamRange(s, lo, hi) for s in opts.streams
+    """The tasks of a batch; each reads its stream on the cluster node that leads it, if known."""
+    urls = leader_urls(opts.url, opts.streams, opts.timeout)
+    return [StreamRange(s, lo, hi, urls.get(s)) for s in opts.streams
             for lo, hi in split_range(start.get(s, 0), end.get(s, 0), opts.max_records_per_partition,
                                       opts.min_partitions)]
 

@@ -88,6 +88,8 @@ def create_partitioned(client: Any, name: str, partitions: int, queue_args: dict
     client.call(spec.ExchangeDeclare(exchange=name, type="direct", durable=True,
                                      arguments={"x-partitioned": True}, channel=CH), spec.ExchangeDeclareOk)
     names = []
+    # in a cluster, the partitions' leaders spread over the nodes (the live node leading fewest queues)
+    queue_args = {"x-queue-leader-locator": "balanced", **(queue_args or {})}
     for i in range(partitions):
         queue = f"{name}-{i}"
         create_stream(client, queue, queue_args)

@@ -185,3 +185,56 @@ def test_a_relay_waits_for_deliveries_a_cancelled_consumer_may_still_ack(broker:
     broker.model.ack(consumer, owner.got[0][0])
     assert list(relay.acks) == [7]
     assert relays.idle(relay)
+
+
+def _stream_added(broker: Broker, name: str, leader: str) -> Any:
+    apply_change(broker, "queue.add", {"vhost": "/", "name": name, "durable": True, "auto_delete": False,
+                                       "args": encode_args({"x-queue-type": "stream"}), "id": 8, "leader": leader})
+    q = broker.model.vhosts["/"].queues[name]
+    q.leader = leader  # as mark_remote does once the leases say so
+    return q
+
+
+def test_a_remote_streams_consumers_read_the_shared_log_as_far_as_its_leaders_feed_says(broker: Broker) -> None:
+    from engine.streams import OffsetSpec
+
+    opened: list[Relay] = []
+    relays = broker.model.relays = Relays(broker.model, opened.append, broker.model.streams.log)
+    q = _stream_added(broker, "s", "a")
+    log = broker.model.streams.log(q)
+    owner = Owner()
+    consumer = Consumer(q, owner, prefetch=10)
+    broker.model.consume_stream(q, consumer, OffsetSpec("first"), None)
+    assert [(r.queue, r.start) for r in opened] == [(q, 0)]  # a feed from the committed end, not a relay
+    for i in range(3):  # the leader's appends, in the shared log, not committed as far as this node knows
+        log.append(Message(i + 1, "", "s", {}, b"m%d" % i, 0, None, True), 1.0)
+    broker.model.dispatch()
+    assert owner.got == []
+    relays.followed(opened[0], 2)  # the leader committed offsets 0 and 1
+    broker.model.dispatch()
+    assert [(e.offset, e.msg.body) for _, e in owner.got] == [(0, b"m0"), (1, b"m1")]  # type: ignore[attr-defined]
+    relays.followed(opened[0], 1)  # an old word: nothing new
+    relays.followed(opened[0], 3)
+    broker.model.dispatch()
+    assert [e.msg.body for _, e in owner.got] == [b"m0", b"m1", b"m2"]
+    broker.model.ack(consumer, owner.got[0][0])
+    assert not opened[0].acks  # acks only open the consumer's prefetch: nothing goes to the leader
+    broker.model.cancel(consumer)
+    assert not opened[0].active  # no consumer left here: the feed stops
+
+
+def test_a_stream_changing_leader_keeps_its_consumers_here(broker: Broker) -> None:
+    from engine.streams import OffsetSpec
+
+    opened: list[Relay] = []
+    broker.model.relays = Relays(broker.model, opened.append, broker.model.streams.log)
+    q = _stream_added(broker, "s", "b")
+    q.leader = None  # led here
+    owner = Owner()
+    broker.model.consume_stream(q, Consumer(q, owner, prefetch=10), OffsetSpec("next"), None)
+    assert opened == []
+    step_down(broker, [("/", "s")], "c")
+    assert q.leader == "c" and owner.cancelled == 0 and q.consumers  # it reads on, fed by c
+    assert [(r.queue, r.leader) for r in opened] == [(q, "c")]
+    take_over(broker, ("/", "s"), [])
+    assert q.leader is None and not opened[0].active and q.consumers

@@ -381,7 +381,9 @@ class AmqpSession(Session):
 
     # -- connection methods -----------------------------------------------------------------------
     def _on_header(self, event: A.ProtocolHeader) -> None:
-        self.send(spec.ConnectionStart(0, 9, SERVER_PROPERTIES, MECHANISMS, b"en_US"))
+        extra = self.host.advertised
+        props = {**SERVER_PROPERTIES, **extra} if extra else SERVER_PROPERTIES
+        self.send(spec.ConnectionStart(0, 9, props, MECHANISMS, b"en_US"))
 
     def _on_start_ok(self, m: spec.ConnectionStartOk) -> None:
         self.client_properties = m.client_properties or {}

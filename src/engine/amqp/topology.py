@@ -143,7 +143,7 @@ class TopologyMethods(ChannelBase):
                     session.exclusive[q] = None
         if not m.nowait:
             # a stream's message count is its end offset (sansmq: capability stream_end_offset)
-            count = model.streams.visible_end(q) if q.stream else q.count
+            count = model.streams.visible_end(q, fresh=True) if q.stream else q.count
             self.send(spec.QueueDeclareOk(q.name, count, q.consumer_count()))
 
     def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:

@@ -23,7 +23,7 @@ from ..model.errors import ModelError
 from ..model.objects import Queue
 from ..model.policies import POLICY_DOC, Policy
 from ..model.security import PERMISSION_DOC, TOPIC_PERMISSION_DOC, USER_DOC, Permission, TopicPermission, UserRecord
-from ..store import StoredMessage
+from ..store import StoredMessage, StoreError
 from .changes import decode_args as _args
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ def take_over(broker: Broker, key: Key, messages: list[StoredMessage]) -> None:
     if broker.model.relays is not None:
         broker.model.relays.stop_queue(q)  # its consumers here take from it directly now
     q.leader = None
+    if q.stream:  # recovery of a stream: its log as the last leader committed it (producers too)
+        broker.model.streams.log(q).refresh()
     enqueue = broker.model.publisher.enqueue
     for sm in messages:
         enqueue(q, sm.message, sm.delivery_count, persist=False)
@@ -89,6 +91,9 @@ def step_down(broker: Broker, keys: list[Key], leader: str = "(another node)") -
         q = _queue(broker, key)
         if q is None:
             continue
+        if q.stream:
+            _follow_stream(broker, q, leader)
+            continue
         for consumer in list(q.consumers or ()):
             for held in (consumer.unacked or {}).values():
                 model.forget(q, held)
@@ -101,6 +106,22 @@ def step_down(broker: Broker, keys: list[Key], leader: str = "(another node)") -
         q.count = q.paged = q.bytes = 0
         q.leader = leader
         log.warning("cluster: stepped down from queue '%s' in vhost '%s' (now led by %s)", key[1], key[0], leader)
+
+
+def _follow_stream(broker: Broker, q: Queue, leader: str) -> None:
+    """A stream led elsewhere now: its consumers here stay and read on (the log is shared), fed by
+    the new leader; what this node appended and did not commit is dropped (fenced: never confirmed)."""
+    q.leader = leader
+    try:
+        broker.model.streams.log(q).refresh()
+    except StoreError as exc:  # the database is away: the feed's deliveries move the end on
+        log.warning("cluster: stream '%s' not read back from the database: %s", q.name, exc)
+    relays = broker.model.relays
+    if relays is not None:
+        relays.stop_queue(q)
+        if q.consumers:
+            relays.consumed(q)
+    log.warning("cluster: stepped down from stream '%s' in vhost '%s' (now led by %s)", q.name, q.vhost.name, leader)
 
 
 def place_declared(model: Any, placed: dict[Key, str]) -> None:

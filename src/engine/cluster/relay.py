@@ -10,6 +10,12 @@ the link breaks, or this node becomes the leader, the entries still ready here a
 an ack and the link consumer is closed, so the leader requeues them (redelivered, as RabbitMQ does
 for a consumer's connection that went away).
 
+A stream is not relayed message by message: its log is in the database every node reads, so a
+stream's consumers here read it as on its leader (``engine.model.streams``), and its relay is a
+*feed*: the link consumer reads the stream on the leader from this node's committed end and only
+says how far the leader has committed (``followed``), which wakes the consumers here. Nothing polls
+the database: a new append reaches this node as the leader's delivery of it.
+
 Deterministic: no I/O, no clock. The I/O side reads ``Relay.acks`` and ``Relay.active`` from its
 thread (a deque and a flag: atomic under the GIL).
 """
@@ -23,6 +29,7 @@ from typing import Any
 from .._message import GONE, READY, UNACKED, Entry, Message
 from ..model.objects import Queue
 from ..model.state import ModelState
+from ..streams import StreamLog
 
 __all__ = ["Relays", "Relay"]
 
@@ -30,11 +37,13 @@ __all__ = ["Relays", "Relay"]
 class Relay:
     """One queue consumed through its leader over one link consumer."""
 
-    __slots__ = ("queue", "leader", "tags", "acks", "active")
+    __slots__ = ("queue", "leader", "tags", "acks", "active", "start")
 
-    def __init__(self, queue: Queue, leader: str) -> None:
+    def __init__(self, queue: Queue, leader: str, start: int | None = None) -> None:
         self.queue = queue
         self.leader = leader
+        #: a stream's feed: the offset it reads the leader's stream from (None: a queue's relay)
+        self.start = start
         #: entries here -> the leader's delivery tag of their message
         self.tags: dict[Entry, int] = {}
         #: delivery tags to ack on the leader (filled here, sent by the I/O side)
@@ -46,15 +55,19 @@ class Relay:
 class Relays:
     """The relays of one node's model; ``open(relay)`` starts the I/O side of a new one."""
 
-    def __init__(self, state: ModelState, open: Callable[[Relay], None]) -> None:
+    def __init__(self, state: ModelState, open: Callable[[Relay], None],
+                 logs: Callable[[Queue], StreamLog] | None = None) -> None:
         self.state = state
         self.open = open
+        #: a stream queue's log (``Streams.log``)
+        self.logs = logs
         self.by_queue: dict[Queue, Relay] = {}
 
     # -- called by the model --------------------------------------------------------------------------
     def consumed(self, q: Queue) -> None:
         if q not in self.by_queue:
-            relay = self.by_queue[q] = Relay(q, q.leader or "")
+            start = self.logs(q).committed if q.stream and self.logs is not None else None
+            relay = self.by_queue[q] = Relay(q, q.leader or "", start)
             self.open(relay)
 
     def forgotten(self, q: Queue, entry: Entry) -> None:
@@ -78,6 +91,12 @@ class Relays:
         state.queued_bytes += len(body)
         relay.tags[entry] = tag
         state.dirty[q] = None
+
+    def followed(self, relay: Relay, tail: int) -> None:
+        """A stream's leader committed every offset below ``tail`` (its feed said so): the
+        consumers here read on."""
+        if relay.active and self.logs is not None and self.logs(relay.queue).followed_to(tail):
+            self.state.dirty[relay.queue] = None
 
     def unconsumed(self, q: Queue) -> None:
         """``q``'s last consumer here went away."""

@@ -128,16 +128,23 @@ class Delivery:
         if q.stream:
             if not keep_unacked:
                 self.streams.detach(consumer)
+            self._unrelay(q)  # a stream led elsewhere: its leader's feed stops
             return
         if not keep_unacked:
             self.return_unacked(consumer, requeue)
         if q.consumers is None:
-            if state.relays is not None and q._x is not None and q._x.leader is not None:
-                state.relays.unconsumed(q)  # what it relayed here goes back to the leader now
+            self._unrelay(q)  # what it relayed here goes back to the leader now
             if q.auto_delete:
                 self.topology.delete_queue(q)
             elif q.args and "x-expires" in q.args:
                 self.topology.arm_unused(q)
+
+    def _unrelay(self, q: Queue) -> None:
+        """``q`` may have lost its last consumer here: if another cluster node leads it, the relay
+        (a stream's feed) from that leader is told."""
+        relays = self.state.relays
+        if q.consumers is None and relays is not None and q._x is not None and q._x.leader is not None:
+            relays.unconsumed(q)
 
     def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
         if consumer.queue.stream:  # nothing goes back into a stream

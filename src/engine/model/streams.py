@@ -46,7 +46,7 @@ from ..streams import (
     stream_settings,
 )
 from .errors import PreconditionFailed
-from .objects import Consumer, Queue, queue_type_of
+from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
@@ -226,9 +226,12 @@ class Streams:
     def log(self, q: Queue) -> StreamLog:
         return self.logs[q]
 
-    def visible_end(self, q: Queue) -> int:
-        """The offset after the last record consumers may see (what queue.declare-ok reports)."""
+    def visible_end(self, q: Queue, fresh: bool = False) -> int:
+        """The offset after the last record consumers may see (what queue.declare-ok reports,
+        ``fresh``: as the leader committed it, when another cluster node leads the stream)."""
         log = self.logs[q]
+        if fresh and q.leader is not None:
+            log.refresh()
         return min(log.committed, log.tail)
 
     def _arm_retention(self, q: Queue, log: StreamLog) -> None:
@@ -239,7 +242,7 @@ class Streams:
         log = self.logs.get(q)
         if log is None:
             return
-        if log.apply_retention(now):
+        if q.leader is None and log.apply_retention(now):  # a cluster node leaves it to the leader
             self.state.store_write()
         self._arm_retention(q, log)
 
@@ -278,6 +281,10 @@ class Streams:
         """Give ``consumer`` its reader: where its ``name`` stored an offset if it did, else at
         ``start``, else at ``next`` (RabbitMQ's default)."""
         log = self.logs[q]
+        if q.leader is not None:  # led by another cluster node: its log as the leader left it
+            log.refresh()
+        elif name is not None and self.state.relays is not None:  # a cluster node leading it: the
+            log.refresh_offset(name)  # name may have stored its offset through another node
         stored = log.stored_offset(name) if name is not None else None
         if stored is not None:
             offset = min(max(stored, log.first), log.tail)
@@ -304,6 +311,7 @@ class Streams:
             cache = self.caches[q] = RecordCache()
         consumers = list(q.consumers or ())
         shared = len(consumers) > 1
+        tags_before = state.next_tag
         for c in consumers:
             reader = readers.get(c)
             if reader is None or reader.offset >= end or not c.ready():
@@ -325,6 +333,9 @@ class Streams:
                 owner.deliver(c, tag, entry)
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
+        if state.next_tag != tags_before:  # deliver_get, as for any queue (the node's and the queue's)
+            state.delivered += state.next_tag - tags_before
+            (q._x or extras(q)).delivered += state.next_tag - tags_before
 
     def ack_one(self, consumer: Consumer, tag: int) -> bool:
         """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream

@@ -199,6 +199,21 @@ class StreamLog(ABC):
     def __len__(self) -> int:
         return self.tail - self.first
 
+    # -- a cluster node that does not lead the stream ---------------------------------------------
+    def refresh(self) -> None:  # noqa: B027 - optional: only a log other processes write changes under us
+        """Read the log's extent and tracking back from the storage its leader writes."""
+
+    def refresh_offset(self, consumer: str) -> None:  # noqa: B027 - optional, as ``refresh``
+        """Read ``consumer``'s stored offset back from the storage (another node may have stored it)."""
+
+    def followed_to(self, tail: int) -> bool:
+        """The stream's leader committed every offset below ``tail``: readable here now. False
+        when that is nothing new."""
+        if tail <= self.committed:
+            return False
+        self.tail = self.committed = tail
+        return True
+
     # -- durability -------------------------------------------------------------------------------
     def sync(self) -> None:  # noqa: B027 - optional: logs kept in memory have nothing to sync
         """Make everything appended so far durable (a worker thread); closes the current chunk."""

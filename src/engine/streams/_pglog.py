@@ -18,6 +18,15 @@ sync, with ``unnest`` statements; the commit moves ``committed`` and a new chunk
 next batch. Every statement is idempotent (``ON CONFLICT``), so a batch put back after a failed
 commit is replayed safely. Records not yet committed are read from memory; committed ones through
 a second connection used only for reads on the loop thread (short indexed range queries).
+
+In a cluster (``storage.postgres.cluster``) every node opens every stream's log, but only the
+stream's leader appends, applies retention and stores producers' ids; ``StreamWork.led`` names the
+streams whose rows a batch writes so, and the node's transaction fences them with the lease's
+epoch (a fenced batch loses them: ``StreamWork.without``). Another node reads the committed records
+as the leader does; ``refresh`` reloads a log's extent, chunk and tracking as the leader left them
+(a consumer attaching, a takeover, a step-down) and the leader's feed moves its end on
+(``StreamLog.followed_to``, ``engine.cluster.relay``). Consumer offsets are stored by the node the
+consumer is on, unfenced (they are the consumer's, not the log's).
 """
 
 from __future__ import annotations
@@ -120,6 +129,13 @@ SQL = {
         " WHERE t.id = u.s"
     ),
     "load_streams": "SELECT id, vhost, name, last_chunk FROM {s}.streams",
+    # one stream as another cluster node left it (``PgStreamLog.refresh``)
+    "load_stream": "SELECT id, last_chunk FROM {s}.streams WHERE vhost = %s AND name = %s",
+    "load_stream_segments": (
+        "SELECT first, end_offset, size, last_ts FROM {s}.stream_segments WHERE stream = %s ORDER BY first"
+    ),
+    "load_stream_tracking": "SELECT kind, name, value FROM {s}.stream_tracking WHERE stream = %s",
+    "load_offset": "SELECT value FROM {s}.stream_tracking WHERE stream = %s AND kind = 0 AND name = %s",
     "load_segments": "SELECT stream, first, end_offset, size, last_ts FROM {s}.stream_segments ORDER BY stream, first",
     "load_tracking": "SELECT stream, kind, name, value FROM {s}.stream_tracking",
     "read": (
@@ -153,7 +169,7 @@ def _forget_keys(pending: dict[_Key, Any], sid: int) -> None:
 class StreamWork:
     """Stream changes between two syncs: one item of the PostgreSQL store's batch."""
 
-    __slots__ = ("sql", "new", "deleted", "records", "segments", "tracking", "drops", "chunks", "tails")
+    __slots__ = ("sql", "new", "deleted", "records", "segments", "tracking", "drops", "chunks", "tails", "led")
 
     def __init__(self, sql: dict[str, str]) -> None:
         self.sql = sql
@@ -165,17 +181,28 @@ class StreamWork:
         self.drops: dict[int, int] = {}
         self.chunks: dict[int, int] = {}
         self.tails: dict[PgStreamLog, int] = {}
+        #: streams whose records, segments or producers this batch writes -> (vhost, name): the
+        #: writes only the stream's leader may make (a cluster node fences them)
+        self.led: dict[int, tuple[str, str]] = {}
 
     def forget(self, sid: int) -> None:
         """A stream deleted in this batch: none of its pending changes are written."""
         self.new = [n for n in self.new if n[0] != sid]
-        self.records = [r for r in self.records if r[0] != sid]
-        _forget_keys(self.segments, sid)
         _forget_keys(self.tracking, sid)
-        self.drops.pop(sid, None)
-        self.chunks.pop(sid, None)
-        self.tails = {log: t for log, t in self.tails.items() if log.sid != sid}
+        self.without({sid})
         self.deleted.append(sid)
+
+    def without(self, sids: set[int]) -> None:
+        """Drop the leader's writes (records, segments, producers, retention) of streams ``sids``:
+        a cluster node fenced off them (their new leader has the log now). Consumer offsets stay."""
+        self.records = [r for r in self.records if r[0] not in sids]
+        for sid in sids:
+            _forget_keys(self.segments, sid)
+            self.drops.pop(sid, None)
+            self.chunks.pop(sid, None)
+            self.led.pop(sid, None)
+        self.tracking = {k: v for k, v in self.tracking.items() if k[0] not in sids or k[1] == CONSUMER}
+        self.tails = {log: t for log, t in self.tails.items() if log.sid not in sids}
 
     def write(self, cur: Any) -> None:
         q = self.sql
@@ -211,9 +238,11 @@ class StreamWork:
 
 
 class PgStreamLog(StreamLog):
-    def __init__(self, streams: PgStreams, sid: int, settings: StreamSettings | None) -> None:
+    def __init__(self, streams: PgStreams, sid: int, settings: StreamSettings | None,
+                 key: tuple[str, str] = ("", "")) -> None:
         super().__init__(settings)
         self.sid = sid
+        self.key = key  # (vhost, name)
         self._streams = streams
         self._segs: list[_VSeg] = []
         self._work: StreamWork | None = None  # the batch item of the current chunk
@@ -245,6 +274,7 @@ class PgStreamLog(StreamLog):
             if producer is not None:
                 work.tracking[(self.sid, PRODUCER, producer)] = publishing_id  # type: ignore[assignment]
             work.tails[self] = offset + 1
+            work.led[self.sid] = self.key
             self._unwritten.append((offset, ts, msg))
         return chunk_start, rolled
 
@@ -260,6 +290,39 @@ class PgStreamLog(StreamLog):
             self.committed = tail
         while self._unwritten and self._unwritten[0][0] < tail:
             self._unwritten.popleft()
+
+    def refresh(self) -> None:
+        """Read the log's extent, chunk and tracking back from the database, as another cluster
+        node (its leader) left them: what is appended in memory and not committed is dropped (a
+        node that did not lead the stream, or lost its lease, has nothing of its own to add)."""
+        streams = self._streams
+        found = streams.query("load_stream", *self.key)
+        if not found:  # its row is not committed yet: still empty here
+            return
+        sid, chunk = found[0]
+        segs = []
+        for first, end, size, last_ts in streams.query("load_stream_segments", sid):
+            seg = _VSeg(first)
+            seg.end, seg.size, seg.last_ts = end, size, last_ts
+            segs.append(seg)
+        tracking = streams.query("load_stream_tracking", sid)
+        with streams.store._lock:
+            self.sid = sid
+            self._work = None
+            self._unwritten.clear()
+            self._segs = segs
+            self.last_chunk = chunk
+            self._consumers = {name: value for kind, name, value in tracking if kind == CONSUMER}
+            self._producers = {name: value for kind, name, value in tracking if kind == PRODUCER}
+            if segs:
+                self.first = segs[0].first
+                self.tail = self.committed = segs[-1].end
+                self._last_ts = max(0, max(s.last_ts for s in segs))
+
+    def refresh_offset(self, consumer: str) -> None:
+        rows = self._streams.query("load_offset", self.sid, consumer)
+        if rows:  # the later of the two: one stored here may not be committed yet
+            self._consumers[consumer] = max(rows[0][0], self._consumers.get(consumer, -1))
 
     # -- reading (loop thread) ------------------------------------------------------------------------
     def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
@@ -306,7 +369,9 @@ class PgStreamLog(StreamLog):
         with store._lock:
             del self._segs[:n]
             first = self._segs[0].first
-            self._streams.work().drops[self.sid] = first
+            work = self._streams.work()
+            work.drops[self.sid] = first
+            work.led[self.sid] = self.key
             while self._unwritten and self._unwritten[0][0] < first:
                 self._unwritten.popleft()
         return first
@@ -348,23 +413,32 @@ class PgStreams:
             self.store._batch.append(w)
         return w
 
-    def open(self, vhost: str, name: str, settings: StreamSettings | None) -> PgStreamLog:
+    def own_ids(self, lo: int, hi: int) -> None:
+        """New streams get ids in ``[lo, hi)`` (a cluster node's id space: nodes never collide)."""
+        self._next_id = max([lo + 1] + [sid + 1 for sid, _ in self._known.values() if lo <= sid < hi])
+
+    def open(self, vhost: str, name: str, settings: StreamSettings | None, create: bool = True) -> PgStreamLog:
+        """The log of stream ``name``: loaded, or new (``create``; else another cluster node made it:
+        read from the database)."""
         log = self.logs.get((vhost, name))
         if log is not None:
             if settings is not None:
                 log.settings = settings
             return log
         known = self._known.pop((vhost, name), None)
-        if known is None:
+        if known is None and not create:
+            log = PgStreamLog(self, -1, settings, (vhost, name))
+            log.refresh()
+        elif known is None:
             self.store._check_writable()
             sid = self._next_id
             self._next_id += 1
-            log = PgStreamLog(self, sid, settings)
+            log = PgStreamLog(self, sid, settings, (vhost, name))
             with self.store._lock:
                 self.work().new.append((sid, vhost, name))
         else:
             sid, chunk = known
-            log = PgStreamLog(self, sid, settings)
+            log = PgStreamLog(self, sid, settings, (vhost, name))
             log._segs = self._segs.pop(sid, [])
             if log._segs:
                 log.first = log._segs[0].first
@@ -375,6 +449,11 @@ class PgStreams:
                 (log._consumers if kind == CONSUMER else log._producers)[tname] = value
         self.logs[(vhost, name)] = log
         return log
+
+    def forget(self, vhost: str, name: str) -> None:
+        """Another cluster node deleted the stream (and its rows): no log of it here any more."""
+        self.logs.pop((vhost, name), None)
+        self._known.pop((vhost, name), None)
 
     def delete(self, vhost: str, name: str) -> None:
         log = self.logs.pop((vhost, name), None)

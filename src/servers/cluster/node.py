@@ -45,7 +45,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     links = Links(store)
     store.sender = links.send
     model.publisher.forward = make_forward(model, store, broker.sync_token)
-    model.relays = links.relays.relays = Relays(model, links.relays.open)
+    model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log)
     place_declared(model, store.placed)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
@@ -94,6 +94,8 @@ class ClusterNode:
         link = next((lst for lst in bound if lst.protocol == ClusterLinkSession.PROTOCOL), None)
         if link is not None:
             self.store.address = f"{link.host}:{link.port}"
+        # clients learn which node they reached (the Spark source: to read streams on their leaders)
+        self.driver.broker.advertised["node"] = self.rabbit_name
         self._thread.start()
 
     def stop(self) -> None:

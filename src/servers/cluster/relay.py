@@ -1,7 +1,8 @@
 """``RelayLinks``: the I/O of consuming a queue through its leader (``engine.cluster.relay``).
 
-One thread per relay: it logs in to the leader's link listener, consumes the queue there with a
-prefetch of ``PREFETCH``, hands each batch of deliveries to the loop thread, sends the acks the
+One thread per relay (a stream's feed too): it logs in to the leader's link listener, consumes the
+queue there with a prefetch of ``PREFETCH``, hands each batch of deliveries to the loop thread (a
+feed: only the offset after its last, acked at once), sends the acks the
 loop queued, and every ``IDLE_CHECK`` seconds asks the loop whether the queue still has a consumer
 here. When the relay stops (no consumer left, this node leads the queue now) or the link fails, the
 connection is closed, so the leader requeues what it delivered and was not acked; a failed link is
@@ -19,6 +20,7 @@ from urllib.parse import quote
 from engine._props import props_to_headers
 from engine.cluster.link import LINK_USER
 from engine.cluster.relay import Relay, Relays
+from engine.model.streams import STREAM_OFFSET_HEADER
 from engine.storage.postgres.cluster import ClusterStore
 from pipeline.client import BrokerError, Client
 
@@ -56,7 +58,8 @@ class RelayLinks:
         client = Client(f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
                         timeout=max(self.store.lease, 0.5))
         client.qos(PREFETCH)
-        client.consume(relay.queue.name)
+        # a stream's feed reads the leader's log on from this node's committed end
+        client.consume(relay.queue.name, None if relay.start is None else {"x-stream-offset": relay.start})
         return client
 
     def _run(self, relay: Relay) -> None:
@@ -74,7 +77,12 @@ class RelayLinks:
                 if first is not None:
                     batch = [first, *client.deliveries]
                     client.deliveries.clear()
-                    self.post(lambda b, batch=batch: _deliver(relays, relay, batch))
+                    if relay.start is None:
+                        self.post(lambda b, batch=batch: _deliver(relays, relay, batch))
+                    else:  # a stream's feed: how far the leader committed; its credit back at once
+                        client.ack(batch[-1].delivery_tag, multiple=True)
+                        tail = (batch[-1].properties.headers or {})[STREAM_OFFSET_HEADER] + 1
+                        self.post(lambda b, tail=tail: relays.followed(relay, tail))
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + IDLE_CHECK
                     self.post(lambda b: _check(relays, relay))

@@ -116,6 +116,9 @@ class OpsListeners:
         so it does not wait for the broker."""
         self.bind()
         self.driver.call_soon(self.driver.broker.enable_stats)
+        if self.api.cluster_nodes is not None and "http" in self.bound:
+            # a cluster node's clients find its API (where queues' leaders are listed) from AMQP
+            self.driver.broker.advertised["management_port"] = self.bound["http"][1]
         for name, server in self._servers.items():
             address = format_address(*self.bound[name])
             log.info("%s listening on %s (waitress server)", name, address,

@@ -30,11 +30,16 @@ class QueueRoutes(ApiBase):
 
     def _queue_info(self, q: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in q.items()
-               if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates")}
-        out.update({"node": self.node, "state": "running",
+               if k not in ("message_bytes_ready", "effective_arguments", "counters", "rates", "leader_node")}
+        # RabbitMQ's "node" is where the queue's leader runs: in a cluster, maybe another node
+        leader = q.get("leader_node")
+        node = self.node if leader is None else f"{self.node.partition('@')[0]}@{leader}"
+        out.update({"node": node, "state": "running",
                     "exclusive_consumer_tag": None, "message_bytes": q["message_bytes_ready"]})
         if q["type"] == "quorum":  # RabbitMQ lists a quorum queue's members; on one node, this one
             out.update({"leader": self.node, "members": [self.node], "online": [self.node]})
+        elif q["type"] == "stream":  # as RabbitMQ lists a stream's leader
+            out["leader"] = node
         out.update(queue_rates(q["counters"], q["rates"]))
         return out
 

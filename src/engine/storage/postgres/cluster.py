@@ -10,7 +10,8 @@ Differences from a lone ``PostgresStore`` on the same schema:
   -> lease epoch); every transaction that writes messages ends with ``fence`` (same transaction),
   so once another node took a lease over, nothing of ours for that queue commits again. A fenced
   batch loses the writes of those queues (they are the new leader's now) and ``on_fenced`` is told
-  which queues, so the node steps down;
+  which queues, so the node steps down. A stream's appends, retention and producer ids are fenced
+  the same way (``StreamWork.led``); streams get ids in the node's own space too;
 - every definition change is also appended to ``changes``, in the same transaction, for the other
   nodes to apply (``definitions_since``); while ``muted`` (applying another node's change) nothing
   is written at all.
@@ -33,7 +34,8 @@ import psycopg
 from ..._message import Message
 from ...cluster.changes import Muting, encode_args
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
-from ...streams._pglog import stream_ddl
+from ...streams import StreamLog, StreamSettings
+from ...streams._pglog import StreamWork, stream_ddl
 from ..segment._records import _decode_message
 from ._batch import Item, _Group
 from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
@@ -110,6 +112,7 @@ class ClusterStore(Muting, PostgresStore):
         self._hb_conn: psycopg.Connection[Any] | None = None
         self._create_schema(dsn, schema)
         super().__init__(dsn, sync=sync, schema=schema, retry_interval=retry_interval)
+        self._streams.own_ids(self.number << QUEUE_ID_SHIFT, (self.number + 1) << QUEUE_ID_SHIFT)
 
     def _create_schema(self, dsn: str, schema: str) -> None:
         """Every table and the fence function, created by one node at a time (nodes starting
@@ -239,6 +242,7 @@ class ClusterStore(Muting, PostgresStore):
 
     def delete_queue(self, vhost: str, name: str) -> None:
         if self.muted:
+            self._streams.forget(vhost, name)  # its node deleted its log (if a stream)
             return
         qid = self._qids.get((vhost, name))
         super().delete_queue(vhost, name)
@@ -268,6 +272,11 @@ class ClusterStore(Muting, PostgresStore):
             self._qids[(vhost, name)] = qid
             if led:
                 self.led[qid] = 1
+
+    def stream(self, vhost: str, name: str, settings: StreamSettings | None = None) -> StreamLog:
+        """A stream declared by another node (applied here muted) is read from the database, not
+        created again."""
+        return self._streams.open(vhost, name, settings, create=not self.muted)
 
     # -- messages: only for the queues this node leads ----------------------------------------------
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
@@ -339,6 +348,8 @@ class ClusterStore(Muting, PostgresStore):
                 touched.update(k[0] for k in item.ins)
                 touched.update(k[0] for k in item.cnt)
                 touched.update(k[0] for k in item.dels)
+            elif isinstance(item, StreamWork):  # a stream's appends and retention: its leader's alone
+                touched.update(qid for key in item.led.values() if (qid := self._qids.get(key)) is not None)
         if touched:
             qids = sorted(touched)
             led = self.led
@@ -356,6 +367,10 @@ class ClusterStore(Muting, PostgresStore):
                   self.node, ", ".join(f"{v}/{n}" for v, n in names))
         if self.on_fenced is not None:
             self.on_fenced(names)
+        lost_keys = set(names)
+        for item in batch:
+            if isinstance(item, StreamWork):
+                item.without({sid for sid, key in item.led.items() if key in lost_keys})
         return [_without(item, lost) if isinstance(item, _Group) else item for item in batch]
 
     # -- membership upkeep (the cluster thread, its own connection) -----------------------------------
