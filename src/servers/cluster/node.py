@@ -45,7 +45,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     links = Links(store)
     store.sender = links.send
     model.publisher.forward = make_forward(model, store, broker.sync_token)
-    model.relays = links.relays.relays = Relays(model, links.relays.open)
+    model.relays = links.relays.relays = Relays(model, links.relays.open, links.gets.fetch)
     place_declared(model, store.placed)
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
@@ -59,6 +59,7 @@ class ClusterNode:
         self.store = store
         self.links = links
         links.relays.post = self._post
+        links.gets.post = self._post
         self.driver = driver
         self.poll = poll
         self.beat = max(store.lease / 3, 0.05)
