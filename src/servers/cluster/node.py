@@ -87,7 +87,7 @@ class ClusterNode:
             leaders[lease["leader"]] = leaders.get(lease["leader"], 0) + 1
         return [{"name": f"sansmq@{n['name']}", "type": "disc", "running": n["running"],
                  "cluster_address": n["address"], "heartbeat_age": n["heartbeat_age"],
-                 "queue_leaders": leaders.get(n["name"], 0), "being_drained": False} for n in view["nodes"]]
+                 "queue_leaders": leaders.get(n["name"], 0), "being_drained": n["drained"]} for n in view["nodes"]]
 
     def start(self, bound: Sequence[Any] = ()) -> None:
         """Start the upkeep once the server listens; the node advertises the link listener it

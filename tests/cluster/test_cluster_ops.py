@@ -1,0 +1,145 @@
+"""Operations on a running cluster: ``sansmq cluster drain`` / ``revive`` / ``rebalance`` (real node
+processes, pika clients publishing with confirms and consuming through other nodes meanwhile)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pika
+from clusterkit import LEASE, Node, Nodes, wait_for
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+class Traffic:
+    """A confirmed publisher on ``pub`` and an acking consumer on ``sub`` over ``queues``, running
+    until ``stop()``: what was confirmed and what was delivered (body, redelivered)."""
+
+    def __init__(self, pub: Node, sub: Node, queues: list[str]) -> None:
+        self.pub, self.sub, self.queues = pub, sub, queues
+        self.confirmed: set[bytes] = set()
+        self.delivered: list[tuple[bytes, bool]] = []
+        self.cancelled = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._publish), threading.Thread(target=self._consume)]
+        for t in self._threads:
+            t.start()
+
+    def _publish(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            try:
+                ch = self.pub.pika().channel()
+                ch.confirm_delivery()
+                while not self._stop.is_set():
+                    body = b"%d" % n
+                    n += 1
+                    try:
+                        ch.basic_publish("", self.queues[n % len(self.queues)], body, PERSISTENT)
+                    except pika.exceptions.NackError:
+                        continue  # not confirmed: the publisher would send it again
+                    self.confirmed.add(body)
+                    time.sleep(0.002)
+            except pika.exceptions.AMQPError:
+                time.sleep(0.1)
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn = self.sub.pika()
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=20)
+
+                def on_message(chan: Any, method: Any, _props: Any, body: bytes) -> None:
+                    self.delivered.append((body, method.redelivered))
+                    chan.basic_ack(method.delivery_tag)
+
+                for q in self.queues:
+                    ch.basic_consume(q, on_message)
+                while not self._stop.is_set():
+                    conn.process_data_events(0.05)
+                conn.close()
+            except pika.exceptions.AMQPError:  # a consumer cancelled (its leader moved here): again
+                self.cancelled += 1
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def check(self, nodes: Nodes) -> None:
+        """Every confirmed message delivered (here or left in its queue); a message delivered twice
+        came back flagged redelivered (its first delivery's ack raced a leader move)."""
+        leaders = nodes.leaders()
+        left = [m for q in self.queues for m in nodes[leaders[q]].drain(q)]
+        seen: set[bytes] = set()
+        for body, redelivered in self.delivered + left:
+            assert body not in seen or redelivered, f"{body!r} delivered twice, the second not redelivered"
+            seen.add(body)
+        missing = self.confirmed - seen
+        assert not missing, f"{len(missing)} confirmed messages lost: {sorted(missing)[:10]}"
+
+
+def test_drain_hands_every_queue_over_and_takes_none_until_revived(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    conn = a.pika()
+    ch = conn.channel()
+    queues = [f"d{i}" for i in range(4)]
+    for q in queues:
+        ch.queue_declare(q, durable=True)
+    ch.confirm_delivery()
+    for i in range(40):
+        ch.basic_publish("", queues[i % 4], b"before-%d" % i, PERSISTENT)
+    conn.close()
+    wait_for(lambda: all(c.has_queue(q) for q in queues), timeout=5, what="the queues on c")
+    assert set(nodes.leaders().values()) == {"a"}
+    traffic = Traffic(b, c, queues)  # publishing through b, consuming on c: both relayed by a now
+    wait_for(lambda: len(traffic.confirmed) > 50 and len(traffic.delivered) > 50, what="traffic before")
+    out = nodes.cli("drain", "a")
+    assert out.returncode == 0, out.stderr
+    assert "node a drained" in out.stdout and "4 queues moved in" in out.stdout, out.stdout
+    leaders = nodes.leaders()
+    assert set(leaders.values()) <= {"b", "c"} and sorted(leaders.values()).count("b") == 2, leaders
+    status = {n["name"]: n for n in nodes.status()["nodes"]}
+    assert status["a"]["drained"] and not status["b"]["drained"]
+    assert next(n for n in b.api("nodes") if n["name"] == "sansmq@a")["being_drained"] is True
+    wait_for(lambda: "stepped down from queue 'd0'" in a.log(), timeout=LEASE * 3, what="a steps down")
+    # consumers on c and publishers on b keep going with the new leaders
+    got = len(traffic.delivered)
+    confirmed = len(traffic.confirmed)
+    wait_for(lambda: len(traffic.delivered) > got + 50 and len(traffic.confirmed) > confirmed + 50,
+             what="traffic after the drain")
+    # a drained node leads nothing new: client-local or balanced declares go elsewhere
+    conn = a.pika()
+    ch = conn.channel()
+    ch.queue_declare("new-local", durable=True)
+    ch.queue_declare("new-balanced", durable=True, arguments={"x-queue-leader-locator": "balanced"})
+    conn.close()
+    leaders = nodes.leaders()
+    assert leaders["new-local"] != "a" and leaders["new-balanced"] != "a", leaders
+    # ... nor in a failover: c's queues go to b
+    traffic.stop()
+    traffic.check(nodes)
+    c.kill()
+    wait_for(lambda: set(nodes.leaders().values()) == {"b"}, timeout=LEASE * 6, what="c's queues on b, not a")
+    out = nodes.cli("revive", "a")
+    assert out.returncode == 0 and "revived" in out.stdout, out.stderr
+    assert not {n["name"]: n for n in nodes.status()["nodes"]}["a"]["drained"]
+    conn = a.pika()
+    conn.channel().queue_declare("after-revive", durable=True)
+    conn.close()
+    assert nodes.leaders()["after-revive"] == "a"
+
+
+def test_drain_is_refused_when_no_other_node_could_lead(nodes: Nodes) -> None:
+    (a,) = nodes.start("a")
+    conn = a.pika()
+    conn.channel().queue_declare("only", durable=True)
+    conn.close()
+    out = nodes.cli("drain", "a")
+    assert out.returncode == 1 and "no other node is running" in out.stderr, out
+    assert nodes.cli("drain", "nosuch").returncode == 1
+    assert not nodes.status()["nodes"][0]["drained"]
