@@ -143,3 +143,62 @@ def test_drain_is_refused_when_no_other_node_could_lead(nodes: Nodes) -> None:
     assert out.returncode == 1 and "no other node is running" in out.stderr, out
     assert nodes.cli("drain", "nosuch").returncode == 1
     assert not nodes.status()["nodes"][0]["drained"]
+
+
+def test_rebalance_spreads_six_queues_led_by_one_node_two_per_node(nodes: Nodes) -> None:
+    a, b, c = nodes.start("a", "b", "c")
+    conn = a.pika()
+    ch = conn.channel()
+    queues = [f"r{i}" for i in range(6)]
+    for q in queues:
+        ch.queue_declare(q, durable=True)
+    ch.queue_declare("other", durable=True)  # not matched by --queues: stays on a
+    ch.confirm_delivery()
+    for i in range(60):
+        ch.basic_publish("", queues[i % 6], b"before-%d" % i, PERSISTENT)
+    conn.close()
+    wait_for(lambda: all(c.has_queue(q) for q in queues), timeout=5, what="the queues on c")
+    traffic = Traffic(b, c, queues)
+    wait_for(lambda: len(traffic.confirmed) > 50 and len(traffic.delivered) > 50, what="traffic before")
+    out = nodes.cli("rebalance", "--vhost", "/", "--queues", "^r")
+    assert out.returncode == 0, out.stderr
+    assert "4 queues moved in" in out.stdout and out.stdout.count(" a -> ") == 4, out.stdout
+    leaders = nodes.leaders()
+    assert sorted(leaders[q] for q in queues) == ["a", "a", "b", "b", "c", "c"], leaders
+    assert leaders["other"] == "a"
+    got, confirmed = len(traffic.delivered), len(traffic.confirmed)
+    wait_for(lambda: len(traffic.delivered) > got + 100 and len(traffic.confirmed) > confirmed + 100,
+             what="traffic after the rebalance")
+    # balanced already: nothing more to move
+    out = nodes.cli("rebalance", "--queues", "^r")
+    assert out.returncode == 0 and "0 queues moved" in out.stdout, out.stdout
+    traffic.stop()
+    traffic.check(nodes)
+    assert {f"before-{i}".encode() for i in range(60)} <= {body for body, _ in traffic.delivered}
+
+
+def test_rebalance_plan_levels_the_nodes_and_moves_queues_off_nodes_that_may_not_lead() -> None:
+    from engine.storage.postgres.cluster_ops import plan_balance
+
+    def leases(spec: dict[str, int]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for node, n in spec.items():
+            for i in range(n):
+                out.append({"vhost": "/", "queue": f"{node}{i}", "id": len(out) + 1, "leader": node})
+        return out
+
+    def after(ls: list[dict[str, Any]], nodes_: list[str]) -> dict[str, int]:
+        moved = {m.qid: m.target for m in plan_balance(ls, nodes_)}
+        counts = dict.fromkeys(nodes_, 0)
+        for lease in ls:
+            counts[moved.get(lease["id"], lease["leader"])] += 1
+        return counts
+
+    assert after(leases({"a": 6}), ["a", "b", "c"]) == {"a": 2, "b": 2, "c": 2}
+    assert after(leases({"a": 7, "b": 1}), ["a", "b", "c"]) == {"a": 3, "b": 3, "c": 2}
+    assert after(leases({"a": 2, "d": 3}), ["a", "b", "c"]) == {"a": 2, "b": 2, "c": 1}  # d is down
+    assert plan_balance(leases({"a": 2, "b": 1, "c": 2}), ["a", "b", "c"]) == []
+    assert plan_balance(leases({"a": 3}), []) == []
+    # a drain spreads one node's queues over what the others lead already
+    moves = plan_balance(leases({"a": 3}), ["b", "c"], counted=leases({"b": 2}))
+    assert sorted(m.target for m in moves) == ["b", "c", "c"]
