@@ -251,3 +251,24 @@ def test_basic_get_of_a_remote_queue_is_answered_by_its_leader(broker: Broker) -
     answer(44, b"four")
     assert link.settled[-1] == (44, True) and not relays.fetched
     assert broker.model.queued_bytes == 0
+
+
+def test_a_policy_queue_leader_locator_places_new_queues_unless_the_argument_says_otherwise(broker: Broker) -> None:
+    from engine.model.errors import PreconditionFailed
+    from engine.model.policies import Policy
+
+    policies = broker.model.policies
+    assert policies.leader_locator("/", "jobs.1", None) is None  # no policy: client-local
+    broker.set_policy(Policy("/", "spread", "^jobs\\.", {"queue-leader-locator": "balanced"}, 0, "queues"))
+    assert policies.leader_locator("/", "jobs.1", None) == "balanced"
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-type": "quorum"}) == "balanced"
+    assert policies.leader_locator("/", "other", None) is None
+    # the queue's own argument wins over the policy (RabbitMQ 3.10+), the legacy one too
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-leader-locator": "client-local"}) == "client-local"
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-master-locator": "min-masters"}) == "min-masters"
+    broker.set_policy(Policy("/", "classic-only", "^jobs\\.", {"queue-leader-locator": "client-local"}, 5,
+                             "classic_queues"))
+    assert policies.leader_locator("/", "jobs.1", None) == "client-local"  # the higher priority
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-type": "quorum"}) == "balanced"  # its own apply-to
+    with pytest.raises(PreconditionFailed, match="queue-leader-locator"):
+        broker.set_policy(Policy("/", "bad", ".*", {"queue-leader-locator": "anywhere"}, 0, "all"))

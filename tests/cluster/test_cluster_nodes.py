@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 
 import pika
@@ -277,3 +278,30 @@ def test_basic_get_on_a_node_that_does_not_lead_the_queue_is_served_by_the_leade
     bch = b.pika().channel()
     assert bch.basic_get("fetch", auto_ack=True) == (None, None, None)  # get-empty from the leader
     assert nodes.leader("fetch") == ("a", 1)
+
+
+def test_a_queue_leader_locator_policy_places_new_queues_and_the_argument_wins(nodes: Nodes) -> None:
+    """RabbitMQ 3.10+'s policy key ``queue-leader-locator``, applied when a queue is declared."""
+    a, b, c = nodes.start("a", "b", "c")
+    time.sleep(LEASE / 2)  # a heard of b and c (the heartbeat reads the live nodes' load)
+    with pytest.raises(urllib.error.HTTPError):  # refused as RabbitMQ refuses it
+        a.api("policies/%2F/bad", "PUT", {"pattern": ".*", "definition": {"queue-leader-locator": "anywhere"}})
+    a.api("policies/%2F/spread", "PUT", {"pattern": "^pol\\.", "apply-to": "queues",
+                                         "definition": {"queue-leader-locator": "balanced"}})
+    conn = a.pika()
+    ch = conn.channel()
+    for i in range(3):
+        ch.queue_declare(f"pol.{i}", durable=True)
+    ch.queue_declare("pol.mine", durable=True, arguments={"x-queue-leader-locator": "client-local"})
+    ch.queue_declare("unmatched", durable=True)
+    conn.close()
+    leaders = nodes.leaders()
+    assert sorted(leaders[f"pol.{i}"] for i in range(3)) == ["a", "b", "c"], leaders
+    assert (leaders["pol.mine"], leaders["unmatched"]) == ("a", "a")  # the argument wins; no policy
+    # declared on b once the policy reached it: placed by b the same way
+    wait_for(lambda: any(p["name"] == "spread" for p in b.api("policies")), timeout=10, what="the policy on b")
+    time.sleep(LEASE / 2)  # b's heartbeat read the load: a leads 3, b and c 1 each
+    conn = b.pika()
+    conn.channel().queue_declare("pol.from-b", durable=True)
+    conn.close()
+    assert nodes.leaders()["pol.from-b"] in ("b", "c")

@@ -47,6 +47,7 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     model.publisher.forward = make_forward(model, store, broker.sync_token)
     model.relays = links.relays.relays = Relays(model, links.relays.open, links.gets.fetch)
     place_declared(model, store.placed)
+    store.locator = model.policies.leader_locator  # a policy's queue-leader-locator places new queues too
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
     return links

@@ -32,6 +32,7 @@ import psycopg
 
 from ..._message import Message
 from ...cluster.changes import Muting, encode_args
+from ...model.policies import declared_locator
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
 from ...streams._pglog import stream_ddl
 from ..segment._records import _decode_message
@@ -96,6 +97,9 @@ class ClusterStore(Muting, PostgresStore):
         self.load: dict[str, int] = {}
         #: ``sansmq cluster drain`` put this node in maintenance: it leads no queue, new ones included
         self.drained = False
+        #: a new queue's leader locator (vhost, name, declared arguments): the declared argument or
+        #: else the policy's (the model's ``Policies.leader_locator``, set when the node is attached)
+        self.locator: Callable[[str, str, dict[str, Any] | None], str | None] = declared_locator
         #: queues declared here whose leader placement chose another node -> that node (the model
         #: marks them remote right after the declare: engine.cluster.membership.placed)
         self.placed: dict[tuple[str, str], str] = {}
@@ -223,7 +227,7 @@ class ClusterStore(Muting, PostgresStore):
             return
         super().add_queue(qdef)
         qid = self._qids[(qdef.vhost, qdef.name)]
-        leader = self._placement(qdef.args)
+        leader = self._placement(qdef)
         self._op("lease_new", qid, leader, self.lease)
         if leader == self.node:
             self.led[qid] = 1
@@ -231,8 +235,8 @@ class ClusterStore(Muting, PostgresStore):
             self.placed[(qdef.vhost, qdef.name)] = leader
         self._log("queue.add", {**asdict(qdef), "args": encode_args(qdef.args), "id": qid, "leader": leader})
 
-    def _placement(self, args: dict[str, Any] | None) -> str:
-        locator = (args or {}).get("x-queue-leader-locator") or (args or {}).get("x-queue-master-locator")
+    def _placement(self, qdef: QueueDef) -> str:
+        locator = self.locator(qdef.vhost, qdef.name, qdef.args)
         load = self.load
         if locator in (None, "client-local") and not self.drained or not load:
             return self.node
