@@ -70,9 +70,10 @@ class Traffic:
         for t in self._threads:
             t.join(30)
 
-    def check(self, nodes: Nodes) -> None:
+    def check(self, nodes: Nodes) -> set[bytes]:
         """Every confirmed message delivered (here or left in its queue); a message delivered twice
-        came back flagged redelivered (its first delivery's ack raced a leader move)."""
+        came back flagged redelivered (its first delivery's ack raced a leader move). Returns every
+        body seen."""
         leaders = nodes.leaders()
         left = [m for q in self.queues for m in nodes[leaders[q]].drain(q)]
         seen: set[bytes] = set()
@@ -81,20 +82,27 @@ class Traffic:
             seen.add(body)
         missing = self.confirmed - seen
         assert not missing, f"{len(missing)} confirmed messages lost: {sorted(missing)[:10]}"
+        return seen
+
+
+def _declared_with_messages(leader: Node, queues: list[str], messages: int, seen_by: Node) -> list[str]:
+    """``queues`` declared on (so led by) ``leader`` with ``messages`` confirmed there, round robin
+    ("before-N"), once ``seen_by`` knows them."""
+    conn = leader.pika()
+    ch = conn.channel()
+    for q in queues:
+        ch.queue_declare(q, durable=True)
+    ch.confirm_delivery()
+    for i in range(messages):
+        ch.basic_publish("", queues[i % len(queues)], b"before-%d" % i, PERSISTENT)
+    conn.close()
+    wait_for(lambda: all(seen_by.has_queue(q) for q in queues), timeout=5, what="the queues on another node")
+    return queues
 
 
 def test_drain_hands_every_queue_over_and_takes_none_until_revived(nodes: Nodes) -> None:
     a, b, c = nodes.start("a", "b", "c")
-    conn = a.pika()
-    ch = conn.channel()
-    queues = [f"d{i}" for i in range(4)]
-    for q in queues:
-        ch.queue_declare(q, durable=True)
-    ch.confirm_delivery()
-    for i in range(40):
-        ch.basic_publish("", queues[i % 4], b"before-%d" % i, PERSISTENT)
-    conn.close()
-    wait_for(lambda: all(c.has_queue(q) for q in queues), timeout=5, what="the queues on c")
+    queues = _declared_with_messages(a, [f"d{i}" for i in range(4)], 40, seen_by=c)
     assert set(nodes.leaders().values()) == {"a"}
     traffic = Traffic(b, c, queues)  # publishing through b, consuming on c: both relayed by a now
     wait_for(lambda: len(traffic.confirmed) > 50 and len(traffic.delivered) > 50, what="traffic before")
@@ -122,7 +130,7 @@ def test_drain_hands_every_queue_over_and_takes_none_until_revived(nodes: Nodes)
     assert leaders["new-local"] != "a" and leaders["new-balanced"] != "a", leaders
     # ... nor in a failover: c's queues go to b
     traffic.stop()
-    traffic.check(nodes)
+    assert {b"before-%d" % i for i in range(40)} <= traffic.check(nodes)
     c.kill()
     wait_for(lambda: set(nodes.leaders().values()) == {"b"}, timeout=LEASE * 6, what="c's queues on b, not a")
     out = nodes.cli("revive", "a")
@@ -147,17 +155,8 @@ def test_drain_is_refused_when_no_other_node_could_lead(nodes: Nodes) -> None:
 
 def test_rebalance_spreads_six_queues_led_by_one_node_two_per_node(nodes: Nodes) -> None:
     a, b, c = nodes.start("a", "b", "c")
-    conn = a.pika()
-    ch = conn.channel()
-    queues = [f"r{i}" for i in range(6)]
-    for q in queues:
-        ch.queue_declare(q, durable=True)
-    ch.queue_declare("other", durable=True)  # not matched by --queues: stays on a
-    ch.confirm_delivery()
-    for i in range(60):
-        ch.basic_publish("", queues[i % 6], b"before-%d" % i, PERSISTENT)
-    conn.close()
-    wait_for(lambda: all(c.has_queue(q) for q in queues), timeout=5, what="the queues on c")
+    _declared_with_messages(a, ["other"], 0, seen_by=c)  # not matched by --queues: stays on a
+    queues = _declared_with_messages(a, [f"r{i}" for i in range(6)], 60, seen_by=c)
     traffic = Traffic(b, c, queues)
     wait_for(lambda: len(traffic.confirmed) > 50 and len(traffic.delivered) > 50, what="traffic before")
     out = nodes.cli("rebalance", "--vhost", "/", "--queues", "^r")
@@ -173,8 +172,7 @@ def test_rebalance_spreads_six_queues_led_by_one_node_two_per_node(nodes: Nodes)
     out = nodes.cli("rebalance", "--queues", "^r")
     assert out.returncode == 0 and "0 queues moved" in out.stdout, out.stdout
     traffic.stop()
-    traffic.check(nodes)
-    assert {f"before-{i}".encode() for i in range(60)} <= {body for body, _ in traffic.delivered}
+    assert {b"before-%d" % i for i in range(60)} <= traffic.check(nodes)
 
 
 def test_rebalance_plan_levels_the_nodes_and_moves_queues_off_nodes_that_may_not_lead() -> None:
