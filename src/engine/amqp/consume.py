@@ -145,7 +145,8 @@ class ConsumeMethods(ChannelBase):
         got = model.get(q, holder)
         if got is not None:
             self._get_ok(q, holder, *got, q.count)
-        elif q.leader is not None and model.relays is not None:  # led by another node: ask it
+        elif q.leader is not None and model.relays is not None and not self.session.relay:  # led by another
+            # node: ask it (not for a peer's get: the leases moved and both would ask each other)
             model.relays.get(q, m.no_ack, lambda fetched, failure: self._got_remote(q, holder, m.no_ack, fetched,
                                                                                     failure))
         else:
@@ -182,7 +183,7 @@ class ConsumeMethods(ChannelBase):
             return
         holder.auto_ack = no_ack
         tag = model.give(q, entry, holder)
-        if tag is None:  # expired on its way: dead-lettered here as an expired one would be
+        if tag is None:  # expired (a fetched entry has no expiry of its own here: the leader's TTL ran)
             self.send(spec.BasicGetEmpty())
             return
         self._get_ok(q, holder, tag, entry, fetched.message_count)
