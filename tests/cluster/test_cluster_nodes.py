@@ -249,7 +249,7 @@ def test_kombu_producer_and_consumer_on_nodes_that_do_not_lead_the_queue(nodes: 
 def test_basic_get_on_a_node_that_does_not_lead_the_queue_is_served_by_the_leader(nodes: Nodes) -> None:
     """pika's basic_get on b of a queue a leads: the message, its redelivered flag and the leader's
     count; b's ack, reject and nack settle it on a; no-ack gets; get-empty when a has none."""
-    a, b, _ = nodes.start("a", "b", "c")
+    a, b, c = nodes.start("a", "b", "c")
     ch = a.publisher("fetch")
     for i in range(6):
         ch.basic_publish("", "fetch", b"m%d" % i, pika.BasicProperties(delivery_mode=2, headers={"i": i}))
@@ -277,6 +277,16 @@ def test_basic_get_on_a_node_that_does_not_lead_the_queue_is_served_by_the_leade
     assert left == [(b"m3", True), (b"m4", False), (b"m5", False)]
     bch = b.pika().channel()
     assert bch.basic_get("fetch", auto_ack=True) == (None, None, None)  # get-empty from the leader
+    # kombu's Queue.get on the third node (py-amqp's basic.get), acked there
+    import kombu
+
+    ch.basic_publish("", "fetch", b"for kombu", PERSISTENT)
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{c.amqp}//") as kconn:
+        wait_for(lambda: c.has_queue("fetch"), timeout=5, what="fetch on c")
+        message = kombu.Queue("fetch", no_declare=True)(kconn.default_channel).get(no_ack=False)
+        assert message is not None and message.body == b"for kombu"
+        message.ack()
+    wait_for(lambda: a.api("queues/%2F/fetch")["messages"] == 0, timeout=5, what="kombu's ack on a")
     assert nodes.leader("fetch") == ("a", 1)
 
 
