@@ -142,7 +142,7 @@ def test_drain_hands_every_queue_over_and_takes_none_until_revived(nodes: Nodes)
     assert nodes.leaders()["after-revive"] == "a"
 
 
-def test_drain_is_refused_when_no_other_node_could_lead(nodes: Nodes) -> None:
+def test_drain_is_refused_when_no_other_node_could_lead_else_shown_in_status(nodes: Nodes) -> None:
     (a,) = nodes.start("a")
     conn = a.pika()
     conn.channel().queue_declare("only", durable=True)
@@ -151,6 +151,11 @@ def test_drain_is_refused_when_no_other_node_could_lead(nodes: Nodes) -> None:
     assert out.returncode == 1 and "no other node is running" in out.stderr, out
     assert nodes.cli("drain", "nosuch").returncode == 1
     assert not nodes.status()["nodes"][0]["drained"]
+    (b,) = nodes.start("b")
+    out = nodes.cli("drain", "a", "--timeout", "0")  # written, not waited for
+    assert out.returncode == 0 and "1 queues to move" in out.stdout, out
+    text = nodes.cli("status").stdout  # the human-readable status names drained nodes and pending moves
+    assert "running, drained" in text and ("(moving to b)" in text or nodes.leaders()["only"] == "b"), text
 
 
 def test_rebalance_spreads_six_queues_led_by_one_node_two_per_node(nodes: Nodes) -> None:

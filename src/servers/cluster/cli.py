@@ -131,6 +131,7 @@ def _status(args: argparse.Namespace) -> int:
     print()
     print(f"{'vhost':<12} {'queue':<30} {'leader':<20} {'epoch':>6} expires in")
     for lease in view["leases"]:
+        moving = f" (moving to {lease['target']})" if lease["target"] else ""
         print(f"{lease['vhost']:<12} {lease['queue']:<30} {lease['leader']:<20} {lease['epoch']:>6} "
-              f"{lease['expires_in']:.1f}s")
+              f"{lease['expires_in']:.1f}s{moving}")
     return EXIT_OK
