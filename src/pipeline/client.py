@@ -296,7 +296,7 @@ class Client:
             elif want is not None and isinstance(ev, want):
                 return ev
 
-    def _call(self, method: Any, reply: type) -> Any:
+    def _call(self, method: Any, reply: type | tuple[type, ...]) -> Any:
         self._send(method)
         return self._pump(reply, time.monotonic() + self.timeout)
 
@@ -373,6 +373,14 @@ class Client:
                     return None
                 self._pump(None, None)
         return self.deliveries.popleft()
+
+    def get(self, queue: str, no_ack: bool = False) -> tuple[Delivery | None, int]:
+        """basic.get: the message (None when the queue has none ready) and the queue's message count."""
+        ev = self._call(spec.BasicGet(queue=queue, no_ack=no_ack, channel=CH), (spec.BasicGetOk, spec.BasicGetEmpty))
+        if type(ev) is spec.BasicGetEmpty:
+            return None, 0
+        return Delivery("", ev.delivery_tag, ev.redelivered, ev.exchange, ev.routing_key, ev.properties,
+                        ev.body), ev.message_count
 
     def ack(self, delivery_tag: int, multiple: bool = True) -> None:
         """Queue an ack (sent with the next flush or read)."""

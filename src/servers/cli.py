@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_arguments(analyze)
     streams = sub.add_parser("streams", help="stream queues on a running broker: create, create-partitioned")
     add_streams_arguments(streams)
-    cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status of its nodes and leases")
+    cluster_cmd = sub.add_parser("cluster", help="a cluster on PostgreSQL: status, drain, revive, rebalance")
     add_cluster_arguments(cluster_cmd)
     simulate = sub.add_parser("simulate", help="deterministic simulation: seeded runs with injected faults",
                               description="Run seeded whole-broker simulations (engine.sim) in parallel processes.")

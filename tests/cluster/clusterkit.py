@@ -164,11 +164,19 @@ class Nodes:
     def __getitem__(self, name: str) -> Node:
         return self.by_name[name]
 
+    def cli(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        """``sansmq cluster ARGS --store DSN``."""
+        return subprocess.run([sys.executable, "-m", "servers", "cluster", *args, "--store", self.dsn],
+                              capture_output=True, text=True, timeout=timeout)
+
     def status(self) -> dict[str, Any]:
-        out = subprocess.run([sys.executable, "-m", "servers", "cluster", "status", "--store", self.dsn, "--json"],
-                             capture_output=True, text=True, timeout=30)
+        out = self.cli("status", "--json", timeout=30)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    def leaders(self, vhost: str = "/") -> dict[str, str]:
+        """queue -> leader, as the database has them."""
+        return {lease["queue"]: lease["leader"] for lease in self.status()["leases"] if lease["vhost"] == vhost}
 
     def leader(self, queue: str, vhost: str = "/") -> tuple[str, int] | None:
         """(leader, epoch) of ``queue`` as the database has it."""

@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 
+from amqpproto import spec
 from engine import Broker, Config, MemoryStore
 from engine._message import Entry, Message
 from engine.cluster import apply_change, step_down, take_over
 from engine.cluster.changes import Muting, encode_args
 from engine.cluster.forward import make_forward
-from engine.cluster.relay import Relay, Relays
+from engine.cluster.relay import Fetched, Relay, Relays
 from engine.model import Consumer
 from engine.model.security import UserRecord
 from engine.store import StoredMessage
+from engine.testing import AmqpSimClient, SimNetwork
 
 
 class NodeStore(Muting, MemoryStore):
@@ -238,3 +240,88 @@ def test_a_stream_changing_leader_keeps_its_consumers_here(broker: Broker) -> No
     assert [(r.queue, r.leader) for r in opened] == [(q, "c")]
     take_over(broker, ("/", "s"), [])
     assert q.leader is None and not opened[0].active and q.consumers
+
+
+class Link:
+    """The link a fetched message came through: records how it was settled."""
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[int, bool | None]] = []
+
+    def settle(self, tag: int, requeue: bool | None) -> None:
+        self.settled.append((tag, requeue))
+
+
+def test_basic_get_of_a_remote_queue_is_answered_by_its_leader(broker: Broker) -> None:
+    """A get that finds nothing relayed here asks the leader; what it fetched is the getter's alone,
+    and settling it here settles it on the leader: ack, requeue (back to the leader), no-ack."""
+    asked: list[tuple[str, bool, Any]] = []
+    broker.model.relays = relays = Relays(broker.model, lambda relay: None,
+                                          fetch=lambda q, no_ack, reply: asked.append((q.name, no_ack, reply)))
+    _queue_added(broker, "q", "a")
+    net = SimNetwork(broker)
+    client = net.connect(protocol="amqp")
+    assert isinstance(client, AmqpSimClient)
+    client.amqp_open()
+    client.open_channel(1)
+    link = Link()
+
+    def answer(tag: int, body: bytes, redelivered: bool = False, count: int = 4) -> None:
+        reply = asked[-1][2]
+        fetched = Fetched(link, tag, redelivered, "ex", "rk", {"h": 1}, body, True, 0, count)
+        broker.run_command(lambda b: reply(fetched, None), net.now)
+        net.run_until_idle()
+
+    assert client.call(spec.BasicGet(queue="q", channel=1)) is None  # no answer until the leader's
+    assert [(n, no_ack) for n, no_ack, _ in asked] == [("q", False)]
+    answer(41, b"one", redelivered=True)
+    ok = client.last(spec.BasicGetOk)
+    assert (ok.body, ok.redelivered, ok.message_count, ok.exchange, ok.routing_key) == (b"one", True, 4, "ex", "rk")
+    client.call(spec.BasicAck(delivery_tag=ok.delivery_tag, channel=1))
+    assert link.settled == [(41, None)]
+    client.call(spec.BasicGet(queue="q", channel=1))
+    answer(42, b"two")
+    tag = client.last(spec.BasicGetOk).delivery_tag
+    client.call(spec.BasicReject(delivery_tag=tag, requeue=True, channel=1))
+    assert link.settled[-1] == (42, True) and broker.model.vhosts["/"].queues["q"].count == 0  # not kept here
+    client.call(spec.BasicGet(queue="q", no_ack=True, channel=1))
+    answer(43, b"three")
+    assert client.last(spec.BasicGetOk).body == b"three" and link.settled[-1] == (42, True)  # settled there
+    client.call(spec.BasicGet(queue="q", channel=1))
+    broker.run_command(lambda b: asked[-1][2](None, None), net.now)
+    net.run_until_idle()
+    assert isinstance(client.received[-1], spec.BasicGetEmpty)
+    # the leader unreachable: the channel is closed with 404, as RabbitMQ's for a node that is down
+    client.call(spec.BasicGet(queue="q", channel=1))
+    broker.run_command(lambda b: asked[-1][2](None, "connection refused"), net.now)
+    net.run_until_idle()
+    close = client.last(spec.ChannelClose)
+    assert close.reply_code == 404 and "leader node 'a'" in close.reply_text
+    # an answer for a channel that closed meanwhile goes back to the leader
+    client.open_channel(2)
+    client.call(spec.BasicGet(queue="q", channel=2))
+    client.call(spec.ChannelClose(200, "bye", 0, 0, channel=2))
+    answer(44, b"four")
+    assert link.settled[-1] == (44, True) and not relays.fetched
+    assert broker.model.queued_bytes == 0
+
+
+def test_a_policy_queue_leader_locator_places_new_queues_unless_the_argument_says_otherwise(broker: Broker) -> None:
+    from engine.model.errors import PreconditionFailed
+    from engine.model.policies import Policy
+
+    policies = broker.model.policies
+    assert policies.leader_locator("/", "jobs.1", None) is None  # no policy: client-local
+    broker.set_policy(Policy("/", "spread", "^jobs\\.", {"queue-leader-locator": "balanced"}, 0, "queues"))
+    assert policies.leader_locator("/", "jobs.1", None) == "balanced"
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-type": "quorum"}) == "balanced"
+    assert policies.leader_locator("/", "other", None) is None
+    # the queue's own argument wins over the policy (RabbitMQ 3.10+), the legacy one too
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-leader-locator": "client-local"}) == "client-local"
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-master-locator": "min-masters"}) == "min-masters"
+    broker.set_policy(Policy("/", "classic-only", "^jobs\\.", {"queue-leader-locator": "client-local"}, 5,
+                             "classic_queues"))
+    assert policies.leader_locator("/", "jobs.1", None) == "client-local"  # the higher priority
+    assert policies.leader_locator("/", "jobs.1", {"x-queue-type": "quorum"}) == "balanced"  # its own apply-to
+    with pytest.raises(PreconditionFailed, match="queue-leader-locator"):
+        broker.set_policy(Policy("/", "bad", ".*", {"queue-leader-locator": "anywhere"}, 0, "all"))

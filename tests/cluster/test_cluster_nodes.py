@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 
 import pika
@@ -243,3 +244,74 @@ def test_kombu_producer_and_consumer_on_nodes_that_do_not_lead_the_queue(nodes: 
     assert got == [0, 1, 2, 3, 4]
     wait_for(lambda: a.api("queues/%2F/tasks")["messages"] == 0, timeout=5, what="acks on a")
     assert nodes.leader("tasks") == ("a", 1)
+
+
+def test_basic_get_on_a_node_that_does_not_lead_the_queue_is_served_by_the_leader(nodes: Nodes) -> None:
+    """pika's basic_get on b of a queue a leads: the message, its redelivered flag and the leader's
+    count; b's ack, reject and nack settle it on a; no-ack gets; get-empty when a has none."""
+    a, b, c = nodes.start("a", "b", "c")
+    ch = a.publisher("fetch")
+    for i in range(6):
+        ch.basic_publish("", "fetch", b"m%d" % i, pika.BasicProperties(delivery_mode=2, headers={"i": i}))
+    wait_for(lambda: b.has_queue("fetch"), timeout=5, what="fetch on b")
+    conn = b.pika()
+    bch = conn.channel()
+    method, props, body = bch.basic_get("fetch", auto_ack=False)
+    assert method is not None, "b found the queue empty"
+    assert (body, method.redelivered, method.message_count, props.headers) == (b"m0", False, 5, {"i": 0})
+    bch.basic_ack(method.delivery_tag)  # acked on a
+    wait_for(lambda: a.api("queues/%2F/fetch")["messages"] == 5, timeout=5, what="the ack on a")
+    method, _, body = bch.basic_get("fetch", auto_ack=False)
+    assert body == b"m1"
+    bch.basic_reject(method.delivery_tag, requeue=True)  # back on a, at the head, redelivered
+    method, _, body = bch.basic_get("fetch", auto_ack=False)
+    assert (body, method.redelivered) == (b"m1", True)
+    bch.basic_nack(method.delivery_tag, requeue=False)  # dropped (no dead-letter exchange)
+    method, _, body = bch.basic_get("fetch", auto_ack=True)  # no-ack: gone on a at once
+    assert (body, method.message_count) == (b"m2", 3)
+    method, _, body = bch.basic_get("fetch", auto_ack=False)
+    assert body == b"m3"
+    conn.close()  # closed unacked: a has it again, redelivered
+    wait_for(lambda: a.api("queues/%2F/fetch").get("messages_ready") == 3, timeout=5, what="m3 back on a")
+    left = [(m[2], m[0].redelivered) for m in (ch.basic_get("fetch", auto_ack=True) for _ in range(3))]
+    assert left == [(b"m3", True), (b"m4", False), (b"m5", False)]
+    bch = b.pika().channel()
+    assert bch.basic_get("fetch", auto_ack=True) == (None, None, None)  # get-empty from the leader
+    # kombu's Queue.get on the third node (py-amqp's basic.get), acked there
+    import kombu
+
+    ch.basic_publish("", "fetch", b"for kombu", PERSISTENT)
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{c.amqp}//") as kconn:
+        wait_for(lambda: c.has_queue("fetch"), timeout=5, what="fetch on c")
+        message = kombu.Queue("fetch", no_declare=True)(kconn.default_channel).get(no_ack=False)
+        assert message is not None and message.body == b"for kombu"
+        message.ack()
+    wait_for(lambda: a.api("queues/%2F/fetch")["messages"] == 0, timeout=5, what="kombu's ack on a")
+    assert nodes.leader("fetch") == ("a", 1)
+
+
+def test_a_queue_leader_locator_policy_places_new_queues_and_the_argument_wins(nodes: Nodes) -> None:
+    """RabbitMQ 3.10+'s policy key ``queue-leader-locator``, applied when a queue is declared."""
+    a, b, c = nodes.start("a", "b", "c")
+    time.sleep(LEASE / 2)  # a heard of b and c (the heartbeat reads the live nodes' load)
+    with pytest.raises(urllib.error.HTTPError):  # refused as RabbitMQ refuses it
+        a.api("policies/%2F/bad", "PUT", {"pattern": ".*", "definition": {"queue-leader-locator": "anywhere"}})
+    a.api("policies/%2F/spread", "PUT", {"pattern": "^pol\\.", "apply-to": "queues",
+                                         "definition": {"queue-leader-locator": "balanced"}})
+    conn = a.pika()
+    ch = conn.channel()
+    for i in range(3):
+        ch.queue_declare(f"pol.{i}", durable=True)
+    ch.queue_declare("pol.mine", durable=True, arguments={"x-queue-leader-locator": "client-local"})
+    ch.queue_declare("unmatched", durable=True)
+    conn.close()
+    leaders = nodes.leaders()
+    assert sorted(leaders[f"pol.{i}"] for i in range(3)) == ["a", "b", "c"], leaders
+    assert (leaders["pol.mine"], leaders["unmatched"]) == ("a", "a")  # the argument wins; no policy
+    # declared on b once the policy reached it: placed by b the same way
+    wait_for(lambda: any(p["name"] == "spread" for p in b.api("policies")), timeout=10, what="the policy on b")
+    time.sleep(LEASE / 2)  # b's heartbeat read the load: a leads 3, b and c 1 each
+    conn = b.pika()
+    conn.channel().queue_declare("pol.from-b", durable=True)
+    conn.close()
+    assert nodes.leaders()["pol.from-b"] in ("b", "c")

@@ -66,6 +66,9 @@ class ChannelOwner(ConsumerOwner, Protocol):
 
     def channel_timed_out(self, chan: ChannelBase, timeout_ms: int) -> None: ...
 
+    def fail_channel(self, chan: ChannelBase, exc: ChannelError) -> None:
+        """Close ``chan`` with ``exc`` outside the handling of a method (a timer, a peer's answer)."""
+
 
 class AmqpConsumer(Consumer):
     __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")

@@ -4,6 +4,8 @@ re-armed at the earliest deadline when it fires, so a delivery costs no timer of
 
 from __future__ import annotations
 
+from typing import Any
+
 from amqpproto import spec
 from amqpproto.spec import encode_properties
 
@@ -139,18 +141,52 @@ class ConsumeMethods(ChannelBase):
             holder = self.getters[q] = GetHolder(q, self.session, 0, m.no_ack)
             holder.channel = self
         holder.auto_ack = m.no_ack
-        got = self.session.model.get(q, holder)
-        if got is None:
+        model = self.session.model
+        got = model.get(q, holder)
+        if got is not None:
+            self._get_ok(q, holder, *got, q.count)
+        elif q.leader is not None and model.relays is not None and not self.session.relay:  # led by another
+            # node: ask it (not for a peer's get: the leases moved and both would ask each other)
+            model.relays.get(q, m.no_ack, lambda fetched, failure: self._got_remote(q, holder, m.no_ack, fetched,
+                                                                                    failure))
+        else:
             self.send(spec.BasicGetEmpty())
-            return
-        tag, entry = got
+
+    def _get_ok(self, q: Queue, holder: GetHolder, tag: int, entry: Entry, message_count: int) -> None:
         self.next_tag += 1
         dtag = self.next_tag
-        if not m.no_ack:
+        if not holder.auto_ack:
             self.unacked[dtag] = (holder, tag, self._deadline(q))
         msg = entry.msg
         props = counted_props(msg, entry.count) if q.quorum else message_props(msg)
-        self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, q.count, props, msg.body))
+        self.send(spec.BasicGetOk(dtag, entry.count > 0, msg.exchange, msg.routing_key, message_count, props,
+                                  msg.body))
+
+    def _got_remote(self, q: Queue, holder: GetHolder, no_ack: bool, fetched: Any, failure: str | None) -> None:
+        """The leader's answer to a basic.get of ``q`` (the loop thread, later): passed on to the
+        client, or given back when this channel or the queue went away meanwhile. ``fetched``: an
+        ``engine.cluster.relay.Fetched`` or None (typed loosely: sessions never import the cluster)."""
+        session = self.session
+        model = session.model
+        entry = None if fetched is None else model.relays.got(fetched, no_ack)
+        if session.channels.get(self.id) is not self or q.vhost.queues.get(q.name) is not q:
+            if entry is not None and not model.relays.returned(entry):  # no_ack: settled there already
+                model.forget(q, entry)
+            return
+        if failure is not None:  # RabbitMQ's answer when a durable queue's node is unreachable
+            session.fail_channel(self, ChannelError(spec.NOT_FOUND, f"leader node '{q.leader}' of durable queue "
+                                 f"'{q.name}' in vhost '{q.vhost.name}' is down or inaccessible ({failure})",
+                                 spec.BasicGet))
+            return
+        if fetched is None or entry is None:
+            self.send(spec.BasicGetEmpty())
+            return
+        holder.auto_ack = no_ack
+        tag = model.give(q, entry, holder)
+        if tag is None:  # expired (a fetched entry has no expiry of its own here: the leader's TTL ran)
+            self.send(spec.BasicGetEmpty())
+            return
+        self._get_ok(q, holder, tag, entry, fetched.message_count)
 
     # -- consumer timeout -------------------------------------------------------------------------------
     def _deadline(self, q: Queue) -> float:

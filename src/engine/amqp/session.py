@@ -372,12 +372,14 @@ class AmqpSession(Session):
     def channel_timed_out(self, chan: ChannelBase, timeout_ms: int) -> None:
         """An unacked delivery outlived the consumer timeout: close its channel with 406 (its
         deliveries are requeued), as RabbitMQ's consumer_timeout does."""
-        if self.channels.get(chan.id) is not chan or self.closing:
-            return
-        self._channel_error(chan.id, ChannelError(
+        self.fail_channel(chan, ChannelError(
             spec.PRECONDITION_FAILED, f"delivery acknowledgement on channel {chan.id} timed out. Timeout "
             f"value used: {timeout_ms} ms. This timeout value can be configured, see consumers doc guide "
             "to learn more"))
+
+    def fail_channel(self, chan: ChannelBase, exc: ChannelError) -> None:
+        if self.channels.get(chan.id) is chan and not self.closing:
+            self._channel_error(chan.id, exc)
 
     # -- connection methods -----------------------------------------------------------------------
     def _on_header(self, event: A.ProtocolHeader) -> None:

@@ -16,6 +16,12 @@ stream's consumers here read it as on its leader (``engine.model.streams``), and
 says how far the leader has committed (``followed``), which wakes the consumers here. Nothing polls
 the database: a new append reaches this node as the leader's delivery of it.
 
+A basic.get of such a queue that finds nothing relayed here asks the leader (``get``): the I/O
+side does the basic.get there on a link of its own and hands back a ``Fetched`` message, which is
+given to the getter alone (never queued here). Settling it here settles it on the leader through
+the link that got it: gone for good (acked, rejected, dead-lettered) acks it there, requeued here
+rejects it there with requeue, so it is the leader's again for every node's consumers.
+
 Deterministic: no I/O, no clock. The I/O side reads ``Relay.acks`` and ``Relay.active`` from its
 thread (a deque and a flag: atomic under the GIL).
 """
@@ -24,14 +30,45 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .._message import GONE, READY, UNACKED, Entry, Message
 from ..model.objects import Queue
 from ..model.state import ModelState
 from ..streams import StreamLog
 
-__all__ = ["Relays", "Relay"]
+__all__ = ["Relays", "Relay", "Fetched", "Settler", "GetReply"]
+
+
+class Settler(Protocol):
+    """The link a fetched message came through: settles it on the leader (from the loop thread)."""
+
+    def settle(self, tag: int, requeue: bool | None) -> None:
+        """None: ack; True: reject with requeue; False: reject without."""
+
+
+@dataclass(slots=True)
+class Fetched:
+    """A message a leader's basic.get-ok brought over ``link`` (its ``tag`` is the link's)."""
+
+    link: Settler
+    tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    headers: dict[str, Any]
+    body: bytes
+    persistent: bool
+    priority: int
+    #: the leader's message count after the get (basic.get-ok's)
+    message_count: int
+
+
+#: the answer to a get: (the message or None when the leader had none, None or why it failed)
+GetReply = Callable[[Fetched | None, str | None], None]
+#: the I/O side of a get: basic.get on ``queue``'s leader (``no_ack``), answer on the loop thread
+Fetch = Callable[[Queue, bool, GetReply], None]
 
 
 class Relay:
@@ -56,12 +93,15 @@ class Relays:
     """The relays of one node's model; ``open(relay)`` starts the I/O side of a new one."""
 
     def __init__(self, state: ModelState, open: Callable[[Relay], None],
-                 logs: Callable[[Queue], StreamLog] | None = None) -> None:
+                 logs: Callable[[Queue], StreamLog] | None = None, fetch: Fetch | None = None) -> None:
         self.state = state
         self.open = open
         #: a stream queue's log (``Streams.log``)
         self.logs = logs
+        self.fetch = fetch
         self.by_queue: dict[Queue, Relay] = {}
+        #: entries fetched by basic.get here and not settled yet -> the link and tag to settle them by
+        self.fetched: dict[Entry, tuple[Settler, int]] = {}
 
     # -- called by the model --------------------------------------------------------------------------
     def consumed(self, q: Queue) -> None:
@@ -76,6 +116,40 @@ class Relays:
             tag = relay.tags.pop(entry, None)
             if tag is not None:
                 relay.acks.append(tag)
+                return
+        held = self.fetched.pop(entry, None)
+        if held is not None:
+            held[0].settle(held[1], None)
+
+    def returned(self, entry: Entry) -> bool:
+        """``entry`` is requeued here: a fetched one goes back to its leader instead (True)."""
+        held = self.fetched.pop(entry, None)
+        if held is None:
+            return False
+        held[0].settle(held[1], True)
+        self.state.queued_bytes -= len(entry.msg.body)
+        entry.state = GONE
+        return True
+
+    # -- basic.get through the leader -----------------------------------------------------------------
+    def get(self, q: Queue, no_ack: bool, reply: GetReply) -> None:
+        """Ask ``q``'s leader for one message; ``reply`` is called on the loop thread."""
+        if self.fetch is None:
+            reply(None, "this node has no link to fetch from other nodes")
+            return
+        self.fetch(q, no_ack, reply)
+
+    def got(self, fetched: Fetched, no_ack: bool) -> Entry:
+        """The entry of a fetched message, counted in the broker's bytes until it is settled; unless
+        ``no_ack`` (settled on the leader already) its settling here settles it there."""
+        state = self.state
+        msg = Message(state.next_message_id(), fetched.exchange, fetched.routing_key, fetched.headers,
+                      fetched.body, fetched.priority, None, fetched.persistent)
+        entry = Entry(msg, state.next_seq(), 1 if fetched.redelivered else 0)
+        state.queued_bytes += len(fetched.body)
+        if not no_ack:
+            self.fetched[entry] = (fetched.link, fetched.tag)
+        return entry
 
     # -- called with what the link brings (loop thread) -----------------------------------------------
     def delivered(self, relay: Relay, tag: int, redelivered: bool, exchange: str, routing_key: str,

@@ -68,14 +68,19 @@ class Delivery:
         """Take the next ready message of ``q`` for a one-off fetch (AMQP basic.get). ``holder`` is
         a consumer not registered on the queue: the delivery is unacked in it unless it auto-acks.
         Returns ``(tag, entry)`` or None when nothing is ready."""
-        state = self.state
-        now = state.now
         while (entry := self.pager.pop(q)) is not None:
-            tag = self._hand_out(q, entry, holder, now, arm_ack_timeout=False)
+            tag = self.give(q, entry, holder)
             if tag is not None:
-                (q._x or extras(q)).delivered += 1
                 return tag, entry
         return None
+
+    def give(self, q: Queue, entry: Entry, holder: Consumer) -> int | None:
+        """Hand ``entry``, taken off ``q`` (or fetched from ``q``'s leader for ``holder`` alone), to
+        the one-off fetch ``holder``: its tag, or None when it had expired."""
+        tag = self._hand_out(q, entry, holder, self.state.now, arm_ack_timeout=False)
+        if tag is not None:
+            (q._x or extras(q)).delivered += 1
+        return tag
 
     def _hand_out(self, q: Queue, entry: Entry, holder: Consumer, now: float, arm_ack_timeout: bool) -> int | None:
         """Give an entry just popped from ``q`` to ``holder``: its delivery tag, or None when it had
@@ -233,6 +238,8 @@ class Delivery:
         if isinstance(q, LightConsumer):
             self.light.requeue(q, entry)
             return
+        if state.relays is not None and state.relays.returned(entry):
+            return  # fetched from the queue's leader by a basic.get: requeued there
         if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
             if entry.state != GONE:
                 state.queued_bytes -= len(entry.msg.body)

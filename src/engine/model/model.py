@@ -59,7 +59,7 @@ class Model(ModelState):
     __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
                  "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
-                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get",
+                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get", "give",
                  "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light", "bind_light",
                  "paged_messages", "policies", "security", "delete_vhost")
 
@@ -109,6 +109,7 @@ class Model(ModelState):
         self.consume = delivery.consume
         self.consume_stream = delivery.consume_stream
         self.get = delivery.get
+        self.give = delivery.give
         self.cancel = delivery.cancel
         self.return_unacked = delivery.return_unacked
         self.ack = delivery.ack

@@ -26,10 +26,10 @@ from typing import Any
 
 from ..store import Store
 from .errors import NotFound, PreconditionFailed
-from .objects import _OVERFLOW, DEAD_LETTER_STRATEGIES, Exchange, Queue, VHost
+from .objects import _OVERFLOW, DEAD_LETTER_STRATEGIES, LOCATORS, Exchange, Queue, VHost, queue_type_of
 from .queue_types import queue_type
 
-__all__ = ["Policy", "Policies", "QUEUE_KEYS", "IGNORED_KEYS", "APPLY_TO"]
+__all__ = ["Policy", "Policies", "QUEUE_KEYS", "IGNORED_KEYS", "APPLY_TO", "declared_locator"]
 
 log = logging.getLogger("sansmq.engine")
 
@@ -50,7 +50,7 @@ QUEUE_KEYS: dict[str, tuple[str, bool]] = {
 EXCHANGE_KEYS = {"alternate-exchange": "alternate-exchange"}
 #: RabbitMQ keys for features sansmq has not: accepted, ignored, logged
 IGNORED_KEYS = frozenset((
-    "queue-mode", "queue-version", "queue-master-locator", "queue-leader-locator", "ha-mode", "ha-params",
+    "queue-mode", "queue-version", "queue-master-locator", "ha-mode", "ha-params",
     "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown", "ha-promote-on-failure",
     "max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "federation-upstream",
     "federation-upstream-set", "single-active-consumer", "consumer-timeout", "max-in-memory-length",
@@ -119,6 +119,9 @@ def _validate(p: Policy) -> re.Pattern[str]:
         elif key == "delivery-limit":  # negative: no limit (RabbitMQ 4's -1)
             if type(value) is not int:
                 raise PreconditionFailed(f"delivery-limit must be an integer, not {value!r}")
+        elif key == "queue-leader-locator":  # where a cluster places a new queue's leader (placement)
+            if value not in LOCATORS["x-queue-leader-locator"]:
+                raise PreconditionFailed(f"{value!r} is not a valid queue-leader-locator value")
         elif key == "overflow":
             if value not in _OVERFLOW:
                 raise PreconditionFailed(f"{value!r} is not a valid overflow value")
@@ -196,6 +199,16 @@ class Policies:
     def in_vhost(self, vhost: str | None = None) -> list[Policy]:
         return [p for p in self.policies.values() if vhost is None or p.vhost == vhost]
 
+    def leader_locator(self, vhost: str, name: str, args: dict[str, Any] | None) -> str | None:
+        """Where a cluster places the leader of queue ``name`` declared with ``args``: the
+        ``x-queue-leader-locator`` argument (or the legacy ``x-queue-master-locator``) wins over the
+        ``queue-leader-locator`` key of the policy that applies (RabbitMQ 3.10+); None: client-local."""
+        declared = declared_locator(vhost, name, args)
+        if declared is not None:
+            return declared
+        policy = self.best(vhost, name, queue_type_of(args))
+        return None if policy is None else policy.definition.get("queue-leader-locator")
+
     def best(self, vhost: str, name: str, qtype: str | None) -> Policy | None:
         """The policy that applies to the queue of type ``qtype`` (or the exchange, when None)
         ``name`` in ``vhost``."""
@@ -259,6 +272,12 @@ class Policies:
             if kind == POLICY_DOC:
                 policy = Policy.from_json(json.loads(doc))
                 self.policies[(policy.vhost, policy.name)] = policy
+
+
+def declared_locator(vhost: str, name: str, args: dict[str, Any] | None) -> str | None:
+    """The leader locator queue ``name``'s declare arguments ask for (the legacy master one too)."""
+    locator = (args or {}).get("x-queue-leader-locator") or (args or {}).get("x-queue-master-locator")
+    return None if locator is None else str(locator)
 
 
 def _key(vhost: str, name: str) -> str:

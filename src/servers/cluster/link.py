@@ -10,15 +10,16 @@ StoreError: the publishers waiting on that sync get a nack, never a confirm.
 from __future__ import annotations
 
 import logging
-from urllib.parse import quote
 
 from engine._message import Message
 from engine.amqp.properties import message_props
-from engine.cluster.link import LINK_USER, RELAY_HEADER, relay_header
+from engine.cluster.link import RELAY_HEADER, relay_header
 from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
 from pipeline.client import BrokerError, Client
 
+from .gets import GetLinks
+from .peer import connect_peer
 from .relay import RelayLinks
 
 __all__ = ["Links"]
@@ -35,15 +36,13 @@ class Links:
         self._clients: dict[tuple[str, str], Client] = {}
         #: consumers of queues led elsewhere, served through their leaders
         self.relays = RelayLinks(store)
+        #: basic.get of queues led elsewhere, served by their leaders
+        self.gets = GetLinks(store)
 
     def _client(self, leader: str, vhost: str) -> Client:
         client = self._clients.get((leader, vhost))
         if client is None:
-            address = self.store.addresses.get(leader)
-            if not address:
-                raise StoreError(f"cluster node {leader} has no known link address")
-            url = f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}"
-            client = Client(url, timeout=self.timeout)
+            client = connect_peer(self.store, leader, vhost, self.timeout)
             client.confirm_select()
             self._clients[(leader, vhost)] = client
         return client
@@ -70,3 +69,4 @@ class Links:
     def close(self) -> None:
         for leader, vhost in list(self._clients):
             self.drop(leader, vhost)
+        self.gets.close()

@@ -45,8 +45,9 @@ def attach_cluster(broker: Any, store: ClusterStore) -> Links:
     links = Links(store)
     store.sender = links.send
     model.publisher.forward = make_forward(model, store, broker.sync_token)
-    model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log)
+    model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log, links.gets.fetch)
     place_declared(model, store.placed)
+    store.locator = model.policies.leader_locator  # a policy's queue-leader-locator places new queues too
     model._next_msg_id = store.first_message_id  # not a recovered id of another node's space
     mark_remote(broker, store.remote_leaders)
     return links
@@ -59,6 +60,7 @@ class ClusterNode:
         self.store = store
         self.links = links
         links.relays.post = self._post
+        links.gets.post = self._post
         self.driver = driver
         self.poll = poll
         self.beat = max(store.lease / 3, 0.05)
@@ -86,7 +88,7 @@ class ClusterNode:
             leaders[lease["leader"]] = leaders.get(lease["leader"], 0) + 1
         return [{"name": f"sansmq@{n['name']}", "type": "disc", "running": n["running"],
                  "cluster_address": n["address"], "heartbeat_age": n["heartbeat_age"],
-                 "queue_leaders": leaders.get(n["name"], 0), "being_drained": False} for n in view["nodes"]]
+                 "queue_leaders": leaders.get(n["name"], 0), "being_drained": n["drained"]} for n in view["nodes"]]
 
     def start(self, bound: Sequence[Any] = ()) -> None:
         """Start the upkeep once the server listens; the node advertises the link listener it

@@ -15,14 +15,13 @@ import logging
 import threading
 import time
 from typing import Any
-from urllib.parse import quote
 
-from engine._props import props_to_headers
-from engine.cluster.link import LINK_USER
 from engine.cluster.relay import Relay, Relays
 from engine.model.streams import STREAM_OFFSET_HEADER
 from engine.storage.postgres.cluster import ClusterStore
 from pipeline.client import BrokerError, Client
+
+from .peer import connect_peer, delivery_fields
 
 __all__ = ["RelayLinks", "PREFETCH"]
 
@@ -51,12 +50,7 @@ class RelayLinks:
                          daemon=True).start()
 
     def _connect(self, relay: Relay) -> Client:
-        address = self.store.addresses.get(relay.leader)
-        if not address:
-            raise BrokerError(f"cluster node {relay.leader} has no known link address")
-        vhost = relay.queue.vhost.name
-        client = Client(f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
-                        timeout=max(self.store.lease, 0.5))
+        client = connect_peer(self.store, relay.leader, relay.queue.vhost.name, max(self.store.lease, 0.5))
         client.qos(PREFETCH)
         # a stream's feed reads the leader's log on from this node's committed end
         client.consume(relay.queue.name, None if relay.start is None else {"x-stream-offset": relay.start})
@@ -102,10 +96,9 @@ class RelayLinks:
 
 def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:
     for d in batch:
-        props = d.properties
-        relays.delivered(relay, d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props_to_headers(props),
-                         d.body, props is not None and props.delivery_mode == 2,
-                         (props.priority or 0) if props is not None else 0)
+        headers, persistent, priority = delivery_fields(d)
+        relays.delivered(relay, d.delivery_tag, d.redelivered, d.exchange, d.routing_key, headers, d.body,
+                         persistent, priority)
 
 
 def _check(relays: Relays, relay: Relay) -> None:

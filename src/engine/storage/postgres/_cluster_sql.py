@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS {s}.leases (
     epoch bigint NOT NULL,
     expires timestamptz NOT NULL
 );
+-- operations (``sansmq cluster drain/revive/rebalance``): a drained node leads nothing; a lease
+-- with a target is handed to that node by its next membership round
+ALTER TABLE {s}.nodes ADD COLUMN IF NOT EXISTS drained boolean NOT NULL DEFAULT false;
+ALTER TABLE {s}.leases ADD COLUMN IF NOT EXISTS target text;
 CREATE TABLE IF NOT EXISTS {s}.changes (
     serial bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     node text NOT NULL,
@@ -74,14 +78,15 @@ SQL = {
         "INSERT INTO {s}.nodes (name, no, address, lease_seconds)"
         " VALUES (%(name)s, (SELECT coalesce(max(no), 0) + 1 FROM {s}.nodes), %(address)s, %(lease)s)"
         " ON CONFLICT (name) DO UPDATE SET address = EXCLUDED.address, started = now(), heartbeat = now(),"
-        " lease_seconds = EXCLUDED.lease_seconds RETURNING no"
+        " lease_seconds = EXCLUDED.lease_seconds RETURNING no, drained"
     ),
-    "heartbeat": "UPDATE {s}.nodes SET heartbeat = now(), address = %s WHERE name = %s",
+    "heartbeat": "UPDATE {s}.nodes SET heartbeat = now(), address = %s WHERE name = %s RETURNING drained",
     "nodes": (
         "SELECT name, no, address, started, heartbeat,"
         " heartbeat > now() - lease_seconds * interval '1 second' AS alive,"
-        " extract(epoch FROM now() - heartbeat) AS age FROM {s}.nodes ORDER BY no"
+        " extract(epoch FROM now() - heartbeat) AS age, drained FROM {s}.nodes ORDER BY no"
     ),
+    "set_drained": "UPDATE {s}.nodes SET drained = %s WHERE name = %s RETURNING name",
     "secret": "SELECT secret FROM {s}.cluster WHERE id = 1",
     "addresses": "SELECT name, address FROM {s}.nodes",
     "forget_node": "DELETE FROM {s}.nodes WHERE name = %s",
@@ -92,12 +97,17 @@ SQL = {
         " SELECT q.id, %(me)s, 0, now() - interval '1 second' FROM {s}.queues q"
         " ON CONFLICT (queue) DO NOTHING"
     ),
-    # a (re)starting node takes back the leases of its previous life and every expired one
+    # a (re)starting node takes back the leases of its previous life, those handed to it (target)
+    # and every expired one (one handed to another node: once that node let a lease pass); a
+    # drained node takes none
     "lease_acquire": (
         "UPDATE {s}.leases l SET leader = %(me)s, epoch = l.epoch + 1,"
-        " expires = now() + %(lease)s * interval '1 second'"
+        " expires = now() + %(lease)s * interval '1 second', target = NULL"
         " WHERE l.queue IN (SELECT queue FROM {s}.leases WHERE leader = %(me)s AND %(restart)s"
-        "   OR expires < now() ORDER BY queue FOR UPDATE SKIP LOCKED)"
+        "   OR target = %(me)s AND leader <> %(me)s"
+        "   OR expires < now() AND (target IS NULL OR expires < now() - %(lease)s * interval '1 second')"
+        "   ORDER BY queue FOR UPDATE SKIP LOCKED)"
+        " AND NOT EXISTS (SELECT 1 FROM {s}.nodes WHERE name = %(me)s AND drained)"
         " RETURNING l.queue, l.epoch"
     ),
     "lease_renew": (
@@ -113,21 +123,26 @@ SQL = {
     "lease_leaders": (
         "SELECT q.vhost, q.name, l.leader FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue WHERE l.leader <> %s"
     ),
-    # a node shutting down: its leases and heartbeat run out now (the others take over at once)
-    "lease_release": "UPDATE {s}.leases SET expires = now() - interval '1 second' WHERE leader = %s",
+    # a node shutting down or drained: its leases run out now (the others take over at once); once:
+    # a drained node's later rounds leave them expiring, so any node may take one its target let pass
+    "lease_release": (
+        "UPDATE {s}.leases SET expires = now() - interval '1 second' WHERE leader = %s AND expires > now()"
+    ),
     "node_leave": (
         "UPDATE {s}.nodes SET heartbeat = now() - (lease_seconds + 1) * interval '1 second' WHERE name = %s"
     ),
     "lease_drop": "DELETE FROM {s}.leases WHERE queue = %s",
     "fence": "SELECT {s}.fence(%s, %s::bigint[], %s::bigint[])",
     "leases": (
-        "SELECT q.vhost, q.name, l.leader, l.epoch, l.expires, extract(epoch FROM l.expires - now())"
-        " FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue ORDER BY q.vhost, q.name"
+        "SELECT q.vhost, q.name, l.leader, l.epoch, l.expires, extract(epoch FROM l.expires - now()), l.target,"
+        " l.queue FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue ORDER BY q.vhost, q.name"
     ),
-    # live nodes and how many queues each leads (``balanced`` placement)
+    # hand a queue to another node (``sansmq cluster drain/rebalance``), unless its leader changed
+    "lease_target": "UPDATE {s}.leases SET target = %s WHERE queue = %s AND leader = %s",
+    # live, not drained nodes and how many queues each leads (``balanced`` placement)
     "node_load": (
         "SELECT n.name, count(l.queue) FROM {s}.nodes n LEFT JOIN {s}.leases l ON l.leader = n.name"
-        " WHERE n.heartbeat > now() - n.lease_seconds * interval '1 second' GROUP BY n.name"
+        " WHERE n.heartbeat > now() - n.lease_seconds * interval '1 second' AND NOT n.drained GROUP BY n.name"
     ),
     # -- loading the queues this node leads ---------------------------------------------------------
     "load_messages": (

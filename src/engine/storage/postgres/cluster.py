@@ -33,6 +33,7 @@ import psycopg
 
 from ..._message import Message
 from ...cluster.changes import Muting, encode_args
+from ...model.policies import declared_locator
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
 from ...streams import StreamLog, StreamSettings
 from ...streams._pglog import StreamWork, stream_ddl
@@ -93,8 +94,14 @@ class ClusterStore(Muting, PostgresStore):
         self.secret = ""
         #: node -> the address its node-to-node link listens on
         self.addresses: dict[str, str] = {}
-        #: live nodes -> how many queues they lead (``balanced`` placement), as of the last heartbeat
+        #: live, not drained nodes -> how many queues they lead (``balanced`` placement), as of the
+        #: last heartbeat
         self.load: dict[str, int] = {}
+        #: ``sansmq cluster drain`` put this node in maintenance: it leads no queue, new ones included
+        self.drained = False
+        #: a new queue's leader locator (vhost, name, declared arguments): the declared argument or
+        #: else the policy's (the model's ``Policies.leader_locator``, set when the node is attached)
+        self.locator: Callable[[str, str, dict[str, Any] | None], str | None] = declared_locator
         #: queues declared here whose leader placement chose another node -> that node (the model
         #: marks them remote right after the declare: engine.cluster.membership.placed)
         self.placed: dict[tuple[str, str], str] = {}
@@ -139,7 +146,7 @@ class ClusterStore(Muting, PostgresStore):
             row = conn.execute(c["register"], {"name": self.node, "address": self.address,
                                                "lease": self.lease}).fetchone()
             assert row is not None
-            self.number = row[0]
+            self.number, self.drained = row[0], bool(row[1])
             self.secret = conn.execute(c["secret"]).fetchone()[0]  # type: ignore[index]
             self.addresses = dict(conn.execute(c["addresses"]).fetchall())
             self.load = dict(conn.execute(c["node_load"]).fetchall())
@@ -223,7 +230,7 @@ class ClusterStore(Muting, PostgresStore):
             return
         super().add_queue(qdef)
         qid = self._qids[(qdef.vhost, qdef.name)]
-        leader = self._placement(qdef.args)
+        leader = self._placement(qdef)
         self._op("lease_new", qid, leader, self.lease)
         if leader == self.node:
             self.led[qid] = 1
@@ -231,10 +238,10 @@ class ClusterStore(Muting, PostgresStore):
             self.placed[(qdef.vhost, qdef.name)] = leader
         self._log("queue.add", {**asdict(qdef), "args": encode_args(qdef.args), "id": qid, "leader": leader})
 
-    def _placement(self, args: dict[str, Any] | None) -> str:
-        locator = (args or {}).get("x-queue-leader-locator") or (args or {}).get("x-queue-master-locator")
+    def _placement(self, qdef: QueueDef) -> str:
+        locator = self.locator(qdef.vhost, qdef.name, qdef.args)
         load = self.load
-        if locator in (None, "client-local") or not load:
+        if locator in (None, "client-local") and not self.drained or not load:
             return self.node
         leader = min(load, key=lambda n: (load[n], n))
         load[leader] += 1  # the next declares before the next heartbeat spread on
@@ -397,8 +404,12 @@ class ClusterStore(Muting, PostgresStore):
 
         def run(conn: psycopg.Connection[Any]) -> Heartbeat:
             with conn.transaction():
-                conn.execute(c["heartbeat"], (self.address, self.node))
-                conn.execute(c["lease_renew"], {"me": self.node, "lease": self.lease})
+                row = conn.execute(c["heartbeat"], (self.address, self.node)).fetchone()
+                self.drained = bool(row and row[0])
+                if self.drained:  # hands its leases over as a shutdown does (and takes none below)
+                    conn.execute(c["lease_release"], (self.node,))
+                else:
+                    conn.execute(c["lease_renew"], {"me": self.node, "lease": self.lease})
                 got: dict[int, int] = {}
                 if take_over:
                     got = dict(conn.execute(c["lease_acquire"], {"me": self.node, "lease": self.lease,
@@ -487,10 +498,10 @@ def cluster_view(dsn: str, schema: str = "sansmq") -> dict[str, Any]:
     try:
         with psycopg.connect(dsn, autocommit=True, **CONNECT_KW) as conn:
             nodes = [{"name": n, "number": no, "address": a, "started": s.isoformat(), "heartbeat": h.isoformat(),
-                      "running": bool(alive), "heartbeat_age": float(age)}
-                     for n, no, a, s, h, alive, age in conn.execute(c["nodes"])]
-            leases = [{"vhost": v, "queue": q, "leader": ld, "epoch": e, "expires_in": float(left)}
-                      for v, q, ld, e, _x, left in conn.execute(c["leases"])]
+                      "running": bool(alive), "heartbeat_age": float(age), "drained": bool(drained)}
+                     for n, no, a, s, h, alive, age, drained in conn.execute(c["nodes"])]
+            leases = [{"vhost": v, "queue": q, "leader": ld, "epoch": e, "expires_in": float(left), "target": t,
+                       "id": qid} for v, q, ld, e, _x, left, t, qid in conn.execute(c["leases"])]
     except psycopg.Error as exc:
         raise StoreError(f"cluster status: {_reason(exc)}") from None
     return {"nodes": nodes, "leases": leases}
