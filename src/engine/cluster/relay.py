@@ -4,14 +4,21 @@ When a queue led elsewhere gets its first consumer here, ``Relays`` asks the I/O
 (``servers.cluster.relay``) to consume it on the leader over the link. Each delivery the leader
 sends becomes an entry of the local queue (in memory only: the leader holds the message), which
 this node's consumers take with their own prefetch and acks as from any queue. When such an entry
-leaves for good here (acked, rejected, expired, dropped) its delivery is acked on the leader;
-requeued here, it stays here for the next local consumer. When the queue has no consumer left, or
+leaves for good here (acked, expired, dropped) its delivery is acked on the leader; rejected or
+returned here (nack, reject, its consumer gone) it is rejected on the leader, with the same requeue
+flag, so the leader counts the return (a quorum queue's ``x-delivery-count`` and delivery limit)
+and requeues or dead-letters it there, as its own store says. The count the leader sends in
+``x-delivery-count`` is the local entry's. When the queue has no consumer left, or
 the link breaks, or this node becomes the leader, the entries still ready here are dropped without
 an ack and the link consumer is closed, so the leader requeues them (redelivered, as RabbitMQ does
 for a consumer's connection that went away).
 
 Deterministic: no I/O, no clock. The I/O side reads ``Relay.acks`` and ``Relay.active`` from its
 thread (a deque and a flag: atomic under the GIL).
+
+A delivery still unacked here when its relay stops (the leader went away, or this node leads the
+queue now) is an orphan: the leader requeued it when the link closed, so its consumer's ack or
+return here settles nothing but the local entry (never requeued here: that would duplicate it).
 """
 
 from __future__ import annotations
@@ -22,9 +29,13 @@ from typing import Any
 
 from .._message import GONE, READY, UNACKED, Entry, Message
 from ..model.objects import Queue
+from ..model.quorum import DELIVERY_COUNT
 from ..model.state import ModelState
 
-__all__ = ["Relays", "Relay"]
+__all__ = ["Relays", "Relay", "ACK", "REQUEUE", "REJECT"]
+
+#: how a relayed delivery is settled on its leader (``Relay.acks``)
+ACK, REQUEUE, REJECT = 0, 1, 2
 
 
 class Relay:
@@ -37,8 +48,8 @@ class Relay:
         self.leader = leader
         #: entries here -> the leader's delivery tag of their message
         self.tags: dict[Entry, int] = {}
-        #: delivery tags to ack on the leader (filled here, sent by the I/O side)
-        self.acks: deque[int] = deque()
+        #: (delivery tag, ACK/REQUEUE/REJECT) to settle on the leader (filled here, sent by the I/O side)
+        self.acks: deque[tuple[int, int]] = deque()
         #: False once stopped: the I/O side closes its link consumer
         self.active = True
 
@@ -50,6 +61,8 @@ class Relays:
         self.state = state
         self.open = open
         self.by_queue: dict[Queue, Relay] = {}
+        #: deliveries unacked here whose relay stopped (the leader requeued them already)
+        self.orphans: dict[Entry, None] = {}
 
     # -- called by the model --------------------------------------------------------------------------
     def consumed(self, q: Queue) -> None:
@@ -62,7 +75,26 @@ class Relays:
         if relay is not None:
             tag = relay.tags.pop(entry, None)
             if tag is not None:
-                relay.acks.append(tag)
+                relay.acks.append((tag, ACK))
+                return
+        self.orphans.pop(entry, None)
+
+    def returned(self, q: Queue, entry: Entry, requeue: bool) -> bool:
+        """A delivery made here comes back (nack/reject, its consumer gone): if it was relayed, it
+        is rejected on its leader (which counts it, then requeues or dead-letters it) and leaves
+        this node; True then. False: not a relayed delivery (the model returns it itself)."""
+        relay = self.by_queue.get(q)
+        tag = relay.tags.pop(entry, None) if relay is not None else None
+        if tag is not None:
+            relay.acks.append((tag, REQUEUE if requeue else REJECT))  # type: ignore[union-attr]
+        elif entry in self.orphans:
+            del self.orphans[entry]
+        else:
+            return False
+        if entry.state != GONE:
+            self.state.queued_bytes -= len(entry.msg.body)
+            entry.state = GONE
+        return True
 
     # -- called with what the link brings (loop thread) -----------------------------------------------
     def delivered(self, relay: Relay, tag: int, redelivered: bool, exchange: str, routing_key: str,
@@ -72,8 +104,12 @@ class Relays:
             return  # stopped meanwhile: the leader requeues it when the link consumer closes
         state = self.state
         q = relay.queue
+        # the leader's count of returns (a quorum queue's redeliveries carry it), else the flag
+        count = headers.pop(DELIVERY_COUNT, None) if redelivered and q.quorum else None
+        if not isinstance(count, int) or count < 1:
+            count = 1 if redelivered else 0
         msg = Message(state.next_message_id(), exchange, routing_key, headers, body, priority, None, persistent)
-        entry = Entry(msg, state.next_seq(), 1 if redelivered else 0)
+        entry = Entry(msg, state.next_seq(), count)
         q.push(entry)
         state.queued_bytes += len(body)
         relay.tags[entry] = tag
@@ -106,7 +142,9 @@ class Relays:
                 q.bytes -= len(entry.msg.body)
                 state.queued_bytes -= len(entry.msg.body)
                 entry.state = GONE
-        relay.tags.clear()  # unacked ones' late acks go nowhere: the leader redelivers them
+            elif entry.state == UNACKED:  # its late ack or return settles it here only
+                self.orphans[entry] = None
+        relay.tags.clear()
         state.dirty[q] = None
 
     def stop_queue(self, q: Queue) -> None:

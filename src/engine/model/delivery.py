@@ -220,6 +220,8 @@ class Delivery:
         if entry.timer is not None:
             state.timers.cancel(entry.timer)
             entry.timer = None
+        if state.relays is not None and state.relays.returned(q, entry, requeue):
+            return  # relayed from its leader: returned there, which counts it and requeues it
         if not requeue:
             self.publisher.remove(q, entry, "rejected")
             return

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from engine._props import props_to_headers
 from engine.cluster.link import LINK_USER
-from engine.cluster.relay import Relay, Relays
+from engine.cluster.relay import ACK, REQUEUE, Relay, Relays
 from engine.storage.postgres.cluster import ClusterStore
 from pipeline.client import BrokerError, Client
 
@@ -69,7 +69,7 @@ class RelayLinks:
             acks = relay.acks
             while relay.active:
                 while acks:
-                    client.ack(acks.popleft(), multiple=False)
+                    _settle(client, *acks.popleft())
                 first = client.next_delivery(POLL)
                 if first is not None:
                     batch = [first, *client.deliveries]
@@ -79,7 +79,7 @@ class RelayLinks:
                     next_check = time.monotonic() + IDLE_CHECK
                     self.post(lambda b: _check(relays, relay))
             while acks:  # the acks made before the stop still count: sent ahead of the close
-                client.ack(acks.popleft(), multiple=False)
+                _settle(client, *acks.popleft())
             client.flush()
         except (OSError, BrokerError, TimeoutError) as exc:
             if relay.active:
@@ -90,6 +90,13 @@ class RelayLinks:
         finally:
             if client is not None:
                 client.close()
+
+
+def _settle(client: Client, tag: int, how: int) -> None:
+    if how == ACK:
+        client.ack(tag, multiple=False)
+    else:  # the leader counts the return (x-delivery-count) and requeues or dead-letters it
+        client.reject(tag, requeue=how == REQUEUE)
 
 
 def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:
