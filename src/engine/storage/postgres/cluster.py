@@ -330,8 +330,9 @@ class ClusterStore(Muting, PostgresStore):
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
         c = self._csql
-        if any(type(item) is tuple and item[0] == "log_change" for item in batch):
+        if any(type(item) is tuple and item[0] in ("log_change", "add_queue") for item in batch):
             conn.execute(c["defs_lock"], (self._defs_key,))
+            self._check_declares(conn, batch)
         super()._write(conn, batch)
         touched: set[int] = set()
         for item in batch:
@@ -344,19 +345,46 @@ class ClusterStore(Muting, PostgresStore):
             led = self.led
             conn.execute(c["fence"], (self.node, qids, [led.get(q, -1) for q in qids]))
 
+    def _check_declares(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
+        """Raise ``DeclaredElsewhere`` when a queue this batch creates was stored by another node
+        since this node declared it (both declared it before hearing of the other's: Celery
+        workers starting together on several nodes). Checked under the definitions lock, which
+        every node's declare takes, so no declare slips in between."""
+        new = {item[1][0]: (item[1][1], item[1][2]) for item in batch
+               if type(item) is tuple and item[0] == "add_queue"}
+        if not new:
+            return
+        names = list(new.values())
+        taken = set(conn.execute(self._csql["queues_taken"], ([v for v, _ in names], [n for _, n in names])))
+        if taken:
+            raise DeclaredElsewhere({qid: key for qid, key in new.items() if key in taken})
+
     def _kept_after_failure(self, batch: list[Item], exc: Exception) -> list[Item]:
+        if isinstance(exc, DeclaredElsewhere):
+            # the other node's queue is the queue: ours (its id, lease, change log entry and the
+            # messages written to it meanwhile, nacked) is dropped; the other's queue.add, applied
+            # here by the definitions poll, brings its id, and the heartbeat its leader
+            log.warning("cluster node %s: %s declared by another node first; it leads them", self.node,
+                        ", ".join(f"{v}/{n}" for v, n in exc.queues.values()))
+            return self._dropped(batch, set(exc.queues), list(exc.queues.values()))
         if not (isinstance(exc, psycopg.Error) and exc.sqlstate == FENCED):
             return batch
         detail = exc.diag.message_detail or ""
         lost = {int(part) for part in detail.split(",") if part.strip()}
         names = [key for key, qid in list(self._qids.items()) if qid in lost]  # the loop thread adds to it
-        for qid in lost:
-            self.led.pop(qid, None)
         log.error("cluster node %s: fenced off %s (their lease moved to another node); stepping down",
                   self.node, ", ".join(f"{v}/{n}" for v, n in names))
+        return self._dropped(batch, lost, names)
+
+    def _dropped(self, batch: list[Item], lost: set[int], names: list[tuple[str, str]]) -> list[Item]:
+        """``batch`` less what it writes for the queues ``lost`` (ids; ``names``), which this node
+        no longer leads: it steps down from them (``on_fenced``)."""
+        for qid in lost:
+            self.led.pop(qid, None)
         if self.on_fenced is not None:
             self.on_fenced(names)
-        return [_without(item, lost) if isinstance(item, _Group) else item for item in batch]
+        return [_without(item, lost) if isinstance(item, _Group) else item for item in batch
+                if not _creates(item, lost)]
 
     # -- membership upkeep (the cluster thread, its own connection) -----------------------------------
     def _upkeep_conn(self) -> psycopg.Connection[Any]:
@@ -453,6 +481,26 @@ class ClusterStore(Muting, PostgresStore):
             if self._hb_conn is not None:
                 self._hb_conn.close()
                 self._hb_conn = None
+
+
+class DeclaredElsewhere(StoreError):
+    """Queues this node created (id -> (vhost, name)) that another node stored first."""
+
+    def __init__(self, queues: dict[int, tuple[str, str]]) -> None:
+        super().__init__(f"queues declared by another node first: {sorted(queues.values())}")
+        self.queues = queues
+
+
+def _creates(item: Item, lost: set[int]) -> bool:
+    """Whether ``item`` creates one of the queues ``lost``: its row, lease or change log entry."""
+    if type(item) is not tuple:
+        return False
+    op, params = item
+    if op in ("add_queue", "lease_new"):
+        return params[0] in lost
+    if op == "log_change" and params[1] == "queue.add":
+        return json.loads(params[2])["id"] in lost
+    return False
 
 
 def _without(group: _Group, lost: set[int]) -> _Group:
