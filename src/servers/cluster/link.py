@@ -10,15 +10,16 @@ StoreError: the publishers waiting on that sync get a nack, never a confirm.
 from __future__ import annotations
 
 import logging
-from urllib.parse import quote
+import ssl
 
 from engine._message import Message
 from engine.amqp.properties import message_props
-from engine.cluster.link import LINK_USER, RELAY_HEADER, relay_header
+from engine.cluster.link import RELAY_HEADER, relay_header
 from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
 from pipeline.client import BrokerError, Client
 
+from .peer import link_client
 from .relay import RelayLinks
 
 __all__ = ["Links"]
@@ -26,24 +27,19 @@ __all__ = ["Links"]
 log = logging.getLogger("sansmq.cluster")
 
 class Links:
-    """``timeout``: seconds a peer may take to connect or to confirm a batch before the link counts
-    as failed (default: the lease; a peer stalled that long has lost its queues anyway)."""
+    """Publishing links to the leaders (TLS with ``tls``)."""
 
-    def __init__(self, store: ClusterStore, timeout: float | None = None) -> None:
+    def __init__(self, store: ClusterStore, tls: ssl.SSLContext | None = None) -> None:
         self.store = store
-        self.timeout = max(store.lease, 0.5) if timeout is None else timeout
+        self.tls = tls
         self._clients: dict[tuple[str, str], Client] = {}
         #: consumers of queues led elsewhere, served through their leaders
-        self.relays = RelayLinks(store)
+        self.relays = RelayLinks(store, tls)
 
     def _client(self, leader: str, vhost: str) -> Client:
         client = self._clients.get((leader, vhost))
         if client is None:
-            address = self.store.addresses.get(leader)
-            if not address:
-                raise StoreError(f"cluster node {leader} has no known link address")
-            url = f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}"
-            client = Client(url, timeout=self.timeout)
+            client = link_client(self.store, leader, vhost, self.tls)
             client.confirm_select()
             self._clients[(leader, vhost)] = client
         return client

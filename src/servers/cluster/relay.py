@@ -11,16 +11,17 @@ made again (to the leader the leases name by then) while consumers remain.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from typing import Any
-from urllib.parse import quote
 
 from engine._props import props_to_headers
-from engine.cluster.link import LINK_USER
 from engine.cluster.relay import ACK, REQUEUE, Relay, Relays
 from engine.storage.postgres.cluster import ClusterStore
 from pipeline.client import BrokerError, Client
+
+from .peer import link_client
 
 __all__ = ["RelayLinks", "PREFETCH"]
 
@@ -39,8 +40,9 @@ RETRY = 0.5
 class RelayLinks:
     """Starts a thread per relay; ``post(fn)`` runs ``fn(broker)`` on the loop thread."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, tls: ssl.SSLContext | None = None) -> None:
         self.store = store
+        self.tls = tls
         self.relays: Relays | None = None
         self.post: Any = None  # set once the server exists (ClusterNode)
 
@@ -49,12 +51,7 @@ class RelayLinks:
                          daemon=True).start()
 
     def _connect(self, relay: Relay) -> Client:
-        address = self.store.addresses.get(relay.leader)
-        if not address:
-            raise BrokerError(f"cluster node {relay.leader} has no known link address")
-        vhost = relay.queue.vhost.name
-        client = Client(f"amqp://{LINK_USER}:{quote(self.store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
-                        timeout=max(self.store.lease, 0.5))
+        client = link_client(self.store, relay.leader, relay.queue.vhost.name, self.tls)
         client.qos(PREFETCH)
         client.consume(relay.queue.name)
         return client
