@@ -45,3 +45,44 @@ def test_a_queue_declared_on_two_nodes_at_once_is_the_first_ones(pg_dsn: str) ->
     finally:
         a.close()
         b.close()
+
+
+def _stored(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM sansmq.queue_messages").fetchone()[0]  # type: ignore[index]
+
+
+def test_a_dead_letter_for_another_leader_is_stored_there_before_its_removal_commits_here(pg_dsn: str) -> None:
+    """At-least-once dead-lettering across nodes: the dead letter is sent (and confirmed by its
+    leader) before the dead message's removal commits here; a failed send keeps it for the next
+    sync, while a publisher's message of that sync is given up (its publisher nacked)."""
+    a = ClusterStore(pg_dsn, "a", lease=30)
+    try:
+        a.recover()
+        a.add_queue(QueueDef("/", "work", args={"x-queue-type": "quorum"}))
+        dying = Message(a.first_message_id + 1, "", "work", {}, b"poison", persistent=True)
+        a.enqueue("/", "work", dying)
+        a.sync(0)
+        seen_stored: list[int] = []
+        a.sender = lambda leader, vhost, items: seen_stored.append(_stored(pg_dsn))
+        dead = Message(a.first_message_id + 2, "dlx", "", {"x-death": [{"reason": "delivery_limit"}]}, b"poison")
+        a.remove("/", "work", dying.id)
+        a.forward(1, "b", "/", "dead", dead)
+        a.sync(1)
+        assert seen_stored == [1] and _stored(pg_dsn) == 0  # sent while the dead message was still stored
+
+        def refuse(leader: str, vhost: str, items: list) -> None:
+            raise StoreError("forwarding to cluster node b: connection refused")
+
+        a.sender = refuse
+        plain = Message(a.first_message_id + 3, "", "other", {}, b"published")
+        a.forward(2, "b", "/", "other", plain)
+        a.forward(2, "b", "/", "dead", dead)
+        with pytest.raises(StoreError, match="connection refused"):
+            a.sync(2)
+        assert [item[4] for item in a._outbox] == [dead] and a.forwards_failed == 1
+        a.sender = lambda leader, vhost, items: seen_stored.append(len(items))
+        a.sync(3)  # the leader is back (or replaced): the kept dead letter goes now
+        assert seen_stored == [1, 1] and not a._outbox
+    finally:
+        a.close()

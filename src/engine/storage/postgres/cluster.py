@@ -44,6 +44,8 @@ __all__ = ["ClusterStore", "Change", "Heartbeat", "cluster_view"]
 
 log = logging.getLogger("sansmq.cluster")
 
+#: the header of a dead letter: one is forwarded again after a failed send, never given up
+DEATH_HEADER = "x-death"
 QUEUE_ID_SHIFT = 32
 MESSAGE_ID_SHIFT = 40
 
@@ -293,18 +295,26 @@ class ClusterStore(Muting, PostgresStore):
             self._outbox.append((token, leader, vhost, queue, msg))
 
     def sync(self, token: int) -> None:
-        """Our own commit, then the messages for other leaders, each leader confirming after its
-        commit: a publish through this node is confirmed only once its queue's leader stored it.
+        """The messages for other leaders, each leader confirming after its commit, then our own
+        commit: a publish through this node is confirmed only once its queue's leader stored it,
+        and a dead letter an at-least-once quorum queue sends to a queue led elsewhere is stored
+        there before the dead message's removal here commits (a crash between leaves both).
 
-        A send that fails fails this sync, whose failure nacks the publishers waiting on ``token``
-        or before: their messages are given up. Messages of later tokens (appended after their
-        sync was asked for, taken here early) are kept for their own sync, so no publisher is
-        confirmed for a message that did not reach its leader."""
-        super().sync(token)
+        A send that fails fails this sync (after our own commit: other leaders and this node's
+        own queues are not held up), whose failure nacks the publishers waiting on ``token`` or
+        before: their messages are given up, except dead letters (``x-death``), kept for the next
+        sync (their leader may be back, or replaced). Messages of later tokens (appended after
+        their sync was asked for, taken here early) are kept for their own sync, so no publisher
+        is confirmed for a message that did not reach its leader."""
         with self._lock:
             outbox, self._outbox = self._outbox, []
-        if not outbox:
-            return
+        failed = self._send(token, outbox) if outbox else []
+        super().sync(token)
+        if failed:
+            raise StoreError("; ".join(failed))
+
+    def _send(self, token: int, outbox: list[tuple[int, str, str, str, Message]]) -> list[str]:
+        """Send ``outbox`` to the leaders; what failed, described (the kept items back in the outbox)."""
         by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
         for item in outbox:
             _, leader, vhost, queue, _ = item
@@ -319,13 +329,13 @@ class ClusterStore(Muting, PostgresStore):
                 self.sender(leader, vhost, [(queue, msg) for _, _, _, queue, msg in items])
             except StoreError as exc:  # other leaders' are still sent
                 failed.append(str(exc))
-                kept += [item for item in items if item[0] > token]
-                self.forwards_failed += sum(1 for item in items if item[0] <= token)
+                kept += [item for item in items if item[0] > token or DEATH_HEADER in item[4].headers]
+                self.forwards_failed += sum(1 for item in items if item[0] <= token
+                                            and DEATH_HEADER not in item[4].headers)
         if kept:
             with self._lock:
                 self._outbox[:0] = kept
-        if failed:
-            raise StoreError("; ".join(failed))
+        return failed
 
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
