@@ -1,6 +1,7 @@
 """Mutual TLS on the node-to-node link (``--cluster-tls-cert/-key/-ca``): three nodes whose links
 are TLS forward publishes and relay consumers as plain ones do; a peer that does not present a
-certificate of the cluster's CA (plain TCP, TLS without a certificate) is refused and logged."""
+certificate of the cluster's CA (plain TCP, TLS without a certificate or with another CA's) is
+refused and logged."""
 
 from __future__ import annotations
 
@@ -30,6 +31,16 @@ def _answer(sock: socket.socket) -> bytes:
     except (ssl.SSLError, ConnectionResetError):
         pass
     return got
+
+
+def _tls_answer(ctx: ssl.SSLContext, port: int) -> bytes:
+    """``_answer`` over TLS with ``ctx`` (nothing when the handshake itself is refused)."""
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        try:
+            with ctx.wrap_socket(raw) as tls:
+                return _answer(tls)
+        except (ssl.SSLError, ConnectionResetError):
+            return b""
 
 
 def test_three_nodes_over_a_mutual_tls_link(nodes: Nodes, tmp_path: Path) -> None:
@@ -64,14 +75,12 @@ def test_three_nodes_over_a_mutual_tls_link(nodes: Nodes, tmp_path: Path) -> Non
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     client.load_verify_locations(str(pki.ca))
-    with socket.create_connection(("127.0.0.1", a.link)) as raw:
-        try:
-            with client.wrap_socket(raw) as anonymous:
-                answer = _answer(anonymous)
-        except (ssl.SSLError, ConnectionResetError):
-            answer = b""
-    assert answer == b""
-    wait_for(lambda: a.log().count("TLS handshake failed") >= 2, what="both refusals logged")
+    assert _tls_answer(client, a.link) == b""
+    # a node certificate of another CA: refused as well
+    other = make_pki(tmp_path / "other")
+    client.load_cert_chain(str(other.node_cert), str(other.node_key))
+    assert _tls_answer(client, a.link) == b""
+    wait_for(lambda: a.log().count("TLS handshake failed") >= 3, what="the three refusals logged")
     assert a.proc is not None and a.proc.poll() is None  # only those connections were closed
     assert _still_forwards(b)
 
