@@ -137,6 +137,18 @@ def test_take_over_loads_the_queue_and_step_down_gives_it_up(broker: Broker) -> 
     assert broker.model.queued_bytes == 0
 
 
+def _relayed(broker: Broker, name: str = "q", args: dict[str, Any] | None = None, prefetch: int = 0
+             ) -> tuple[Relays, Relay, Any, Owner, Consumer]:
+    """Queue ``name`` led by node a, consumed here by one consumer: its relay opened."""
+    opened: list[Relay] = []
+    relays = broker.model.relays = Relays(broker.model, opened.append)
+    _queue_added(broker, name, "a", args)
+    q = broker.model.vhosts["/"].queues[name]
+    owner = Owner()
+    consumer = broker.model.consume(q, Consumer(q, owner, prefetch=prefetch))
+    return relays, opened[0], q, owner, consumer
+
+
 def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
     opened: list[Relay] = []
     relays = broker.model.relays = Relays(broker.model, opened.append)
@@ -177,13 +189,7 @@ def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
 def test_a_relay_waits_for_deliveries_a_cancelled_consumer_may_still_ack(broker: Broker) -> None:
     """basic.cancel leaves the consumer's deliveries unacked with it: the relay stays until they are
     settled, so their acks still reach the leader."""
-    opened: list[Relay] = []
-    relays = broker.model.relays = Relays(broker.model, opened.append)
-    _queue_added(broker, "q", "a")
-    q = broker.model.vhosts["/"].queues["q"]
-    owner = Owner()
-    consumer = broker.model.consume(q, Consumer(q, owner))
-    relay = opened[0]
+    relays, relay, q, owner, consumer = _relayed(broker)
     relays.delivered(relay, 7, False, "", "q", {}, b"x", True, 0)
     broker.model.dispatch()
     broker.model.cancel(consumer, keep_unacked=True)
@@ -197,13 +203,7 @@ def test_a_relayed_quorum_delivery_carries_the_leaders_count_and_goes_back_there
     """The leader counts a quorum queue's returns: its x-delivery-count is the entry's count here
     (the local delivery carries it), and a return here is a return there, never a local requeue
     that the leader would not count."""
-    opened: list[Relay] = []
-    relays = broker.model.relays = Relays(broker.model, opened.append)
-    _queue_added(broker, "qq", "a", {"x-queue-type": "quorum", "x-delivery-limit": 2})
-    q = broker.model.vhosts["/"].queues["qq"]
-    owner = Owner()
-    consumer = broker.model.consume(q, Consumer(q, owner))
-    relay = opened[0]
+    relays, relay, q, owner, consumer = _relayed(broker, "qq", {"x-queue-type": "quorum", "x-delivery-limit": 2})
     relays.delivered(relay, 5, True, "", "qq", {"x-delivery-count": 2, "h": 1}, b"x", True, 0)
     broker.model.dispatch()
     tag, entry = owner.got[0]
@@ -215,13 +215,7 @@ def test_a_relayed_quorum_delivery_carries_the_leaders_count_and_goes_back_there
 def test_a_delivery_orphaned_by_a_stopped_relay_is_never_requeued_here(broker: Broker) -> None:
     """The leader requeued it when the relay's link closed: returned here later (even once this
     node leads the queue), it is dropped, not a second copy."""
-    opened: list[Relay] = []
-    relays = broker.model.relays = Relays(broker.model, opened.append)
-    _queue_added(broker, "q", "a")
-    q = broker.model.vhosts["/"].queues["q"]
-    owner = Owner()
-    consumer = broker.model.consume(q, Consumer(q, owner, prefetch=1))
-    relay = opened[0]
+    relays, relay, q, owner, consumer = _relayed(broker, prefetch=1)
     relays.delivered(relay, 1, False, "", "q", {}, b"held", True, 0)
     relays.delivered(relay, 2, False, "", "q", {}, b"ready", True, 0)
     broker.model.dispatch()
