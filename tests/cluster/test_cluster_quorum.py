@@ -114,3 +114,32 @@ def _get_one(node: Node, queue: str) -> tuple[bytes, dict[str, Any]] | None:
         return None
     finally:
         conn.close()
+
+
+def test_a_dead_letter_for_a_killed_leader_reaches_the_next_one(nodes: Nodes) -> None:
+    """At least once across nodes: the dead-letter queue's leader is killed (kill -9) just before a
+    message dies; the dead letter the leader of the dying message could not send is kept and sent
+    to the dead-letter queue's next leader, with no new publish to carry it."""
+    a, b, c = nodes.start("a", "b", "c")
+    _declare(a, b)
+    wait_for(lambda: _visible(c, "work") and _visible(c, "dead"), what="declares on c")
+    pub = c.pika().channel()
+    pub.confirm_delivery()
+    pub.basic_publish("", "work", b"poison")
+    conn = a.pika()  # on the leader of work
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    deliveries = ch.consume("work", inactivity_timeout=15)
+    for _ in range(2):
+        method, _, _ = _next(deliveries)
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    last, _, body = _next(deliveries)
+    assert body == b"poison"
+    b.kill()
+    ch.basic_nack(last.delivery_tag, requeue=True)  # over the limit: dead, while b is gone
+    wait_for(lambda: "forwarding to cluster node b" in a.log(), what="the failed send to b")
+    got = wait_for(lambda: _get_one(c, "dead"), timeout=LEASE * 10, what="the dead letter at dead's next leader")
+    assert got[0] == b"poison" and got[1]["x-death"][0]["reason"] == "delivery_limit"
+    assert nodes.leader("dead")[0] != "b"  # type: ignore[index]
+    wait_for(lambda: _stored_counts(nodes, "work") == [], what="poison removed from work")
+    conn.close()

@@ -116,6 +116,8 @@ class ClusterNode:
                     hb = self.store.heartbeat()
                     if hb.lost or hb.acquired or hb.leaders:
                         self._post(lambda b, h=hb: self._apply_heartbeat(b, h))
+                    if self.store.forwards_waiting():  # kept dead letters: a sync sends them again
+                        self._post(lambda b: b.model.store_write())
             except StoreError as exc:
                 log.warning("cluster node %s: %s (retrying)", self.store.node, exc)
             except Exception:  # noqa: BLE001 - a bug must not stop the heartbeats (the leases would go)

@@ -313,13 +313,18 @@ class ClusterStore(Muting, PostgresStore):
         if failed:
             raise StoreError("; ".join(failed))
 
+    def forwards_waiting(self) -> bool:
+        """Messages for other leaders wait for a sync (dead letters kept after a failed send)."""
+        return bool(self._outbox)
+
     def _send(self, token: int, outbox: list[tuple[int, str, str, str, Message]]) -> list[str]:
         """Send ``outbox`` to the leaders; what failed, described (the kept items back in the outbox)."""
         by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
         for item in outbox:
             _, leader, vhost, queue, _ = item
-            # a queue whose leader changed since: to its leader now (this node's own link too)
-            leader = self.remote_leaders.get((vhost, queue), leader)
+            # a queue whose leader changed since: to its leader now (this node's own link when
+            # this node took it over: a kept dead letter)
+            leader = self.node if self.leads(vhost, queue) else self.remote_leaders.get((vhost, queue), leader)
             by_leader.setdefault((leader, vhost), []).append(item)
         failed, kept = [], []
         for (leader, vhost), items in by_leader.items():
