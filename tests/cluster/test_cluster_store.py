@@ -53,36 +53,38 @@ def _stored(dsn: str) -> int:
 
 
 def test_a_dead_letter_for_another_leader_is_stored_there_before_its_removal_commits_here(pg_dsn: str) -> None:
-    """At-least-once dead-lettering across nodes: the dead letter is sent (and confirmed by its
-    leader) before the dead message's removal commits here; a failed send keeps it for the next
-    sync, while a publisher's message of that sync is given up (its publisher nacked)."""
+    """At-least-once dead-lettering across nodes: the dead message's removal commits only once the
+    dead letter's leader confirmed it; a failed send keeps both (the dead letter for the next sync,
+    the removal until then), while a publisher's message of that sync is given up (nacked)."""
     a = ClusterStore(pg_dsn, "a", lease=30)
     try:
         a.recover()
         a.add_queue(QueueDef("/", "work", args={"x-queue-type": "quorum"}))
-        dying = Message(a.first_message_id + 1, "", "work", {}, b"poison", persistent=True)
-        a.enqueue("/", "work", dying)
+        for n in (1, 2):
+            a.enqueue("/", "work", Message(a.first_message_id + n, "", "work", {}, b"poison", persistent=True))
         a.sync(0)
         seen_stored: list[int] = []
         a.sender = lambda leader, vhost, items: seen_stored.append(_stored(pg_dsn))
-        dead = Message(a.first_message_id + 2, "dlx", "", {"x-death": [{"reason": "delivery_limit"}]}, b"poison")
-        a.remove("/", "work", dying.id)
-        a.forward(1, "b", "/", "dead", dead)
+        dead = Message(a.first_message_id + 3, "dlx", "", {"x-death": [{"reason": "delivery_limit"}]}, b"poison")
+        a.forward(1, "b", "/", "dead", dead)  # as the model does: the dead letter, then the removal
+        a.remove("/", "work", a.first_message_id + 1)
         a.sync(1)
-        assert seen_stored == [1] and _stored(pg_dsn) == 0  # sent while the dead message was still stored
+        assert seen_stored == [2] and _stored(pg_dsn) == 1  # sent while the dead message was still stored
 
         def refuse(leader: str, vhost: str, items: list) -> None:
             raise StoreError("forwarding to cluster node b: connection refused")
 
         a.sender = refuse
-        plain = Message(a.first_message_id + 3, "", "other", {}, b"published")
+        plain = Message(a.first_message_id + 4, "", "other", {}, b"published")
         a.forward(2, "b", "/", "other", plain)
         a.forward(2, "b", "/", "dead", dead)
+        a.remove("/", "work", a.first_message_id + 2)
         with pytest.raises(StoreError, match="connection refused"):
             a.sync(2)
-        assert [item[4] for item in a._outbox] == [dead] and a.forwards_failed == 1
+        assert [item.msg for item in a._outbox] == [dead] and a.forwards_failed == 1
+        assert _stored(pg_dsn) == 1  # not removed: its dead letter is nowhere yet (a crash keeps it)
         a.sender = lambda leader, vhost, items: seen_stored.append(len(items))
-        a.sync(3)  # the leader is back (or replaced): the kept dead letter goes now
-        assert seen_stored == [1, 1] and not a._outbox
+        a.sync(3)  # the leader is back (or replaced): the kept dead letter goes, then the removal
+        assert seen_stored == [2, 1] and not a._outbox and _stored(pg_dsn) == 0
     finally:
         a.close()

@@ -100,7 +100,10 @@ class ClusterStore(Muting, PostgresStore):
         self.placed: dict[tuple[str, str], str] = {}
         #: messages for queues other nodes lead: (sync token, leader, vhost, queue, message), sent
         #: by ``sync``
-        self._outbox: list[tuple[int, str, str, str, Message]] = []
+        self._outbox: list[_Forward] = []
+        #: the dead letters forwarded since the last removal: the removal that follows them (the
+        #: dead message's, at least once) waits until their leaders took them (``_Held``)
+        self._dead_letters: list[_Forward] = []
         #: forwarded messages given up (their sync failed: their publishers got a nack)
         self.forwards_failed = 0
         #: sends one leader's messages over the link, returns once that leader committed them
@@ -281,8 +284,16 @@ class ClusterStore(Muting, PostgresStore):
         super().enqueue(vhost, queue, msg)
 
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
-        if self._qids.get((vhost, queue)) in self.led:
-            super().remove(vhost, queue, msg_id)
+        if self._qids.get((vhost, queue)) not in self.led:
+            return
+        with self._lock:
+            dead, self._dead_letters = self._dead_letters, []
+            if dead:  # at least once: removed once every one of these is at its leader
+                held = _Held(len(dead), (vhost, queue, msg_id))
+                for item in dead:
+                    item.held = held
+                return
+        super().remove(vhost, queue, msg_id)
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         if self._qids.get((vhost, queue)) in self.led:
@@ -292,7 +303,10 @@ class ClusterStore(Muting, PostgresStore):
     def forward(self, token: int, leader: str, vhost: str, queue: str, msg: Message) -> None:
         """Send ``msg`` to ``queue`` on its leader with the sync of ``token`` (loop thread)."""
         with self._lock:
-            self._outbox.append((token, leader, vhost, queue, msg))
+            item = _Forward(token, leader, vhost, queue, msg)
+            self._outbox.append(item)
+            if DEATH_HEADER in msg.headers:
+                self._dead_letters.append(item)
 
     def sync(self, token: int) -> None:
         """The messages for other leaders, each leader confirming after its commit, then our own
@@ -308,6 +322,7 @@ class ClusterStore(Muting, PostgresStore):
         is confirmed for a message that did not reach its leader."""
         with self._lock:
             outbox, self._outbox = self._outbox, []
+            self._dead_letters = []  # taken: a removal from now on is not held by them
         failed = self._send(token, outbox) if outbox else []
         super().sync(token)
         if failed:
@@ -317,26 +332,33 @@ class ClusterStore(Muting, PostgresStore):
         """Messages for other leaders wait for a sync (dead letters kept after a failed send)."""
         return bool(self._outbox)
 
-    def _send(self, token: int, outbox: list[tuple[int, str, str, str, Message]]) -> list[str]:
+    def _send(self, token: int, outbox: list[_Forward]) -> list[str]:
         """Send ``outbox`` to the leaders; what failed, described (the kept items back in the outbox)."""
-        by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
+        by_leader: dict[tuple[str, str], list[_Forward]] = {}
         for item in outbox:
-            _, leader, vhost, queue, _ = item
+            vhost, queue = item.vhost, item.queue
             # a queue whose leader changed since: to its leader now (this node's own link when
             # this node took it over: a kept dead letter)
-            leader = self.node if self.leads(vhost, queue) else self.remote_leaders.get((vhost, queue), leader)
+            leader = self.node if self.leads(vhost, queue) else self.remote_leaders.get((vhost, queue), item.leader)
             by_leader.setdefault((leader, vhost), []).append(item)
         failed, kept = [], []
         for (leader, vhost), items in by_leader.items():
             try:
                 if self.sender is None:
                     raise StoreError("no node-to-node link to forward messages to their queues' leaders")
-                self.sender(leader, vhost, [(queue, msg) for _, _, _, queue, msg in items])
+                self.sender(leader, vhost, [(item.queue, item.msg) for item in items])
             except StoreError as exc:  # other leaders' are still sent
                 failed.append(str(exc))
-                kept += [item for item in items if item[0] > token or DEATH_HEADER in item[4].headers]
-                self.forwards_failed += sum(1 for item in items if item[0] <= token
-                                            and DEATH_HEADER not in item[4].headers)
+                kept += [item for item in items if item.token > token or DEATH_HEADER in item.msg.headers]
+                self.forwards_failed += sum(1 for item in items if item.token <= token
+                                            and DEATH_HEADER not in item.msg.headers)
+                continue
+            for item in items:
+                held = item.held
+                if held is not None:
+                    held.waiting -= 1
+                    if not held.waiting:  # the dead message's removal commits with this sync
+                        super().remove(*held.removal)
         if kept:
             with self._lock:
                 self._outbox[:0] = kept
@@ -496,6 +518,27 @@ class ClusterStore(Muting, PostgresStore):
             if self._hb_conn is not None:
                 self._hb_conn.close()
                 self._hb_conn = None
+
+
+@dataclass(slots=True)
+class _Held:
+    """A dead message's removal (vhost, queue, message id) waiting for ``waiting`` dead letters."""
+
+    waiting: int
+    removal: tuple[str, str, int]
+
+
+@dataclass(slots=True)
+class _Forward:
+    """A message for ``queue``, led by ``leader``, sent with the sync of ``token``; ``held``: the
+    removal its sending lets go (a dead letter's)."""
+
+    token: int
+    leader: str
+    vhost: str
+    queue: str
+    msg: Message
+    held: _Held | None = None
 
 
 class DeclaredElsewhere(StoreError):
