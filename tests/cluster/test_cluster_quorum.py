@@ -119,8 +119,10 @@ def _get_one(node: Node, queue: str) -> tuple[bytes, dict[str, Any]] | None:
 def test_a_dead_letter_for_a_killed_leader_reaches_the_next_one(nodes: Nodes) -> None:
     """At least once across nodes: the dead-letter queue's leader is killed (kill -9) just before a
     message dies; the dead letter the leader of the dying message could not send is kept and sent
-    to the dead-letter queue's next leader, with no new publish to carry it."""
-    a, b, c = nodes.start("a", "b", "c")
+    to the dead-letter queue's next leader, with no new publish to carry it (then, only then, the
+    dead message's removal commits). A longer lease: a loaded machine must not stall a past it."""
+    lease = LEASE * 2
+    a, b, c = nodes.start("a", "b", "c", lease=lease)
     _declare(a, b)
     wait_for(lambda: _visible(c, "work") and _visible(c, "dead"), what="declares on c")
     pub = c.pika().channel()
@@ -138,8 +140,10 @@ def test_a_dead_letter_for_a_killed_leader_reaches_the_next_one(nodes: Nodes) ->
     b.kill()
     ch.basic_nack(last.delivery_tag, requeue=True)  # over the limit: dead, while b is gone
     wait_for(lambda: "forwarding to cluster node b" in a.log(), what="the failed send to b")
-    got = wait_for(lambda: _get_one(c, "dead"), timeout=LEASE * 10, what="the dead letter at dead's next leader")
+    got = wait_for(lambda: _get_one(c, "dead"), timeout=lease * 10, what="the dead letter at dead's next leader")
     assert got[0] == b"poison" and got[1]["x-death"][0]["reason"] == "delivery_limit"
     assert nodes.leader("dead")[0] != "b"  # type: ignore[index]
+    # (had a stalled past its lease, work's next leader would have the poison back: at least once)
+    assert nodes.leader("work") == ("a", 1)
     wait_for(lambda: _stored_counts(nodes, "work") == [], what="poison removed from work")
     conn.close()
