@@ -101,6 +101,13 @@ class Cluster:
     address: str | None = None
     #: seconds a node's leases outlive its last heartbeat (then other nodes take its queues over)
     lease: float = 5.0
+    #: PEM certificate (may hold the key too) this node presents on the node-to-node link, as
+    #: server and as client: mutual TLS on the link (needs ``tls_ca``)
+    tls_cert: str | None = None
+    #: PEM private key of ``tls_cert`` (when not in that file)
+    tls_key: str | None = None
+    #: PEM CA bundle the other nodes' link certificates must be signed by
+    tls_ca: str | None = None
 
 
 @dataclass(slots=True)

@@ -124,7 +124,8 @@ TOP_LEVEL_KEYS: dict[str, Checker] = {
     "cluster": dict,  # checked per key below
 }
 DISK_FREE_KEYS: dict[str, Checker] = {"absolute": _size, "relative": _number}
-CLUSTER_KEYS: dict[str, Checker] = {"node": _str, "address": _str, "lease": _number}
+CLUSTER_KEYS: dict[str, Checker] = {"node": _str, "address": _str, "lease": _number, "tls_cert": _str,
+                                    "tls_key": _str, "tls_ca": _str}
 TLS_KEYS: dict[str, Checker] = {"cert": _str, "key": _str, "ca": _str, "verify_peer": _bool}
 WEBSOCKET_KEYS: dict[str, Checker] = {"allowed_origins": _str_list, "compress": _bool}
 USER_KEYS: dict[str, Checker] = {"password": _str, "loopback_only": _bool, "vhosts": _str_list, "tags": _str_list}

@@ -175,9 +175,12 @@ class Delivery:
 class Client:
     """A blocking AMQP 0-9-1 connection with channel 1 open. Use as a context manager."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0, frame_max: int = 131072) -> None:
+    def __init__(self, url: str, *, timeout: float = 30.0, frame_max: int = 131072,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: speak TLS with this context whatever the URL says (a cluster node's link)."""
         self.endpoint = ep = parse_url(url)
         self.timeout = timeout
+        self._tls = tls
         self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
         self.deliveries: deque[Delivery] = deque()
         self.confirmed = 0  # highest publish sequence number settled (acked or nacked) in order
@@ -207,9 +210,12 @@ class Client:
     def _connect(self, host: str, port: int, tls: Tls | None) -> socket.socket:
         sock = socket.create_connection((host, port), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is None:
+        if tls is None and self._tls is None:
             return sock
         try:
+            if self._tls is not None:
+                return self._tls.wrap_socket(sock, server_hostname=host)
+            assert tls is not None
             return tls.context().wrap_socket(sock, server_hostname=tls.server_name or host)
         except BaseException:
             sock.close()

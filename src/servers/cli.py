@@ -35,6 +35,7 @@ from .recovery import log_recovery
 from .tls import TlsOptionsError, make_ssl_context
 from .streams_cli import add_streams_arguments, streams_command
 from .cluster.cli import LINK_PORT, add_cluster_arguments, attach_node, cluster_command, open_cluster_store
+from .cluster.tls import LINK_TLS_FLAGS, LinkTls, link_tls
 from sansmq_bench.options import DESCRIPTION as BENCH_DESCRIPTION
 from sansmq_bench.options import EPILOG as BENCH_EPILOG
 from sansmq_bench.options import add_arguments as add_bench_arguments
@@ -230,6 +231,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     cluster.add_argument("--cluster-lease", metavar="SECONDS", type=_seconds,
                          help="how long this node's queue leases outlive its last heartbeat before other "
                               "nodes take its queues over (default 5)")
+    for flag, what in LINK_TLS_FLAGS:
+        cluster.add_argument(f"--cluster-tls-{flag}", metavar="PEM", help=what)
     serve.add_argument(
         "--sync",
         choices=["on", "off"],
@@ -310,6 +313,14 @@ def _tls_context(args: argparse.Namespace, config: Config) -> Any:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
+def _link_tls(config: Config) -> LinkTls | None:
+    """The node-to-node link's TLS contexts ([cluster] tls_* over --cluster-tls-*), or None."""
+    try:
+        return link_tls(config.cluster)
+    except TlsOptionsError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
     listeners = []
     for proto, port, _ in PROTOCOLS:
@@ -335,9 +346,11 @@ def _listeners(args: argparse.Namespace, config: Config) -> list[Listener]:
     if not listeners:
         raise CliError("no listener enabled (every one of --stomp, --ws, --amqp is off)", EXIT_USAGE)
     if config.cluster.node is not None:  # the node-to-node link (engine.cluster.link)
+        tls = _link_tls(config)
         try:
             listeners.append(Listener("cluster", *parse_address(config.cluster.address or
-                                                                f"{DEFAULT_HOST}:{LINK_PORT}", LINK_PORT)))
+                                                                f"{DEFAULT_HOST}:{LINK_PORT}", LINK_PORT),
+                                      tls=None if tls is None else tls.server))
         except ValueError as exc:
             raise CliError(f"--cluster-address: {exc}", EXIT_USAGE) from None
     return listeners
@@ -404,6 +417,10 @@ def _load_config(args: argparse.Namespace) -> Config:
         if args.cluster_lease <= 0:
             raise CliError("--cluster-lease must be more than 0 seconds", EXIT_USAGE)
         config.cluster.lease = args.cluster_lease
+    for flag, _ in LINK_TLS_FLAGS:
+        value = getattr(args, f"cluster_tls_{flag}")
+        if value is not None:
+            setattr(config.cluster, f"tls_{flag}", value or None)
     if args.events is not None:
         if args.events not in config.vhosts:
             raise CliError(f"--events: vhost '{args.events}' is not one of vhosts {list(config.vhosts)}", EXIT_USAGE)
@@ -453,7 +470,7 @@ def _serve(args: argparse.Namespace) -> int:
     node: Any = None  # the cluster node's membership upkeep (servers.cluster.node)
     try:
         broker = make_broker(config, store=store)
-        attach = attach_node(broker, store) if config.cluster.node is not None else None
+        attach = attach_node(broker, store, _link_tls(config)) if config.cluster.node is not None else None
         log_recovery(broker, store, time.monotonic() - started)
         definitions = args.definitions or config.definitions
         if definitions:

@@ -34,10 +34,12 @@ def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "condi
 class Node:
     """One node process; ``amqp``/``stomp``/``http``/``link`` (node-to-node) are its bound ports."""
 
-    def __init__(self, name: str, dsn: str, lease: float = LEASE) -> None:
+    def __init__(self, name: str, dsn: str, lease: float = LEASE, extra: tuple[str, ...] = ()) -> None:
         self.name = name
         self.dsn = dsn
         self.lease = lease
+        #: more ``serve`` options (e.g. the link's TLS files)
+        self.extra = extra
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self.amqp = self.stomp = self.http = self.link = self.prometheus = 0
@@ -45,7 +47,7 @@ class Node:
     def start(self) -> Node:
         cmd = [sys.executable, "-m", "servers", "serve", "--store", self.dsn, "--node", self.name,
                "--cluster-lease", str(self.lease), "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--stomp", "127.0.0.1:0",
-               "--no-ws", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0"]
+               "--no-ws", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0", *self.extra]
         self.lines = []
         self.proc = proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE, text=True)
@@ -153,10 +155,10 @@ class Nodes:
         self.dsn = dsn
         self.by_name: dict[str, Node] = {}
 
-    def start(self, *names: str, lease: float = LEASE) -> list[Node]:
+    def start(self, *names: str, lease: float = LEASE, extra: tuple[str, ...] = ()) -> list[Node]:
         started = []
         for name in names:
-            node = self.by_name.get(name) or Node(name, self.dsn, lease)
+            node = self.by_name.get(name) or Node(name, self.dsn, lease, extra)
             self.by_name[name] = node
             started.append(node.start())
         return started

@@ -32,3 +32,20 @@ def test_a_node_needs_a_postgresql_store() -> None:
                           "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0", "--no-stomp", "--no-ws", "--no-http", "--no-prometheus"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "needs a postgresql:// --store" in out.stderr
+
+
+def test_the_links_tls_keys_and_flags() -> None:
+    cfg = from_mapping({"cluster": {"tls_cert": "node.pem", "tls_key": "node.key", "tls_ca": "ca.pem"}})
+    assert (cfg.cluster.tls_cert, cfg.cluster.tls_key, cfg.cluster.tls_ca) == ("node.pem", "node.key", "ca.pem")
+    args = build_parser().parse_args(["serve", "--cluster-tls-cert", "n.pem", "--cluster-tls-ca", "ca.pem"])
+    assert (args.cluster_tls_cert, args.cluster_tls_key, args.cluster_tls_ca) == ("n.pem", None, "ca.pem")
+
+
+def test_tls_on_the_link_is_mutual_or_nothing(tmp_path) -> None:
+    """A certificate without the CA to check the peers' with is refused at start (exit 2)."""
+    out = subprocess.run([sys.executable, "-m", "servers", "serve", "--store", "postgresql://x@127.0.0.1:1/x",
+                          "--node", "a", "--cluster-address", "127.0.0.1:0", "--amqp", "127.0.0.1:0",
+                          "--no-stomp", "--no-ws", "--no-http", "--no-prometheus",
+                          "--cluster-tls-cert", str(tmp_path / "node.pem")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--cluster-tls-cert needs --cluster-tls-ca" in out.stderr

@@ -16,7 +16,7 @@ from engine._message import Entry, Message
 from engine.cluster import apply_change, step_down, take_over
 from engine.cluster.changes import Muting, encode_args
 from engine.cluster.forward import make_forward
-from engine.cluster.relay import Fetched, Relay, Relays
+from engine.cluster.relay import ACK, REJECT, REQUEUE, Fetched, Relay, Relays
 from engine.model import Consumer
 from engine.model.security import UserRecord
 from engine.store import StoredMessage
@@ -79,9 +79,10 @@ def broker() -> Broker:
     return b
 
 
-def _queue_added(broker: Broker, name: str, leader: str) -> None:
+def _queue_added(broker: Broker, name: str, leader: str, args: dict[str, Any] | None = None) -> None:
     apply_change(broker, "queue.add", {"vhost": "/", "name": name, "durable": True, "auto_delete": False,
-                                       "args": encode_args({"x-max-length": 5}), "id": 7, "leader": leader})
+                                       "args": encode_args(args or {"x-max-length": 5}), "id": 7,
+                                       "leader": leader})
 
 
 def test_definitions_of_another_node_are_applied_here_without_being_written_again(broker: Broker) -> None:
@@ -138,6 +139,18 @@ def test_take_over_loads_the_queue_and_step_down_gives_it_up(broker: Broker) -> 
     assert broker.model.queued_bytes == 0
 
 
+def _relayed(broker: Broker, name: str = "q", args: dict[str, Any] | None = None, prefetch: int = 0
+             ) -> tuple[Relays, Relay, Any, Owner, Consumer]:
+    """Queue ``name`` led by node a, consumed here by one consumer: its relay opened."""
+    opened: list[Relay] = []
+    relays = broker.model.relays = Relays(broker.model, opened.append)
+    _queue_added(broker, name, "a", args)
+    q = broker.model.vhosts["/"].queues[name]
+    owner = Owner()
+    consumer = broker.model.consume(q, Consumer(q, owner, prefetch=prefetch))
+    return relays, opened[0], q, owner, consumer
+
+
 def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
     opened: list[Relay] = []
     relays = broker.model.relays = Relays(broker.model, opened.append)
@@ -157,9 +170,14 @@ def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
     assert [e.msg.body for _, e in owner.got] == [b"b101", b"b102"]
     assert (owner.got[0][1].msg.exchange, owner.got[0][1].msg.routing_key) == ("ex", "rk")
     broker.model.ack(consumer, owner.got[0][0])
-    assert list(relay.acks) == [101]  # acked here: acked on the leader
-    broker.model.nack(consumer, owner.got[1][0], requeue=True)  # requeued here: stays here
-    assert list(relay.acks) == [101]
+    assert list(relay.acks) == [(101, ACK)]  # acked here: acked on the leader
+    # requeued here: returned to the leader (which counts it), not kept here
+    broker.model.nack(consumer, owner.got[1][0], requeue=True)
+    assert list(relay.acks) == [(101, ACK), (102, REQUEUE)]
+    broker.model.dispatch()
+    assert [e.msg.body for _, e in owner.got] == [b"b101", b"b102", b"b103"]
+    broker.model.nack(consumer, owner.got[2][0], requeue=False)  # dead-lettered by the leader
+    assert list(relay.acks)[-1] == (103, REJECT)
     # the last consumers go: what is ready here is dropped unacked (the leader requeues it)
     for c in list(q.consumers or ()):
         broker.model.cancel(c)
@@ -173,19 +191,13 @@ def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:
 def test_a_relay_waits_for_deliveries_a_cancelled_consumer_may_still_ack(broker: Broker) -> None:
     """basic.cancel leaves the consumer's deliveries unacked with it: the relay stays until they are
     settled, so their acks still reach the leader."""
-    opened: list[Relay] = []
-    relays = broker.model.relays = Relays(broker.model, opened.append)
-    _queue_added(broker, "q", "a")
-    q = broker.model.vhosts["/"].queues["q"]
-    owner = Owner()
-    consumer = broker.model.consume(q, Consumer(q, owner))
-    relay = opened[0]
+    relays, relay, q, owner, consumer = _relayed(broker)
     relays.delivered(relay, 7, False, "", "q", {}, b"x", True, 0)
     broker.model.dispatch()
     broker.model.cancel(consumer, keep_unacked=True)
     assert relay.active and not relays.idle(relay)
     broker.model.ack(consumer, owner.got[0][0])
-    assert list(relay.acks) == [7]
+    assert list(relay.acks) == [(7, ACK)]
     assert relays.idle(relay)
 
 
@@ -325,3 +337,33 @@ def test_a_policy_queue_leader_locator_places_new_queues_unless_the_argument_say
     assert policies.leader_locator("/", "jobs.1", {"x-queue-type": "quorum"}) == "balanced"  # its own apply-to
     with pytest.raises(PreconditionFailed, match="queue-leader-locator"):
         broker.set_policy(Policy("/", "bad", ".*", {"queue-leader-locator": "anywhere"}, 0, "all"))
+
+
+def test_a_relayed_quorum_delivery_carries_the_leaders_count_and_goes_back_there(broker: Broker) -> None:
+    """The leader counts a quorum queue's returns: its x-delivery-count is the entry's count here
+    (the local delivery carries it), and a return here is a return there, never a local requeue
+    that the leader would not count."""
+    relays, relay, q, owner, consumer = _relayed(broker, "qq", {"x-queue-type": "quorum", "x-delivery-limit": 2})
+    relays.delivered(relay, 5, True, "", "qq", {"x-delivery-count": 2, "h": 1}, b"x", True, 0)
+    broker.model.dispatch()
+    tag, entry = owner.got[0]
+    assert entry.count == 2 and entry.msg.headers == {"h": 1}
+    broker.model.nack(consumer, tag, requeue=True)  # the third return: the leader's limit, not ours
+    assert list(relay.acks) == [(5, REQUEUE)] and q.count == 0 and broker.model.queued_bytes == 0
+
+
+def test_a_delivery_orphaned_by_a_stopped_relay_is_never_requeued_here(broker: Broker) -> None:
+    """The leader requeued it when the relay's link closed: returned here later (even once this
+    node leads the queue), it is dropped, not a second copy."""
+    relays, relay, q, owner, consumer = _relayed(broker, prefetch=1)
+    relays.delivered(relay, 1, False, "", "q", {}, b"held", True, 0)
+    relays.delivered(relay, 2, False, "", "q", {}, b"ready", True, 0)
+    broker.model.dispatch()
+    take_over(broker, ("/", "q"), [StoredMessage(Message(10, "", "q", {}, b"held", persistent=True), 1),
+                                   StoredMessage(Message(11, "", "q", {}, b"ready", persistent=True), 1)])
+    assert not relay.active and q.count == 2
+    broker.model.nack(consumer, owner.got[0][0], requeue=True)
+    assert q.count == 2 and not relays.orphans and not relay.acks
+    broker.model.dispatch()
+    assert [e.msg.body for _, e in owner.got] == [b"held", b"held"]  # the leader's copy, once
+    assert owner.got[1][1].count == 1

@@ -22,6 +22,9 @@ class Pki:
     server_key: Path
     client_cert: Path
     client_key: Path
+    #: a cluster node's link certificate: server and client at once (both key usages)
+    node_cert: Path
+    node_key: Path
 
     def client_context(self, with_cert: bool = True) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca))
@@ -40,7 +43,7 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
 
 
 def _issue(subject: str, key: ec.EllipticCurvePrivateKey, ca_name: x509.Name, ca_key: ec.EllipticCurvePrivateKey,
-           ca: bool = False, server: bool = False) -> x509.Certificate:
+           ca: bool = False, server: bool = False, client: bool = True) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(ca_name).public_key(key.public_key())
          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
@@ -52,7 +55,8 @@ def _issue(subject: str, key: ec.EllipticCurvePrivateKey, ca_name: x509.Name, ca
         b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                             critical=False)
-        b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+        b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     else:
         b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     return b.sign(ca_key, hashes.SHA256())
@@ -64,11 +68,14 @@ def make_pki(where: Path) -> Pki:
     ca_name = _name("sansmq test CA")
     ca_cert = _issue("sansmq test CA", ca_key, ca_name, ca_key, ca=True)
     paths = Pki(where / "ca.pem", where / "server.pem", where / "server.key", where / "client.pem",
-                where / "client.key")
+                where / "client.key", where / "node.pem", where / "node.key")
     paths.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    for cert_path, key_path, cn, server in ((paths.server_cert, paths.server_key, "localhost", True),
-                                            (paths.client_cert, paths.client_key, "app", False)):
+    for cert_path, key_path, cn, server, client in (
+            (paths.server_cert, paths.server_key, "localhost", True, False),
+            (paths.client_cert, paths.client_key, "app", False, True),
+            (paths.node_cert, paths.node_key, "sansmq node", True, True)):
         key = ec.generate_private_key(ec.SECP256R1())
-        cert_path.write_bytes(_issue(cn, key, ca_name, ca_key, server=server).public_bytes(serialization.Encoding.PEM))
+        cert = _issue(cn, key, ca_name, ca_key, server=server, client=client)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)
     return paths

@@ -170,7 +170,7 @@ class ConsumeMethods(ChannelBase):
         model = session.model
         entry = None if fetched is None else model.relays.got(fetched, no_ack)
         if session.channels.get(self.id) is not self or q.vhost.queues.get(q.name) is not q:
-            if entry is not None and not model.relays.returned(entry):  # no_ack: settled there already
+            if entry is not None and not model.relays.returned(q, entry, True):  # no_ack: settled there already
                 model.forget(q, entry)
             return
         if failure is not None:  # RabbitMQ's answer when a durable queue's node is unreachable

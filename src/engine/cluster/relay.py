@@ -4,8 +4,11 @@ When a queue led elsewhere gets its first consumer here, ``Relays`` asks the I/O
 (``servers.cluster.relay``) to consume it on the leader over the link. Each delivery the leader
 sends becomes an entry of the local queue (in memory only: the leader holds the message), which
 this node's consumers take with their own prefetch and acks as from any queue. When such an entry
-leaves for good here (acked, rejected, expired, dropped) its delivery is acked on the leader;
-requeued here, it stays here for the next local consumer. When the queue has no consumer left, or
+leaves for good here (acked, expired, dropped) its delivery is acked on the leader; rejected or
+returned here (nack, reject, its consumer gone) it is rejected on the leader, with the same requeue
+flag, so the leader counts the return (a quorum queue's ``x-delivery-count`` and delivery limit)
+and requeues or dead-letters it there, as its own store says. The count the leader sends in
+``x-delivery-count`` is the local entry's. When the queue has no consumer left, or
 the link breaks, or this node becomes the leader, the entries still ready here are dropped without
 an ack and the link consumer is closed, so the leader requeues them (redelivered, as RabbitMQ does
 for a consumer's connection that went away).
@@ -19,11 +22,15 @@ the database: a new append reaches this node as the leader's delivery of it.
 A basic.get of such a queue that finds nothing relayed here asks the leader (``get``): the I/O
 side does the basic.get there on a link of its own and hands back a ``Fetched`` message, which is
 given to the getter alone (never queued here). Settling it here settles it on the leader through
-the link that got it: gone for good (acked, rejected, dead-lettered) acks it there, requeued here
-rejects it there with requeue, so it is the leader's again for every node's consumers.
+the link that got it: an ack acks it there, a reject or nack rejects it there (with its requeue
+flag), so the leader counts the return, requeues or dead-letters it, as for a relayed delivery.
 
 Deterministic: no I/O, no clock. The I/O side reads ``Relay.acks`` and ``Relay.active`` from its
 thread (a deque and a flag: atomic under the GIL).
+
+A delivery still unacked here when its relay stops (the leader went away, or this node leads the
+queue now) is an orphan: the leader requeued it when the link closed, so its consumer's ack or
+return here settles nothing but the local entry (never requeued here: that would duplicate it).
 """
 
 from __future__ import annotations
@@ -35,10 +42,14 @@ from typing import Any, Protocol
 
 from .._message import GONE, READY, UNACKED, Entry, Message
 from ..model.objects import Queue
+from ..model.quorum import DELIVERY_COUNT
 from ..model.state import ModelState
 from ..streams import StreamLog
 
-__all__ = ["Relays", "Relay", "Fetched", "Settler", "GetReply"]
+__all__ = ["Relays", "Relay", "Fetched", "Settler", "GetReply", "ACK", "REQUEUE", "REJECT"]
+
+#: how a relayed delivery is settled on its leader (``Relay.acks``)
+ACK, REQUEUE, REJECT = 0, 1, 2
 
 
 class Settler(Protocol):
@@ -83,8 +94,8 @@ class Relay:
         self.start = start
         #: entries here -> the leader's delivery tag of their message
         self.tags: dict[Entry, int] = {}
-        #: delivery tags to ack on the leader (filled here, sent by the I/O side)
-        self.acks: deque[int] = deque()
+        #: (delivery tag, ACK/REQUEUE/REJECT) to settle on the leader (filled here, sent by the I/O side)
+        self.acks: deque[tuple[int, int]] = deque()
         #: False once stopped: the I/O side closes its link consumer
         self.active = True
 
@@ -102,6 +113,8 @@ class Relays:
         self.by_queue: dict[Queue, Relay] = {}
         #: entries fetched by basic.get here and not settled yet -> the link and tag to settle them by
         self.fetched: dict[Entry, tuple[Settler, int]] = {}
+        #: deliveries unacked here whose relay stopped (the leader requeued them already)
+        self.orphans: dict[Entry, None] = {}
 
     # -- called by the model --------------------------------------------------------------------------
     def consumed(self, q: Queue) -> None:
@@ -115,20 +128,32 @@ class Relays:
         if relay is not None:
             tag = relay.tags.pop(entry, None)
             if tag is not None:
-                relay.acks.append(tag)
+                relay.acks.append((tag, ACK))
                 return
         held = self.fetched.pop(entry, None)
         if held is not None:
             held[0].settle(held[1], None)
+        self.orphans.pop(entry, None)
 
-    def returned(self, entry: Entry) -> bool:
-        """``entry`` is requeued here: a fetched one goes back to its leader instead (True)."""
+    def returned(self, q: Queue, entry: Entry, requeue: bool) -> bool:
+        """A delivery made here comes back (nack/reject, its consumer gone): if it was relayed, or
+        fetched by a basic.get, it is rejected on its leader (which counts it, then requeues or
+        dead-letters it) and leaves this node; True then. False: not the leader's (the model
+        returns it itself)."""
         held = self.fetched.pop(entry, None)
-        if held is None:
+        relay = self.by_queue.get(q) if held is None else None
+        tag = relay.tags.pop(entry, None) if relay is not None else None
+        if held is not None:
+            held[0].settle(held[1], requeue)
+        elif tag is not None:
+            relay.acks.append((tag, REQUEUE if requeue else REJECT))  # type: ignore[union-attr]
+        elif entry in self.orphans:
+            del self.orphans[entry]
+        else:
             return False
-        held[0].settle(held[1], True)
-        self.state.queued_bytes -= len(entry.msg.body)
-        entry.state = GONE
+        if entry.state != GONE:
+            self.state.queued_bytes -= len(entry.msg.body)
+            entry.state = GONE
         return True
 
     # -- basic.get through the leader -----------------------------------------------------------------
@@ -159,8 +184,12 @@ class Relays:
             return  # stopped meanwhile: the leader requeues it when the link consumer closes
         state = self.state
         q = relay.queue
+        # the leader's count of returns (a quorum queue's redeliveries carry it), else the flag
+        count = headers.pop(DELIVERY_COUNT, None) if redelivered and q.quorum else None
+        if not isinstance(count, int) or count < 1:
+            count = 1 if redelivered else 0
         msg = Message(state.next_message_id(), exchange, routing_key, headers, body, priority, None, persistent)
-        entry = Entry(msg, state.next_seq(), 1 if redelivered else 0)
+        entry = Entry(msg, state.next_seq(), count)
         q.push(entry)
         state.queued_bytes += len(body)
         relay.tags[entry] = tag
@@ -199,7 +228,9 @@ class Relays:
                 q.bytes -= len(entry.msg.body)
                 state.queued_bytes -= len(entry.msg.body)
                 entry.state = GONE
-        relay.tags.clear()  # unacked ones' late acks go nowhere: the leader redelivers them
+            elif entry.state == UNACKED:  # its late ack or return settles it here only
+                self.orphans[entry] = None
+        relay.tags.clear()
         state.dirty[q] = None
 
     def stop_queue(self, q: Queue) -> None:

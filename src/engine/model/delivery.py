@@ -232,14 +232,14 @@ class Delivery:
         if entry.timer is not None:
             state.timers.cancel(entry.timer)
             entry.timer = None
+        if state.relays is not None and state.relays.returned(q, entry, requeue):
+            return  # relayed or fetched from its leader: returned there, which counts it and requeues it
         if not requeue:
             self.publisher.remove(q, entry, "rejected")
             return
         if isinstance(q, LightConsumer):
             self.light.requeue(q, entry)
             return
-        if state.relays is not None and state.relays.returned(entry):
-            return  # fetched from the queue's leader by a basic.get: requeued there
         if q.vhost.queues.get(q.name) is not q:  # queue deleted meanwhile
             if entry.state != GONE:
                 state.queued_bytes -= len(entry.msg.body)

@@ -103,8 +103,9 @@ class ModelState:
         if queue:
             if entry.state != GONE:
                 self.queued_bytes -= len(entry.msg.body)
-            if self.relays is not None and q._x is not None and q._x.leader is not None:
-                self.relays.forgotten(q, entry)  # relayed from its leader: acked there
+            relays = self.relays
+            if relays is not None and (q._x is not None and q._x.leader is not None or relays.orphans):
+                relays.forgotten(q, entry)  # relayed from its leader: acked there
         entry.state = GONE
         if entry.timer is not None:
             self.timers.cancel(entry.timer)

@@ -14,6 +14,7 @@ from engine.config import Cluster
 from engine.store import Store, StoreError
 
 from .._driver import Listener
+from .tls import LinkTls
 
 __all__ = ["add_cluster_arguments", "cluster_command", "open_cluster_store", "attach_node", "LINK_PORT"]
 
@@ -37,12 +38,13 @@ def open_cluster_store(where: str | None, cluster: Cluster, listeners: list[List
 
 
 
-def attach_node(broker: Any, store: Any) -> Callable[[Any], Any]:
-    """Make ``broker`` (just restored from ``store``) a cluster node; returns the factory of its
-    membership upkeep (``ClusterNode``) once the server is made."""
+def attach_node(broker: Any, store: Any, tls: LinkTls | None = None) -> Callable[[Any], Any]:
+    """Make ``broker`` (just restored from ``store``) a cluster node whose links to its peers use
+    ``tls`` (None: plain TCP); returns the factory of its membership upkeep (``ClusterNode``) once
+    the server is made."""
     from .node import ClusterNode, attach_cluster
 
-    links = attach_cluster(broker, store)
+    links = attach_cluster(broker, store, None if tls is None else tls.client)
     return lambda server: ClusterNode(store, server, links)
 
 

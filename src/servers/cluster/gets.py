@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import ssl
 import threading
 from typing import Any
 
@@ -43,8 +44,9 @@ class _Settler:
 class GetLink:
     """The gets of one (leader, vhost); ``post(fn)`` runs ``fn(broker)`` on the loop thread."""
 
-    def __init__(self, store: ClusterStore, leader: str, vhost: str, post: Any) -> None:
+    def __init__(self, store: ClusterStore, leader: str, vhost: str, post: Any, tls: ssl.SSLContext | None) -> None:
         self.store = store
+        self.tls = tls
         self.leader = leader
         self.vhost = vhost
         self.post = post
@@ -75,7 +77,7 @@ class GetLink:
 
     def _get(self, name: str, no_ack: bool, reply: GetReply) -> None:
         if self.client is None:
-            self.client = connect_peer(self.store, self.leader, self.vhost, max(self.store.lease, 0.5))
+            self.client = connect_peer(self.store, self.leader, self.vhost, self.tls)
             self.settler = _Settler(self, self.client)
         assert self.settler is not None
         d, count = self.client.get(name, no_ack)
@@ -95,8 +97,9 @@ class GetLink:
 class GetLinks:
     """This node's ``GetLink``s, made on first use; ``post`` is set once the server exists."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, tls: ssl.SSLContext | None = None) -> None:
         self.store = store
+        self.tls = tls  # the link's client context (``servers.cluster.tls``), None for plain TCP
         self.post: Any = None
         self._links: dict[tuple[str, str], GetLink] = {}
 
@@ -105,7 +108,7 @@ class GetLinks:
         leader, vhost = q.leader or "", q.vhost.name
         link = self._links.get((leader, vhost))
         if link is None:
-            link = self._links[(leader, vhost)] = GetLink(self.store, leader, vhost, self.post)
+            link = self._links[(leader, vhost)] = GetLink(self.store, leader, vhost, self.post, self.tls)
         link.requests.put(("get", q.name, no_ack, reply))
 
     def close(self) -> None:

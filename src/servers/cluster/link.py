@@ -10,6 +10,7 @@ StoreError: the publishers waiting on that sync get a nack, never a confirm.
 from __future__ import annotations
 
 import logging
+import ssl
 
 from engine._message import Message
 from engine.amqp.properties import message_props
@@ -27,22 +28,21 @@ __all__ = ["Links"]
 log = logging.getLogger("sansmq.cluster")
 
 class Links:
-    """``timeout``: seconds a peer may take to connect or to confirm a batch before the link counts
-    as failed (default: the lease; a peer stalled that long has lost its queues anyway)."""
+    """Publishing links to the leaders (TLS with ``tls``)."""
 
-    def __init__(self, store: ClusterStore, timeout: float | None = None) -> None:
+    def __init__(self, store: ClusterStore, tls: ssl.SSLContext | None = None) -> None:
         self.store = store
-        self.timeout = max(store.lease, 0.5) if timeout is None else timeout
+        self.tls = tls
         self._clients: dict[tuple[str, str], Client] = {}
         #: consumers of queues led elsewhere, served through their leaders
-        self.relays = RelayLinks(store)
+        self.relays = RelayLinks(store, tls)
         #: basic.get of queues led elsewhere, served by their leaders
-        self.gets = GetLinks(store)
+        self.gets = GetLinks(store, tls)
 
     def _client(self, leader: str, vhost: str) -> Client:
         client = self._clients.get((leader, vhost))
         if client is None:
-            client = connect_peer(self.store, leader, vhost, self.timeout)
+            client = connect_peer(self.store, leader, vhost, self.tls)
             client.confirm_select()
             self._clients[(leader, vhost)] = client
         return client

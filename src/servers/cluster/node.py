@@ -11,6 +11,7 @@ would still make is fenced off).
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -36,13 +37,13 @@ log = logging.getLogger("sansmq.cluster")
 DEFINITIONS_POLL = 0.1
 
 
-def attach_cluster(broker: Any, store: ClusterStore) -> Links:
+def attach_cluster(broker: Any, store: ClusterStore, tls: ssl.SSLContext | None = None) -> Links:
     """Right after the broker restored the store: queues other nodes lead become remote (what is
-    published to them goes to their leader over the links returned), new message ids start in
-    this node's own id space, the link listener's sessions are known."""
+    published to them goes to their leader over the links returned, TLS with ``tls``), new
+    message ids start in this node's own id space, the link listener's sessions are known."""
     register_protocol(ClusterLinkSession.PROTOCOL, ClusterLinkSession)
     model = broker.model
-    links = Links(store)
+    links = Links(store, tls=tls)
     store.sender = links.send
     model.publisher.forward = make_forward(model, store, broker.sync_token)
     model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log, links.gets.fetch)
@@ -119,6 +120,8 @@ class ClusterNode:
                     hb = self.store.heartbeat()
                     if hb.lost or hb.acquired or hb.leaders:
                         self._post(lambda b, h=hb: self._apply_heartbeat(b, h))
+                    if self.store.forwards_waiting():  # kept dead letters: a sync sends them again
+                        self._post(lambda b: b.model.store_write())
             except StoreError as exc:
                 log.warning("cluster node %s: %s (retrying)", self.store.node, exc)
             except Exception:  # noqa: BLE001 - a bug must not stop the heartbeats (the leases would go)

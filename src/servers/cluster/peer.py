@@ -1,8 +1,10 @@
-"""A connection to a peer's link listener (``engine.cluster.link``) in one vhost, on our own AMQP
-client, logged in with the cluster's secret: what forwarding, relays and remote gets all open."""
+"""A connection to a peer's node-to-node link listener (``engine.cluster.link``) in one vhost, on our
+own AMQP client, logged in with the cluster's secret, TLS when the link is (``servers.cluster.tls``):
+what forwarding, relays and remote gets all open."""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import quote
 
@@ -14,13 +16,16 @@ from pipeline.client import BrokerError, Client, Delivery
 __all__ = ["connect_peer", "delivery_fields"]
 
 
-def connect_peer(store: ClusterStore, node: str, vhost: str, timeout: float) -> Client:
-    """Log in to ``node``'s link listener, vhost ``vhost`` (BrokerError when its address is unknown)."""
+def connect_peer(store: ClusterStore, node: str, vhost: str, tls: ssl.SSLContext | None,
+                 timeout: float | None = None) -> Client:
+    """Log in to ``node``'s link listener, vhost ``vhost`` (BrokerError when its address is unknown).
+    ``timeout``: seconds the peer may take to connect or answer before the link counts as failed
+    (default: the lease, or half a second; a peer stalled that long has lost its queues anyway)."""
     address = store.addresses.get(node)
     if not address:
         raise BrokerError(f"cluster node {node} has no known link address")
-    return Client(f"amqp://{LINK_USER}:{quote(store.secret, safe='')}@{address}/{quote(vhost, safe='')}",
-                  timeout=timeout)
+    url = f"amqp://{LINK_USER}:{quote(store.secret, safe='')}@{address}/{quote(vhost, safe='')}"
+    return Client(url, timeout=max(store.lease, 0.5) if timeout is None else timeout, tls=tls)
 
 
 def delivery_fields(d: Delivery) -> tuple[dict[str, Any], bool, int]:

@@ -12,11 +12,12 @@ made again (to the leader the leases name by then) while consumers remain.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from typing import Any
 
-from engine.cluster.relay import Relay, Relays
+from engine.cluster.relay import ACK, REQUEUE, Relay, Relays
 from engine.model.streams import STREAM_OFFSET_HEADER
 from engine.storage.postgres.cluster import ClusterStore
 from pipeline.client import BrokerError, Client
@@ -40,8 +41,9 @@ RETRY = 0.5
 class RelayLinks:
     """Starts a thread per relay; ``post(fn)`` runs ``fn(broker)`` on the loop thread."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, tls: ssl.SSLContext | None = None) -> None:
         self.store = store
+        self.tls = tls
         self.relays: Relays | None = None
         self.post: Any = None  # set once the server exists (ClusterNode)
 
@@ -50,7 +52,7 @@ class RelayLinks:
                          daemon=True).start()
 
     def _connect(self, relay: Relay) -> Client:
-        client = connect_peer(self.store, relay.leader, relay.queue.vhost.name, max(self.store.lease, 0.5))
+        client = connect_peer(self.store, relay.leader, relay.queue.vhost.name, self.tls)
         client.qos(PREFETCH)
         # a stream's feed reads the leader's log on from this node's committed end
         client.consume(relay.queue.name, None if relay.start is None else {"x-stream-offset": relay.start})
@@ -66,7 +68,7 @@ class RelayLinks:
             acks = relay.acks
             while relay.active:
                 while acks:
-                    client.ack(acks.popleft(), multiple=False)
+                    _settle(client, *acks.popleft())
                 first = client.next_delivery(POLL)
                 if first is not None:
                     batch = [first, *client.deliveries]
@@ -81,7 +83,7 @@ class RelayLinks:
                     next_check = time.monotonic() + IDLE_CHECK
                     self.post(lambda b: _check(relays, relay))
             while acks:  # the acks made before the stop still count: sent ahead of the close
-                client.ack(acks.popleft(), multiple=False)
+                _settle(client, *acks.popleft())
             client.flush()
         except (OSError, BrokerError, TimeoutError) as exc:
             if relay.active:
@@ -92,6 +94,13 @@ class RelayLinks:
         finally:
             if client is not None:
                 client.close()
+
+
+def _settle(client: Client, tag: int, how: int) -> None:
+    if how == ACK:
+        client.ack(tag, multiple=False)
+    else:  # the leader counts the return (x-delivery-count) and requeues or dead-letters it
+        client.reject(tag, requeue=how == REQUEUE)
 
 
 def _deliver(relays: Relays, relay: Relay, batch: list[Any]) -> None:

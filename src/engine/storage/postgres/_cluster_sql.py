@@ -119,6 +119,11 @@ SQL = {
         " VALUES (%s, %s, 1, now() + %s * interval '1 second') ON CONFLICT (queue) DO NOTHING"
     ),
     "lease_mine": "SELECT queue, epoch FROM {s}.leases WHERE leader = %s",
+    # queues declared here that another node stored first (by name; the ids differ)
+    "queues_taken": (
+        "SELECT q.vhost, q.name FROM {s}.queues q JOIN unnest(%s::text[], %s::text[]) AS n(vhost, name)"
+        " ON q.vhost = n.vhost AND q.name = n.name"
+    ),
     "lease_check": "SELECT queue, leader, epoch FROM {s}.leases WHERE queue = ANY(%s::bigint[])",
     "lease_leaders": (
         "SELECT q.vhost, q.name, l.leader FROM {s}.leases l JOIN {s}.queues q ON q.id = l.queue WHERE l.leader <> %s"

@@ -47,6 +47,8 @@ __all__ = ["ClusterStore", "Change", "Heartbeat", "cluster_view"]
 
 log = logging.getLogger("sansmq.cluster")
 
+#: the header of a dead letter: one is forwarded again after a failed send, never given up
+DEATH_HEADER = "x-death"
 QUEUE_ID_SHIFT = 32
 MESSAGE_ID_SHIFT = 40
 
@@ -107,7 +109,10 @@ class ClusterStore(Muting, PostgresStore):
         self.placed: dict[tuple[str, str], str] = {}
         #: messages for queues other nodes lead: (sync token, leader, vhost, queue, message), sent
         #: by ``sync``
-        self._outbox: list[tuple[int, str, str, str, Message]] = []
+        self._outbox: list[_Forward] = []
+        #: the dead letters forwarded since the last removal: the removal that follows them (the
+        #: dead message's, at least once) waits until their leaders took them (``_Held``)
+        self._dead_letters: list[_Forward] = []
         #: forwarded messages given up (their sync failed: their publishers got a nack)
         self.forwards_failed = 0
         #: sends one leader's messages over the link, returns once that leader committed them
@@ -295,8 +300,16 @@ class ClusterStore(Muting, PostgresStore):
         super().enqueue(vhost, queue, msg)
 
     def remove(self, vhost: str, queue: str, msg_id: int) -> None:
-        if self._qids.get((vhost, queue)) in self.led:
-            super().remove(vhost, queue, msg_id)
+        if self._qids.get((vhost, queue)) not in self.led:
+            return
+        with self._lock:
+            dead, self._dead_letters = self._dead_letters, []
+            if dead:  # at least once: removed once every one of these is at its leader
+                held = _Held(len(dead), (vhost, queue, msg_id))
+                for item in dead:
+                    item.held = held
+                return
+        super().remove(vhost, queue, msg_id)
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         if self._qids.get((vhost, queue)) in self.led:
@@ -306,48 +319,73 @@ class ClusterStore(Muting, PostgresStore):
     def forward(self, token: int, leader: str, vhost: str, queue: str, msg: Message) -> None:
         """Send ``msg`` to ``queue`` on its leader with the sync of ``token`` (loop thread)."""
         with self._lock:
-            self._outbox.append((token, leader, vhost, queue, msg))
+            item = _Forward(token, leader, vhost, queue, msg)
+            self._outbox.append(item)
+            if DEATH_HEADER in msg.headers:
+                self._dead_letters.append(item)
 
     def sync(self, token: int) -> None:
-        """Our own commit, then the messages for other leaders, each leader confirming after its
-        commit: a publish through this node is confirmed only once its queue's leader stored it.
+        """The messages for other leaders, each leader confirming after its commit, then our own
+        commit: a publish through this node is confirmed only once its queue's leader stored it,
+        and a dead letter an at-least-once quorum queue sends to a queue led elsewhere is stored
+        there before the dead message's removal here commits (a crash between leaves both).
 
-        A send that fails fails this sync, whose failure nacks the publishers waiting on ``token``
-        or before: their messages are given up. Messages of later tokens (appended after their
-        sync was asked for, taken here early) are kept for their own sync, so no publisher is
-        confirmed for a message that did not reach its leader."""
-        super().sync(token)
+        A send that fails fails this sync (after our own commit: other leaders and this node's
+        own queues are not held up), whose failure nacks the publishers waiting on ``token`` or
+        before: their messages are given up, except dead letters (``x-death``), kept for the next
+        sync (their leader may be back, or replaced). Messages of later tokens (appended after
+        their sync was asked for, taken here early) are kept for their own sync, so no publisher
+        is confirmed for a message that did not reach its leader."""
         with self._lock:
             outbox, self._outbox = self._outbox, []
-        if not outbox:
-            return
-        by_leader: dict[tuple[str, str], list[tuple[int, str, str, str, Message]]] = {}
+            self._dead_letters = []  # taken: a removal from now on is not held by them
+        failed = self._send(token, outbox) if outbox else []
+        super().sync(token)
+        if failed:
+            raise StoreError("; ".join(failed))
+
+    def forwards_waiting(self) -> bool:
+        """Messages for other leaders wait for a sync (dead letters kept after a failed send)."""
+        return bool(self._outbox)
+
+    def _send(self, token: int, outbox: list[_Forward]) -> list[str]:
+        """Send ``outbox`` to the leaders; what failed, described (the kept items back in the outbox)."""
+        by_leader: dict[tuple[str, str], list[_Forward]] = {}
         for item in outbox:
-            _, leader, vhost, queue, _ = item
-            # a queue whose leader changed since: to its leader now (this node's own link too)
-            leader = self.remote_leaders.get((vhost, queue), leader)
+            vhost, queue = item.vhost, item.queue
+            # a queue whose leader changed since: to its leader now (this node's own link when
+            # this node took it over: a kept dead letter)
+            leader = self.node if self.leads(vhost, queue) else self.remote_leaders.get((vhost, queue), item.leader)
             by_leader.setdefault((leader, vhost), []).append(item)
         failed, kept = [], []
         for (leader, vhost), items in by_leader.items():
             try:
                 if self.sender is None:
                     raise StoreError("no node-to-node link to forward messages to their queues' leaders")
-                self.sender(leader, vhost, [(queue, msg) for _, _, _, queue, msg in items])
+                self.sender(leader, vhost, [(item.queue, item.msg) for item in items])
             except StoreError as exc:  # other leaders' are still sent
                 failed.append(str(exc))
-                kept += [item for item in items if item[0] > token]
-                self.forwards_failed += sum(1 for item in items if item[0] <= token)
+                kept += [item for item in items if item.token > token or DEATH_HEADER in item.msg.headers]
+                self.forwards_failed += sum(1 for item in items if item.token <= token
+                                            and DEATH_HEADER not in item.msg.headers)
+                continue
+            for item in items:
+                held = item.held
+                if held is not None:
+                    held.waiting -= 1
+                    if not held.waiting:  # the dead message's removal commits with this sync
+                        super().remove(*held.removal)
         if kept:
             with self._lock:
                 self._outbox[:0] = kept
-        if failed:
-            raise StoreError("; ".join(failed))
+        return failed
 
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
         c = self._csql
-        if any(type(item) is tuple and item[0] == "log_change" for item in batch):
+        if any(type(item) is tuple and item[0] in ("log_change", "add_queue") for item in batch):
             conn.execute(c["defs_lock"], (self._defs_key,))
+            self._check_declares(conn, batch)
         super()._write(conn, batch)
         touched: set[int] = set()
         for item in batch:
@@ -362,23 +400,50 @@ class ClusterStore(Muting, PostgresStore):
             led = self.led
             conn.execute(c["fence"], (self.node, qids, [led.get(q, -1) for q in qids]))
 
+    def _check_declares(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
+        """Raise ``DeclaredElsewhere`` when a queue this batch creates was stored by another node
+        since this node declared it (both declared it before hearing of the other's: Celery
+        workers starting together on several nodes). Checked under the definitions lock, which
+        every node's declare takes, so no declare slips in between."""
+        new = {item[1][0]: (item[1][1], item[1][2]) for item in batch
+               if type(item) is tuple and item[0] == "add_queue"}
+        if not new:
+            return
+        names = list(new.values())
+        taken = set(conn.execute(self._csql["queues_taken"], ([v for v, _ in names], [n for _, n in names])))
+        if taken:
+            raise DeclaredElsewhere({qid: key for qid, key in new.items() if key in taken})
+
     def _kept_after_failure(self, batch: list[Item], exc: Exception) -> list[Item]:
+        if isinstance(exc, DeclaredElsewhere):
+            # the other node's queue is the queue: ours (its id, lease, change log entry and the
+            # messages written to it meanwhile, nacked) is dropped; the other's queue.add, applied
+            # here by the definitions poll, brings its id, and the heartbeat its leader
+            log.warning("cluster node %s: %s declared by another node first; it leads them", self.node,
+                        ", ".join(f"{v}/{n}" for v, n in exc.queues.values()))
+            return self._dropped(batch, set(exc.queues), list(exc.queues.values()))
         if not (isinstance(exc, psycopg.Error) and exc.sqlstate == FENCED):
             return batch
         detail = exc.diag.message_detail or ""
         lost = {int(part) for part in detail.split(",") if part.strip()}
         names = [key for key, qid in list(self._qids.items()) if qid in lost]  # the loop thread adds to it
-        for qid in lost:
-            self.led.pop(qid, None)
         log.error("cluster node %s: fenced off %s (their lease moved to another node); stepping down",
                   self.node, ", ".join(f"{v}/{n}" for v, n in names))
+        return self._dropped(batch, lost, names)
+
+    def _dropped(self, batch: list[Item], lost: set[int], names: list[tuple[str, str]]) -> list[Item]:
+        """``batch`` less what it writes for the queues ``lost`` (ids; ``names``), which this node
+        no longer leads: it steps down from them (``on_fenced``)."""
+        for qid in lost:
+            self.led.pop(qid, None)
         if self.on_fenced is not None:
             self.on_fenced(names)
         lost_keys = set(names)
         for item in batch:
             if isinstance(item, StreamWork):
                 item.without({sid for sid, key in item.led.items() if key in lost_keys})
-        return [_without(item, lost) if isinstance(item, _Group) else item for item in batch]
+        return [_without(item, lost) if isinstance(item, _Group) else item for item in batch
+                if not _creates(item, lost)]
 
     # -- membership upkeep (the cluster thread, its own connection) -----------------------------------
     def _upkeep_conn(self) -> psycopg.Connection[Any]:
@@ -479,6 +544,47 @@ class ClusterStore(Muting, PostgresStore):
             if self._hb_conn is not None:
                 self._hb_conn.close()
                 self._hb_conn = None
+
+
+@dataclass(slots=True)
+class _Held:
+    """A dead message's removal (vhost, queue, message id) waiting for ``waiting`` dead letters."""
+
+    waiting: int
+    removal: tuple[str, str, int]
+
+
+@dataclass(slots=True)
+class _Forward:
+    """A message for ``queue``, led by ``leader``, sent with the sync of ``token``; ``held``: the
+    removal its sending lets go (a dead letter's)."""
+
+    token: int
+    leader: str
+    vhost: str
+    queue: str
+    msg: Message
+    held: _Held | None = None
+
+
+class DeclaredElsewhere(StoreError):
+    """Queues this node created (id -> (vhost, name)) that another node stored first."""
+
+    def __init__(self, queues: dict[int, tuple[str, str]]) -> None:
+        super().__init__(f"queues declared by another node first: {sorted(queues.values())}")
+        self.queues = queues
+
+
+def _creates(item: Item, lost: set[int]) -> bool:
+    """Whether ``item`` creates one of the queues ``lost``: its row, lease or change log entry."""
+    if type(item) is not tuple:
+        return False
+    op, params = item
+    if op in ("add_queue", "lease_new"):
+        return params[0] in lost
+    if op == "log_change" and params[1] == "queue.add":
+        return json.loads(params[2])["id"] in lost
+    return False
 
 
 def _without(group: _Group, lost: set[int]) -> _Group:
