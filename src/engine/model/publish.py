@@ -9,10 +9,12 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .._message import READY, Entry, Message
+from ..store_types import StoreError
 from .at_least_once import AtLeastOnce
 from .delayed import DelayedTarget
 from .errors import NotFound
@@ -24,6 +26,8 @@ from .quorum import at_least_once, overflow
 from .routing import route, route_cc
 from .state import ModelState
 from .streams import Streams
+
+store_log = logging.getLogger("sansmq.store")
 
 __all__ = ["Publisher", "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE"]
 
@@ -229,7 +233,14 @@ class Publisher:
         if dead is not None:
             msg, targets = dead
             for target in targets:
-                self.enqueue(target, msg)
+                try:
+                    self.enqueue(target, msg)
+                except StoreError as exc:
+                    # dead-lettering is at most once (RabbitMQ's, for classic queues): a copy the
+                    # store refuses (a full disk) is dropped, loudly. Raising here would escape an
+                    # expiry timer or a trim and take the broker down with it.
+                    store_log.error("dead-lettered message from queue '%s' to '%s' dropped: %s", q.name,
+                                    target.name, exc)
 
 
 def _no_forward(q: Queue, msg: Message) -> bool:

@@ -1,0 +1,49 @@
+"""The memory invariant, checked after every step: what the broker holds stays within a bound of
+the workload's live data, so a leak fails with a seed instead of growing unseen.
+
+* the bytes the memory alarm counts (``Broker.memory_used``: queued bodies in memory, held delayed
+  messages, received bytes the codecs hold) are at most the bodies of the messages not surely
+  settled (the oracle's ``live``; a message whose ack may be lost with a power cut stays live), plus
+  what the churn actor put in its queues, plus one frame's worth of slack;
+* every queue the workload knows holds at most as many messages (ready and unacked) as are live
+  for it (a dead-lettered message is live for its dead-letter queue too);
+* the broker has no more sessions than the network has connections open.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .oracle import Oracle, Violation
+from .workload import QUEUES
+from .world import SimWorld
+
+__all__ = ["SLACK", "check_memory"]
+
+#: codecs may hold a partial frame or two (a blocked publisher's message being read)
+SLACK = 64 * 1024
+
+
+def check_memory(world: SimWorld, oracle: Oracle, extra_bytes: int = 0) -> None:
+    broker = world.broker
+    bound = sum(oracle.live.values()) + extra_bytes + SLACK
+    used = broker.memory_used()
+    if used > bound:
+        raise Violation("memory", f"the broker holds {used} bytes, the live data bound is {bound}")
+    live: Counter[str] = Counter()
+    for mid in oracle.live:
+        pub = oracle.published[mid]
+        live[pub.queue] += 2 if oracle.may_repeat(mid) else 1
+        if pub.dead_to is not None:
+            live[pub.dead_to] += 1
+    vhost = broker.model.vhosts.get("/")
+    for name in [*live, *(q for q in QUEUES if q not in live)]:
+        q = vhost.queues.get(name) if vhost is not None else None
+        if q is None or q.stream:
+            continue
+        held = q.count + q.unacked_count()
+        if held > live[name]:
+            raise Violation("memory", f"queue {name} holds {held} messages, only {live[name]} are live")
+    open_conns = sum(1 for c in world.net.clients.values() if not c.gone)
+    if len(broker.sessions) > open_conns:
+        raise Violation("memory", f"{len(broker.sessions)} sessions for {open_conns} open connections")
