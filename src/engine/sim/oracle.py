@@ -107,12 +107,11 @@ class Oracle:
     #: queues deleted (delete-ok received) in this broker life / and the journal fsynced since
     deleted: set[str] = field(default_factory=set)
     deleted_durable: set[str] = field(default_factory=set)
-    #: when the journal was last fsynced; (power cut, last journal fsync before it) pairs
-    journal_at: float = float("-inf")
-    cuts: list[tuple[float, float]] = field(default_factory=list)
+    #: when the power was cut (not counting the last one, before the final check)
+    cuts: list[float] = field(default_factory=list)
     #: the memory alarm is on; messages published on a connection already blocked by it
     alarm: bool = False
-    held: set[int] = field(default_factory=set)
+    held: dict[int, str] = field(default_factory=dict)  # message id -> its publisher
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -168,9 +167,10 @@ class Oracle:
             raise Violation("uncommitted-delivered", f"{queue}: message {mid} before its transaction's commit")
         if pub.not_before is not None and now < pub.not_before:
             raise Violation("delivered-early", f"{queue}: message {mid} at {now}, delayed until {pub.not_before}")
-        if mid in self.acked_durable:
+        repeat = self.may_repeat(mid)  # then a new copy of it: its earlier copy's ack does not cover it
+        if mid in self.acked_durable and not repeat:
             raise Violation("acked-redelivered", f"{queue}: message {mid} delivered again after its ack was durable")
-        if mid in self.acked:
+        if mid in self.acked and not repeat:
             raise Violation("acked-redelivered", f"{queue}: message {mid} delivered again after its ack")
         self._count("delivered")
         if stream_offset is not None:
@@ -179,7 +179,7 @@ class Oracle:
             if pub.priority is not None:
                 self._priority(queue, mid, pub.priority)
             # a delayed message is released when due, a dead one when it dies: no publish order
-            if pub.not_before is None and queue == pub.queue:
+            if pub.not_before is None and queue == pub.queue and not repeat:
                 key = (queue, pub.publisher, pub.priority)
                 last = self.fifo.get(key, 0)
                 if mid < last:
@@ -208,7 +208,8 @@ class Oracle:
 
     def settle(self, mid: int, sure: bool) -> None:
         if sure:
-            self.live.pop(mid, None)
+            if not self.may_repeat(mid):  # (else another copy may still be about)
+                self.live.pop(mid, None)
             self.settled.add(mid)
             self.acked.add(mid)
         else:
@@ -218,7 +219,6 @@ class Oracle:
     # -- faults ------------------------------------------------------------------------------------
     def journal_synced(self, now: float) -> None:
         """The journal was fsynced (or rewritten): every ack so far is durable."""
-        self.journal_at = now
         self.acked_durable |= self.acked
         self.acked.clear()
         self.deleted_durable |= self.deleted
@@ -227,16 +227,23 @@ class Oracle:
     def queue_deleted(self, name: str) -> None:
         self.deleted.add(name)
 
+    def unhold(self, publisher: str) -> None:
+        """The publisher's blocked connection is gone: what it resends on a new one may go through."""
+        self.held = {mid: p for mid, p in self.held.items() if p != publisher}
+
     def alarm_set(self, on: bool) -> None:
         self.alarm = on
         if not on:
             self.held.clear()
 
-    def power_lost(self, now: float, media: bool = False) -> None:
+    def power_lost(self, now: float, media: bool = False, final: bool = False) -> None:
         """Acks since the last journal fsync may be lost: those messages may come back (a damaged
         disk may bring back any), and so may queues deleted since."""
-        self.cuts.append((now, self.journal_at))
-        for mid in self.acked | self.acked_durable if media else self.acked:
+        if not final:
+            self.cuts.append(now)
+        moved = {mid for mid, pub in self.published.items()
+                 if (pub.not_before is not None or pub.dead_to is not None) and mid not in self.rolled_back}
+        for mid in (self.acked | self.acked_durable if media else self.acked) | moved:
             self.live[mid] = len(body_for(mid))
         self.acked.clear()
         self.deleted.clear()
@@ -246,12 +253,18 @@ class Oracle:
             self.waiting.clear()  # a confirmed message may be gone with the damage
             self.stream_mids.clear()  # a cut stream tail: a resend is appended again, rightly
 
+    def repeats(self, mid: int) -> int:
+        """How many extra copies of ``mid`` the queues may hold: a moved message (dead-lettered, or
+        released by the delayed exchange) leaves its source only once its copy is durable, so a
+        power cut in between repeats the move (at least once, never lost): one more copy per power
+        cut since it was published."""
+        pub = self.published[mid]
+        if pub.not_before is None and pub.dead_to is None:
+            return 0
+        return sum(1 for cut in self.cuts if cut >= pub.at)
+
     def may_repeat(self, mid: int) -> bool:
-        """A delayed message is released before its held copy's removal is journalled (a crash in
-        between repeats it rather than losing it): after a power cut that came after its due time
-        with no journal fsync in between, it may be there twice."""
-        due = self.published[mid].not_before
-        return due is not None and any(cut >= due > synced for cut, synced in self.cuts)
+        return self.repeats(mid) > 0
 
     # -- the end -----------------------------------------------------------------------------------
     def required(self, now: float) -> set[int]:

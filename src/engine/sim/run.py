@@ -152,6 +152,10 @@ class _Run:
     def step(self, step: Step) -> None:
         self.oracle.step += 1
         _STEPS[step[0]](self, *step[1:])
+        for name, client in list(self.blocked.items()):
+            if self.actors[name].client is not client:  # a new connection is not blocked (yet)
+                del self.blocked[name]
+                self.oracle.unhold(name)
         self.collect()
         self.world.take_reports()
         self._journal_moved()
@@ -165,7 +169,7 @@ class _Run:
             blocked = self.oracle.alarm and was is not None and was is actor.client
             actor.publish(self.next_mid, queue)
             if blocked and actor.client is was:
-                self.oracle.held.add(self.next_mid)  # not confirmed before the alarm clears
+                self.oracle.held[self.next_mid] = name  # not confirmed before the alarm clears
             self.next_mid += 1
         self.world.run()
         if self.oracle.alarm and actor.client is not None:
@@ -296,11 +300,12 @@ class _Run:
             if actor.client is not None and actor.client.net is w.net and actor.frozen_at is None:
                 actor.client.reading = True
         w.run()
-        w.sync()
+        for _ in range(4):  # a completed sync may start another (a moved message's source removal)
+            w.sync()
         self.collect()
         unanswered = sum(a.unanswered() for a in self.actors.values() if hasattr(a, "unanswered"))
         self._journal_moved()
-        self.oracle.power_lost(self.world.now)
+        self.oracle.power_lost(self.world.now, final=True)
         self._boot(lambda: w.crash("drop"))
         if self.stopped:
             return

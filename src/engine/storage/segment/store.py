@@ -442,6 +442,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if self._j_live_hint <= 0:
             self._maybe_compact()
 
+    def removals_must_sync(self) -> None:
+        self._j_must = True  # the journal holds them: the next sync fsyncs it
+
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         qi = self._qget(vhost, queue)
         if qi is None or qi.find(msg_id) < 0:
