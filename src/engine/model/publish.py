@@ -257,8 +257,7 @@ class Publisher:
                     # dead-lettering is at most once (RabbitMQ's, for classic queues): a copy the
                     # store refuses (a full disk) is dropped, loudly. Raising here would escape an
                     # expiry timer or a trim and take the broker down with it.
-                    store_log.error("dead-lettered message from queue '%s' to '%s' dropped: %s", q.name,
-                                    target.name, exc)
+                    store_log.error("dead-lettered message from queue '%s' dropped: %s", q.name, exc)
 
 
 def _no_forward(q: Queue, msg: Message) -> bool:

@@ -14,8 +14,8 @@ from .oracle import Oracle
 from .workload import DEAD, DELAY_EXCHANGE, DELAYED, DLQ, PRIO, STREAM, TXQ, AmqpConsumer, AmqpPublisher
 from .world import SimWorld
 
-__all__ = ["CHURN_EXCHANGE", "DELAYS_MS", "Churner", "DedupPublisher", "DelayedPublisher", "PriorityPublisher", "TxConsumer",
-           "TxPublisher", "delay_of", "feature_actors", "priority_of"]
+__all__ = ["CHURN_EXCHANGE", "DELAYS_MS", "Churner", "DedupPublisher", "DelayedPublisher", "PriorityPublisher",
+           "TxConsumer", "TxPublisher", "delay_of", "feature_actors", "priority_of"]
 
 #: the delays a delayed publisher cycles through (ms): at once, soon, later, after a clock jump
 DELAYS_MS = (0, 500, 2000, 10_000)

@@ -82,8 +82,8 @@ class Oracle:
     #: settles whose fate is unknown (the connection went down around them)
     maybe_settled: set[int] = field(default_factory=set)
     delivered: set[int] = field(default_factory=set)
-    #: (queue, publisher) -> the last message id first-delivered
-    fifo: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (queue, publisher, priority) -> the last message id first-delivered
+    fifo: dict[tuple[str, str, int | None], int] = field(default_factory=dict)
     #: stream offset -> message id, as first seen
     offsets: dict[int, int] = field(default_factory=dict)
     #: bit flips injected: data after one may be lost, but never silently

@@ -94,7 +94,8 @@ class Actor:
 
     def closed_by_broker(self) -> bool:
         c = self.client
-        return c is None or c.net is not self.world.net or c.server_closed or c.conn_id not in self.world.broker.sessions
+        return (c is None or c.net is not self.world.net or c.server_closed
+                or c.conn_id not in self.world.broker.sessions)
 
     def ensure(self) -> bool:
         """Connect (again) unless connected; whether the connection is usable now."""
