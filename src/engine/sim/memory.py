@@ -1,10 +1,10 @@
 """The memory invariant, checked after every step: what the broker holds stays within a bound of
 the workload's live data, so a leak fails with a seed instead of growing unseen.
 
-* the bytes the memory alarm counts (``Broker.memory_used``: queued bodies in memory, held delayed
-  messages, received bytes the codecs hold) are at most the bodies of the messages not surely
-  settled (the oracle's ``live``; a message whose ack may be lost with a power cut stays live), plus
-  what the churn actor put in its queues, plus one frame's worth of slack;
+* the body bytes the memory alarm counts (queued in memory, held by the delayed exchange) are at
+  most those of the messages not surely settled (the oracle's ``live``; a message whose ack may be
+  lost with a power cut stays live; one that may be repeated counts once per copy), plus what the
+  churn actor put in its queues; the received bytes the codecs hold are at most a frame's worth;
 * every queue the workload knows holds at most as many messages (ready and unacked) as are live
   for it (a dead-lettered message is live for its dead-letter queue too);
 * the broker has no more sessions than the network has connections open.
@@ -20,16 +20,18 @@ from .world import SimWorld
 
 __all__ = ["SLACK", "check_memory"]
 
-#: codecs may hold a partial frame or two (a blocked publisher's message being read)
+#: received bytes codecs may hold: a partial frame or two
 SLACK = 64 * 1024
 
 
 def check_memory(world: SimWorld, oracle: Oracle, extra_bytes: int = 0) -> None:
     broker = world.broker
-    bound = sum(oracle.live.values()) + extra_bytes + SLACK
-    used = broker.memory_used()
-    if used > bound:
-        raise Violation("memory", f"the broker holds {used} bytes, the live data bound is {bound}")
+    bound = sum(size * (1 + oracle.repeats(mid)) for mid, size in oracle.live.items()) + extra_bytes
+    if broker.model.queued_bytes > bound:
+        raise Violation("memory", f"the queues hold {broker.model.queued_bytes} bytes of bodies, the live "
+                                  f"data bound is {bound}")
+    if broker.inbound_bytes > SLACK:
+        raise Violation("memory", f"the codecs hold {broker.inbound_bytes} received bytes")
     live: Counter[str] = Counter()
     for mid in oracle.live:
         pub = oracle.published[mid]
