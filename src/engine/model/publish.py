@@ -212,25 +212,14 @@ class Publisher:
             self.at_least_once.dead(q, entry, reason)
             return
         state = self.state
-        if type(q) is not Queue:  # a light subscription: its messages are not moved through the store
-            state.forget(q, entry)
-            self.dead_letter(q, entry, reason)
-            return
-        state.forget(q, entry, keep_stored=True)
+        state.forget(q, entry)
         writes = state.store_writes
         self.dead_letter(q, entry, reason)
-        if state.store_writes == writes:
-            state.unstore(q, entry.msg)
-        else:  # a copy was stored: the source goes once the copy is durable, never before
-            state.when_durable(lambda: self._unstore_moved(q, entry.msg))
-
-    def _unstore_moved(self, q: Queue, msg: Message) -> None:
-        """The dead-lettered copy is durable: its source's removal is made durable by the next sync
-        too (not left to ride along), so after that sync a power cut brings neither back twice."""
-        state = self.state
-        state.unstore(q, msg)
-        state.store.removals_must_sync()
-        state.store_write()
+        if state.store_writes != writes:
+            # at most once (RabbitMQ's default): the removal went first. It is made durable by the
+            # sync that makes the copy durable, not left to ride along with a later one: else a power
+            # cut after that sync brings the original back to die again, a second copy
+            state.store.removals_must_sync()
 
     def expire(self, q: Queue, entry: Entry) -> None:
         self.remove(q, entry, "expired")

@@ -254,10 +254,10 @@ class Oracle:
             self.stream_mids.clear()  # a cut stream tail: a resend is appended again, rightly
 
     def repeats(self, mid: int) -> int:
-        """How many extra copies of ``mid`` the queues may hold: a moved message (dead-lettered, or
-        released by the delayed exchange) leaves its source only once its copy is durable, so a
-        power cut in between repeats the move (at least once, never lost): one more copy per power
-        cut since it was published."""
+        """How many extra copies of ``mid`` the queues may hold: a moved message (released by the
+        delayed exchange, at least once: it leaves its holder only once its copy is durable; or
+        dead-lettered, where a power cut between the copy and the removal may keep both) may be
+        moved again after a power cut: one more copy per power cut since it was published."""
         pub = self.published[mid]
         if pub.not_before is None and pub.dead_to is None:
             return 0
@@ -291,8 +291,10 @@ class Oracle:
             if mid in seen and not damaged and not self.may_repeat(mid):
                 raise Violation("duplicate", f"message {mid} is in the queues twice after recovery")
             seen.add(mid)
+        # dead-lettering is at most once (RabbitMQ's default): a copy may be lost on a full disk or
+        # with a power cut before its sync (or, the removal lost, repeated)
         missing = sorted(mid for mid in self.required(now) - seen
-                         if not (dead_dropped and self.published[mid].dead_to is not None))
+                         if not ((dead_dropped or self.may_repeat(mid)) and self.published[mid].dead_to is not None))
         if missing and not self.truncated and not (self.media_faults and reported):
             why = "after a media fault the store did not report" if self.media_faults else "lost"
             raise Violation("confirmed-lost", f"{len(missing)} confirmed message(s) {why}: {missing[:10]}")
