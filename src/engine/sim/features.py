@@ -142,6 +142,7 @@ class DedupPublisher(AmqpPublisher):
         #: sent and not confirmed, in order: resent first on a new connection (RabbitMQ's dedup
         #: drops an id below the last stored one, so a producer resends before it goes on)
         self._unconfirmed: dict[int, None] = {}
+        self._given_up: set[int] = set()  # nacked: never sent again
 
     def setup(self) -> None:
         super().setup()
@@ -164,14 +165,23 @@ class DedupPublisher(AmqpPublisher):
 
     def confirmed(self, mid: int) -> None:
         self._unconfirmed.pop(mid, None)
+        self._given_up.add(mid)
         super().confirmed(mid)
+
+    def nacked(self, mid: int) -> None:
+        # refused, fate unknown (a failed fsync may still have written it): given up, as the other
+        # publishers do. Sent again under its id it could be dropped as a duplicate of a later
+        # stored id, under a new id it could be there twice
+        self._unconfirmed.pop(mid, None)
+        self._given_up.add(mid)
 
     def resend(self, k: int) -> None:
         """Its last ``k`` messages again (confirmed ones too: the broker must drop those)."""
         if not self.ensure():
             return
         for mid in self._sent[-k:]:
-            self.send_message(mid, STREAM)
+            if mid not in self._given_up:
+                self.send_message(mid, STREAM)
         self.world.run()
 
 

@@ -208,9 +208,14 @@ class AmqpPublisher(Actor):
                 mid = self._tags.pop(t, None)
                 if mid is not None and isinstance(ev, spec.BasicAck):
                     self.confirmed(mid)
+                elif mid is not None:
+                    self.nacked(mid)
 
     def confirmed(self, mid: int) -> None:
         self.oracle.confirm(mid)
+
+    def nacked(self, mid: int) -> None:
+        """The broker refused ``mid`` (a failing disk): this publisher does not try again."""
 
     def lost(self) -> None:
         self._tags.clear()  # never answered: the publisher does not know (it would republish)
