@@ -124,18 +124,24 @@ def _publish(world: SimWorld, c: Any, exchange: str, key: str, headers: dict[str
 
 
 def _sync_all(world: SimWorld) -> None:
-    for _ in range(4):  # a completed sync may start another (the moved message's source removal)
+    for _ in range(4):  # a completed sync may start another (a released message's held copy removal)
         world.sync()
+
+
+def _one_synced(seed: int, exchange: str, key: str, headers: dict[str, Any] | None = None) -> tuple[SimWorld, Any]:
+    """A world with the test topology and one persistent message published and synced."""
+    world = SimWorld(seed)
+    c = _admin(world)
+    _publish(world, c, exchange, key, headers)
+    _sync_all(world)
+    return world, c
 
 
 def test_an_expired_message_is_dead_lettered_exactly_once_across_a_power_cut() -> None:
     # seed 105: the source's removal rode along lazily; the copy was synced, the removal not: after a
     # power cut the message was both in its queue and, dead-lettered again, twice in the DLX's queue
     with quiet_store_log():
-        world = SimWorld(105)
-        c = _admin(world)
-        _publish(world, c, "", "dl")
-        _sync_all(world)
+        world, _ = _one_synced(105, "", "dl")
         world.advance(2.0)  # expired: dead-lettered
         _sync_all(world)
         world.crash("drop")
@@ -146,10 +152,7 @@ def test_an_expired_message_is_dead_lettered_exactly_once_across_a_power_cut() -
 def test_expiry_into_a_dlx_on_a_full_disk_keeps_the_broker_running() -> None:
     # seed 55: the dead-lettered copy's enqueue raised StoreError out of Broker.handle_timer
     with quiet_store_log():
-        world = SimWorld(55)
-        c = _admin(world)
-        _publish(world, c, "", "dl")
-        _sync_all(world)
+        world, c = _one_synced(55, "", "dl")
         world.fs.disk_full = True
         _publish(world, c, "", "dl")
         world.sync()  # the store fails
@@ -162,10 +165,7 @@ def test_expiry_into_a_dlx_on_a_full_disk_keeps_the_broker_running() -> None:
 def test_a_delayed_release_on_a_full_disk_is_retried_not_raised() -> None:
     # seed 107: the release's enqueue raised StoreError out of Broker.handle_timer
     with quiet_store_log():
-        world = SimWorld(107)
-        c = _admin(world)
-        _publish(world, c, "xd", "qd", {"x-delay": 500})
-        _sync_all(world)
+        world, c = _one_synced(107, "xd", "qd", {"x-delay": 500})
         world.fs.disk_full = True
         _publish(world, c, "", "dead")
         world.sync()  # the store fails
@@ -179,10 +179,7 @@ def test_a_delayed_release_on_a_full_disk_is_retried_not_raised() -> None:
 def test_a_released_delayed_message_keeps_its_held_copy_until_the_release_is_durable() -> None:
     # seed 259: the held copy's removal reached the disk and the released copy did not: lost
     with quiet_store_log():
-        world = SimWorld(259)
-        c = _admin(world)
-        _publish(world, c, "xd", "qd", {"x-delay": 500})
-        _sync_all(world)
+        world, _ = _one_synced(259, "xd", "qd", {"x-delay": 500})
         world.advance(1.0)  # released; nothing synced since
         world.crash("scramble")  # unsynced pages survive in any order: never the removal alone
         world.advance(1.0)
