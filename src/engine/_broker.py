@@ -105,6 +105,8 @@ class Broker(Administration):
         self._store_writes_seen = 0
         self._eager_writes_seen = 0
         self._lazy_timer: TimerKey | None = None  # brings a sync for lazy writes left alone
+        #: sync token -> what runs once it completed (the model's ``when_durable``)
+        self._after_durable: dict[int, list[Callable[[], None]]] = {}
         #: ready messages above which a queue with consumers pauses its publishers (0: never)
         self.flow_credit = config.limits.flow_credit
         #: queues over their credit -> the publishers paused on them
@@ -233,6 +235,9 @@ class Broker(Administration):
         if token > self._synced_token:
             self._synced_token = token
         self.model.streams.committed()  # the sync moved streams' committed offsets: wake their readers
+        while self._after_durable and (t := next(iter(self._after_durable))) <= self._synced_token:
+            for fn in self._after_durable.pop(t):
+                fn()
         for session in list(self._holding):
             self._guarded(session, session.release_held, self._synced_token)
         self._settle()
@@ -507,6 +512,11 @@ class Broker(Administration):
 
     def _settle(self) -> None:
         self.model.dispatch()
+        waiting = self.model.after_durable
+        if waiting:  # they wait for the token covering every write so far
+            token = self.sync_token(True)
+            self._after_durable.setdefault(token or 0, []).extend(waiting)
+            waiting.clear()
         if self._flow:
             self._flow_release()
         self._check_alarms()

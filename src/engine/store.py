@@ -94,6 +94,10 @@ class Store(ABC):
     def sync(self, token: int) -> None:
         """Block until everything appended before ``Sync(token)`` was emitted is durable."""
 
+    def removals_must_sync(self) -> None:  # noqa: B027 - optional: stores that sync every write need nothing
+        """The next sync must make the removals written so far durable, not only the enqueues (a
+        dead-lettered message: its copy and its removal from the queue it died in go together)."""
+
     def close(self) -> None:  # noqa: B027 - optional: stores holding nothing open need no close
         pass
 

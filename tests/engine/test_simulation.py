@@ -153,11 +153,15 @@ def forgetful_store(fs: SimFS) -> Store:
     return ForgetfulStore("/data", fs=fs, segment_size=16 << 10, recover_window=64)
 
 
-def test_an_ack_made_durable_that_comes_back_after_a_power_cut_is_caught() -> None:
+def test_an_ack_made_durable_that_comes_back_after_a_power_cut_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     steps = [("pub", "pc", "q0", 3), ("sync", 0), ("ack", "c0", 3), ("advance", 2000), ("sync", 0),
              ("crash", "drop", "")]
     assert run_steps(8, steps).ok  # the journal fsync after the acks made them durable, and they hold
     r = run_steps(8, steps, forgetful_store)
+    # the memory invariant sees it first: the queue holds acked messages again after the boot
+    assert r.kind == "memory" and "live data bound is 0" in (r.violation or ""), r.violation
+    monkeypatch.setattr(sim_run, "check_memory", lambda *args: None)
+    r = run_steps(8, steps, forgetful_store)  # and the durable-ack invariant once they are delivered
     assert r.kind == "acked-redelivered" and "durable" in (r.violation or "")
     unsynced = [("pub", "pc", "q0", 3), ("sync", 0), ("ack", "c0", 3), ("crash", "drop", "")]
     assert run_steps(8, unsynced, forgetful_store).ok  # acks not yet durable may be lost: a redelivery

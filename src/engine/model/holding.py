@@ -16,15 +16,20 @@ delayed or retried messages blocks publishers as one of ready messages does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .._message import Message
 from .._timers import TimerKey
-from ..store import QueueDef
+from ..store import QueueDef, StoreError
 from .state import ModelState
 
-__all__ = ["Holder", "HOLDER_ARG", "HOLDER_PREFIX", "DUE_HEADER", "holder_queue_name"]
+__all__ = ["Holder", "HOLDER_ARG", "HOLDER_PREFIX", "DUE_HEADER", "RELEASE_RETRY", "holder_queue_name"]
+
+log = logging.getLogger("sansmq.store")
+#: seconds before a release the store refused (a full disk) is tried again
+RELEASE_RETRY = 1.0
 
 #: names of the holders' store queues; no client queue may take one (topology refuses them)
 HOLDER_PREFIX = "amq.sansmq."
@@ -106,10 +111,24 @@ class Holder:
         out = Message(state.next_message_id(), held.exchange, held.routing_key, headers, held.body, held.priority,
                       held.expires_at, held.persistent, held.ack_timeout)
         # released before the stored copy goes: a crash in between repeats it rather than losing it
-        self.release(out, count)
+        try:
+            self.release(out, count)
+        except StoreError as exc:
+            # the store refuses writes (a full disk): held on and tried again later, never lost
+            # (raising would escape the timer and take the broker down)
+            log.warning("releasing a held message from '%s' failed, retrying in %s s: %s", self.name,
+                        RELEASE_RETRY, exc)
+            self.held[held.id] = state.timers.add(now + RELEASE_RETRY, self._due, arg)
+            self._count(len(held.body))
+            return
         if self.durable and held.persistent:
-            state.store.remove(self.vhost, self.name, held.id)
-            state.store_write()
+            # the stored copy goes once the released one is durable: a power cut in between
+            # repeats the release rather than losing the message
+            state.when_durable(lambda: self._unstore(held.id))
+
+    def _unstore(self, msg_id: int) -> None:
+        self.state.store.remove(self.vhost, self.name, msg_id)
+        self.state.store_write()
 
     def drop(self) -> None:
         """The owner is gone: its held messages go with it."""

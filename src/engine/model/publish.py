@@ -9,10 +9,12 @@ here and in ``delivery``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .._message import READY, Entry, Message
+from ..store_types import StoreError
 from .at_least_once import AtLeastOnce
 from .delayed import DelayedTarget
 from .errors import NotFound
@@ -24,6 +26,8 @@ from .quorum import at_least_once, overflow
 from .routing import route, route_cc
 from .state import ModelState
 from .streams import Streams
+
+store_log = logging.getLogger("sansmq.store")
 
 __all__ = ["Publisher", "PUBLISH_ROUTED", "PUBLISH_REFUSED", "PUBLISH_WROTE"]
 
@@ -207,8 +211,15 @@ class Publisher:
         if type(q) is Queue and q.quorum and at_least_once(q):
             self.at_least_once.dead(q, entry, reason)
             return
-        self.state.forget(q, entry)
+        state = self.state
+        state.forget(q, entry)
+        writes = state.store_writes
         self.dead_letter(q, entry, reason)
+        if state.store_writes != writes:
+            # at most once (RabbitMQ's default): the removal went first. It is made durable by the
+            # sync that makes the copy durable, not left to ride along with a later one: else a power
+            # cut after that sync brings the original back to die again, a second copy
+            state.store.removals_must_sync()
 
     def expire(self, q: Queue, entry: Entry) -> None:
         self.remove(q, entry, "expired")
@@ -229,7 +240,13 @@ class Publisher:
         if dead is not None:
             msg, targets = dead
             for target in targets:
-                self.enqueue(target, msg)
+                try:
+                    self.enqueue(target, msg)
+                except StoreError as exc:
+                    # dead-lettering is at most once (RabbitMQ's, for classic queues): a copy the
+                    # store refuses (a full disk) is dropped, loudly. Raising here would escape an
+                    # expiry timer or a trim and take the broker down with it.
+                    store_log.error("dead-lettered message from queue '%s' dropped: %s", q.name, exc)
 
 
 def _no_forward(q: Queue, msg: Message) -> bool:

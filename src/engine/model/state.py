@@ -4,7 +4,7 @@ publishes, light-subscription drops). ``Model`` is a ``ModelState``; the layers 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import count
 from typing import Any
 
@@ -22,7 +22,8 @@ class ModelState:
     __slots__ = ("store", "timers", "now", "vhosts", "dirty", "next_tag", "_next_msg_id", "prio_queues",
                  "store_writes", "eager_writes", "queued_bytes", "publishes", "delivered", "redelivered", "acked",
                  "confirmed", "light_limit", "light_dropped", "next_seq",
-                 "light_dropped_total", "page_window", "page_window_bytes", "events", "limits", "relays")
+                 "light_dropped_total", "page_window", "page_window_bytes", "events", "limits", "relays",
+                 "after_durable")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         self.store = store
@@ -54,6 +55,10 @@ class ModelState:
         #: lazy ones (removals of acked or dropped messages: nothing waits on them, and one lost
         #: in a crash only means a redelivery), which ride along with the next sync
         self.eager_writes = 0
+        #: what must wait until every store write made so far is durable (the broker runs each once
+        #: a sync covering them completed): removing a moved message's source before its copy is
+        #: durable would let a power cut lose both
+        self.after_durable: list[Callable[[], None]] = []
         #: body bytes of every message held in a queue (ready or unacked; light subscriptions
         #: excluded), once per queue, and of every message a delayed exchange or a retry back-off
         #: holds until due (``holding``): what the broker's memory watermark compares against
@@ -87,6 +92,13 @@ class ModelState:
             self.store_writes += 1
             if not lazy:
                 self.eager_writes += 1
+
+    def when_durable(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the store writes made so far are durable (at once for a store without syncs)."""
+        if self.store.needs_sync:
+            self.after_durable.append(fn)
+        else:
+            fn()
 
     def mark_dirty(self, q: Any) -> None:
         self.dirty[q] = None

@@ -55,6 +55,10 @@ def injected(result: Result) -> dict[str, int]:
         "fsync": fs.get("fsync-failure", 0),
         "diskfull": fs.get("enospc", 0),
         "media": fs.get("bit-flip", 0) + fs.get("truncation", 0),
+        "halfopen": sum(1 for s in steps if s[0] == "halfopen"),
+        "heartbeat": sum(1 for s in steps if s[0] == "stall"),
+        "slow": sum(1 for s in steps if s[0] == "slow" and s[2]),
+        "memory": sum(1 for s in steps if s[0] == "alarm" and s[1]),
     }
 
 

@@ -15,8 +15,10 @@ from amqpproto import spec
 
 from ..config import Config, Limits
 from ..store import StoreError
+from .features import DELAYS_MS, Churner, feature_actors
+from .memory import check_memory
 from .oracle import Oracle, Violation
-from .workload import QUEUES, STREAM, Actor, AmqpConsumer, Refused, declare_all, make_actors
+from .workload import DLQ, HEARTBEAT, QUEUES, STREAM, Actor, AmqpConsumer, Refused, declare_all, make_actors
 from .world import SimWorld, StoreFactory, quiet_store_log, segment_store
 
 __all__ = ["FAULTS", "Result", "generate", "run_seed", "run_steps", "shrink"]
@@ -24,12 +26,21 @@ __all__ = ["FAULTS", "Result", "generate", "run_seed", "run_steps", "shrink"]
 Step = tuple[Any, ...]
 
 #: a small queue window: ready messages beyond 8 are paged out to the store (transient records too)
-SIM_CONFIG = Config(limits=Limits(queue_window=8))
+QUEUE_WINDOW = 8
+#: the watermark while the memory alarm fault is on: any memory use (even none) is over it
+ALARM_WATERMARK = -1
+_WATERMARK = Limits().memory_high_watermark
 #: fault classes: what ``--faults`` selects
-FAULTS = ("clock", "drop", "crash", "torn", "fsync", "diskfull", "media")
-_PUBLISHERS = ("pc", "pn", "ps", "pw")
-_CONSUMERS = ("c0", "c1", "ct", "cs")
-_TARGETS = (*QUEUES, STREAM)
+FAULTS = ("clock", "drop", "crash", "torn", "fsync", "diskfull", "media", "halfopen", "heartbeat", "slow",
+          "memory")
+#: publishers -> the queues they publish to
+_PUBLISHERS = {"pc": ("q0", "q1", "ttl", DLQ, STREAM), "pn": ("q0", "q1", "ttl", DLQ, STREAM),
+               "ps": ("q0", "q1", "ttl", STREAM), "pw": ("q0", "q1", "ttl", STREAM),
+               "pp": ("prio",), "pdl": ("qd",), "pdd": (STREAM,)}
+_CONSUMERS = ("c0", "c1", "ct", "cs", "cp", "cq", "cd", "cx")
+#: consumers a slow-reader fault may hit (not the priority queue's: its check trusts delivery order)
+_SLOW = ("c0", "c1", "ct", "cq", "cd", "cx")
+_CHURN = ("declare", "declare", "publish", "publish", "unbind", "delete", "exchange")
 
 
 def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None) -> list[Step]:
@@ -38,16 +49,33 @@ def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None)
     n = n if n is not None else rng.randint(30, 90)
     menu: list[tuple[int, str]] = [(30, "pub"), (14, "ack"), (3, "nack"), (2, "reject"), (2, "cancel"),
                                    (8, "advance"), (10, "sync"), (1, "restart")]
+    menu += [(3, "tx"), (3, "txack"), (2, "resend"), (4, "churn")]
     menu += [(w, k) for w, k, f in ((3, "jump", "clock"), (3, "drop", "drop"), (3, "crash", "crash"),
                                     (3, "crash", "torn"), (3, "cut", "crash"), (3, "syncfail", "fsync"),
-                                    (2, "disk", "diskfull"), (2, "media", "media")) if f in faults]
+                                    (2, "disk", "diskfull"), (2, "media", "media"), (2, "halfopen", "halfopen"),
+                                    (2, "stall", "heartbeat"), (3, "slow", "slow"), (2, "alarm", "memory"))
+             if f in faults]
     kinds, weights = zip(*[(k, w) for w, k in menu], strict=True)
     steps: list[Step] = []
     for _ in range(n):
         kind = rng.choices(kinds, weights)[0]
         if kind == "pub":
-            pub = rng.choice(_PUBLISHERS)
-            steps.append(("pub", pub, rng.choice(_TARGETS), rng.randint(1, 6)))
+            pub = rng.choice(sorted(_PUBLISHERS))
+            steps.append(("pub", pub, rng.choice(_PUBLISHERS[pub]), rng.randint(1, 6)))
+        elif kind in ("tx", "txack"):
+            steps.append((kind, rng.randint(1, 4), rng.randint(0, 1)))
+        elif kind == "resend":
+            steps.append(("resend", rng.randint(1, 4)))
+        elif kind == "churn":
+            steps.append(("churn", rng.choice(_CHURN), rng.randint(1, 3)))
+        elif kind == "halfopen":
+            steps.append(("halfopen", "c0"))
+        elif kind == "stall":
+            steps.append(("stall", rng.choice((0.5, 4))))
+        elif kind == "slow":
+            steps.append(("slow", rng.choice(_SLOW), rng.randint(0, 1)))
+        elif kind == "alarm":
+            steps.append(("alarm", rng.randint(0, 1)))
         elif kind in ("ack", "nack", "reject", "cancel"):
             steps.append((kind, rng.choice(_CONSUMERS), rng.randint(1, 4)))
         elif kind == "advance":
@@ -59,7 +87,7 @@ def generate(seed: int, faults: frozenset[str] | set[str], n: int | None = None)
         elif kind == "syncfail":
             steps.append(("sync", 1))
         elif kind == "drop":
-            steps.append(("drop", rng.choice((*_PUBLISHERS, *_CONSUMERS))))
+            steps.append(("drop", rng.choice((*sorted(_PUBLISHERS), *_CONSUMERS))))
         elif kind == "crash":
             mode = "drop" if "torn" not in faults else rng.choice(("drop", "torn", "scramble"))
             steps.append(("crash", mode, ""))
@@ -103,9 +131,14 @@ class Result:
 class _Run:
     def __init__(self, seed: int, store: StoreFactory) -> None:
         self.seed = seed
-        self.world = SimWorld(seed, store=store, config=SIM_CONFIG)
+        # each run its own config: the memory alarm fault changes its watermark
+        self.world = SimWorld(seed, store=store, config=Config(limits=Limits(queue_window=QUEUE_WINDOW)))
         self.oracle = Oracle()
-        self.actors: dict[str, Actor] = make_actors(self.world, self.oracle)
+        self.actors: dict[str, Actor] = {**make_actors(self.world, self.oracle),
+                                         **feature_actors(self.world, self.oracle)}
+        self.churner: Churner = self.actors["tc"]  # type: ignore[assignment]
+        #: publisher -> its connection once it published while the memory alarm was on (so blocked)
+        self.blocked: dict[str, Any] = {}
         self.next_mid = 1
         self.stopped = ""  # the store refused the disk: nothing more can run
         self._journal = self.world.journal_mark()
@@ -117,16 +150,89 @@ class _Run:
             actor.collect()
 
     def step(self, step: Step) -> None:
+        self.oracle.step += 1
         _STEPS[step[0]](self, *step[1:])
+        for name, client in list(self.blocked.items()):
+            if self.actors[name].client is not client:  # a new connection is not blocked (yet)
+                del self.blocked[name]
+                self.oracle.unhold(name)
         self.collect()
         self.world.take_reports()
         self._journal_moved()
+        self._check_half_open()
+        check_memory(self.world, self.oracle, self.churner.bytes)
 
-    def _pub(self, actor: str, queue: str, n: int) -> None:
+    def _pub(self, name: str, queue: str, n: int) -> None:
+        actor: Any = self.actors[name]
         for _ in range(n):
-            self.actors[actor].publish(self.next_mid, queue)  # type: ignore[attr-defined]
+            was = self.blocked.get(name)
+            blocked = self.oracle.alarm and was is not None and was is actor.client
+            actor.publish(self.next_mid, queue)
+            if blocked and actor.client is was:
+                self.oracle.held[self.next_mid] = name  # not confirmed before the alarm clears
             self.next_mid += 1
         self.world.run()
+        if self.oracle.alarm and actor.client is not None:
+            self.blocked.setdefault(name, actor.client)
+
+    def _tx(self, n: int, commit: int) -> None:
+        for _ in range(n):
+            self.actors["ptx"].publish(self.next_mid, "qtx")  # type: ignore[attr-defined]
+            self.next_mid += 1
+        self.actors["ptx"].finish(bool(commit))  # type: ignore[attr-defined]
+
+    def _txack(self, n: int, commit: int) -> None:
+        self.actors["ctx"].settle_tx(n, bool(commit))  # type: ignore[attr-defined]
+
+    def _resend(self, k: int) -> None:
+        self.actors["pdd"].resend(k)  # type: ignore[attr-defined]
+
+    def _churn(self, op: str, n: int) -> None:
+        self.churner.churn(op, n)
+
+    def _half_open(self, name: str) -> None:
+        actor = self.actors[name]
+        actor.ensure()
+        actor.freeze()
+
+    def _check_half_open(self) -> None:
+        """The broker gives up on a half-open peer after two missed heartbeats (RabbitMQ's rule):
+        it must have closed it (and requeued its unacked) once that time has passed."""
+        for actor in self.actors.values():
+            since = actor.frozen_at
+            if since is not None and self.world.now > since + 3 * HEARTBEAT and not actor.closed_by_broker():
+                raise Violation("half-open", f"{actor.name}: half-open since {since}, still open at {self.world.now}")
+
+    def _stall(self, factor: float) -> None:
+        """c0 stops heart-beating for ``factor`` heartbeats, then goes on: under two heartbeats the
+        broker must keep the connection, beyond three it must have closed it."""
+        actor = self.actors["c0"]
+        if not actor.ensure():
+            return
+        client = actor.client
+        client.auto_heartbeat = False
+        self.world.advance(factor * HEARTBEAT)
+        client.auto_heartbeat = True
+        closed = actor.closed_by_broker()
+        if factor < 1 and closed and client.net is self.world.net:
+            raise Violation("heartbeat", f"c0 closed after a heartbeat stall of {factor * HEARTBEAT} s")
+        if factor > 3 and not closed:
+            raise Violation("heartbeat", f"c0 still open after a heartbeat stall of {factor * HEARTBEAT} s")
+
+    def _slow(self, name: str, slow: int) -> None:
+        """A consumer stops reading (its deliveries pile up in the network) or reads again."""
+        client = self.actors[name].client
+        if client is not None and client.net is self.world.net:
+            client.reading = not slow
+        self.world.run()
+
+    def _alarm(self, on: int) -> None:
+        self.world.config.limits.memory_high_watermark = ALARM_WATERMARK if on else _WATERMARK
+        self.world.broker.run_command(lambda broker: None, self.world.now)
+        self.world.run()
+        self.oracle.alarm_set(bool(on))
+        if not on:
+            self.blocked.clear()
 
     def _advance(self, ms: int) -> None:
         self.world.advance(ms / 1000)
@@ -147,11 +253,11 @@ class _Run:
         w = self.world
         w.sync_until_cut(n)
         self._journal_moved()  # the sync's fsyncs done before the cut count
-        self.oracle.power_lost()
+        self.oracle.power_lost(self.world.now)
         self._boot(lambda: w.crash(mode))
 
     def _crash(self, mode: str, media: str) -> None:
-        self.oracle.power_lost(media=bool(media))
+        self.oracle.power_lost(self.world.now, media=bool(media))
         if media:
             # a damaged stream tail is cut and its offsets reused; a damaged journal loses
             # removals, so old (even expired) messages may come back ahead of newer ones
@@ -168,13 +274,13 @@ class _Run:
         mark = self.world.journal_mark()
         if mark != self._journal:
             self._journal = mark
-            self.oracle.journal_synced()
+            self.oracle.journal_synced(self.world.now)
 
     def _restart(self, w: SimWorld) -> None:
         if w.restart():
-            self.oracle.journal_synced()  # a clean close fsyncs the journal
+            self.oracle.journal_synced(self.world.now)  # a clean close fsyncs the journal
         else:
-            self.oracle.power_lost()  # acks written to a failing disk are not durable
+            self.oracle.power_lost(self.world.now)  # acks written to a failing disk are not durable
         self._journal = w.journal_mark()
 
     def _boot(self, boot: Any) -> None:
@@ -189,16 +295,22 @@ class _Run:
         """Answer everything, cut the power, boot, drain every queue and the stream, check."""
         w = self.world
         w.fs.disk_full = False
+        self._alarm(0)
+        for actor in self.actors.values():  # slow readers read again; half-open peers are abandoned
+            if actor.client is not None and actor.client.net is w.net and actor.frozen_at is None:
+                actor.client.reading = True
         w.run()
-        w.sync()
+        for _ in range(4):  # a completed sync may start another (a moved message's source removal)
+            w.sync()
         self.collect()
         unanswered = sum(a.unanswered() for a in self.actors.values() if hasattr(a, "unanswered"))
         self._journal_moved()
-        self.oracle.power_lost()
+        self.oracle.power_lost(self.world.now, final=True)
         self._boot(lambda: w.crash("drop"))
         if self.stopped:
             return
-        present: set[int] = set()
+        w.advance(max(DELAYS_MS) / 1000 + 1)  # every delayed message is due
+        present: list[int] = []
         for queue in (*QUEUES, STREAM):
             drain = AmqpConsumer(f"drain-{queue}", w, self.oracle, queue, prefetch=0 if queue != STREAM else 60_000)
             try:
@@ -212,11 +324,26 @@ class _Run:
             drain.collect()
             if queue == STREAM and drain.first_offset not in (None, 0):
                 raise Violation("stream-gap", f"{queue}: the stream now starts at {drain.first_offset}, not 0")
-            present.update(mid for _, mid in drain.unacked)
+            present.extend(mid for _, mid in drain.unacked)
             drain.client.send(spec.ConnectionClose(200, "", 0, 0))
             w.run()
         w.take_reports()
-        self.oracle.check_final(w.now, present, bool(w.reports), unanswered)
+        dead_dropped = any("dead-lettered message" in r for r in w.reports)
+        self.oracle.check_final(w.now, present, bool(w.reports), unanswered, dead_dropped)
+        self._check_deleted()
+
+    def _check_deleted(self) -> None:
+        """A queue whose deletion was durable must not be back after the reboot."""
+        c: Any = self.world.connect("amqp")
+        c.amqp_open()
+        for i, name in enumerate(sorted(self.oracle.deleted_durable), start=1):
+            c.open_channel(i)
+            ok = c.call(spec.QueueDeclare(queue=name, passive=True, channel=i))
+            if isinstance(ok, spec.QueueDeclareOk):
+                raise Violation("deleted-queue-back", f"queue {name} is back after its durable deletion, "
+                                                      f"with {ok.message_count} message(s)")
+        c.close()
+        self.world.run()
 
 
 
@@ -227,6 +354,14 @@ def _settle(op: str) -> Any:
 #: step kind -> what runs it (with the step's arguments)
 _STEPS: dict[str, Any] = {
     "pub": _Run._pub,
+    "tx": _Run._tx,
+    "txack": _Run._txack,
+    "resend": _Run._resend,
+    "churn": _Run._churn,
+    "halfopen": _Run._half_open,
+    "stall": _Run._stall,
+    "slow": _Run._slow,
+    "alarm": _Run._alarm,
     "ack": _settle("ack"),
     "nack": _settle("nack"),
     "reject": _settle("reject"),

@@ -6,6 +6,7 @@ import logging
 import os
 
 from ._files import FLUSH_AT, _File
+from ._parts import StoreParts
 from ._records import (
     _CNT,
     _ENQ,
@@ -37,7 +38,7 @@ COMPACT_MIN = 4 << 20
 COMPACT_RATIO = 4
 
 
-class Compaction:
+class Compaction(StoreParts):
     """``_maybe_compact`` / ``_compact`` (a mixin of ``SegmentStore``)."""
 
     def _maybe_compact(self) -> None:
@@ -73,10 +74,10 @@ class Compaction:
                 out += _record(meta_vhost(OP_ADD_VHOST, v))
             for (kind, key), doc in self._docs.items():
                 out += _record(encode_meta(OP_PUT_DOC, kind, key, doc))
-            for x in self._exchanges.values():
-                out += _record(meta_exchange(x))
+            for xdef in self._exchanges.values():
+                out += _record(meta_exchange(xdef))
             for vname, qname, x in self._all_queues():
-                out += _record(meta_queue(0 if type(x) is int else x.qid, self._qdef(vname, qname, x)))  # type: ignore[union-attr,arg-type]
+                out += _record(meta_queue(0 if isinstance(x, int) else x.qid, self._qdef(vname, qname, x)))
                 if len(out) >= FLUSH_AT:
                     flush()
             for b in self._bindings.values():

@@ -12,6 +12,7 @@ from ..._message import Message
 from ...store import PagedMessage
 from ._files import _File
 from ._index import TRANSIENT, _Page
+from ._parts import StoreParts
 from ._records import (
     _REC,
     _decode_message,
@@ -24,7 +25,7 @@ log = logging.getLogger("sansmq.store")
 READ_SPAN = 256 << 10
 
 
-class Paging:
+class Paging(StoreParts):
     """The paging methods and the record reads they share with recovery (a mixin of ``SegmentStore``)."""
 
     def page_out(self, vhost: str, queue: str, msg: Message, count: int, expires: float | None,

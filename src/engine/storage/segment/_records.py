@@ -266,7 +266,8 @@ def _read_headers(raw: bytes) -> dict[str, Any]:
     return table
 
 
-_BODY_SLOT = Message.body  # the slot descriptor, reached past the property below
+#: the slot descriptor, reached past the property below
+_BODY_SLOT: Any = Message.__dict__["body"]
 
 
 class _LazyBodyMessage(Message):
@@ -275,6 +276,9 @@ class _LazyBodyMessage(Message):
     Only recovered messages are of this class, so the plain ``Message`` path is unchanged."""
 
     __slots__ = ("_store", "_at", "_len")
+    _store: Any
+    _at: int
+    _len: int
 
     @property  # type: ignore[override]
     def body(self) -> bytes:
@@ -289,7 +293,7 @@ class _LazyBodyMessage(Message):
         self._store = None
 
 
-def _decode_message(p: memoryview, lazy: tuple[Any, int] | None = None) -> Message:
+def _decode_message(p: bytes | memoryview, lazy: tuple[Any, int] | None = None) -> Message:
     """``lazy``: (store, absolute position of the payload) to leave the body on disk."""
     mid, exp, ackt, prio, flags, lex, lrk, lhdr = _MSG.unpack_from(p, 0)
     o = _MSG.size

@@ -17,6 +17,7 @@ from ..._message import Message
 from ...store import Recovered, StoredMessage, StoreError
 from ._files import _File
 from ._index import _Page, _QIndex
+from ._parts import StoreParts
 from ._queuedefs import _IDLE, _QueueDefs
 from ._records import (
     _CNT,
@@ -58,7 +59,7 @@ log = logging.getLogger("sansmq.store")
 
 
 
-class Recovery:
+class Recovery(StoreParts):
     """``SegmentStore._load`` and the journal replay it uses (a mixin of ``SegmentStore``)."""
 
     def _load(self) -> Recovered:
@@ -97,9 +98,10 @@ class Recovery:
         rec = Recovered(list(self._vhosts), list(self._exchanges.values()), [], list(self._bindings.values()),
                         docs=dict(self._docs))
         max_id = 0
-        for vname, qname, qi in self._all_queues():
-            if type(qi) is int:
+        for vname, qname, x in self._all_queues():
+            if isinstance(x, int):
                 continue
+            qi = x
             if not qi.live:
                 if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
                     self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
@@ -399,9 +401,9 @@ class Recovery:
         x = (v.get(name) if keep_place else v.pop(name, None)) if v is not None else None
         if type(x) is _QIndex:
             by_qid.pop(x.qid, None)
-        elif x:  # idle with a qid (while loading, see _apply_meta)
-            self._idle_names.pop(x, None)  # type: ignore[call-overload]
-            self._idle_vhosts.pop(x, None)  # type: ignore[call-overload]
+        elif isinstance(x, int) and x:  # idle with a qid (while loading, see _apply_meta)
+            self._idle_names.pop(x, None)
+            self._idle_vhosts.pop(x, None)
 
 
 def _enqueued_at(view: memoryview, cov: int, start: int, end: int) -> set[tuple[int, int]]:

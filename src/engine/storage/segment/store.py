@@ -171,7 +171,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._streams: FileStreams | None = None  # stream queues' logs, opened on first use
 
     # -- I/O primitives (through the file-system seam; fault-injection tests also override these)
-    def _pwrite(self, fd: int, data: bytearray, offset: int) -> int:
+    def _pwrite(self, fd: int, data: bytearray | memoryview, offset: int) -> int:
         return self._fs.pwrite(fd, data, offset)
 
     def _fsync(self, fd: int) -> None:
@@ -358,8 +358,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if qi is None:
             return  # not a durable queue this store knows of
         self._check_writable()
-        if type(qi) is int:
-            qi = self._upgrade(v, vhost, queue)  # type: ignore[arg-type]
+        if isinstance(qi, int):
+            assert v is not None
+            qi = self._upgrade(v, vhost, queue)
         with self._lock:
             pos = self._append_message(msg)
             enq = _record(_ENQ.pack(K_ENQ, qi.qid, msg.id, pos))
@@ -441,6 +442,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self._j_live_hint -= 1
         if self._j_live_hint <= 0:
             self._maybe_compact()
+
+    def removals_must_sync(self) -> None:
+        self._j_must = True  # the journal holds them: the next sync fsyncs it
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         qi = self._qget(vhost, queue)
