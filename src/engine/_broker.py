@@ -514,9 +514,14 @@ class Broker(Administration):
         self.model.dispatch()
         waiting = self.model.after_durable
         if waiting:  # they wait for the token covering every write so far
-            token = self.sync_token(True)
-            self._after_durable.setdefault(token or 0, []).extend(waiting)
-            waiting.clear()
+            token = self.sync_token(True) or 0
+            ready, waiting[:] = list(waiting), []
+            if token <= self._synced_token:  # durable already: no later sync need come for them
+                for fn in ready:
+                    fn()
+                self.model.dispatch()
+            else:
+                self._after_durable.setdefault(token, []).extend(ready)
         if self._flow:
             self._flow_release()
         self._check_alarms()
