@@ -39,6 +39,9 @@ class NodeStore(Muting, MemoryStore):
         else:
             self.ids[(vhost, name)] = qid
 
+    def adopt(self, vhost: str, name: str, epoch: int) -> None:
+        self.writes.append(f"adopt {name} {epoch}")
+
     def add_queue(self, qdef: Any) -> None:
         if not self.muted:
             self.writes.append(f"queue {qdef.name}")

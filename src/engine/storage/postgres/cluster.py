@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -66,6 +66,8 @@ class Heartbeat:
     lost: list[tuple[str, str]]  # queues whose lease moved away from this node
     acquired: dict[tuple[str, str], list[StoredMessage]]  # queues taken over, with their messages
     leaders: dict[tuple[str, str], str]  # every queue another node leads -> that node
+    #: the lease epochs of ``acquired``: the loop's takeover adopts them (``ClusterStore.adopt``)
+    epochs: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class ClusterStore(Muting, PostgresStore):
@@ -269,6 +271,12 @@ class ClusterStore(Muting, PostgresStore):
             if led:
                 self.led[qid] = 1
 
+    def adopt(self, vhost: str, queue: str, epoch: int) -> None:
+        """The loop took ``queue`` over at lease ``epoch`` (loop thread): its writes count from now."""
+        qid = self._qids.get((vhost, queue))
+        if qid is not None:
+            self.led[qid] = epoch
+
     # -- messages: only for the queues this node leads ----------------------------------------------
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
         qid = self._qids.get((vhost, queue))
@@ -399,11 +407,13 @@ class ClusterStore(Muting, PostgresStore):
             for q in lost:
                 self.led.pop(q, None)
             acquired: dict[tuple[str, str], list[StoredMessage]] = {}
+            epochs: dict[tuple[str, str], int] = {}
             if got:
                 names = {qid: (v, n) for qid, v, n in conn.execute(c["queue_names"], (list(got),))}
                 for qid in got:
                     if qid in names:
                         acquired[names[qid]] = []
+                        epochs[names[qid]] = got[qid]
                         self._qids[names[qid]] = qid
                 missing = 0
                 for qid, _mid, count, payload in conn.execute(c["load_queue_messages"], (list(names),)):
@@ -415,9 +425,10 @@ class ClusterStore(Muting, PostgresStore):
                 if missing:
                     log.error("cluster node %s: %d queue entries taken over without their message row",
                               self.node, missing)
-                self.led.update(got)
+                # not led yet: the loop adopts the new epochs once it dropped what it may still hold
+                # of these queues from an earlier lease (engine.cluster.membership.take_over)
             inverse = {qid: key for key, qid in list(self._qids.items())}  # the loop thread adds to it
-            return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders)
+            return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders, epochs)
 
         return self._upkeep(run)  # type: ignore[no-any-return]
 
