@@ -128,15 +128,18 @@ def test_take_over_loads_the_queue_and_step_down_gives_it_up(broker: Broker) -> 
     _queue_added(broker, "q", "a")
     q = broker.model.vhosts["/"].queues["q"]
     take_over(broker, ("/", "q"), [StoredMessage(Message(10, "", "q", {}, b"m1", persistent=True), 1),
-                                   StoredMessage(Message(11, "", "q", {}, b"m2", persistent=True), 1)])
-    assert q.leader is None and q.count == 2
+                                   StoredMessage(Message(11, "", "q", {}, b"m2", persistent=True), 1)], 3)
+    assert q.leader is None and q.count == 2 and "adopt q 3" in broker.store.writes  # type: ignore[attr-defined]
     owner = Owner()
     broker.model.consume(q, Consumer(q, owner, prefetch=1))
     broker.model.dispatch()
     assert [e.msg.body for _, e in owner.got] == [b"m1"] and owner.got[0][1].count == 1  # redelivered
+    removed: list[int] = []
+    broker.store.remove = lambda vhost, queue, msg_id: removed.append(msg_id)  # type: ignore[method-assign]
     step_down(broker, [("/", "q")], "c")
     assert q.leader == "c" and q.count == 0 and not q.consumers and owner.cancelled == 1
     assert broker.model.queued_bytes == 0
+    assert removed == []  # the stored messages are the new leader's: a step-down never removes them
 
 
 def test_a_remote_queue_is_consumed_through_a_relay(broker: Broker) -> None:

@@ -67,7 +67,7 @@ def mark_remote(broker: Broker, leaders: dict[Key, str]) -> None:
             q.leader = leader
 
 
-def take_over(broker: Broker, key: Key, messages: list[StoredMessage], epoch: int = 1) -> None:
+def take_over(broker: Broker, key: Key, messages: list[StoredMessage], epoch: int) -> None:
     """This node now leads ``key`` at lease ``epoch``: its messages, read back from the database,
     become its queue.
 
