@@ -103,3 +103,31 @@ def test_a_publish_into_the_stale_queue_before_the_takeover_applies_is_never_con
     expected = [b"m1", b"m2"] if confirmed else [b"m1"]
     assert _in_memory(broker) == expected  # whatever was confirmed is in the queue
     assert sum(any(body.endswith(e) for e in expected) for body in _stored(pg_dsn)) == len(expected)
+
+
+def test_a_node_stalled_inside_a_transaction_does_not_keep_its_queues_from_the_others(pg_dsn: str) -> None:
+    """A node paused (SIGSTOP, a VM pause) in the middle of its heartbeat's transaction holds its
+    lease rows locked: the others' takeover skips locked rows, so without a bound on an idle
+    transaction its queues would get no new leader until it resumed."""
+    import time
+
+    a = ClusterStore(pg_dsn, "a", lease=1.0)
+    broker = make_broker(Config(), store=a)
+    attach_cluster(broker, a)
+    broker.model.declare_queue(broker.model.vhosts["/"], "q", durable=True)
+    a.sync(0)
+    stalled = a._upkeep_conn()
+    stalled.execute("BEGIN")
+    stalled.execute(a._csql["lease_renew"], {"me": "a", "lease": 1.0})  # ...and the node stops here
+    b = ClusterStore(pg_dsn, "b", lease=1.0)
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if Q in b.heartbeat().acquired:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("node b never took over the queue of the stalled node a")
+    finally:
+        b.close()
+        a.close()
