@@ -127,7 +127,17 @@ class ClusterStore(Muting, PostgresStore):
 
     # -- connection: shared, nothing to claim -------------------------------------------------------
     def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        self._bound_idle_transactions(conn)
         return True
+
+    def _bound_idle_transactions(self, conn: psycopg.Connection[Any]) -> None:
+        """A transaction of ours left open longer than the lease is ended by the server. A node
+        paused (SIGSTOP, a VM pause) inside one holds its lease rows locked, and the others' takeover
+        skips locked rows (a joining node's waits on them): its queues would get no new leader until
+        it resumed. Our transactions never wait on us in between (one pipeline, or a few statements
+        in a row), so only a paused or starved node meets this bound; its commit then fails (nack)."""
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                     (str(max(int(self.lease * 1000), 100)),))
 
     # -- start: register, take leases, load what this node leads -----------------------------------
     def _load(self, conn: psycopg.Connection[Any]) -> Recovered:
@@ -371,6 +381,7 @@ class ClusterStore(Muting, PostgresStore):
         conn = self._hb_conn
         if conn is None or conn.closed or conn.broken:
             conn = self._hb_conn = psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
+            self._bound_idle_transactions(conn)
         return conn
 
     def _upkeep(self, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
