@@ -25,7 +25,7 @@ through and when its confirm came, per first delivery the node and consumer that
 (when, which node, which kind) and every change of a queue's lease (leader, epoch) as sampled from
 the database every 0.1 s. A lost message is printed with its publish node, confirm time, the leader
 and epoch at that time, the faults around it and its neighbours' deliveries; ``--record FILE`` writes
-all of it (and the lease timeline) as JSON.
+all of it (and the lease timeline) as JSON; each order violation's two messages are explained alike.
 
 Usage: ``python scripts/cluster_chaos.py --cycles 200 [--store postgresql://...] [--seed N]
 [--lease 1.0] [--record FILE]``; prints cycles, confirmed, lost, order violations and recovery
@@ -268,7 +268,8 @@ def explain(traffic: Traffic, leases: Leases, events: list[tuple[float, int, str
     near = [e for e in events if abs(e[0] - at) <= 5]
     neighbours = {m: traffic.delivered[queue].get(m) for m in (n - 1, n + 1)}
     return {"seq": n, "published_through": node, "confirmed_at": at, "leader_epoch": leases.at(queue, at),
-            "faults_near": near, "neighbours_first_delivered": neighbours,
+            "first_delivered": traffic.delivered[queue].get(n), "faults_near": near,
+            "neighbours_first_delivered": neighbours,
             "lease_changes_near": [x for x in leases.timeline.get(queue, []) if abs(x[0] - at) <= 10]}
 
 
@@ -398,10 +399,15 @@ def main() -> int:
         for q, lines in explained.items():
             for line in lines[:10]:
                 print(f"lost {q}: {json.dumps(line)}", file=sys.stderr)
+        # an order violation: both messages, where they went and when (first ten)
+        disordered = [[explain(traffic, leases, events, q, x), explain(traffic, leases, events, q, y)]
+                      for q, x, y in inversions[:10]]
+        for pair in disordered:
+            print(f"order violation: {json.dumps(pair)}", file=sys.stderr)
         if args.record:
             with open(args.record, "w") as out:
                 json.dump({"seed": args.seed, "lease": args.lease, "faults": events, "leases": leases.timeline,
-                           "lost": explained, "recoveries": recoveries}, out)
+                           "lost": explained, "order_violations": disordered, "recoveries": recoveries}, out)
         return 1 if n_lost or disorder else 0
     finally:
         for node in nodes:
