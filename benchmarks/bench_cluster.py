@@ -275,6 +275,8 @@ def sansmq_nodes(n: int, pg_ha: bool = False) -> Iterator[Nodes]:
     with postgres(pg_ha) as (dsn, pg):
         procs = SansmqProcs(dsn, node_args)
         try:
+            if n > 1:
+                _all_nodes_live(dsn, n)
             kill, recover = procs.kill, (procs.start if n == 1 else None)
             if pg_ha:
                 kill, recover = (lambda _i: pg("crash")), (lambda _i: pg("promote"))
@@ -291,6 +293,19 @@ def sansmq_nodes(n: int, pg_ha: bool = False) -> Iterator[Nodes]:
                               "failover": "database" if pg_ha else "node"})
         finally:
             procs.stop()
+
+
+def _all_nodes_live(dsn: str, n: int, timeout: float = 60.0) -> None:
+    """Wait until every node heartbeats, then for one more heartbeat round of each (a node's
+    ``balanced`` placement counts the live nodes its last heartbeat saw)."""
+    from engine.storage.postgres.cluster import cluster_view
+
+    deadline = time.monotonic() + timeout
+    while sum(node["running"] for node in cluster_view(dsn)["nodes"]) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {n} cluster nodes did not all come up")
+        time.sleep(0.2)
+    time.sleep(2.5)  # the default lease is 5 s: a heartbeat every 1.7 s
 
 
 TARGETS: dict[str, Callable[[], contextlib.AbstractContextManager[Nodes]]] = {
