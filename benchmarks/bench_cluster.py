@@ -10,10 +10,15 @@ One target = one function that starts the brokers on loopback (free ports, priva
 the end) and returns a ``Nodes``: their AMQP ports, the queue arguments the run declares and how to
 kill a node. The measurements are the same for every target:
 
-* throughput: one ``sansmq bench`` per node, all at once, each connected to its own node and declaring
-  its own ``--queues-per-node`` durable queues there (so each queue's leader is that node: RabbitMQ's
-  ``client-local`` default, which the sansmq cluster follows), persistent 1 KB messages, confirm window
-  64, as many consumers as producers; the figure is the sum of the confirmed msg/s.
+* throughput, ``--layout spread`` (the default): ``--queues-per-node`` durable queues per node whose
+  leaders are spread evenly over the nodes (sansmq: declared with ``x-queue-leader-locator=balanced``;
+  RabbitMQ: queue k declared through node k mod n, its ``client-local`` default), then per node one
+  producer-only ``sansmq bench`` connected to node i and one consumer-only ``sansmq bench`` connected
+  to node i+1, on the same queues: every message crosses nodes (publisher, leader and consumer mostly
+  on three different nodes). Persistent 1 KB messages, confirm window 64, as many consumers as
+  producers; the figure is the sum of the producers' confirmed msg/s (the consumers' rate beside it).
+  ``--layout local``: one bench per node with producers and consumers on that node's own queues (led
+  there), the workload of the first runs.
 * failover: queue ``bc-failover`` declared through node 0 (its leader), a pika publisher with confirms
   connected to node 1 (a list of nodes 1.. as a client of a cluster has), one message at a time; node 0
   is killed (kill -9) and the time from the kill to the confirm of the first message published after
@@ -93,10 +98,18 @@ class Nodes:
     #: or promote the database's standby
     recover: Callable[[int], None] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: queue arguments that spread new queues' leaders over the nodes from one declaring connection
+    #: ("" : the harness declares queue k through node k mod n instead)
+    balanced_args: str = ""
+    #: queue -> leader node, as the brokers report it (what the spread layout got)
+    leaders: Callable[[], dict[str, str]] | None = None
 
-    def declare_args(self) -> dict[str, Any]:
-        return {k: int(v) if v.isdigit() else v
-                for k, v in (item.split("=", 1) for item in self.queue_args.split(",") if item)}
+    def declare_args(self, spread: bool = False) -> dict[str, Any]:
+        text = ",".join(a for a in (self.queue_args, self.balanced_args if spread else "") if a)
+        return {k: int(v) if v.isdigit() else v for k, v in (item.split("=", 1) for item in text.split(",") if item)}
+
+    def bench_args(self, spread: bool = False) -> str:
+        return ",".join(a for a in (self.queue_args, self.balanced_args if spread else "") if a)
 
 
 # -- targets ---------------------------------------------------------------------------------------
@@ -162,8 +175,12 @@ def rabbitmq_cluster(n: int = 3) -> Iterator[Nodes]:
             while listener_pid(ports[i]) is not None:
                 time.sleep(0.005)
 
+        def leaders() -> dict[str, str]:
+            rows = json.loads(ctl(names[0], "list_queues", "name", "leader", "--formatter", "json"))
+            return {r["name"]: r["leader"] for r in rows}
+
         version = ctl(names[0], "version").strip()
-        yield Nodes("rabbitmq", ports, "x-queue-type=quorum", kill,
+        yield Nodes("rabbitmq", ports, "x-queue-type=quorum", kill, leaders=leaders,
                     info={"version": version, "nodes": names, "queue_type": "quorum"})
     finally:
         for p in procs:
@@ -252,20 +269,43 @@ def sansmq_nodes(n: int, pg_ha: bool = False) -> Iterator[Nodes]:
     the primary crashes and the standby is promoted under the running node(s)."""
     if n > 1 and not _serve_has("--node"):
         raise SystemExit("the sansmq3 target needs the cluster (sansmq serve --node NAME): not in this build")
-    node_args = [["--node", f"n{i + 1}"] if n > 1 else [] for i in range(n)]
+    node_args = [["--node", f"n{i + 1}", "--cluster-address", f"127.0.0.1:{free_port()}"] if n > 1 else []
+                 for i in range(n)]
     queue_args = os.environ.get("SANSMQ_QUEUE_ARGS", "x-queue-type=quorum" if n > 1 else "")
     with postgres(pg_ha) as (dsn, pg):
         procs = SansmqProcs(dsn, node_args)
         try:
+            if n > 1:
+                _all_nodes_live(dsn, n)
             kill, recover = procs.kill, (procs.start if n == 1 else None)
             if pg_ha:
                 kill, recover = (lambda _i: pg("crash")), (lambda _i: pg("promote"))
+            def leaders() -> dict[str, str]:
+                from engine.storage.postgres.cluster import cluster_view
+
+                return {lease["queue"]: lease["leader"] for lease in cluster_view(dsn)["leases"]}
+
             yield Nodes(f"sansmq{n}", procs.ports, queue_args, kill, recover,
+                        balanced_args="x-queue-leader-locator=balanced" if n > 1 else "",
+                        leaders=leaders if n > 1 else None,
                         info={"store": "postgresql primary + synchronous standby" if pg_ha else "postgresql",
                               "nodes": n, "queue_type": queue_args or "classic",
                               "failover": "database" if pg_ha else "node"})
         finally:
             procs.stop()
+
+
+def _all_nodes_live(dsn: str, n: int, timeout: float = 60.0) -> None:
+    """Wait until every node heartbeats, then for one more heartbeat round of each (a node's
+    ``balanced`` placement counts the live nodes its last heartbeat saw)."""
+    from engine.storage.postgres.cluster import cluster_view
+
+    deadline = time.monotonic() + timeout
+    while sum(node["running"] for node in cluster_view(dsn)["nodes"]) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {n} cluster nodes did not all come up")
+        time.sleep(0.2)
+    time.sleep(2.5)  # the default lease is 5 s: a heartbeat every 1.7 s
 
 
 TARGETS: dict[str, Callable[[], contextlib.AbstractContextManager[Nodes]]] = {
@@ -278,29 +318,80 @@ TARGETS: dict[str, Callable[[], contextlib.AbstractContextManager[Nodes]]] = {
 
 # -- measurements ----------------------------------------------------------------------------------
 def throughput(nodes: Nodes, duration: float, queues_per_node: int, producers_per_node: int) -> dict[str, Any]:
-    """One ``sansmq bench`` per node at once; the sum of their confirmed msg/s."""
+    """One ``sansmq bench`` per node at once on queues it declares (led there); the sum of their
+    confirmed msg/s."""
     with tempfile.TemporaryDirectory() as tmp:
         runs = []
         for i, port in enumerate(nodes.amqp_ports):
             out = Path(tmp) / f"node{i}.json"
-            cmd = [*SANSMQ, "bench", "-U", f"amqp://guest:guest@127.0.0.1:{port}/", "-u", f"bc-n{i}",
-                   "--queues", str(queues_per_node), "-x", str(producers_per_node), "-y", str(producers_per_node),
-                   "-c", "64", "-f", "-s", "1024", "-z", str(duration), "--drain", "20", "--quiet",
-                   "--json", str(out)]
-            if nodes.queue_args:
-                cmd += ["--queue-args", nodes.queue_args]
-            runs.append((out, subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+            runs.append((out, _bench(port, f"bc-n{i}", queues_per_node, producers_per_node, producers_per_node,
+                                     duration, nodes.queue_args, out)))
         per_node = []
         for out, proc in runs:
-            _, err = proc.communicate(timeout=duration + 120)
-            summary = json.loads(out.read_text()) if out.exists() else {}
-            if proc.returncode != 0 or not summary:
-                raise RuntimeError(f"sansmq bench failed: {summary.get('problems')} {err.decode()[-1000:]}")
+            summary = _summary(out, proc, duration + 120)
             per_node.append({k: summary[k] for k in ("sent", "confirmed", "received", "confirm_rate",
                                                      "receive_rate", "elapsed_seconds")}
                             | {"confirm_p50_ms": summary["confirm_latency_us"]["p50"] / 1000,
                                "confirm_p99_ms": summary["confirm_latency_us"]["p99"] / 1000})
     return {"confirmed_per_s": round(sum(r["confirm_rate"] for r in per_node), 1), "per_node": per_node}
+
+
+def _bench(port: int, queue: str, queues: int, producers: int, consumers: int, duration: float, args: str,
+           out: Path) -> subprocess.Popen[bytes]:
+    cmd = [*SANSMQ, "bench", "-U", f"amqp://guest:guest@127.0.0.1:{port}/", "-u", queue, "--queues", str(queues),
+           "-x", str(producers), "-y", str(consumers), "-c", "64", "-f", "-s", "1024", "-z", str(duration),
+           "--drain", "20", "--quiet", "--json", str(out)]
+    if args:
+        cmd += ["--queue-args", args]
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _summary(out: Path, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
+    _, err = proc.communicate(timeout=timeout)
+    summary = json.loads(out.read_text()) if out.exists() else {}
+    # a consumer-only bench counts another process's messages as "stale" (not its run id), never as
+    # received: its "nothing was received" is a measurement (what it consumed is counted), not a failure
+    foreign = summary and not summary["options"]["producers"] and summary.get("problems") == ["nothing was received"]
+    if (proc.returncode != 0 and not foreign) or not summary:
+        raise RuntimeError(f"sansmq bench failed: {summary.get('problems')} {err.decode()[-1000:]}")
+    return summary  # type: ignore[no-any-return]
+
+
+def spread_throughput(nodes: Nodes, duration: float, queues_per_node: int, producers_per_node: int
+                      ) -> dict[str, Any]:
+    """Queues led evenly by every node; node i's producers publish to its queue set, consumers on
+    node i+1 take it: every message crosses nodes. The sum of the producers' confirmed msg/s."""
+    n = len(nodes.amqp_ports)
+    args = nodes.declare_args(spread=True)
+    for i in range(n):
+        for k in range(queues_per_node):
+            port = nodes.amqp_ports[0 if nodes.balanced_args else (i * queues_per_node + k) % n]
+            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port,
+                                                                     credentials=pika.PlainCredentials("guest", "guest")))
+            conn.channel().queue_declare(f"bc-s{i}-{k + 1}", durable=True, arguments=args)
+            conn.close()
+    leaders = nodes.leaders() if nodes.leaders is not None else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = []
+        for i, port in enumerate(nodes.amqp_ports):
+            consumer_port = nodes.amqp_ports[(i + 1) % n]
+            pout, cout = Path(tmp) / f"p{i}.json", Path(tmp) / f"c{i}.json"
+            runs.append((pout, _bench(port, f"bc-s{i}", queues_per_node, producers_per_node, 0, duration,
+                                      nodes.bench_args(True), pout),
+                         cout, _bench(consumer_port, f"bc-s{i}", queues_per_node, 0, producers_per_node, duration,
+                                      nodes.bench_args(True), cout)))
+        per_node = []
+        for pout, pproc, cout, cproc in runs:
+            ps, cs = _summary(pout, pproc, duration + 120), _summary(cout, cproc, duration + 120)
+            consumed = cs["received"] + cs.get("stale", 0)  # another process's run id: "stale" to it
+            per_node.append({k: ps[k] for k in ("sent", "confirmed", "confirm_rate", "elapsed_seconds")}
+                            | {"confirm_p50_ms": ps["confirm_latency_us"]["p50"] / 1000,
+                               "confirm_p99_ms": ps["confirm_latency_us"]["p99"] / 1000,
+                               "consumed": consumed, "consume_rate": round(consumed / max(cs["elapsed_seconds"], 1e-9), 1)})
+    spread = {q: leader for q, leader in leaders.items() if q.startswith("bc-s")}
+    return {"confirmed_per_s": round(sum(r["confirm_rate"] for r in per_node), 1),
+            "consumed_per_s": round(sum(r["consume_rate"] for r in per_node), 1), "per_node": per_node,
+            "leaders": spread}
 
 
 class ConfirmingPublisher(threading.Thread):
@@ -390,17 +481,21 @@ def main() -> None:
     ap.add_argument("--queues-per-node", type=int, default=2)
     ap.add_argument("--producers-per-node", type=int, default=2)
     ap.add_argument("--skip-failover", action="store_true")
+    ap.add_argument("--layout", choices=("spread", "local"), default="spread",
+                    help="spread: queues led by every node, producers and consumers on different nodes (default)")
     ap.add_argument("--out", help="append the result as one JSON line to this file")
     a = ap.parse_args()
     result: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "target": a.target,
                               "loadavg_start": load_average(), "cpus": os.cpu_count()}
     with TARGETS[a.target]() as nodes:
         result["info"] = nodes.info
-        runs = [throughput(nodes, a.duration, a.queues_per_node, a.producers_per_node) for _ in range(a.rounds)]
+        measure = spread_throughput if a.layout == "spread" else throughput
+        runs = [measure(nodes, a.duration, a.queues_per_node, a.producers_per_node) for _ in range(a.rounds)]
         if runs:
             rates = sorted(r["confirmed_per_s"] for r in runs)
             result["throughput"] = {"median_confirmed_per_s": rates[len(rates) // 2], "runs": runs,
-                                    "duration_s": a.duration, "queues": a.queues_per_node * len(nodes.amqp_ports),
+                                    "duration_s": a.duration, "layout": a.layout,
+                                    "queues": a.queues_per_node * len(nodes.amqp_ports),
                                     "producers": a.producers_per_node * len(nodes.amqp_ports)}
         if not a.skip_failover:
             result["failover"] = failover(nodes)

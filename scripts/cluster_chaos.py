@@ -20,14 +20,24 @@ Checks, over the whole run:
 * acked then redelivered (reported, not a violation: an AMQP ack has no confirmation, so an ack in
   flight when a leader dies is redelivered, as with RabbitMQ).
 
+To explain a loss from the output, the run records per confirmed message the node it was published
+through and when its confirm came, per first delivery the node and consumer that got it, every fault
+(when, which node, which kind) and every change of a queue's lease (leader, epoch) as sampled from
+the database every 0.1 s. A lost message is printed with its publish node, confirm time, the leader
+and epoch at that time, the faults around it and its neighbours' deliveries; ``--record FILE`` writes
+all of it (and the lease timeline) as JSON; each order violation's two messages are explained alike.
+
 Usage: ``python scripts/cluster_chaos.py --cycles 200 [--store postgresql://...] [--seed N]
-[--lease 1.0]``; prints cycles, confirmed, lost, order violations and recovery p50/p99, exits 1 on
-any loss or order violation. Traffic stays on loopback; every loop is bounded in count and time.
+[--lease 1.0] [--record FILE]``; prints cycles, confirmed, lost, order violations and recovery
+p50/p99, exits 1 on any loss or order violation. Traffic stays on loopback; every loop is bounded in
+count and time.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
 import os
 import random
 import shutil
@@ -101,14 +111,55 @@ class Node:
         self.up = False
 
 
+class Leases:
+    """The queues' leases (leader, epoch) as the database has them, sampled every ``every`` seconds;
+    only changes are kept: ``timeline[queue]`` is [(time, leader, epoch)]."""
+
+    def __init__(self, dsn: str, t0: float, every: float = 0.1) -> None:
+        self.dsn, self.t0, self.every = dsn, t0, every
+        self.timeline: dict[str, list[tuple[float, str, int]]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psycopg
+
+        conn = None
+        while not self.stop.wait(self.every):
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+                rows = conn.execute("SELECT q.name, l.leader, l.epoch FROM sansmq.leases l"
+                                    " JOIN sansmq.queues q ON q.id = l.queue").fetchall()
+            except Exception:  # noqa: BLE001 - a sample missed is no reason to stop the run
+                conn = None
+                continue
+            now = time.monotonic() - self.t0
+            for queue, leader, epoch in rows:
+                line = self.timeline.setdefault(queue, [])
+                if not line or line[-1][1:] != (leader, epoch):
+                    line.append((round(now, 3), leader, epoch))
+
+    def at(self, queue: str, t: float) -> tuple[str, int] | None:
+        """(leader, epoch) of ``queue`` as last sampled at or before ``t``."""
+        line = self.timeline.get(queue, [])
+        i = bisect.bisect_right([x[0] for x in line], t)
+        return line[i - 1][1:] if i else None
+
+
 class Traffic:
     """A publisher and a consumer per queue; what they saw."""
 
-    def __init__(self, nodes: list[Node], queues: list[str], rng: random.Random) -> None:
-        self.nodes, self.queues, self.rng = nodes, queues, rng
+    def __init__(self, nodes: list[Node], queues: list[str], rng: random.Random, t0: float) -> None:
+        self.nodes, self.queues, self.rng, self.t0 = nodes, queues, rng, t0
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.confirmed: dict[str, list[int]] = {q: [] for q in queues}
+        #: per confirmed message: (node published through, confirm time)
+        self.published: dict[str, dict[int, tuple[str, float]]] = {q: {} for q in queues}
+        #: per message first delivered: (node, consumer connection number, time, redelivered)
+        self.delivered: dict[str, dict[int, tuple[str, int, float, bool]]] = {q: {} for q in queues}
+        self.consumers = 0
         self.first: dict[str, list[int]] = {q: [] for q in queues}
         self.seen: dict[str, set[int]] = {q: set() for q in queues}
         self.acked: dict[str, set[int]] = {q: set() for q in queues}
@@ -118,22 +169,25 @@ class Traffic:
                         for q in queues for fn in (self._publish, self._consume)]
         self.publishing = True
 
-    def _connect(self) -> pika.BlockingConnection:
+    def _connect(self) -> tuple[pika.BlockingConnection, str]:
         while not self.stop.is_set():
             live = [n for n in self.nodes if n.up]
             node = self.rng.choice(live) if live else self.nodes[0]
             try:
                 return pika.BlockingConnection(pika.ConnectionParameters(
-                    "127.0.0.1", node.amqp, heartbeat=0, socket_timeout=5, blocked_connection_timeout=10))
+                    "127.0.0.1", node.amqp, heartbeat=0, socket_timeout=5, blocked_connection_timeout=10)), node.name
             except pika.exceptions.AMQPError:
                 time.sleep(0.1)
         raise SystemExit
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
 
     def _publish(self, queue: str) -> None:
         seq = 0
         while not self.stop.is_set():
             try:
-                conn = self._connect()
+                conn, node = self._connect()
                 ch = conn.channel()
                 ch.confirm_delivery()
                 while self.publishing and not self.stop.is_set():
@@ -141,6 +195,7 @@ class Traffic:
                     ch.basic_publish("", queue, f"{queue}:{seq}".encode(), PERSISTENT)
                     with self.lock:
                         self.confirmed[queue].append(seq)
+                        self.published[queue][seq] = (node, self.now())
                     time.sleep(0.002)
                 conn.close()
                 return
@@ -148,11 +203,14 @@ class Traffic:
                 time.sleep(0.05)
 
     def _consume(self, queue: str) -> None:
+        where = ("", 0)  # the node and number of the consumer connection now open
+
         def on_message(ch, method, _props, body) -> None:  # noqa: ANN001 - pika's callback
             n = int(body.split(b":")[1])
             with self.lock:
                 if n not in self.seen[queue]:
                     self.seen[queue].add(n)
+                    self.delivered[queue][n] = (*where, self.now(), method.redelivered)
                     if method.redelivered:  # requeued (a consumer or a leader went): no order promised
                         self.first_redelivered += 1
                     else:
@@ -165,7 +223,10 @@ class Traffic:
 
         while not self.stop.is_set():
             try:
-                conn = self._connect()
+                conn, node = self._connect()
+                with self.lock:
+                    self.consumers += 1
+                    where = (node, self.consumers)
                 ch = conn.channel()
                 ch.basic_qos(prefetch_count=50)
                 tag = ch.basic_consume(queue, on_message)
@@ -199,6 +260,19 @@ def probe(nodes: list[Node], queues: list[str], deadline: float) -> bool:
     return True
 
 
+def explain(traffic: Traffic, leases: Leases, events: list[tuple[float, int, str, str]], queue: str, n: int
+            ) -> dict[str, object]:
+    """What the run knows of lost message ``n`` of ``queue``: where and when it was confirmed, the
+    queue's leader and epoch then, the faults within 5 s of it, and where its neighbours went."""
+    node, at = traffic.published[queue][n]
+    near = [e for e in events if abs(e[0] - at) <= 5]
+    neighbours = {m: traffic.delivered[queue].get(m) for m in (n - 1, n + 1)}
+    return {"seq": n, "published_through": node, "confirmed_at": at, "leader_epoch": leases.at(queue, at),
+            "first_delivered": traffic.delivered[queue].get(n), "faults_near": near,
+            "neighbours_first_delivered": neighbours,
+            "lease_changes_near": [x for x in leases.timeline.get(queue, []) if abs(x[0] - at) <= 10]}
+
+
 def start_postgres(workdir: str) -> tuple[str, str]:
     out = subprocess.run(["bash", str(ROOT / "scripts" / "install-postgres.sh"), "start", workdir],
                          capture_output=True, text=True, timeout=180)
@@ -221,6 +295,7 @@ def main() -> int:
     ap.add_argument("--lease", type=float, default=1.0)
     ap.add_argument("--queues", type=int, default=3)
     ap.add_argument("--drain", type=float, default=60.0)
+    ap.add_argument("--record", help="write what the run saw (see above) to this JSON file")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     workdir = tempfile.mkdtemp(prefix="sansmq-chaos-")
@@ -237,6 +312,7 @@ def main() -> int:
     nodes = [Node(name, dsn, args.lease, workdir) for name in ("a", "b", "c")]
     queues = [f"chaos{i}" for i in range(args.queues)]
     recoveries: list[float] = []
+    events: list[tuple[float, int, str, str]] = []  # (time, cycle, fault, node)
     faults = {"kill": 0, "stop": 0, "restart": 0}
     try:
         for node in nodes:
@@ -250,16 +326,19 @@ def main() -> int:
                                                                     "x-max-length": 10})
         conn.close()
         time.sleep(0.5)
-        traffic = Traffic(nodes, queues, rng)
+        started = time.monotonic()
+        traffic = Traffic(nodes, queues, rng, started)
+        leases = Leases(dsn, started)
+        leases.thread.start()
         for t in traffic.threads:
             t.start()
-        started = time.monotonic()
         for cycle in range(1, args.cycles + 1):
             time.sleep(rng.uniform(0.2, 1.0))
             victim = rng.choice(nodes)
             kind = rng.choice(("kill", "kill", "stop", "restart"))
             faults[kind] += 1
             t0 = time.monotonic()
+            events.append((traffic.now(), cycle, kind, victim.name))
             if kind == "kill":
                 victim.kill()
             elif kind == "stop":
@@ -292,6 +371,7 @@ def main() -> int:
                 break
             time.sleep(0.5)
         traffic.stop.set()
+        leases.stop.set()
         for t in traffic.threads:
             t.join(10)
         with traffic.lock:
@@ -315,6 +395,19 @@ def main() -> int:
             print("order violations (queue, delivered first, then):", inversions[:10], file=sys.stderr)
         if n_lost:
             print("lost (first ten per queue):", {q: v[:10] for q, v in lost.items() if v}, file=sys.stderr)
+        explained = {q: [explain(traffic, leases, events, q, n) for n in v] for q, v in lost.items() if v}
+        for q, lines in explained.items():
+            for line in lines[:10]:
+                print(f"lost {q}: {json.dumps(line)}", file=sys.stderr)
+        # an order violation: both messages, where they went and when (first ten)
+        disordered = [[explain(traffic, leases, events, q, x), explain(traffic, leases, events, q, y)]
+                      for q, x, y in inversions[:10]]
+        for pair in disordered:
+            print(f"order violation: {json.dumps(pair)}", file=sys.stderr)
+        if args.record:
+            with open(args.record, "w") as out:
+                json.dump({"seed": args.seed, "lease": args.lease, "faults": events, "leases": leases.timeline,
+                           "lost": explained, "order_violations": disordered, "recoveries": recoveries}, out)
         return 1 if n_lost or disorder else 0
     finally:
         for node in nodes:

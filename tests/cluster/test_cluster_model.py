@@ -41,6 +41,9 @@ class NodeStore(Muting, MemoryStore):
         else:
             self.ids[(vhost, name)] = qid
 
+    def adopt(self, vhost: str, name: str, epoch: int) -> None:
+        self.writes.append(f"adopt {name} {epoch}")
+
     def add_queue(self, qdef: Any) -> None:
         if not self.muted:
             self.writes.append(f"queue {qdef.name}")
@@ -128,15 +131,18 @@ def test_take_over_loads_the_queue_and_step_down_gives_it_up(broker: Broker) -> 
     _queue_added(broker, "q", "a")
     q = broker.model.vhosts["/"].queues["q"]
     take_over(broker, ("/", "q"), [StoredMessage(Message(10, "", "q", {}, b"m1", persistent=True), 1),
-                                   StoredMessage(Message(11, "", "q", {}, b"m2", persistent=True), 1)])
-    assert q.leader is None and q.count == 2
+                                   StoredMessage(Message(11, "", "q", {}, b"m2", persistent=True), 1)], 3)
+    assert q.leader is None and q.count == 2 and "adopt q 3" in broker.store.writes  # type: ignore[attr-defined]
     owner = Owner()
     broker.model.consume(q, Consumer(q, owner, prefetch=1))
     broker.model.dispatch()
     assert [e.msg.body for _, e in owner.got] == [b"m1"] and owner.got[0][1].count == 1  # redelivered
+    removed: list[int] = []
+    broker.store.remove = lambda vhost, queue, msg_id: removed.append(msg_id)  # type: ignore[method-assign]
     step_down(broker, [("/", "q")], "c")
     assert q.leader == "c" and q.count == 0 and not q.consumers and owner.cancelled == 1
     assert broker.model.queued_bytes == 0
+    assert removed == []  # the stored messages are the new leader's: a step-down never removes them
 
 
 def _relayed(broker: Broker, name: str = "q", args: dict[str, Any] | None = None, prefetch: int = 0
@@ -250,7 +256,7 @@ def test_a_stream_changing_leader_keeps_its_consumers_here(broker: Broker) -> No
     step_down(broker, [("/", "s")], "c")
     assert q.leader == "c" and owner.cancelled == 0 and q.consumers  # it reads on, fed by c
     assert [(r.queue, r.leader) for r in opened] == [(q, "c")]
-    take_over(broker, ("/", "s"), [])
+    take_over(broker, ("/", "s"), [], 2)
     assert q.leader is None and not opened[0].active and q.consumers
 
 
@@ -360,7 +366,7 @@ def test_a_delivery_orphaned_by_a_stopped_relay_is_never_requeued_here(broker: B
     relays.delivered(relay, 2, False, "", "q", {}, b"ready", True, 0)
     broker.model.dispatch()
     take_over(broker, ("/", "q"), [StoredMessage(Message(10, "", "q", {}, b"held", persistent=True), 1),
-                                   StoredMessage(Message(11, "", "q", {}, b"ready", persistent=True), 1)])
+                                   StoredMessage(Message(11, "", "q", {}, b"ready", persistent=True), 1)], 2)
     assert not relay.active and q.count == 2
     broker.model.nack(consumer, owner.got[0][0], requeue=True)
     assert q.count == 2 and not relays.orphans and not relay.acks

@@ -43,6 +43,7 @@ class NodeStore(Protocol):
 
     def mute(self) -> AbstractContextManager[None]: ...
     def forget_queue(self, vhost: str, name: str, qid: int | None = None, led: bool = False) -> None: ...
+    def adopt(self, vhost: str, name: str, epoch: int) -> None: ...
 
 
 def _queue(broker: Broker, key: Key) -> Queue | None:
@@ -66,13 +67,22 @@ def mark_remote(broker: Broker, leaders: dict[Key, str]) -> None:
             q.leader = leader
 
 
-def take_over(broker: Broker, key: Key, messages: list[StoredMessage]) -> None:
-    """This node now leads ``key``: its messages, read back from the database, become its queue."""
+def take_over(broker: Broker, key: Key, messages: list[StoredMessage], epoch: int) -> None:
+    """This node now leads ``key`` at lease ``epoch``: its messages, read back from the database,
+    become its queue.
+
+    Only now does the store write for it (``adopt``): until the loop got here, what this node still
+    held of the queue from an earlier lease (it lost the lease and is taking it back) is stale, and a
+    write from it must be fenced off, not committed after the messages were read back (it would be
+    missing here). That stale state is dropped first, as a step-down does."""
     q = _queue(broker, key)
     if q is None:
         return
+    if q.leader is None and (q.count or q.consumers):
+        step_down(broker, [key], broker.store.node)  # type: ignore[attr-defined]
     if broker.model.relays is not None:
         broker.model.relays.stop_queue(q)  # its consumers here take from it directly now
+    broker.store.adopt(key[0], key[1], epoch)  # type: ignore[attr-defined]
     q.leader = None
     if q.stream:  # recovery of a stream: its log as the last leader committed it (producers too)
         broker.model.streams.log(q).refresh()
@@ -85,7 +95,9 @@ def take_over(broker: Broker, key: Key, messages: list[StoredMessage]) -> None:
 
 def step_down(broker: Broker, keys: list[Key], leader: str = "(another node)") -> None:
     """This node lost the lease of ``keys``: consumers cancelled, messages forgotten here (the new
-    leader has them from the database; unacked ones come back redelivered there)."""
+    leader has them from the database; unacked ones come back redelivered there). Nothing is
+    removed from the store: the stored messages are the leader's, and this node may lead the queue
+    again by now (its removes would pass the fence and delete them)."""
     model = broker.model
     for key in keys:
         q = _queue(broker, key)
@@ -96,13 +108,13 @@ def step_down(broker: Broker, keys: list[Key], leader: str = "(another node)") -
             continue
         for consumer in list(q.consumers or ()):
             for held in (consumer.unacked or {}).values():
-                model.forget(q, held)
+                model.forget(q, held, keep_stored=True)
             consumer.unacked = None
             consumer.owner.consumer_cancelled(consumer)
         q.consumers = None
         model.pager.drop(q, False)
         while (entry := q.pop()) is not None:
-            model.forget(q, entry)
+            model.forget(q, entry, keep_stored=True)
         q.count = q.paged = q.bytes = 0
         q.leader = leader
         log.warning("cluster: stepped down from queue '%s' in vhost '%s' (now led by %s)", key[1], key[0], leader)

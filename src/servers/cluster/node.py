@@ -154,5 +154,5 @@ class ClusterNode:
         for key in hb.lost:
             step_down(broker, [key], hb.leaders.get(key, "(another node)"))
         for key, messages in hb.acquired.items():
-            take_over(broker, key, messages)
+            take_over(broker, key, messages, hb.epochs[key])
         mark_remote(broker, hb.leaders)

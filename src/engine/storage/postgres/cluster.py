@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -71,6 +71,8 @@ class Heartbeat:
     lost: list[tuple[str, str]]  # queues whose lease moved away from this node
     acquired: dict[tuple[str, str], list[StoredMessage]]  # queues taken over, with their messages
     leaders: dict[tuple[str, str], str]  # every queue another node leads -> that node
+    #: the lease epochs of ``acquired``: the loop's takeover adopts them (``ClusterStore.adopt``)
+    epochs: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class ClusterStore(Muting, PostgresStore):
@@ -140,7 +142,17 @@ class ClusterStore(Muting, PostgresStore):
 
     # -- connection: shared, nothing to claim -------------------------------------------------------
     def _claim(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        self._bound_idle_transactions(conn)
         return True
+
+    def _bound_idle_transactions(self, conn: psycopg.Connection[Any]) -> None:
+        """A transaction of ours left open longer than the lease is ended by the server. A node
+        paused (SIGSTOP, a VM pause) inside one holds its lease rows locked, and the others' takeover
+        skips locked rows (a joining node's waits on them): its queues would get no new leader until
+        it resumed. Our transactions never wait on us in between (one pipeline, or a few statements
+        in a row), so only a paused or starved node meets this bound; its commit then fails (nack)."""
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                     (str(max(int(self.lease * 1000), 100)),))
 
     # -- start: register, take leases, load what this node leads -----------------------------------
     def _load(self, conn: psycopg.Connection[Any]) -> Recovered:
@@ -289,6 +301,12 @@ class ClusterStore(Muting, PostgresStore):
         """A stream declared by another node (applied here muted) is read from the database, not
         created again."""
         return self._streams.open(vhost, name, settings, create=not self.muted)
+
+    def adopt(self, vhost: str, queue: str, epoch: int) -> None:
+        """The loop took ``queue`` over at lease ``epoch`` (loop thread): its writes count from now."""
+        qid = self._qids.get((vhost, queue))
+        if qid is not None:
+            self.led[qid] = epoch
 
     # -- messages: only for the queues this node leads ----------------------------------------------
     def enqueue(self, vhost: str, queue: str, msg: Message) -> None:
@@ -450,6 +468,7 @@ class ClusterStore(Muting, PostgresStore):
         conn = self._hb_conn
         if conn is None or conn.closed or conn.broken:
             conn = self._hb_conn = psycopg.connect(self.dsn, autocommit=True, **CONNECT_KW)
+            self._bound_idle_transactions(conn)
         return conn
 
     def _upkeep(self, fn: Callable[[psycopg.Connection[Any]], Any]) -> Any:
@@ -490,11 +509,13 @@ class ClusterStore(Muting, PostgresStore):
             for q in lost:
                 self.led.pop(q, None)
             acquired: dict[tuple[str, str], list[StoredMessage]] = {}
+            epochs: dict[tuple[str, str], int] = {}
             if got:
                 names = {qid: (v, n) for qid, v, n in conn.execute(c["queue_names"], (list(got),))}
                 for qid in got:
                     if qid in names:
                         acquired[names[qid]] = []
+                        epochs[names[qid]] = got[qid]
                         self._qids[names[qid]] = qid
                 missing = 0
                 for qid, _mid, count, payload in conn.execute(c["load_queue_messages"], (list(names),)):
@@ -506,9 +527,10 @@ class ClusterStore(Muting, PostgresStore):
                 if missing:
                     log.error("cluster node %s: %d queue entries taken over without their message row",
                               self.node, missing)
-                self.led.update(got)
+                # not led yet: the loop adopts the new epochs once it dropped what it may still hold
+                # of these queues from an earlier lease (engine.cluster.membership.take_over)
             inverse = {qid: key for key, qid in list(self._qids.items())}  # the loop thread adds to it
-            return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders)
+            return Heartbeat([inverse[q] for q in lost if q in inverse], acquired, leaders, epochs)
 
         return self._upkeep(run)  # type: ignore[no-any-return]
 
