@@ -257,6 +257,9 @@ class AmqpSession(Session):
     def inbound_bytes(self) -> int:
         return self.conn.buffered_bytes
 
+    def subscription_count(self) -> int:
+        return sum(len(chan.consumers) for chan in self.channels.values())
+
     def codec_timer(self) -> float | None:
         t = self.conn.get_timer()
         d = self.close_deadline
