@@ -67,7 +67,7 @@ class ConnectionBase:
     _eof: bool
     _broken: RemoteProtocolError | None
     _bad_header: bool
-    _queued: deque[Event]
+    _queued: deque[Event] | None
     _channels: dict[int, ChannelRecord]
     _may_send: frozenset[type]
     _may_recv: frozenset[type]
