@@ -6,11 +6,9 @@ construction, the public entry points that tie the parts together, and the heart
 
 from __future__ import annotations
 
-from collections import deque
-
 from . import _state as S
 from . import spec
-from ._base import ChannelRecord
+from ._base import NO_TUNE, ChannelRecord
 from ._buffer import ReceiveBuffer
 from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
@@ -70,8 +68,8 @@ class Connection(Receiving, Sending):
         self._eof = False
         self._broken: RemoteProtocolError | None = None
         self._bad_header = False
-        #: timer events waiting for next_event (None until the first: a deque is ~600 bytes)
-        self._queued: deque[Event] | None = None
+        #: timer events waiting for next_event: at most two, so a list (a deque is ~600 bytes)
+        self._queued: list[Event] = []
         self._channels: dict[int, ChannelRecord] = {}
         self._may_send = _SENDERS[role]
         self._may_recv = _SENDERS[self.their_role]
@@ -79,7 +77,7 @@ class Connection(Receiving, Sending):
         self._last_send: float | None = None
         self._due_sent = False
         self._timed_out = False
-        self._tune = spec.ConnectionTune(0, 0, 0)
+        self._tune = NO_TUNE
         #: parse basic.publish + header + body in one pass when all are buffered (server role)
         self._fast_publish = role is SERVER
         # Per-connection caches (at most CACHE_MAX entries each) for the hot paths: a producer
@@ -107,7 +105,7 @@ class Connection(Receiving, Sending):
     def next_event(self) -> Event | NeedData:
         """Return the next event, or NEED_DATA. Only RemoteProtocolError escapes."""
         if self._queued:
-            return self._queued.popleft()
+            return self._queued.pop(0)
         if self._broken is not None:
             raise self._broken.detached()  # a fresh copy each time: the kept one has no traceback
         try:
@@ -144,16 +142,11 @@ class Connection(Receiving, Sending):
         if (self._last_recv is not None and not self._timed_out
                 and now >= self._last_recv + 2 * self.heartbeat):
             self._timed_out = True
-            self._queue_event(PeerTimedOut())
+            self._queued.append(PeerTimedOut())
         if (self._last_send is not None and not self._due_sent
                 and now >= self._last_send + self.heartbeat):
             self._due_sent = True
-            self._queue_event(HeartbeatDue())
-
-    def _queue_event(self, event: Event) -> None:
-        if self._queued is None:
-            self._queued = deque()
-        self._queued.append(event)
+            self._queued.append(HeartbeatDue())
 
     @property
     def buffered_bytes(self) -> int:

@@ -10,13 +10,17 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from engine import Broker, Config, Limits, MemoryStore
 from engine.model.objects import Queue, _QueueExtras
 from engine.model.security import UserAccess
 from engine.stomp.session import StompSession, StompSubscription
+from engine.testing import AmqpSimClient, SimNetwork
 from stompproto import Subscribe
 
 N = 20_000
+PEER = ("127.0.0.1", 40000)  # one tuple for every connection: not theirs to count
 
 
 def per_object(build: Callable[[int], Any]) -> float:
@@ -99,3 +103,47 @@ def test_queue_extras_are_created_on_first_use_only() -> None:
     owner = object()
     q2 = Queue(vhost, "q2", False, True, owner, {"x-max-length": 1})
     assert (q2.exclusive_owner, q2.args, q2.auto_delete) == (owner, {"x-max-length": 1}, True)
+
+
+def _client_bytes_of_amqp_login() -> list[bytes]:
+    """What an AMQP client sends to log in and open channel 1 (recorded from a simulated client)."""
+    sent: list[bytes] = []
+    net = SimNetwork(make_broker(), seed=0)
+    client = net.connect(protocol="amqp")
+    assert isinstance(client, AmqpSimClient)
+    raw = client.send_raw
+
+    def record(data: bytes) -> None:
+        sent.append(bytes(data))
+        raw(data)
+
+    client.send_raw = record  # type: ignore[method-assign]
+    client.amqp_open()
+    client.open_channel(1)
+    net.run_until_idle()
+    return sent
+
+
+STOMP_LOGIN = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\x00"
+
+
+@pytest.mark.parametrize(("protocol", "limit"), [("amqp", 4096), ("stomp", 2300)])
+def test_idle_connection_after_login_stays_small(protocol: str, limit: int) -> None:
+    """Issue 27's S10: an idle AMQP connection (logged in, channel 1 open) was ~9.2 KB, 4.5 KB of
+    it two frozensets of the methods each role may send; STOMP was ~2.5 KB, 0.7 KB of it a deque
+    for at most two timer events."""
+    chunks = _client_bytes_of_amqp_login() if protocol == "amqp" else [STOMP_LOGIN]
+    broker = make_broker()
+    ids = iter(range(1, 10 * N))
+
+    def connections(n: int) -> None:
+        for _ in range(n // 10):  # N // 10 connections are plenty for a per-connection figure
+            conn_id = next(ids)
+            broker.connection_made(conn_id, protocol, PEER, 1.0)
+            for data in chunks:
+                broker.data_received(conn_id, data, 1.0)
+            broker.drain()
+
+    connections(100)  # warm-up: first-use caches of the broker are not per connection
+    assert all(not s.handshaking for s in broker.sessions.values())
+    assert per_object(connections) * 10 < limit
