@@ -9,7 +9,6 @@ framing and the deliver fast path); ``_connection.Connection`` puts them togethe
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from . import _state as S
@@ -19,13 +18,15 @@ from ._errors import RemoteProtocolError
 from ._events import Event
 from ._state import ChannelState, ConnectionState, Role
 
-__all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "CACHE_MAX"]
+__all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "CACHE_MAX", "NO_TUNE"]
 
 #: The methods that carry content (properties and a body).
 ContentMethod = spec.BasicPublish | spec.BasicReturn | spec.BasicDeliver | spec.BasicGetOk
 #: Bound of each per-connection encode/decode cache (entries); a full cache is cleared, so
 #: unbounded name sets (routing keys) cost at most this many entries per connection.
 CACHE_MAX = 256
+#: ``_tune`` before a connection.tune and after its tune-ok: one shared event, never mutated
+NO_TUNE = spec.ConnectionTune(0, 0, 0)
 
 
 class ChannelRecord:
@@ -67,7 +68,7 @@ class ConnectionBase:
     _eof: bool
     _broken: RemoteProtocolError | None
     _bad_header: bool
-    _queued: deque[Event]
+    _queued: list[Event]
     _channels: dict[int, ChannelRecord]
     _may_send: frozenset[type]
     _may_recv: frozenset[type]

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _state as S
 from . import spec
-from ._base import ConnectionBase
+from ._base import NO_TUNE, ConnectionBase
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import NEED_DATA, ConnectionClosed, Event, NeedData, ProtocolHeader
 from ._sasl import amqplain_response, plain_response
@@ -100,6 +100,7 @@ class Handshake(ConnectionBase):
         elif cls is spec.ConnectionTuneOk:
             if not sent and self.our_role is SERVER:
                 self._check_tune_ok(m)
+            self._tune = NO_TUNE  # negotiated: the proposal is not needed any more
             self.frame_max = m.frame_max or self.config_frame_max
             self.channel_max = m.channel_max or 65535
             self.heartbeat = m.heartbeat

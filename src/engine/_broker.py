@@ -16,7 +16,7 @@ from typing import Any
 
 from . import oplog
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
-from ._session import Session
+from ._session import SUBSCRIPTION_BYTES, Session
 from ._timers import TimerKey, TimerQueue
 from .admin import Administration
 from .amqp import AmqpSession
@@ -123,8 +123,9 @@ class Broker(Administration):
         #: publishers are blocked (reading paused, AMQP connection.blocked) while either alarm is on
         self.publishers_blocked = False
         #: received bytes the connections' codecs hold (frames still arriving, a large message
-        #: being assembled, a login that never comes): memory a peer makes us spend before any
-        #: message is queued, so the memory alarm counts it too
+        #: being assembled, a login that never comes) and their subscriptions at
+        #: ``SUBSCRIPTION_BYTES`` each: memory a peer makes us spend before any message is
+        #: queued, so the memory alarm counts it too
         self.inbound_bytes = 0
         #: exceptions raised by session code (a bug); the connection concerned was closed
         self.internal_errors: list[Exception] = []
@@ -442,8 +443,9 @@ class Broker(Administration):
         self.model.now = self.now
 
     def _count_inbound(self, session: Session) -> None:
-        """Update ``inbound_bytes`` with what ``session`` holds now."""
-        held = 0 if session.closed else session.inbound_bytes()
+        """Update ``inbound_bytes`` with what ``session`` holds now: received bytes its codec
+        holds and its subscriptions (uncapped, as RabbitMQ: they are bounded by the alarm)."""
+        held = 0 if session.closed else session.inbound_bytes() + session.subscription_count() * SUBSCRIPTION_BYTES
         if held != session.inbound:
             self.inbound_bytes += held - session.inbound
             session.inbound = held
@@ -454,7 +456,7 @@ class Broker(Administration):
 
     def memory_used(self) -> int:
         """What the memory alarm compares with the high watermark: queued message bytes plus the
-        received bytes the codecs hold."""
+        received bytes the codecs hold plus ``SUBSCRIPTION_BYTES`` per subscription."""
         return self.model.queued_bytes + self.inbound_bytes
 
     def _over_watermark(self) -> bool:
@@ -484,7 +486,7 @@ class Broker(Administration):
         for session in list(self.sessions.values()):
             # a publisher in the middle of a message is blocked at its next publish (see
             # data_received) rather than now, halfway, holding what it sent so far
-            if session.published and not (blocked and session.inbound):
+            if session.published and not (blocked and session.inbound_bytes()):
                 self._guarded(session, session.memory_alarm, blocked)
 
     def _flow_check(self, session: Session, touched: list[Any]) -> None:

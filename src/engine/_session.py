@@ -30,9 +30,13 @@ from ._timers import TimerKey
 from .config import Config
 from .model import Consumer, Model
 
-__all__ = ["Carrier", "Host", "Session", "SERVER_NAME", "is_loopback"]
+__all__ = ["Carrier", "Host", "Session", "SERVER_NAME", "SUBSCRIPTION_BYTES", "is_loopback"]
 
 SERVER_NAME = "sansmq/0.1.0"
+#: what one subscription or consumer counts in the memory alarm: a little above what an idle
+#: STOMP /queue destination costs in RSS (subscription, queue, dict slots, allocator slack), so
+#: a client that subscribes without end raises the alarm as RabbitMQ's memory watermark would
+SUBSCRIPTION_BYTES = 512
 
 
 class Host(Protocol):
@@ -158,8 +162,8 @@ class Session:
         #: when the connection must have finished its handshake; None once it has (or no deadline)
         timeout = host.config.limits.handshake_timeout
         self.handshake_deadline: float | None = host.now + timeout / 1000 if timeout else None
-        #: received bytes the codec holds (unparsed, or a message being assembled), as the broker
-        #: last counted them for the memory alarm
+        #: received bytes the codec holds (unparsed, or a message being assembled) and the
+        #: subscriptions' share, as the broker last counted them for the memory alarm
         self.inbound = 0
 
     # -- to implement ----------------------------------------------------------------------------
@@ -181,6 +185,11 @@ class Session:
 
     def inbound_bytes(self) -> int:
         """Received bytes the codec holds: not parsed yet, or parts of a message being assembled."""
+        return 0
+
+    def subscription_count(self) -> int:
+        """Subscriptions (STOMP) or consumers (AMQP) the connection holds: no cap bounds them, so
+        the memory alarm counts them (``SUBSCRIPTION_BYTES`` each)."""
         return 0
 
     def handshake_done(self) -> None:

@@ -52,8 +52,10 @@ class Limits:
     heartbeat_grace: float = 1.5
     default_prefetch: int = 0  # 0 = unlimited, as RabbitMQ's STOMP adapter
     # -- per-connection bounds: a breach sends ERROR and closes that connection only -----------
-    #: subscriptions (incl. /temp-queue ones) one connection may hold
-    max_subscriptions: int = 10_000
+    #: subscriptions (incl. /temp-queue ones) one STOMP connection may hold; 0 = no cap, as
+    #: RabbitMQ (its ``consumer_max_per_channel`` is unlimited by default). Uncapped, they still
+    #: count in the memory alarm (``memory_high_watermark``) at 512 bytes each
+    max_subscriptions: int = 0
     #: transactions one connection may have open at once
     max_transactions: int = 100
     #: frames one open transaction may buffer, and their bytes (bodies + header text)

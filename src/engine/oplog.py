@@ -116,11 +116,11 @@ def closed(session: Session, reason: str) -> None:
 
 def memory_alarm(on: bool, queued: int, mark: int) -> None:
     if on:
-        log.warning("memory alarm set: %d bytes of queued messages and unfinished input above the high "
+        log.warning("memory alarm set: %d bytes of queued messages, unfinished input and subscriptions above the high "
                     "watermark of %d; publishing connections are blocked", queued, mark,
                     extra={"event": "alarm.set", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
     else:
-        log.info("memory alarm cleared: %d bytes of queued messages and unfinished input, watermark %d; "
+        log.info("memory alarm cleared: %d bytes of queued messages, unfinished input and subscriptions, watermark %d; "
                  "publishers unblocked", queued, mark,
                  extra={"event": "alarm.clear", "alarm": "memory", "queued_bytes": queued, "watermark": mark})
 

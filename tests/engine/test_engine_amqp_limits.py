@@ -11,6 +11,7 @@ from enginetest_helpers import confirm_outcomes, connected, messages, new_net, s
 import amqpproto as A
 from amqpproto import BasicProperties, spec
 from engine import Config, Limits
+from engine._session import SUBSCRIPTION_BYTES
 from engine.testing import AmqpSimClient, SimNetwork
 
 KB = 1024
@@ -77,6 +78,19 @@ def test_publishers_blocked_over_the_watermark_and_unblocked_when_drained() -> N
     assert [d.body for d in cons.of(spec.BasicDeliver)][-1] == b"late"  # the held publish went through
     cons.call(spec.BasicAck(0, multiple=True, channel=1))
     assert net.broker.model.queued_bytes == 0
+
+
+def test_consumers_count_in_the_memory_alarm() -> None:
+    """No cap on consumers (as RabbitMQ): what they cost counts against the watermark instead."""
+    net = net_with(memory_high_watermark=10 * SUBSCRIPTION_BYTES)
+    c = amqp(net, channels=2)
+    for i in range(11):
+        declare(c, f"many-{i}", ch=1 + i % 2)
+        c.call(spec.BasicConsume(queue=f"many-{i}", consumer_tag=f"c{i}", channel=1 + i % 2))
+    assert net.broker.mem_alarm
+    for i in range(3):
+        c.call(spec.BasicCancel(consumer_tag=f"c{i}", channel=1 + i % 2))
+    assert not net.broker.mem_alarm
 
 
 def test_a_connection_that_first_publishes_during_the_alarm_is_blocked_then() -> None:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from amqpproto import spec
 from engine._broker import FLOW_CREDIT
+from engine._session import SUBSCRIPTION_BYTES
 from engine.config import Config, Limits
 
 
@@ -249,7 +250,8 @@ def test_paused_publisher_stays_paused_and_connected_while_the_clock_runs():
 
 
 def _alarm_net(credit=20):
-    return new_net(Config(limits=Limits(flow_credit=credit, memory_high_watermark=20 * 1024)))
+    # 20 KB of bodies, plus what the one subscription counts
+    return new_net(Config(limits=Limits(flow_credit=credit, memory_high_watermark=20 * 1024 + SUBSCRIPTION_BYTES)))
 
 
 def test_memory_alarm_blocks_a_publisher_to_a_queue_without_consumers():

@@ -1,6 +1,6 @@
 """What idle queues and STOMP queue subscriptions cost in the engine, pinned loosely so a regression
-shows (measured with tracemalloc: ~133 B per idle queue besides its name, was ~173 B; ~181 B per
-subscription besides its frame, was ~330 B with the destination string it kept), and the compact layout keeps the attributes the rest of the broker reads and writes."""
+shows (measured with tracemalloc: ~133 B per idle queue besides its name, was ~173 B; ~165 B per
+subscription besides its frame, was ~181 B with a consumer list and ~330 B with the destination string it kept), and the compact layout keeps the attributes the rest of the broker reads and writes."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from engine import Broker, Config, Limits, MemoryStore
-from engine.model.objects import Queue, _QueueExtras
+from engine.model.objects import Consumer, Queue, _QueueExtras
 from engine.model.security import UserAccess
 from engine.stomp.session import StompSession, StompSubscription
+from engine.testing import AmqpSimClient, SimNetwork
 from stompproto import Subscribe
 
 N = 20_000
+PEER = ("127.0.0.1", 40000)  # one tuple for every connection: not theirs to count
 
 
 def per_object(build: Callable[[int], Any]) -> float:
@@ -59,8 +63,9 @@ def test_idle_queue_and_queue_subscription_stay_small() -> None:
             session._on_subscribe(frame)
         model.dirty.clear()
 
-    # the subscription, the queue's consumer list, the session's dict slot
-    assert per_object(subs) < 210
+    # the subscription (96), the queue's consumers as a 1-tuple (48; a list was 64), the session's
+    # dict slot: 165 B (was 181)
+    assert per_object(subs) < 172
     sub = session.subs["7"]
     assert isinstance(sub, StompSubscription)
     assert sub.destination == "/queue/bench.mq.7" and sub.ack_mode == "auto" and not sub.owns_queue
@@ -99,3 +104,80 @@ def test_queue_extras_are_created_on_first_use_only() -> None:
     owner = object()
     q2 = Queue(vhost, "q2", False, True, owner, {"x-max-length": 1})
     assert (q2.exclusive_owner, q2.args, q2.auto_delete) == (owner, {"x-max-length": 1}, True)
+
+
+def _client_bytes_of_amqp_login() -> list[bytes]:
+    """What an AMQP client sends to log in and open channel 1 (recorded from a simulated client)."""
+    sent: list[bytes] = []
+    net = SimNetwork(make_broker(), seed=0)
+    client = net.connect(protocol="amqp")
+    assert isinstance(client, AmqpSimClient)
+    raw = client.send_raw
+
+    def record(data: bytes) -> None:
+        sent.append(bytes(data))
+        raw(data)
+
+    client.send_raw = record  # type: ignore[method-assign]
+    client.amqp_open()
+    client.open_channel(1)
+    net.run_until_idle()
+    return sent
+
+
+STOMP_LOGIN = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\x00"
+
+
+@pytest.mark.parametrize(("protocol", "limit"), [("amqp", 4096), ("stomp", 2300)])
+def test_idle_connection_after_login_stays_small(protocol: str, limit: int) -> None:
+    """Issue 27's S10: an idle AMQP connection (logged in, channel 1 open) was ~9.2 KB, 4.5 KB of
+    it two frozensets of the methods each role may send; STOMP was ~2.5 KB, 0.7 KB of it a deque
+    for at most two timer events."""
+    chunks = _client_bytes_of_amqp_login() if protocol == "amqp" else [STOMP_LOGIN]
+    broker = make_broker()
+    ids = iter(range(1, 10 * N))
+
+    def connections(n: int) -> None:
+        for _ in range(n // 10):  # N // 10 connections are plenty for a per-connection figure
+            conn_id = next(ids)
+            broker.connection_made(conn_id, protocol, PEER, 1.0)
+            for data in chunks:
+                broker.data_received(conn_id, data, 1.0)
+            broker.drain()
+
+    connections(100)  # warm-up: first-use caches of the broker are not per connection
+    assert all(not s.handshaking for s in broker.sessions.values())
+    assert per_object(connections) * 10 < limit
+
+
+class _Owner:
+    blocked = False
+
+    def deliver(self, consumer: Any, tag: int, entry: Any) -> None:
+        pass
+
+    def consumer_cancelled(self, consumer: Any) -> None:
+        pass
+
+    def delivery_timed_out(self, consumer: Any, tag: int) -> None:
+        pass
+
+
+def test_queue_consumers_one_tuple_then_list_then_none() -> None:
+    """One consumer is kept as a 1-tuple, the second makes a list; cancelling them all leaves None."""
+    model = make_broker().model
+    q = model.declare_queue(model.vhosts["/"], "rr")
+    a, b, c = (Consumer(q, _Owner(), auto_ack=True) for _ in range(3))
+    model.consume(q, a)
+    assert q.consumers == (a,)
+    model.consume(q, b)
+    model.consume(q, c)
+    assert q.consumers == [a, b, c]
+    model.cancel(b)
+    assert q.consumers == [a, c]
+    model.cancel(a)
+    assert q.consumers == [c]
+    model.cancel(c)
+    assert q.consumers is None
+    model.consume(q, b)
+    assert q.consumers == (b,)

@@ -4,8 +4,9 @@ for the store. A breach closes that connection only (ERROR first), or pauses rea
 from enginetest_helpers import bodies, connected, errors, new_net, send, subscribe, unsubscribe
 
 from engine import Config, Limits
+from engine._session import SUBSCRIPTION_BYTES
 from engine.testing import FakeStore
-from stompproto import Abort, Begin, Commit, Receipt
+from stompproto import Abort, Begin, Commit, Disconnect, Receipt
 
 
 def _limits(**kw):
@@ -142,3 +143,43 @@ def test_receipts_waiting_for_the_store_pause_reading_then_resume():
     assert got[-10:] == [f"r{i}" for i in range(10)]
     assert not p.paused and not session.held_paused and session.held is None
     assert errors(p) == []
+
+
+def test_no_subscription_cap_by_default():
+    """As RabbitMQ: a connection may hold any number of subscriptions (it used to be refused
+    the 10,001st); the memory alarm, not a cap, bounds what they cost."""
+    net = new_net()
+    c, p = connected(net), connected(net)
+    n = 10_050
+    for i in range(n):
+        subscribe(c, f"/topic/k.{i}", f"s{i}")
+    subscribe(c, "/queue/last", "q", receipt="r")
+    net.run_until_idle()
+    assert errors(c) == [] and not c.server_closed
+    send(p, f"/topic/k.{n - 1}", b"to the last topic")
+    send(p, "/queue/last", b"to the queue")
+    net.run_until_idle()
+    assert sorted(bodies(c)) == [b"to the last topic", b"to the queue"]
+
+
+def test_subscriptions_count_in_the_memory_alarm():
+    """Uncapped subscriptions raise the memory alarm (SUBSCRIPTION_BYTES each), which blocks
+    publishers as RabbitMQ's memory watermark does; unsubscribing clears it."""
+    net = new_net(_limits(memory_high_watermark=10 * SUBSCRIPTION_BYTES))
+    greedy, p = connected(net), connected(net)
+    send(p, "/queue/m", b"x")
+    net.run_until_idle()
+    for i in range(11):
+        subscribe(greedy, f"/topic/t.{i}", f"s{i}")
+    net.run_until_idle()
+    assert net.broker.mem_alarm and net.broker.memory_used() >= 11 * SUBSCRIPTION_BYTES
+    send(p, "/queue/m", b"y")
+    net.run_until_idle()
+    assert p.paused  # a publisher is blocked while the alarm is on
+    for i in range(3):
+        unsubscribe(greedy, f"s{i}")
+    net.run_until_idle()
+    assert not net.broker.mem_alarm and not p.paused
+    greedy.send(Disconnect({}))
+    net.run_until_idle()
+    assert net.broker.memory_used() == net.broker.model.queued_bytes  # nothing left counted

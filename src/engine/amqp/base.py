@@ -38,8 +38,8 @@ class ChannelOwner(ConsumerOwner, Protocol):
     user: UserRecord | None
     #: the user's permissions in ``vhost`` (set by connection.open)
     access: UserAccess
-    #: exclusive queues of the connection (deleted with it)
-    exclusive: dict[Queue, None]
+    #: exclusive queues of the connection (deleted with it); None until the first
+    exclusive: dict[Queue, None] | None
     reply_to: str | None
     cancel_notify: bool
     #: while a read is handled or a store sync releases held confirms: channels with acks to coalesce
@@ -57,6 +57,9 @@ class ChannelOwner(ConsumerOwner, Protocol):
         """The channel is gone from the connection (channel.close or close-ok)."""
 
     def send(self, event: Any) -> None: ...
+
+    def own_exclusive(self, q: Queue) -> None:
+        """``q`` is one of the connection's exclusive queues (deleted with it)."""
 
     def write(self, data: bytes) -> None: ...
 
@@ -125,7 +128,8 @@ class ChannelBase:
         self.pub_seq = 0
         #: buffered publishes/acks of an open transaction (None: not transactional)
         self.tx: list[Callable[[], None]] | None = None
-        self.getters: dict[Queue, GetHolder] = {}
+        #: basic.get's holder per queue; None until the first basic.get
+        self.getters: dict[Queue, GetHolder] | None = None
         self.flow_paused = False
         #: the consumer-timeout timer, armed while deliveries with a deadline are unacked
         self.timeout_key: tuple[float, int] | None = None

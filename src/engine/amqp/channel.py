@@ -58,7 +58,7 @@ class AmqpChannel(TopologyMethods, ConsumeMethods, AckMethods, PublishMethods):
         holders = {c: None for c, _, _ in self.unacked.values() if c.unacked}
         for holder in holders:
             model.return_unacked(holder, requeue=True)
-        self.getters = {}
+        self.getters = None
         self.unacked = {}
         self.tx = None
         self.session.host.cancel_timer(self.timeout_key)

@@ -88,7 +88,7 @@ class ConsumeMethods(ChannelBase):
         session = self.session
         name = session.host.new_name(REPLY_TO + ".")
         q = session.model.declare_queue(self.vhost, name, False, True, session, None)
-        session.exclusive[q] = None
+        session.own_exclusive(q)
         session.reply_to = name
         return q
 
@@ -136,9 +136,12 @@ class ConsumeMethods(ChannelBase):
         q = self._queue(m.queue, type(m))
         if q.stream:
             refuse_get(self, q, m)
-        holder = self.getters.get(q)
+        getters = self.getters
+        if getters is None:
+            getters = self.getters = {}
+        holder = getters.get(q)
         if holder is None:
-            holder = self.getters[q] = GetHolder(q, self.session, 0, m.no_ack)
+            holder = getters[q] = GetHolder(q, self.session, 0, m.no_ack)
             holder.channel = self
         holder.auto_ack = m.no_ack
         model = self.session.model

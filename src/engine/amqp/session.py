@@ -98,8 +98,8 @@ class AmqpSession(Session):
         self.client_properties: dict[str, Any] = {}
         #: we sent connection.close and wait for close-ok (everything else is dropped)
         self.closing = False
-        #: exclusive queues this connection declared (deleted with it)
-        self.exclusive: dict[Queue, None] = {}
+        #: exclusive queues this connection declared (deleted with it); None until the first
+        self.exclusive: dict[Queue, None] | None = None
         self.cancel_notify = False
         #: the client advertised capability ``connection.blocked``
         self.blocked_notify = False
@@ -257,6 +257,9 @@ class AmqpSession(Session):
     def inbound_bytes(self) -> int:
         return self.conn.buffered_bytes
 
+    def subscription_count(self) -> int:
+        return sum(len(chan.consumers) for chan in self.channels.values())
+
     def codec_timer(self) -> float | None:
         t = self.conn.get_timer()
         d = self.close_deadline
@@ -286,11 +289,16 @@ class AmqpSession(Session):
         for chan in channels.values():
             chan.teardown()
 
+    def own_exclusive(self, q: Queue) -> None:
+        if self.exclusive is None:
+            self.exclusive = {}
+        self.exclusive[q] = None
+
     def teardown(self) -> None:
         self.teardown_channels()
         exclusive = self.exclusive
-        self.exclusive = {}
-        for q in exclusive:
+        self.exclusive = None
+        for q in exclusive or ():
             self.model.delete_queue(q)
 
     def shutdown(self) -> None:

@@ -140,7 +140,7 @@ class TopologyMethods(ChannelBase):
                 owner = session if m.exclusive else None
                 q = model.declare_queue(vhost, name, m.durable, m.auto_delete, owner, args)
                 if m.exclusive:
-                    session.exclusive[q] = None
+                    session.own_exclusive(q)
         if not m.nowait:
             # a stream's message count is its end offset (sansmq: capability stream_end_offset)
             count = model.streams.visible_end(q, fresh=True) if q.stream else q.count
@@ -210,6 +210,7 @@ class TopologyMethods(ChannelBase):
                                    f"'{self.vhost.name}' not empty", type(m))
             n = q.count
             self.session.model.delete_queue(q)
-            self.session.exclusive.pop(q, None)
+            if self.session.exclusive is not None:
+                self.session.exclusive.pop(q, None)
         if not m.nowait:
             self.send(spec.QueueDeleteOk(n))

@@ -6,6 +6,8 @@ their ``ConsumerOwner`` interface."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .._message import GONE, READY, UNACKED, Entry
 from ..streams import OffsetSpec
 from .errors import ResourceLocked
@@ -43,14 +45,20 @@ class Delivery:
         state = self.state
         if q.exclusive_owner is not None and q.exclusive_owner is not consumer.owner:
             raise ResourceLocked(f"queue '{q.name}' is exclusive to another connection")
-        if q.consumers is None:
-            q.consumers = [consumer]  # sized exactly: most queues have one consumer
+        consumers = q.consumers
+        if consumers is None:
+            # most queues have one consumer: a 1-tuple is 32 bytes less than a list (with its
+            # item array); the second consumer makes it a list
+            consumers = q.consumers = (consumer,)
             self.topology.in_use(q)
+        elif isinstance(consumers, tuple):
+            consumers = q.consumers = [*consumers, consumer]
         else:
-            q.consumers.append(consumer)
+            consumers.append(consumer)
         if priority or q in state.prio_queues:
             state.prio_queues[q] = None
-            q.consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
+            if isinstance(consumers, list):
+                consumers.sort(key=consumer_priority, reverse=True)  # stable: arrival order kept
         state.dirty[q] = None
         state.events.consumer("created", consumer)
         if state.relays is not None and q._x is not None and q._x.leader is not None:
@@ -123,10 +131,12 @@ class Delivery:
             self.light.cancel(consumer)
             return
         q = consumer.queue
-        if q.consumers and consumer in q.consumers:
+        consumers = q.consumers
+        if consumers and consumer in consumers:
             state.events.consumer("deleted", consumer)
-            q.consumers.remove(consumer)
-            if not q.consumers:
+            if isinstance(consumers, list) and len(consumers) > 1:
+                consumers.remove(consumer)
+            else:  # its only consumer (a 1-tuple, or a list down to one)
                 q.consumers = None
                 q._rr = 0
                 state.prio_queues.pop(q, None)
@@ -313,7 +323,7 @@ class Delivery:
                 (q._x or extras(q)).delivered += state.next_tag - tags_before
 
     @staticmethod
-    def _pick_prioritised(q: Queue, consumers: list[Consumer]) -> Consumer | None:
+    def _pick_prioritised(q: Queue, consumers: Sequence[Consumer]) -> Consumer | None:
         """Round-robin among the ready consumers of the highest priority that has one."""
         i, n = 0, len(consumers)
         while i < n:

@@ -213,7 +213,8 @@ class Queue:
         self.bytes = 0
         #: ready messages in the store's page (after every in-memory one of their level)
         self.paged = 0
-        self.consumers: list[Consumer] | None = None
+        #: None, a 1-tuple (most queues: 32 bytes less than a list), or a list from the second on
+        self.consumers: tuple[Consumer] | list[Consumer] | None = None
         self._rr = 0
 
     durable = _flag(_DURABLE, "A durable queue: its definition and persistent messages are stored.")

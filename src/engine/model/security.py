@@ -311,20 +311,26 @@ class UserAccess:
     """One connection's view of its user's permissions in its vhost, with the answers cached (a
     publish asks for the same exchange again and again; a permission change drops the cache)."""
 
-    __slots__ = ("security", "user", "vhost", "_cache", "_version", "variables", "_topic_rx")
+    __slots__ = ("security", "user", "vhost", "_cache", "_version", "client_id", "_topic_rx")
 
     def __init__(self, security: Security, user: str, vhost: str, client_id: str | None = None) -> None:
         self.security = security
         self.user = user
         self.vhost = vhost
-        #: what topic permission patterns may name (RabbitMQ's variable map)
-        self.variables = {"username": user, "vhost": vhost}
-        if client_id is not None:
-            self.variables["client_id"] = client_id
+        self.client_id = client_id
         self._cache: dict[tuple[str, str], bool] = {}
         self._version = security.version
-        #: topic permission pattern as written -> compiled with this connection's variables
-        self._topic_rx: dict[str, re.Pattern[str] | None] = {}
+        #: topic permission pattern as written -> compiled with this connection's variables; None
+        #: until the first topic permission check (most connections never make one)
+        self._topic_rx: dict[str, re.Pattern[str] | None] | None = None
+
+    @property
+    def variables(self) -> dict[str, str]:
+        """What topic permission patterns may name (RabbitMQ's variable map)."""
+        out = {"username": self.user, "vhost": self.vhost}
+        if self.client_id is not None:
+            out["client_id"] = self.client_id
+        return out
 
     def allows(self, access: Access, resource: str) -> bool:
         sec = self.security
@@ -346,6 +352,8 @@ class UserAccess:
         Compiled once per connection and pattern (bounded)."""
         pattern = perm.pattern(access)
         cache = self._topic_rx
+        if cache is None:
+            cache = self._topic_rx = {}
         if pattern in cache:
             rx = cache[pattern]
         else:

@@ -129,7 +129,7 @@ class StompBase(Session):
 
     def _check_subscription_limit(self) -> None:
         limit = self.host.config.limits.max_subscriptions
-        if len(self.subs) >= limit:
+        if limit and len(self.subs) >= limit:
             raise StompError("Too many subscriptions", f"at most {limit} subscriptions per connection")
 
     def _declare(self, name: str, headers: dict[str, str]) -> Queue:

@@ -125,6 +125,9 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
     def inbound_bytes(self) -> int:
         return self.conn.buffered_bytes
 
+    def subscription_count(self) -> int:
+        return len(self.subs)
+
     def handshake_timed_out(self) -> None:
         self._fail("Handshake timeout", "no CONNECT frame within the handshake timeout")
 

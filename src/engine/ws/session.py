@@ -208,6 +208,10 @@ class WsSession(Session):
         inner = self.inner
         return self.ws.buffered_bytes + (inner.inbound_bytes() if inner is not None else 0)
 
+    def subscription_count(self) -> int:
+        inner = self.inner
+        return inner.subscription_count() if inner is not None else 0
+
     # -- the carrier side of the inner session ---------------------------------------------------------
     def carry(self, data: bytes) -> None:
         if self.closed or self.ws.state not in _CAN_SEND:
