@@ -43,8 +43,8 @@ from . import spec
 from ._errors import INTERNAL_ERRORS, RemoteProtocolError
 from ._readers import read_table
 
-__all__ = ["OFFSET_HEADER", "STAMP_HEADER", "DeliveryColumns", "MissingStreamOffset", "StreamDeliveryDecoder", "flat_headers",
-           "frame_end", "header_text"]
+__all__ = ["OFFSET_HEADER", "STAMP_HEADER", "DeliveryColumns", "MissingStreamOffset", "StreamDeliveryDecoder",
+           "flat_headers", "frame_end", "header_text"]
 
 #: the header a stream queue stamps on every delivery: the message's offset in the stream
 OFFSET_HEADER = "x-stream-offset"

@@ -20,6 +20,7 @@ from amqpproto.bulk import StreamDeliveryDecoder, frame_end
 from .client import CH, BrokerError, Client, ConnectionLost
 from .columns import Columns
 from .dataloss import LossPolicy
+from .offsets import stamp_arguments
 
 __all__ = ["read_stream_range"]
 
@@ -36,7 +37,8 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     ``policy`` fails the task or counts them. The first batch is checked before it leaves, the
     count of the whole range at its end (retention can overtake a slow reader)."""
     sock = client.sock
-    client._send(spec.BasicConsume(queue=stream, arguments={"x-stream-offset": start}, channel=CH))
+    client._send(spec.BasicConsume(queue=stream, arguments={"x-stream-offset": start, **stamp_arguments(client)},
+                                   channel=CH))
     client.flush()
     decoder = StreamDeliveryDecoder(CH)
     buf, pos = b"", 0

@@ -22,7 +22,8 @@ __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
-READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxRecordsPerTrigger",
+READ_OPTIONS = ("url", "stream", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingOffsets",
+                "failOnDataLoss", "maxRecordsPerTrigger",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
                 "timeoutMs", "retryDeadlineMs")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
@@ -126,6 +127,26 @@ def parse_offsets_spec(name: str, raw: str | None, default: str, streams: tuple[
     return {str(k): int(v) for k, v in value.items()}
 
 
+def parse_starting_times(options: Mapping[str, str]) -> int | dict[str, int] | None:
+    """``startingTimestamp`` (ms since the epoch, every stream) or ``startingOffsetsByTimestamp``
+    (JSON ``{"stream": ms}``); the first wins, as in Spark's Kafka source (over startingOffsets too)."""
+    raw = options.get("startingTimestamp")
+    if raw is not None:
+        return _int(options, "startingTimestamp", 0, minimum=0)
+    raw = options.get("startingOffsetsByTimestamp")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value.values()):
+        raise OptionError('option startingOffsetsByTimestamp must be JSON mapping stream names to times in ms '
+                          f'since the epoch, such as {{"events": 1767225600000}}, got {raw!r}')
+    return {str(k): int(v) for k, v in value.items()}
+
+
 def check_offsets_spec(name: str, spec: OffsetsSpec, streams: tuple[str, ...]) -> None:
     unknown = set(spec) - set(streams) if isinstance(spec, dict) else set()
     if unknown:
@@ -143,6 +164,8 @@ class ReadOptions:
     url: str
     streams: tuple[str, ...]
     starting: OffsetsSpec
+    #: startingTimestamp (int) or startingOffsetsByTimestamp (per stream), ms; over ``starting``
+    starting_times: int | dict[str, int] | None
     ending: OffsetsSpec
     ending_given: bool
     fail_on_data_loss: bool
@@ -165,6 +188,7 @@ class ReadOptions:
             url=_url(options),
             streams=streams,
             starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"), "earliest", streams),
+            starting_times=parse_starting_times(options),
             ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), "latest", streams),
             ending_given="endingOffsets" in options,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ from .bulk import read_stream_range
 from .client import Client, StreamNotFound
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
-from .offsets import cap_total, split_range, stream_end, stream_first, wait_for_new
+from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .retry import Outage, with_retries
 
@@ -117,10 +118,30 @@ def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def starting_offsets(client: Client, opts: ReadOptions, seen: Mapping[str, Bounds]) -> dict[str, int]:
+    """Where a query starts: startingOffsets, or for the streams a starting time names, the first
+    offset appended at or after it (none: an error, as Kafka's default strategy)."""
+    start = _resolve(opts.starting, opts.streams, -2, seen)
+    times = opts.starting_times
+    for s in opts.streams:
+        ms = times if isinstance(times, int) else None if times is None else times.get(s)
+        if ms is None:
+            continue
+        found = offset_at_time(client, s, ms, seen[s].end, opts.probe_ms / 1000.0)
+        if found is None:
+            when = datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+            raise OptionError(f"option startingTimestamp/startingOffsetsByTimestamp: stream {s!r} has no record "
+                              f"appended at or after {ms} ({when}); its end is offset {seen[s].end}")
+        start[s] = max(found, seen[s].first)
+    return start
+
+
 def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
     """``opts`` with partitioned streams expanded and the offsets options checked against them."""
     streams = resolve_streams(client, opts.streams)
     check_offsets_spec("startingOffsets", opts.starting, streams)
+    if isinstance(opts.starting_times, dict):
+        check_offsets_spec("startingOffsetsByTimestamp", opts.starting_times, streams)
     check_offsets_spec("endingOffsets", opts.ending, streams)
     return replace(opts, streams=streams)
 
@@ -131,11 +152,11 @@ def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) ->
                                       opts.min_partitions)]
 
 
-def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds]) -> tuple[dict[str, int], dict[str, int]]:
+def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],
+                start: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
     """A batch read's [start, end) per stream, checked against the streams as they are: an end past
     a stream's end or before the start is refused; a start below the first retained offset is data
     loss (fails, or starts at the first offset with failOnDataLoss=false)."""
-    start = _resolve(opts.starting, opts.streams, -2, seen)
     end = _resolve(opts.ending, opts.streams, -1, seen)
     policy = LossPolicy(opts.fail_on_data_loss)
     for s in opts.streams:
@@ -158,7 +179,8 @@ class BatchReader(DataSourceReader):
         def plan_range() -> tuple[ReadOptions, dict[str, int], dict[str, int]]:
             with Client(opts.url, timeout=opts.timeout) as client:
                 full = resolved(client, opts)
-                return (full, *batch_range(full, bounds(client, full)))
+                seen = bounds(client, full)
+                return (full, *batch_range(full, seen, starting_offsets(client, full, seen)))
         self.opts, self.start, self.end = with_retries(plan_range, opts.retry_deadline, "planning the batch read")
 
     def partitions(self) -> list[StreamRange]:  # type: ignore[override]
@@ -249,8 +271,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         opts = self.opts
-        seen: dict[str, Bounds] = self._on_driver(lambda client: bounds(client, opts))
-        return _resolve(opts.starting, opts.streams, -2, seen)
+        start: dict[str, int] = self._on_driver(lambda client: starting_offsets(client, opts, bounds(client, opts)))
+        return start
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends({})
