@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from . import identity
 from .bulk import read_stream_range
 from .client import Client, StreamNotFound
 from .columns import ARROW_SCHEMA, flat_headers
@@ -271,8 +272,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         opts = self.opts
-        start: dict[str, int] = self._on_driver(lambda client: starting_offsets(client, opts, bounds(client, opts)))
-        return start
+        def initial(client: Client) -> dict[str, Any]:
+            start = starting_offsets(client, opts, bounds(client, opts))
+            return identity.join(start, identity.stamps_for(client, start, ({}, {})))
+        offsets: dict[str, Any] = self._on_driver(initial)
+        return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends({})
@@ -281,7 +285,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         mrt = self.opts.max_records_per_trigger
         return ReadAllAvailable() if mrt is None else ReadMaxRows(mrt)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start_offsets: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        start, stamps = identity.split(start_offsets)
+        end = self._latest(start, limit)
+        times = self._on_driver(lambda client: identity.stamps_for(client, end, (start, stamps)))
+        return identity.join(end, times)
+
+    def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         if self._target is not None:  # availableNow: never past the ends seen when the query began
             end = dict(self._target)
         else:
@@ -297,12 +307,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, int] | None:
         return self._target
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[StreamRange]:  # type: ignore[override]
-        return plan(self.opts, self._on_driver(lambda client: self._readable(client, start, end)), end)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamRange]:  # type: ignore[override]
+        begin, stamps = identity.split(start)
+        stop = identity.split(end)[0]
+        return plan(self.opts, self._on_driver(lambda client: self._readable(client, begin, stop, stamps)), stop)
 
-    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, int]:
+    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int],
+                  stamps: Mapping[str, int]) -> dict[str, int]:
         """Where each stream's range really begins: its start, unless the offsets there are gone
-        (then DataLossError, or with failOnDataLoss=false the stream's first offset)."""
+        or belong to another stream (then DataLossError, or with failOnDataLoss=false the stream's
+        first offset)."""
         begin = {}
         for s in self.opts.streams:
             lo, hi = start.get(s, 0), end.get(s, 0)
@@ -310,6 +324,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if hi < lo:
                     self._policy.past_end(s, lo, hi)
                     lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
+                elif (now := identity.moved_on(client, s, lo, stamps.get(s))) is not None:
+                    self._policy.recreated(s, lo, stamps[s], now)
+                    lo = stream_first(client, s, hi)
                 elif lo < hi:
                     first = stream_first(client, s, hi)
                     if first > lo:
