@@ -23,6 +23,7 @@ from .bulk import read_stream_range
 from .client import Client, StreamNotFound
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
+from .metrics import SKIPPED_KEY, log_lag
 from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .retry import Outage, with_retries
@@ -209,6 +210,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._resolved: ReadOptions | None = None
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
+        self._latest_seen: dict[str, int] | None = None  # each stream's end, as the last trigger saw it
         self._policy = LossPolicy(opts.fail_on_data_loss)
         self._gone: set[str] = set()  # deleted streams left out (failOnDataLoss=false)
 
@@ -298,14 +300,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = self._ends(start)
             if all(end[s] == start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
                 end = self._ends(start)
+        self._latest_seen = dict(end)
         # an end below the start is not hidden: partitions() reports it as data loss
         ahead = {s: e for s, e in end.items() if e >= start.get(s, 0)}
         if isinstance(limit, ReadMaxRows):
             ahead = cap_total(start, ahead, limit.max_rows)
-        return {**end, **ahead}
+        batch_end = {**end, **ahead}
+        log_lag(batch_end, end, self._policy.skipped)
+        return batch_end
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        return self._target
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Each stream's end as last seen (Spark's progress ``latestOffset``; availableNow: the ends
+        when the query began) and the offsets skipped so far (see ``pipeline.metrics``)."""
+        if self._latest_seen is None:
+            return None
+        skipped = {SKIPPED_KEY: dict(self._policy.skipped)} if self._policy.skipped else {}
+        return {**self._latest_seen, **skipped}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamRange]:  # type: ignore[override]
         begin, stamps = identity.split(start)
