@@ -26,6 +26,7 @@ from .dataloss import LossPolicy
 from .metrics import SKIPPED_KEY, log_lag
 from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
+from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
@@ -55,7 +56,7 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     outage: Outage | None = None
     while start < part.end:
         try:
-            with Client(opts.url, timeout=opts.timeout) as client:
+            with EXECUTOR_POOL.client(opts.url, opts.timeout) as client:
                 client.qos(opts.prefetch)
                 for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
                                                LossPolicy(opts.fail_on_data_loss)):
