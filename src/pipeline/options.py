@@ -23,12 +23,13 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
 READ_OPTIONS = ("url", "stream", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingOffsets",
-                "failOnDataLoss", "maxRecordsPerTrigger",
+                "failOnDataLoss", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
                 "timeoutMs", "retryDeadlineMs")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
                  "retryDeadlineMs")
-ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "subscribe": "stream", "topic": "stream"}
+ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "minOffsetsPerTrigger": "minRecordsPerTrigger",
+           "subscribe": "stream", "topic": "stream"}
 #: what Spark itself puts among a streaming sink's options
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
 
@@ -79,6 +80,21 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise OptionError(f"option {name} must be true or false, got {raw!r}")
     return text == "true"
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(options: Mapping[str, str], name: str, default: float) -> float:
+    """A duration as Spark writes them (``15m``, ``30s``, ``500ms``, ``1h``), in seconds."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    number, unit = text.rstrip("abcdefghijklmnopqrstuvwxyz"), text.lstrip("0123456789")
+    if not number or number + unit != text or unit not in _UNITS:
+        raise OptionError(f"option {name} must be a duration such as 15m, 30s or 500ms, got {raw!r}")
+    return int(number) * _UNITS[unit]
 
 
 def _retry_deadline(options: Mapping[str, str]) -> float:
@@ -170,6 +186,8 @@ class ReadOptions:
     ending_given: bool
     fail_on_data_loss: bool
     max_records_per_trigger: int | None
+    min_records_per_trigger: int | None
+    max_trigger_delay: float  # seconds a micro-batch waits at most for min_records_per_trigger
     max_records_per_partition: int
     min_partitions: int
     prefetch: int
@@ -193,6 +211,9 @@ class ReadOptions:
             ending_given="endingOffsets" in options,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_records_per_trigger=None if mrt is None else _int(options, "maxRecordsPerTrigger", 0),
+            min_records_per_trigger=(None if options.get("minRecordsPerTrigger") is None
+                                     else _int(options, "minRecordsPerTrigger", 0)),
+            max_trigger_delay=_duration(options, "maxTriggerDelay", 900.0),
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 50_000),
             min_partitions=_int(options, "minPartitions", 1),
             prefetch=_int(options, "prefetch", 2000, minimum=2),
@@ -213,7 +234,11 @@ class ReadOptions:
         return self
 
     def for_stream(self) -> ReadOptions:
-        """Kafka's rule for a streaming read: it has no end."""
+        """Kafka's rules for a streaming read: it has no end; a minimum per trigger is at most the
+        maximum."""
+        low, high = self.min_records_per_trigger, self.max_records_per_trigger
+        if low is not None and high is not None and low > high:
+            raise OptionError(f"option minOffsetsPerTrigger ({low}) is above maxOffsetsPerTrigger ({high})")
         if self.ending_given:
             raise OptionError("option endingOffsets is for batch reads (spark.read) only: a streaming query "
                               "reads on as the streams grow (use trigger(availableNow=True) to stop at the end)")

@@ -9,6 +9,7 @@ from the socket's bytes straight into columns (``bulk``, ``columns``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -16,7 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import identity
 from .bulk import read_stream_range
@@ -212,6 +219,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
         self._latest_seen: dict[str, int] | None = None  # each stream's end, as the last trigger saw it
+        self._last_batch: float | None = None  # when the last batch was let through (minOffsetsPerTrigger)
         self._policy = LossPolicy(opts.fail_on_data_loss)
         self._gone: set[str] = set()  # deleted streams left out (failOnDataLoss=false)
 
@@ -285,8 +293,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._ends({})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        mrt = self.opts.max_records_per_trigger
-        return ReadAllAvailable() if mrt is None else ReadMaxRows(mrt)
+        """PySpark 4.3 takes one limit (no composite as Kafka's): the maximum if given, else the
+        minimum; the minimum with its maxTriggerDelay is applied here whatever the limit."""
+        high, low = self.opts.max_records_per_trigger, self.opts.min_records_per_trigger
+        if high is not None:
+            return ReadMaxRows(high)
+        return ReadAllAvailable() if low is None else ReadMinRows(low)
+
+    def _delay_batch(self, start: Mapping[str, int], end: Mapping[str, int], limit: ReadLimit) -> bool:
+        """Kafka's minOffsetsPerTrigger: hold the batch back while fewer records than the minimum
+        are new and maxTriggerDelay has not passed since the last batch (the first batch is never
+        held; availableNow and Trigger.Once, which read all available, are not held either)."""
+        low = self.opts.min_records_per_trigger
+        if low is None or isinstance(limit, ReadAllAvailable):
+            return False
+        now = time.monotonic()
+        new = sum(max(0, end[s] - start.get(s, 0)) for s in end)
+        if self._last_batch is not None and now - self._last_batch < self.opts.max_trigger_delay and new < low:
+            return True
+        self._last_batch = now
+        return False
 
     def latestOffset(self, start_offsets: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start, stamps = identity.split(start_offsets)
@@ -302,6 +328,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if all(end[s] == start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
                 end = self._ends(start)
         self._latest_seen = dict(end)
+        if self._delay_batch(start, end, limit):
+            self._idle_wait(end)  # no spinning: the next trigger looks again once more arrived (or idleWaitMs)
+            return dict(start)
         # an end below the start is not hidden: partitions() reports it as data loss
         ahead = {s: e for s, e in end.items() if e >= start.get(s, 0)}
         if isinstance(limit, ReadMaxRows):
