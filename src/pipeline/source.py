@@ -9,6 +9,7 @@ from the socket's bytes straight into columns (``bulk``, ``columns``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -35,6 +36,8 @@ from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
+
+log = logging.getLogger("pipeline.source")
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
 
@@ -102,6 +105,18 @@ def _resolve(spec: OffsetsSpec, streams: tuple[str, ...], missing: int, seen: Ma
     return out
 
 
+def partitions_from(client: Client, name: str, first: int) -> list[str]:
+    """The partitions ``NAME-<first>``, ``NAME-<first + 1>``, ... of a partitioned stream that exist."""
+    out: list[str] = []
+    while True:
+        try:
+            client.declare_passive(f"{name}-{first + len(out)}")
+        except StreamNotFound:
+            client.reopen_channel()
+            return out
+        out.append(f"{name}-{first + len(out)}")
+
+
 def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
     """Each name as itself if it is a queue, else as a partitioned stream's partitions NAME-0,
     NAME-1, ... (what the partitioned-stream command creates); StreamNotFound if neither."""
@@ -114,15 +129,8 @@ def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
         except StreamNotFound as missing:
             client.reopen_channel()
             error = missing
-        parts = 0
-        while True:
-            try:
-                client.declare_passive(f"{name}-{parts}")
-            except StreamNotFound:
-                client.reopen_channel()
-                break
-            out.append(f"{name}-{parts}")
-            parts += 1
+        parts = len(found := partitions_from(client, name, 0))
+        out.extend(found)
         if not parts:
             raise StreamNotFound(error.reply_code, f"{error.reply_text} (nor a partitioned stream {name}-0..)")
     return tuple(out)
@@ -269,6 +277,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         result: dict[str, int] = self._on_driver(ends)
         return result
 
+    def _discover(self, client: Client) -> None:
+        """Partitions added to a partitioned stream while the query runs join it; they are read
+        from their first offset, as Kafka's source reads new partitions from earliest."""
+        streams = self.opts.streams
+        added: list[str] = []
+        for name in self._given.streams:
+            if name in streams:
+                continue  # a stream, not a partitioned one
+            have = sum(1 for s in streams if s.startswith(f"{name}-") and s[len(name) + 1:].isdigit())
+            added += partitions_from(client, name, have)
+        if added:
+            log.info("new partitions %s: read from their first offsets", added)
+            self._resolved = replace(self.opts, streams=streams + tuple(added))
+
     def _idle_wait(self, start: dict[str, int]) -> bool:
         """Nothing new: wait (pushed, not polled) up to idleWaitMs for the next message."""
         found: bool = self._on_driver(lambda client: wait_for_new(
@@ -324,6 +346,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:  # availableNow: never past the ends seen when the query began
             end = dict(self._target)
         else:
+            self._on_driver(self._discover)
             end = self._ends(start)
             if all(end[s] == start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
                 end = self._ends(start)
@@ -361,7 +384,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for s in self.opts.streams:
             lo, hi = start.get(s, 0), end.get(s, 0)
             try:
-                if hi < lo:
+                if s not in start:  # a partition discovered since: from its first offset, nothing skipped
+                    lo = stream_first(client, s, hi)
+                elif hi < lo:
                     self._policy.past_end(s, lo, hi)
                     lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
                 elif (now := identity.moved_on(client, s, lo, stamps.get(s))) is not None:
