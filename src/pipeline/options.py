@@ -22,8 +22,8 @@ __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
-READ_OPTIONS = ("url", "stream", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingOffsets",
-                "failOnDataLoss", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
+READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "startingTimestamp",
+                "startingOffsetsByTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
                 "timeoutMs", "retryDeadlineMs")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
