@@ -11,10 +11,12 @@ misspelt option silently ignored (``failOnDataLos=false``) is a setting the user
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .client import parse_url
+from .listing import check_management_url, default_management_url
 
 __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec",
            "READ_OPTIONS", "WRITE_OPTIONS"]
@@ -25,7 +27,7 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "startingTimestamp",
                 "startingOffsetsByTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
-                "timeoutMs", "retryDeadlineMs")
+                "timeoutMs", "retryDeadlineMs", "subscribePattern", "managementUrl")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
                  "retryDeadlineMs")
 ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "minOffsetsPerTrigger": "minRecordsPerTrigger",
@@ -97,6 +99,16 @@ def _duration(options: Mapping[str, str], name: str, default: float) -> float:
     return int(number) * _UNITS[unit]
 
 
+def _management_url(options: Mapping[str, str]) -> str:
+    raw = options.get("managementUrl")
+    if raw is None:
+        return default_management_url(parse_url(_url(options)))
+    try:
+        return check_management_url(raw)
+    except ValueError as exc:
+        raise OptionError(f"option managementUrl {exc}") from None
+
+
 def _retry_deadline(options: Mapping[str, str]) -> float:
     return _int(options, "retryDeadlineMs", 60_000, minimum=0) / 1000.0
 
@@ -110,10 +122,25 @@ def _url(options: Mapping[str, str]) -> str:
     return url
 
 
+def _pattern(options: Mapping[str, str]) -> str | None:
+    raw = options.get("subscribePattern")
+    if raw is None:
+        return None
+    if options.get("stream"):
+        raise OptionError('give one of option "stream" and option "subscribePattern", not both (as Kafka)')
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError(f"option subscribePattern is not a regular expression: {exc}") from None
+    return raw
+
+
 def _streams(options: Mapping[str, str]) -> tuple[str, ...]:
     raw = options.get("stream")
+    if not raw and options.get("subscribePattern") is not None:
+        return ()  # found on the broker (listing.matching_streams)
     if not raw:
-        raise OptionError('option "stream" is required (one name, or several as "a,b,c")')
+        raise OptionError('option "stream" (one name, or several as "a,b,c") or "subscribePattern" is required')
     names = tuple(s.strip() for s in raw.split(","))
     if any(not n for n in names) or len(set(names)) != len(names):
         raise OptionError(f'option stream must be distinct non-empty names separated by commas, got {raw!r}')
@@ -135,7 +162,7 @@ def parse_offsets_spec(name: str, raw: str | None, default: str, streams: tuple[
         value = json.loads(text)
     except json.JSONDecodeError:
         raise OptionError(f'option {name} must be "earliest", "latest" or JSON such as '
-                          f'{{"{streams[0]}": 42}}, got {raw!r}') from None
+                          f'{{"{streams[0] if streams else "events"}": 42}}, got {raw!r}') from None
     if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= -2
                                               for v in value.values()):
         raise OptionError(f"option {name}: JSON must map stream names to offsets >= 0 "
@@ -196,6 +223,8 @@ class ReadOptions:
     probe_ms: int
     idle_wait_ms: int
     retry_deadline: float  # seconds a broker may be away before a query fails
+    pattern: str | None  # subscribePattern: the streams whose names match, found on the broker
+    management_url: str  # where the management API lists them
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:
@@ -222,6 +251,8 @@ class ReadOptions:
             probe_ms=_int(options, "endProbeMs", 200),
             idle_wait_ms=_int(options, "idleWaitMs", 2000),
             retry_deadline=_retry_deadline(options),
+            pattern=_pattern(options),
+            management_url=_management_url(options),
         )
 
     def for_batch(self) -> ReadOptions:

@@ -28,9 +28,10 @@ from pyspark.sql.streaming.datasource import (
 
 from . import identity
 from .bulk import read_stream_range
-from .client import Client, StreamNotFound
+from .client import Client, StreamNotFound, parse_url
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
+from .listing import matching_streams
 from .metrics import SKIPPED_KEY, log_lag
 from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
@@ -155,13 +156,18 @@ def starting_offsets(client: Client, opts: ReadOptions, seen: Mapping[str, Bound
 
 
 def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
-    """``opts`` with partitioned streams expanded and the offsets options checked against them."""
-    streams = resolve_streams(client, opts.streams)
+    """``opts`` with partitioned streams expanded (or the streams subscribePattern matches found)
+    and the offsets options checked against them."""
+    streams = matching(opts, opts.pattern) if opts.pattern is not None else resolve_streams(client, opts.streams)
     check_offsets_spec("startingOffsets", opts.starting, streams)
     if isinstance(opts.starting_times, dict):
         check_offsets_spec("startingOffsetsByTimestamp", opts.starting_times, streams)
     check_offsets_spec("endingOffsets", opts.ending, streams)
     return replace(opts, streams=streams)
+
+
+def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
+    return matching_streams(opts.management_url, parse_url(opts.url), pattern, opts.timeout)
 
 
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
@@ -278,10 +284,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return result
 
     def _discover(self, client: Client) -> None:
-        """Partitions added to a partitioned stream while the query runs join it; they are read
-        from their first offset, as Kafka's source reads new partitions from earliest."""
+        """Partitions added to a partitioned stream while the query runs join it, and so do new
+        streams subscribePattern matches; they are read from their first offset, as Kafka's source
+        reads new partitions from earliest."""
         streams = self.opts.streams
         added: list[str] = []
+        if self.opts.pattern is not None:  # streams created since that match
+            added += [s for s in matching(self.opts, self.opts.pattern) if s not in streams]
         for name in self._given.streams:
             if name in streams:
                 continue  # a stream, not a partitioned one

@@ -211,3 +211,15 @@ def test_lag_figures_and_offsets_with_append_times() -> None:
     assert got == {"offsetsBehindLatest": {"a": 5, "b": 4}, "avgOffsetsBehindLatest": 4.5,
                    "maxOffsetsBehindLatest": 5, "minOffsetsBehindLatest": 4, "latestOffset": {"a": 15, "b": 4},
                    "skippedOffsets": 3}
+
+
+def test_subscribe_pattern_options() -> None:
+    o = ReadOptions.parse({"subscribePattern": "orders-.*", "url": "amqp://u:p@broker.example:5673/v"})
+    assert (o.streams, o.pattern, o.management_url) == ((), "orders-.*", "http://broker.example:15672")
+    assert ReadOptions.parse({"subscribePattern": "x", "managementUrl": "https://m:1"}).management_url == "https://m:1"
+    for bad, msg in [({"subscribePattern": "a", "stream": "b"}, "not both"),
+                     ({"subscribePattern": "(unclosed"}, "not a regular expression"),
+                     ({"subscribePattern": "a", "managementUrl": "ftp://m"}, "http:// or https://"),
+                     ({}, '"stream" .* or "subscribePattern" is required')]:
+        with pytest.raises(OptionError, match=msg):
+            ReadOptions.parse(bad)
