@@ -140,7 +140,8 @@ def _streams(options: Mapping[str, str]) -> tuple[str, ...]:
     if not raw and options.get("subscribePattern") is not None:
         return ()  # found on the broker (listing.matching_streams)
     if not raw:
-        raise OptionError('option "stream" (one name, or several as "a,b,c") or "subscribePattern" is required')
+        raise OptionError('option "stream" is required (one name, or several as "a,b,c"), or option '
+                          '"subscribePattern"')
     names = tuple(s.strip() for s in raw.split(","))
     if any(not n for n in names) or len(set(names)) != len(names):
         raise OptionError(f'option stream must be distinct non-empty names separated by commas, got {raw!r}')

@@ -220,6 +220,6 @@ def test_subscribe_pattern_options() -> None:
     for bad, msg in [({"subscribePattern": "a", "stream": "b"}, "not both"),
                      ({"subscribePattern": "(unclosed"}, "not a regular expression"),
                      ({"subscribePattern": "a", "managementUrl": "ftp://m"}, "http:// or https://"),
-                     ({}, '"stream" .* or "subscribePattern" is required')]:
+                     ({}, 'option "stream" is required .*, or option "subscribePattern"')]:
         with pytest.raises(OptionError, match=msg):
             ReadOptions.parse(bad)
