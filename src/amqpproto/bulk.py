@@ -12,7 +12,8 @@ A delivery is three or more frames on one channel: basic.deliver, its content he
 (several body frames for a body over frame_max). The headers table is cut around its
 ``x-stream-offset`` field (found with ``bytes.find``, not parsed); what remains is mostly the same
 from one message to the next, so its flattened key/value lists are parsed once and reused from a
-small cache.
+small cache. sansmq's ``x-stream-timestamp`` (the broker's append time, on request) is cut out the
+same way and fills the timestamp column instead of the AMQP timestamp property.
 
 Anything that is not a delivery of that channel (a method such as basic.consume-ok or
 channel.close, a frame on another channel) stops the decoder at that frame's first byte with
@@ -42,11 +43,14 @@ from . import spec
 from ._errors import INTERNAL_ERRORS, RemoteProtocolError
 from ._readers import read_table
 
-__all__ = ["OFFSET_HEADER", "DeliveryColumns", "MissingStreamOffset", "StreamDeliveryDecoder", "flat_headers",
-           "frame_end", "header_text"]
+__all__ = ["OFFSET_HEADER", "STAMP_HEADER", "DeliveryColumns", "MissingStreamOffset", "StreamDeliveryDecoder",
+           "flat_headers", "frame_end", "header_text"]
 
 #: the header a stream queue stamps on every delivery: the message's offset in the stream
 OFFSET_HEADER = "x-stream-offset"
+#: sansmq's stream deliveries carry the record's append time (ms) here when the consumer asked for it
+#: (consumer argument ``x-stream-timestamp: true``)
+STAMP_HEADER = "x-stream-timestamp"
 _NO_END = 1 << 64  # past every offset
 
 
@@ -90,7 +94,9 @@ class DeliveryColumns:
 
     def __init__(self) -> None:
         self.offset: list[int] = []
-        self.timestamp: list[int | None] = []  # seconds since the epoch, as on the wire
+        #: ms since the epoch: the broker's append time (``x-stream-timestamp``) if the delivery
+        #: carries it, else the AMQP timestamp property (seconds on the wire), else None
+        self.timestamp: list[int | None] = []
         self.routing_key: list[str] = []
         self.header_offsets: list[int] = [0]
         self.header_keys: list[str] = []
@@ -109,6 +115,7 @@ _U64 = struct.Struct(">Q")
 _HEADER = struct.Struct(">QH")  # body size, property flags (after class and weight)
 _KEY = b"\x0f" + OFFSET_HEADER.encode()
 _KEY_LEN = len(_KEY)
+_STAMP_KEY = b"\x12" + STAMP_HEADER.encode()
 #: field table integer types: struct format of the value after the type octet
 _INTS = {ord(t): struct.Struct(">" + f) for t, f in (("b", "b"), ("B", "B"), ("s", "h"), ("u", "H"),
                                                        ("I", "i"), ("i", "I"), ("l", "q"), ("L", "Q"))}
@@ -257,7 +264,7 @@ class StreamDeliveryDecoder:
                 elif kind == _OCTET:
                     p += 1
                 elif kind == _TIMESTAMP:
-                    ts = unpack_u64(buf, p)[0]
+                    ts = unpack_u64(buf, p)[0] * 1000  # seconds on the wire, milliseconds in the column
                     p += 8
                 else:
                     raw = buf[p + 1:p + 1 + buf[p]]
@@ -272,16 +279,18 @@ class StreamDeliveryDecoder:
             # the offset, and the other headers from the cache (the common case, inline)
             at = table.find(_KEY)
             fmt = _INTS.get(table[at + _KEY_LEN]) if 0 <= at < len(table) - _KEY_LEN else None
-            if fmt is not None and table.find(_KEY, at + 1) < 0:
+            if fmt is not None and table.find(_KEY, at + 1) < 0 and table.find(_STAMP_KEY) < 0:
                 v = at + _KEY_LEN + 1
                 offset = fmt.unpack_from(table, v)[0]
                 cached = headers_cache.get(table[:at] + table[v + fmt.size:])
                 if cached is None:
-                    offset, keys, values = self._split(table)
+                    offset, _, keys, values = self._split(table)
                 else:
                     keys, values = cached
-            else:
-                offset, keys, values = self._split(table)
+            else:  # odd tables, and the broker's append time (which replaces the property)
+                offset, stamp, keys, values = self._split(table)
+                if stamp is not None:
+                    ts = stamp
             seen = offset
             if offset < start:  # a chunk may begin before the offset asked for
                 continue
@@ -304,15 +313,17 @@ class StreamDeliveryDecoder:
             rows += 1
         return pos, seen, False
 
-    def _split(self, table: bytes) -> tuple[int, list[str], list[str]]:
-        """The ``x-stream-offset`` of a headers table and the other headers, flattened."""
-        at = table.find(_KEY)
-        v = at + _KEY_LEN
-        fmt = _INTS.get(table[v]) if 0 <= at < len(table) - _KEY_LEN else None
-        if fmt is None or table.find(_KEY, at + 1) >= 0:  # absent, odd, or nested ones too: parse it all
+    def _split(self, table: bytes) -> tuple[int, int | None, list[str], list[str]]:
+        """The ``x-stream-offset`` of a headers table, its ``x-stream-timestamp`` (None without one)
+        and the other headers, flattened."""
+        offset, rest = _cut(table, _KEY)
+        if offset is None:  # absent, odd, or nested ones too: parse it all
             return self._parsed(table)
-        offset: int = fmt.unpack_from(table, v + 1)[0]
-        rest = table[:at] + table[v + 1 + fmt.size:]
+        stamp = None
+        if rest.find(_STAMP_KEY) >= 0:
+            stamp, rest = _cut(rest, _STAMP_KEY)
+            if stamp is None:
+                return self._parsed(table)
         cached = self._headers.get(rest)
         if cached is None:
             pairs = flat_headers(read_table(_U32.pack(len(rest)) + rest, 0)[0]) if rest else []
@@ -320,13 +331,30 @@ class StreamDeliveryDecoder:
             if len(self._headers) >= _CACHE_MAX:
                 self._headers.clear()
             self._headers[rest] = cached
-        return offset, cached[0], cached[1]
+        return offset, stamp, cached[0], cached[1]
 
     @staticmethod
-    def _parsed(table: bytes) -> tuple[int, list[str], list[str]]:
+    def _parsed(table: bytes) -> tuple[int, int | None, list[str], list[str]]:
         headers = read_table(_U32.pack(len(table)) + table, 0)[0]
         offset = headers.pop(OFFSET_HEADER, None)
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise MissingStreamOffset("a delivery lacks the integer x-stream-offset header: is it from a stream queue?")
+        stamp = headers.get(STAMP_HEADER)
+        if isinstance(stamp, int) and not isinstance(stamp, bool):
+            del headers[STAMP_HEADER]
+        else:
+            stamp = None
         pairs = flat_headers(headers)
-        return offset, [k for k, _ in pairs], [v for _, v in pairs]
+        return offset, stamp, [k for k, _ in pairs], [v for _, v in pairs]
+
+
+def _cut(table: bytes, key: bytes) -> tuple[int | None, bytes]:
+    """The integer field ``key`` (its length octet and name) of an encoded table and the table
+    without it; (None, table) unless it occurs once with an integer value."""
+    at = table.find(key)
+    v = at + len(key)
+    fmt = _INTS.get(table[v]) if 0 <= at < len(table) - len(key) else None
+    if fmt is None or table.find(key, at + 1) >= 0:
+        return None, table
+    value: int = fmt.unpack_from(table, v + 1)[0]
+    return value, table[:at] + table[v + 1 + fmt.size:]

@@ -10,6 +10,7 @@ is read, while the connection closes."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -20,23 +21,30 @@ from amqpproto.bulk import StreamDeliveryDecoder, frame_end
 from .client import CH, BrokerError, Client, ConnectionLost
 from .columns import Columns
 from .dataloss import LossPolicy
+from .offsets import stamp_arguments
 
 __all__ = ["read_stream_range"]
 
 _RECV = 1 << 18
 
 
+#: the reader's consumer tag: one range at a time per channel, cancelled before the next
+RANGE_TAG = "sansmq-range"
+
+
 def read_stream_range(client: Client, stream: str, start: int, end: int, batch_rows: int,
                       timeout: float, policy: LossPolicy) -> Iterator[pa.RecordBatch]:
     """Offsets [start, end) of ``stream`` as record batches of at most ``batch_rows`` rows; the
-    client's prefetch (basic.qos) is set. The connection is closed when the range is read.
+    client's prefetch (basic.qos) is set. When the range is read, the consumer is cancelled and
+    every delivery acked, so the connection can read the next range.
 
     A stream's offsets are contiguous, so rows missing from the range were removed before they
     were read (a consumer asking for an offset retention removed starts at the first one kept):
     ``policy`` fails the task or counts them. The first batch is checked before it leaves, the
     count of the whole range at its end (retention can overtake a slow reader)."""
     sock = client.sock
-    client._send(spec.BasicConsume(queue=stream, arguments={"x-stream-offset": start}, channel=CH))
+    client._send(spec.BasicConsume(queue=stream, consumer_tag=RANGE_TAG,
+                                   arguments={"x-stream-offset": start, **stamp_arguments(client)}, channel=CH))
     client.flush()
     decoder = StreamDeliveryDecoder(CH)
     buf, pos = b"", 0
@@ -72,7 +80,7 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     if len(cols):
         rows += _checked(cols, rows, stream, start, policy)
         yield cols.batch(stream)
-    _close(client, buf[pos:])
+    _release(client, buf[pos:], decoder.last_tag, acked, timeout)
     if rows < end - start:
         policy.lost(stream, f"{end - start - rows} offsets of [{start}, {end}) were removed (retention) while "
                             f"the range was read", end - start - rows)
@@ -109,11 +117,15 @@ def _recv(sock: socket.socket, timeout: float, stream: str, last: int, end: int)
     return data
 
 
-def _close(client: Client, rest: bytes) -> None:
-    """Connection.close through the codec, which drops the deliveries still in flight (past the
-    range) up to close-ok; never raises (the range is read)."""
-    try:
-        if rest:
-            client.conn.receive_data(rest)
-    finally:
-        client.close()
+def _release(client: Client, rest: bytes, last_tag: int, acked: int, timeout: float) -> None:
+    """Cancel the range's consumer and ack everything delivered (past the range too: the deliveries
+    in flight until cancel-ok, through the codec's general path), so the channel holds nothing."""
+    if rest:
+        client.conn.receive_data(rest)
+    client._send(spec.BasicCancel(consumer_tag=RANGE_TAG, channel=CH))
+    client._pump(spec.BasicCancelOk, time.monotonic() + timeout)
+    highest = max([last_tag, *(d.delivery_tag for d in client.deliveries)])
+    client.deliveries.clear()
+    if highest > acked:
+        client.ack(highest)
+    client.flush()

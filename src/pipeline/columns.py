@@ -20,7 +20,7 @@ ARROW_SCHEMA = pa.schema([
     ("routing_key", pa.string()), ("headers", pa.map_(pa.string(), pa.string())),
     ("content_type", pa.string()), ("body", pa.binary()),
 ])
-_SECONDS = pa.timestamp("s", tz="UTC")  # AMQP timestamps: seconds, cast to the schema's microseconds
+_MILLIS = pa.timestamp("ms", tz="UTC")  # the decoder's timestamps, cast to the schema's microseconds
 
 
 class Columns(DeliveryColumns):
@@ -35,7 +35,7 @@ class Columns(DeliveryColumns):
                                           pa.array(self.header_values, pa.string()))
         return pa.RecordBatch.from_arrays([
             pa.repeat(pa.scalar(stream, pa.string()), n), pa.array(self.offset, pa.int64()),
-            pa.array(self.timestamp, _SECONDS).cast(ARROW_SCHEMA.field("timestamp").type),
+            pa.array(self.timestamp, _MILLIS).cast(ARROW_SCHEMA.field("timestamp").type),
             pa.array(self.routing_key, pa.string()), headers, pa.array(self.content_type, pa.string()),
             pa.array(self.body, pa.binary()),
         ], schema=ARROW_SCHEMA)

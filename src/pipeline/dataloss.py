@@ -50,6 +50,13 @@ class LossPolicy:
                           f"was deleted and recreated, or this is another broker than the checkpoint's "
                           f"(offsets {end}..{next_offset - 1} are not there)", next_offset - end)
 
+    def recreated(self, stream: str, next_offset: int, then: int, now: int) -> None:
+        """The record below the query's next offset is not the one the offset was taken after."""
+        self.lost(stream, f"the record at offset {next_offset - 1} was appended at {then} ms when the query "
+                          f"reached offset {next_offset}, the one there now at {now} ms: the stream was deleted "
+                          f"and recreated (the old stream's offsets from {next_offset} on are gone; with "
+                          f"failOnDataLoss=false the new one is read from its beginning)", 0)
+
     def deleted(self, stream: str, reason: str) -> None:
         """The stream itself is gone."""
         if self.fail:

@@ -18,10 +18,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from .client import Client, ConsumerCancelled, StreamNotFound
 
-__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of"]
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of", "offset_at_time",
+           "record_time", "stamp_arguments", "STAMP_HEADER"]
+
+#: sansmq's delivery header with the record's append time (ms), asked for with the consumer
+#: argument of the same name where the broker's capabilities say ``stream_timestamp``
+STAMP_HEADER = "x-stream-timestamp"
+
+
+def stamp_arguments(client: Client) -> dict[str, object]:
+    """The consumer arguments that make the broker stamp deliveries with their append time, if it can."""
+    return {STAMP_HEADER: True} if client.capabilities.get("stream_timestamp") is True else {}
 
 PROBE_SPAN = 10  # a probe lasts at most this many pauses
 
@@ -70,6 +81,57 @@ def stream_first(client: Client, stream: str, end: int) -> int:
     client.cancel(tag)
     client.deliveries.clear()
     return min(first, end)
+
+
+def record_time(client: Client, stream: str, offset: int) -> int | None:
+    """The append time (ms) of the record at ``offset``: None if the broker does not stamp
+    deliveries or the record is not there (removed by retention, past the end)."""
+    stamps = stamp_arguments(client)
+    if not stamps:
+        return None
+    client.qos(1)
+    tag = client.consume(stream, {"x-stream-offset": offset, **stamps})
+    try:
+        d = client.next_delivery()
+    finally:
+        client.cancel(tag)
+        client.deliveries.clear()
+    if d is None or offset_of(d.properties.headers) != offset:
+        return None
+    stamp = (d.properties.headers or {}).get(STAMP_HEADER)
+    return stamp if isinstance(stamp, int) else None
+
+
+def offset_at_time(client: Client, stream: str, ms: int, end: int, wait: float) -> int | None:
+    """The first offset of ``stream`` (whose end is ``end``) appended at or after ``ms`` (ms since
+    the epoch), None if none is. The broker seeks with ``x-stream-offset`` as an AMQP timestamp
+    (whole seconds, RabbitMQ's form); with append times on the deliveries (sansmq) the records of
+    that second before ``ms`` are read past; without them the broker's answer stands (RabbitMQ:
+    the chunk holding that second), and ``wait`` seconds without a delivery mean none."""
+    if end <= 0:
+        return None
+    stamps = stamp_arguments(client)
+    if stamps:
+        last = record_time(client, stream, end - 1)
+        if last is None or last < ms:
+            return None
+    client.qos(2000)
+    tag = client.consume(stream, {"x-stream-offset": datetime.fromtimestamp(ms // 1000, UTC), **stamps})
+    found = None
+    try:
+        while (d := client.next_delivery(None if stamps else wait)) is not None:
+            offset = offset_of(d.properties.headers)
+            client.ack(d.delivery_tag)
+            stamp = (d.properties.headers or {}).get(STAMP_HEADER)
+            if not stamps or (isinstance(stamp, int) and stamp >= ms):
+                found = offset
+                break
+            if offset >= end - 1:
+                break
+    finally:
+        client.cancel(tag)
+        client.deliveries.clear()
+    return found
 
 
 def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:

@@ -11,10 +11,12 @@ misspelt option silently ignored (``failOnDataLos=false``) is a setting the user
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .client import parse_url
+from .listing import check_management_url, default_management_url
 
 __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec",
            "READ_OPTIONS", "WRITE_OPTIONS"]
@@ -22,12 +24,14 @@ __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
-READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxRecordsPerTrigger",
+READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "startingTimestamp",
+                "startingOffsetsByTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
-                "timeoutMs", "retryDeadlineMs")
+                "timeoutMs", "retryDeadlineMs", "subscribePattern", "managementUrl")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
                  "retryDeadlineMs")
-ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "subscribe": "stream", "topic": "stream"}
+ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "minOffsetsPerTrigger": "minRecordsPerTrigger",
+           "subscribe": "stream", "topic": "stream"}
 #: what Spark itself puts among a streaming sink's options
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
 
@@ -80,6 +84,31 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text == "true"
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(options: Mapping[str, str], name: str, default: float) -> float:
+    """A duration as Spark writes them (``15m``, ``30s``, ``500ms``, ``1h``), in seconds."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    number, unit = text.rstrip("abcdefghijklmnopqrstuvwxyz"), text.lstrip("0123456789")
+    if not number or number + unit != text or unit not in _UNITS:
+        raise OptionError(f"option {name} must be a duration such as 15m, 30s or 500ms, got {raw!r}")
+    return int(number) * _UNITS[unit]
+
+
+def _management_url(options: Mapping[str, str]) -> str:
+    raw = options.get("managementUrl")
+    if raw is None:
+        return default_management_url(parse_url(_url(options)))
+    try:
+        return check_management_url(raw)
+    except ValueError as exc:
+        raise OptionError(f"option managementUrl {exc}") from None
+
+
 def _retry_deadline(options: Mapping[str, str]) -> float:
     return _int(options, "retryDeadlineMs", 60_000, minimum=0) / 1000.0
 
@@ -93,10 +122,26 @@ def _url(options: Mapping[str, str]) -> str:
     return url
 
 
+def _pattern(options: Mapping[str, str]) -> str | None:
+    raw = options.get("subscribePattern")
+    if raw is None:
+        return None
+    if options.get("stream"):
+        raise OptionError('give one of option "stream" and option "subscribePattern", not both (as Kafka)')
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError(f"option subscribePattern is not a regular expression: {exc}") from None
+    return raw
+
+
 def _streams(options: Mapping[str, str]) -> tuple[str, ...]:
     raw = options.get("stream")
+    if not raw and options.get("subscribePattern") is not None:
+        return ()  # found on the broker (listing.matching_streams)
     if not raw:
-        raise OptionError('option "stream" is required (one name, or several as "a,b,c")')
+        raise OptionError('option "stream" is required (one name, or several as "a,b,c"), or option '
+                          '"subscribePattern"')
     names = tuple(s.strip() for s in raw.split(","))
     if any(not n for n in names) or len(set(names)) != len(names):
         raise OptionError(f'option stream must be distinct non-empty names separated by commas, got {raw!r}')
@@ -118,11 +163,31 @@ def parse_offsets_spec(name: str, raw: str | None, default: str, streams: tuple[
         value = json.loads(text)
     except json.JSONDecodeError:
         raise OptionError(f'option {name} must be "earliest", "latest" or JSON such as '
-                          f'{{"{streams[0]}": 42}}, got {raw!r}') from None
+                          f'{{"{streams[0] if streams else "events"}": 42}}, got {raw!r}') from None
     if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= -2
                                               for v in value.values()):
         raise OptionError(f"option {name}: JSON must map stream names to offsets >= 0 "
                           f"(-2 earliest, -1 latest), got {raw!r}")
+    return {str(k): int(v) for k, v in value.items()}
+
+
+def parse_starting_times(options: Mapping[str, str]) -> int | dict[str, int] | None:
+    """``startingTimestamp`` (ms since the epoch, every stream) or ``startingOffsetsByTimestamp``
+    (JSON ``{"stream": ms}``); the first wins, as in Spark's Kafka source (over startingOffsets too)."""
+    raw = options.get("startingTimestamp")
+    if raw is not None:
+        return _int(options, "startingTimestamp", 0, minimum=0)
+    raw = options.get("startingOffsetsByTimestamp")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value.values()):
+        raise OptionError('option startingOffsetsByTimestamp must be JSON mapping stream names to times in ms '
+                          f'since the epoch, such as {{"events": 1767225600000}}, got {raw!r}')
     return {str(k): int(v) for k, v in value.items()}
 
 
@@ -143,10 +208,14 @@ class ReadOptions:
     url: str
     streams: tuple[str, ...]
     starting: OffsetsSpec
+    #: startingTimestamp (int) or startingOffsetsByTimestamp (per stream), ms; over ``starting``
+    starting_times: int | dict[str, int] | None
     ending: OffsetsSpec
     ending_given: bool
     fail_on_data_loss: bool
     max_records_per_trigger: int | None
+    min_records_per_trigger: int | None
+    max_trigger_delay: float  # seconds a micro-batch waits at most for min_records_per_trigger
     max_records_per_partition: int
     min_partitions: int
     prefetch: int
@@ -155,6 +224,8 @@ class ReadOptions:
     probe_ms: int
     idle_wait_ms: int
     retry_deadline: float  # seconds a broker may be away before a query fails
+    pattern: str | None  # subscribePattern: the streams whose names match, found on the broker
+    management_url: str  # where the management API lists them
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:
@@ -165,10 +236,14 @@ class ReadOptions:
             url=_url(options),
             streams=streams,
             starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"), "earliest", streams),
+            starting_times=parse_starting_times(options),
             ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), "latest", streams),
             ending_given="endingOffsets" in options,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_records_per_trigger=None if mrt is None else _int(options, "maxRecordsPerTrigger", 0),
+            min_records_per_trigger=(None if options.get("minRecordsPerTrigger") is None
+                                     else _int(options, "minRecordsPerTrigger", 0)),
+            max_trigger_delay=_duration(options, "maxTriggerDelay", 900.0),
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 50_000),
             min_partitions=_int(options, "minPartitions", 1),
             prefetch=_int(options, "prefetch", 2000, minimum=2),
@@ -177,6 +252,8 @@ class ReadOptions:
             probe_ms=_int(options, "endProbeMs", 200),
             idle_wait_ms=_int(options, "idleWaitMs", 2000),
             retry_deadline=_retry_deadline(options),
+            pattern=_pattern(options),
+            management_url=_management_url(options),
         )
 
     def for_batch(self) -> ReadOptions:
@@ -189,7 +266,11 @@ class ReadOptions:
         return self
 
     def for_stream(self) -> ReadOptions:
-        """Kafka's rule for a streaming read: it has no end."""
+        """Kafka's rules for a streaming read: it has no end; a minimum per trigger is at most the
+        maximum."""
+        low, high = self.min_records_per_trigger, self.max_records_per_trigger
+        if low is not None and high is not None and low > high:
+            raise OptionError(f"option minOffsetsPerTrigger ({low}) is above maxOffsetsPerTrigger ({high})")
         if self.ending_given:
             raise OptionError("option endingOffsets is for batch reads (spark.read) only: a streaming query "
                               "reads on as the streams grow (use trigger(availableNow=True) to stop at the end)")

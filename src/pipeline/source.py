@@ -9,22 +9,37 @@ from the socket's bytes straight into columns (``bulk``, ``columns``).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
+from . import identity
 from .bulk import read_stream_range
-from .client import Client, StreamNotFound
+from .client import Client, StreamNotFound, parse_url
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
 from .leaders import leader_urls
-from .offsets import cap_total, split_range, stream_end, stream_first, wait_for_new
+from .listing import matching_streams
+from .metrics import SKIPPED_KEY, log_lag
+from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
+from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
+
+log = logging.getLogger("pipeline.source")
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
 
@@ -55,7 +70,7 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     outage: Outage | None = None
     while start < part.end:
         try:
-            with Client(part.url or opts.url, timeout=opts.timeout) as client:
+            with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as client:  # the leader's node first
                 client.qos(opts.prefetch)
                 for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
                                                LossPolicy(opts.fail_on_data_loss)):
@@ -94,6 +109,18 @@ def _resolve(spec: OffsetsSpec, streams: tuple[str, ...], missing: int, seen: Ma
     return out
 
 
+def partitions_from(client: Client, name: str, first: int) -> list[str]:
+    """The partitions ``NAME-<first>``, ``NAME-<first + 1>``, ... of a partitioned stream that exist."""
+    out: list[str] = []
+    while True:
+        try:
+            client.declare_passive(f"{name}-{first + len(out)}")
+        except StreamNotFound:
+            client.reopen_channel()
+            return out
+        out.append(f"{name}-{first + len(out)}")
+
+
 def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
     """Each name as itself if it is a queue, else as a partitioned stream's partitions NAME-0,
     NAME-1, ... (what the partitioned-stream command creates); StreamNotFound if neither."""
@@ -106,26 +133,44 @@ def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
         except StreamNotFound as missing:
             client.reopen_channel()
             error = missing
-        parts = 0
-        while True:
-            try:
-                client.declare_passive(f"{name}-{parts}")
-            except StreamNotFound:
-                client.reopen_channel()
-                break
-            out.append(f"{name}-{parts}")
-            parts += 1
+        parts = len(found := partitions_from(client, name, 0))
+        out.extend(found)
         if not parts:
             raise StreamNotFound(error.reply_code, f"{error.reply_text} (nor a partitioned stream {name}-0..)")
     return tuple(out)
 
 
+def starting_offsets(client: Client, opts: ReadOptions, seen: Mapping[str, Bounds]) -> dict[str, int]:
+    """Where a query starts: startingOffsets, or for the streams a starting time names, the first
+    offset appended at or after it (none: an error, as Kafka's default strategy)."""
+    start = _resolve(opts.starting, opts.streams, -2, seen)
+    times = opts.starting_times
+    for s in opts.streams:
+        ms = times if isinstance(times, int) else None if times is None else times.get(s)
+        if ms is None:
+            continue
+        found = offset_at_time(client, s, ms, seen[s].end, opts.probe_ms / 1000.0)
+        if found is None:
+            when = datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+            raise OptionError(f"option startingTimestamp/startingOffsetsByTimestamp: stream {s!r} has no record "
+                              f"appended at or after {ms} ({when}); its end is offset {seen[s].end}")
+        start[s] = max(found, seen[s].first)
+    return start
+
+
 def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
-    """``opts`` with partitioned streams expanded and the offsets options checked against them."""
-    streams = resolve_streams(client, opts.streams)
+    """``opts`` with partitioned streams expanded (or the streams subscribePattern matches found)
+    and the offsets options checked against them."""
+    streams = matching(opts, opts.pattern) if opts.pattern is not None else resolve_streams(client, opts.streams)
     check_offsets_spec("startingOffsets", opts.starting, streams)
+    if isinstance(opts.starting_times, dict):
+        check_offsets_spec("startingOffsetsByTimestamp", opts.starting_times, streams)
     check_offsets_spec("endingOffsets", opts.ending, streams)
     return replace(opts, streams=streams)
+
+
+def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
+    return matching_streams(opts.management_url, parse_url(opts.url), pattern, opts.timeout)
 
 
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
@@ -136,11 +181,11 @@ def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) ->
                                       opts.min_partitions)]
 
 
-def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds]) -> tuple[dict[str, int], dict[str, int]]:
+def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],
+                start: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
     """A batch read's [start, end) per stream, checked against the streams as they are: an end past
     a stream's end or before the start is refused; a start below the first retained offset is data
     loss (fails, or starts at the first offset with failOnDataLoss=false)."""
-    start = _resolve(opts.starting, opts.streams, -2, seen)
     end = _resolve(opts.ending, opts.streams, -1, seen)
     policy = LossPolicy(opts.fail_on_data_loss)
     for s in opts.streams:
@@ -163,7 +208,8 @@ class BatchReader(DataSourceReader):
         def plan_range() -> tuple[ReadOptions, dict[str, int], dict[str, int]]:
             with Client(opts.url, timeout=opts.timeout) as client:
                 full = resolved(client, opts)
-                return (full, *batch_range(full, bounds(client, full)))
+                seen = bounds(client, full)
+                return (full, *batch_range(full, seen, starting_offsets(client, full, seen)))
         self.opts, self.start, self.end = with_retries(plan_range, opts.retry_deadline, "planning the batch read")
 
     def partitions(self) -> list[StreamRange]:  # type: ignore[override]
@@ -191,6 +237,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._resolved: ReadOptions | None = None
         self._client: Client | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
+        self._latest_seen: dict[str, int] | None = None  # each stream's end, as the last trigger saw it
+        self._last_batch: float | None = None  # when the last batch was let through (minOffsetsPerTrigger)
         self._policy = LossPolicy(opts.fail_on_data_loss)
         self._gone: set[str] = set()  # deleted streams left out (failOnDataLoss=false)
 
@@ -240,6 +288,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         result: dict[str, int] = self._on_driver(ends)
         return result
 
+    def _discover(self, client: Client) -> None:
+        """Partitions added to a partitioned stream while the query runs join it, and so do new
+        streams subscribePattern matches; they are read from their first offset, as Kafka's source
+        reads new partitions from earliest."""
+        streams = self.opts.streams
+        added: list[str] = []
+        if self.opts.pattern is not None:  # streams created since that match
+            added += [s for s in matching(self.opts, self.opts.pattern) if s not in streams]
+        for name in self._given.streams:
+            if name in streams:
+                continue  # a stream, not a partitioned one
+            have = sum(1 for s in streams if s.startswith(f"{name}-") and s[len(name) + 1:].isdigit())
+            added += partitions_from(client, name, have)
+        if added:
+            log.info("new partitions %s: read from their first offsets", added)
+            self._resolved = replace(self.opts, streams=streams + tuple(added))
+
     def _idle_wait(self, start: dict[str, int]) -> bool:
         """Nothing new: wait (pushed, not polled) up to idleWaitMs for the next message."""
         found: bool = self._on_driver(lambda client: wait_for_new(
@@ -254,45 +319,93 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         opts = self.opts
-        seen: dict[str, Bounds] = self._on_driver(lambda client: bounds(client, opts))
-        return _resolve(opts.starting, opts.streams, -2, seen)
+        def initial(client: Client) -> dict[str, Any]:
+            start = starting_offsets(client, opts, bounds(client, opts))
+            return identity.join(start, identity.stamps_for(client, start, ({}, {})))
+        offsets: dict[str, Any] = self._on_driver(initial)
+        return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends({})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        mrt = self.opts.max_records_per_trigger
-        return ReadAllAvailable() if mrt is None else ReadMaxRows(mrt)
+        """PySpark 4.3 takes one limit (no composite as Kafka's): the maximum if given, else the
+        minimum; the minimum with its maxTriggerDelay is applied here whatever the limit."""
+        high, low = self.opts.max_records_per_trigger, self.opts.min_records_per_trigger
+        if high is not None:
+            return ReadMaxRows(high)
+        return ReadAllAvailable() if low is None else ReadMinRows(low)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def _delay_batch(self, start: Mapping[str, int], end: Mapping[str, int], limit: ReadLimit) -> bool:
+        """Kafka's minOffsetsPerTrigger: hold the batch back while fewer records than the minimum
+        are new and maxTriggerDelay has not passed since the last batch (the first batch is never
+        held; availableNow and Trigger.Once, which read all available, are not held either)."""
+        low = self.opts.min_records_per_trigger
+        if low is None or isinstance(limit, ReadAllAvailable):
+            return False
+        now = time.monotonic()
+        new = sum(max(0, end[s] - start.get(s, 0)) for s in end)
+        if self._last_batch is not None and now - self._last_batch < self.opts.max_trigger_delay and new < low:
+            return True
+        self._last_batch = now
+        return False
+
+    def latestOffset(self, start_offsets: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        start, stamps = identity.split(start_offsets)
+        end = self._latest(start, limit)
+        times = self._on_driver(lambda client: identity.stamps_for(client, end, (start, stamps)))
+        return identity.join(end, times)
+
+    def _latest(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         if self._target is not None:  # availableNow: never past the ends seen when the query began
             end = dict(self._target)
         else:
+            self._on_driver(self._discover)
             end = self._ends(start)
             if all(end[s] == start.get(s, 0) for s in self.opts.streams) and self._idle_wait(start):
                 end = self._ends(start)
+        self._latest_seen = dict(end)
+        if self._delay_batch(start, end, limit):
+            self._idle_wait(end)  # no spinning: the next trigger looks again once more arrived (or idleWaitMs)
+            return dict(start)
         # an end below the start is not hidden: partitions() reports it as data loss
         ahead = {s: e for s, e in end.items() if e >= start.get(s, 0)}
         if isinstance(limit, ReadMaxRows):
             ahead = cap_total(start, ahead, limit.max_rows)
-        return {**end, **ahead}
+        batch_end = {**end, **ahead}
+        log_lag(batch_end, end, self._policy.skipped)
+        return batch_end
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        return self._target
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Each stream's end as last seen (Spark's progress ``latestOffset``; availableNow: the ends
+        when the query began) and the offsets skipped so far (see ``pipeline.metrics``)."""
+        if self._latest_seen is None:
+            return None
+        skipped = {SKIPPED_KEY: dict(self._policy.skipped)} if self._policy.skipped else {}
+        return {**self._latest_seen, **skipped}
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[StreamRange]:  # type: ignore[override]
-        return plan(self.opts, self._on_driver(lambda client: self._readable(client, start, end)), end)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamRange]:  # type: ignore[override]
+        begin, stamps = identity.split(start)
+        stop = identity.split(end)[0]
+        return plan(self.opts, self._on_driver(lambda client: self._readable(client, begin, stop, stamps)), stop)
 
-    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, int]:
+    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int],
+                  stamps: Mapping[str, int]) -> dict[str, int]:
         """Where each stream's range really begins: its start, unless the offsets there are gone
-        (then DataLossError, or with failOnDataLoss=false the stream's first offset)."""
+        or belong to another stream (then DataLossError, or with failOnDataLoss=false the stream's
+        first offset)."""
         begin = {}
         for s in self.opts.streams:
             lo, hi = start.get(s, 0), end.get(s, 0)
             try:
-                if hi < lo:
+                if s not in start:  # a partition discovered since: from its first offset, nothing skipped
+                    lo = stream_first(client, s, hi)
+                elif hi < lo:
                     self._policy.past_end(s, lo, hi)
                     lo = stream_first(client, s, hi)  # the stream there now, read from its beginning
+                elif (now := identity.moved_on(client, s, lo, stamps.get(s))) is not None:
+                    self._policy.recreated(s, lo, stamps[s], now)
+                    lo = stream_first(client, s, hi)
                 elif lo < hi:
                     first = stream_first(client, s, hi)
                     if first > lo:

@@ -16,6 +16,7 @@ import amqpproto as a
 from amqpproto import spec
 from amqpproto.bulk import (
     OFFSET_HEADER,
+    STAMP_HEADER,
     DeliveryColumns,
     MissingStreamOffset,
     StreamDeliveryDecoder,
@@ -31,6 +32,7 @@ messages = st.lists(st.tuples(
     st.booleans(),                                                  # the offset header first or last
     st.one_of(st.none(), st.integers(0, 2**33)),                     # timestamp (seconds)
     st.binary(max_size=9000),                                       # body: over frame_max at times
+    st.one_of(st.none(), st.integers(0, 2**62)),                    # x-stream-timestamp (ms), sansmq's
 ), min_size=1, max_size=12)
 
 
@@ -43,9 +45,11 @@ def _wire(msgs, offsets) -> tuple[a.Connection, bytes]:
     client.receive_data(server.send(spec.BasicConsumeOk("ctag", channel=1)))
     assert isinstance(client.next_event(), spec.BasicConsumeOk)
     out = []
-    for tag, ((rk, props, first, ts, body), offset) in enumerate(zip(msgs, offsets, strict=True), 1):
-        rest = {k: v for k, v in (props.headers or {}).items() if k != OFFSET_HEADER}
+    for tag, ((rk, props, first, ts, body, stamp), offset) in enumerate(zip(msgs, offsets, strict=True), 1):
+        rest = {k: v for k, v in (props.headers or {}).items() if k not in (OFFSET_HEADER, STAMP_HEADER)}
         headers = {OFFSET_HEADER: offset, **rest} if first else {**rest, OFFSET_HEADER: offset}
+        if stamp is not None:  # where the broker puts it: after the offset
+            headers[STAMP_HEADER] = stamp
         props.headers, props.timestamp = headers, None if ts is None else datetime.fromtimestamp(ts, UTC)
         out.append(server.send(spec.BasicDeliver("ctag", tag, False, "", rk, properties=props, body=body,
                                                  channel=1)))
@@ -65,7 +69,9 @@ def _rows_from_events(client: a.Connection, wire: bytes) -> list[tuple]:
         props = ev.properties
         headers = dict(props.headers or {})
         offset = headers.pop(OFFSET_HEADER)
-        ts = None if props.timestamp is None else int(props.timestamp.timestamp())
+        ts = None if props.timestamp is None else int(props.timestamp.timestamp()) * 1000
+        if STAMP_HEADER in headers:  # the broker's append time wins over the publisher's property
+            ts = headers.pop(STAMP_HEADER)
         pairs = [(OFFSET_HEADER, str(offset)), *flat_headers(headers)]
         rows.append((offset, ts, ev.routing_key, pairs, props.content_type, ev.body, ev.delivery_tag))
     return rows
@@ -137,7 +143,7 @@ def test_bulk_decode_keeps_the_range_and_stops_at_the_limit(msgs, data):
 
 
 def test_a_method_stops_the_decoder_at_its_first_byte_and_the_general_path_reads_it():
-    client, wire = _wire([("k", spec.BasicProperties(), True, None, b"x")] * 2, [5, 6])
+    client, wire = _wire([("k", spec.BasicProperties(), True, None, b"x", None)] * 2, [5, 6])
     _, server = pair()
     close = server.send(spec.ChannelClose(404, "NOT_FOUND - no stream", 0, 0, channel=1))
     buf = wire + close + wire
@@ -153,7 +159,7 @@ def test_a_method_stops_the_decoder_at_its_first_byte_and_the_general_path_reads
 
 
 def test_a_delivery_of_another_channel_is_not_decoded():
-    _, wire = _wire([("k", spec.BasicProperties(), True, None, b"x")], [1])
+    _, wire = _wire([("k", spec.BasicProperties(), True, None, b"x", None)], [1])
     cols = DeliveryColumns()
     assert StreamDeliveryDecoder(2).decode(wire, 0, cols) == (0, -1, True) and len(cols) == 0
 
@@ -167,7 +173,7 @@ def test_a_delivery_without_its_offset_says_the_queue_is_not_a_stream():
 
 
 def test_bytes_that_do_not_parse_are_a_remote_protocol_error_with_a_frame_error_close():
-    _, wire = _wire([("k", spec.BasicProperties(content_type="text/plain"), True, 7, b"body")], [1])
+    _, wire = _wire([("k", spec.BasicProperties(content_type="text/plain"), True, 7, b"body", None)], [1])
     deliver_end = frame_end(wire, 0)
     header = bytearray(wire[deliver_end:frame_end(wire, deliver_end)])
     header[3:7] = (len(header) - 8 - 5).to_bytes(4, "big")  # the properties now run past the frame

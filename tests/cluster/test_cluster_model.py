@@ -216,6 +216,7 @@ def _stream_added(broker: Broker, name: str, leader: str) -> Any:
 
 
 def test_a_remote_streams_consumers_read_the_shared_log_as_far_as_its_leaders_feed_says(broker: Broker) -> None:
+    from engine.model.streams import ConsumerArgs
     from engine.streams import OffsetSpec
 
     opened: list[Relay] = []
@@ -224,7 +225,7 @@ def test_a_remote_streams_consumers_read_the_shared_log_as_far_as_its_leaders_fe
     log = broker.model.streams.log(q)
     owner = Owner()
     consumer = Consumer(q, owner, prefetch=10)
-    broker.model.consume_stream(q, consumer, OffsetSpec("first"), None)
+    broker.model.consume_stream(q, consumer, ConsumerArgs(OffsetSpec("first"), None))
     assert [(r.queue, r.start) for r in opened] == [(q, 0)]  # a feed from the committed end, not a relay
     for i in range(3):  # the leader's appends, in the shared log, not committed as far as this node knows
         log.append(Message(i + 1, "", "s", {}, b"m%d" % i, 0, None, True), 1.0)
@@ -244,6 +245,7 @@ def test_a_remote_streams_consumers_read_the_shared_log_as_far_as_its_leaders_fe
 
 
 def test_a_stream_changing_leader_keeps_its_consumers_here(broker: Broker) -> None:
+    from engine.model.streams import ConsumerArgs
     from engine.streams import OffsetSpec
 
     opened: list[Relay] = []
@@ -251,7 +253,7 @@ def test_a_stream_changing_leader_keeps_its_consumers_here(broker: Broker) -> No
     q = _stream_added(broker, "s", "b")
     q.leader = None  # led here
     owner = Owner()
-    broker.model.consume_stream(q, Consumer(q, owner, prefetch=10), OffsetSpec("next"), None)
+    broker.model.consume_stream(q, Consumer(q, owner, prefetch=10), ConsumerArgs(OffsetSpec("next"), None))
     assert opened == []
     step_down(broker, [("/", "s")], "c")
     assert q.leader == "c" and owner.cancelled == 0 and q.consumers  # it reads on, fed by c

@@ -323,6 +323,35 @@ def test_end_offset_in_declare_ok(target: Target) -> None:
     conn.close()
 
 
+def test_append_times_on_request(target: Target) -> None:
+    """pika: a consumer with x-stream-timestamp=true gets each record's append time (ms) in a header
+    of that name; one without gets none (a sansmq extension, capability stream_timestamp)."""
+    sansmq_only(target, "RabbitMQ shows no append times over AMQP 0-9-1")
+    conn = target.conn()
+    ch = conn.channel()
+    q = fresh(target, ch)
+    before = int(time.time() * 1000)
+    publish(ch, q, [b"a", b"b"])
+    after = int(time.time() * 1000)
+    assert conn._impl.server_properties["capabilities"]["stream_timestamp"] is True
+    conn.close()
+    stamps: list[Any] = []
+    plain: list[Any] = []
+    for out, extra in ((stamps, {"x-stream-timestamp": True}), (plain, {})):
+        c = target.conn()
+        rch = c.channel()
+        rch.basic_qos(prefetch_count=10)
+        rch.basic_consume(q, lambda ch_, m, p, b, out=out: (out.append(p.headers), ch_.basic_ack(m.delivery_tag)),
+                          arguments={"x-stream-offset": "first", **extra})
+        deadline = time.monotonic() + 10
+        while len(out) < 2 and time.monotonic() < deadline:
+            c.process_data_events(0.05)
+        c.close()
+    assert [h["x-stream-offset"] for h in stamps] == [0, 1]
+    assert all(before <= h["x-stream-timestamp"] <= after for h in stamps)
+    assert [sorted(h) for h in plain] == [["x-stream-offset"]] * 2
+
+
 def test_producer_deduplication(target: Target) -> None:
     sansmq_only(target, "producer deduplication is a sansmq extension")
     conn = target.conn()

@@ -447,3 +447,34 @@ def test_a_consumer_at_the_end_waits_without_the_broker_polling(monkeypatch: Any
     pub(c, 1, 3)
     net.run_until_idle()
     assert offsets(r) == [3] and calls["dispatch"] >= 1 and calls["read"] >= 1
+
+
+def test_a_consumer_asking_for_append_times_gets_them_and_the_others_bytes_do_not_change() -> None:
+    """``x-stream-timestamp: true`` (a sansmq extension, capability stream_timestamp): each
+    delivery carries the record's append time in ms, the broker's clock when it was appended;
+    a consumer that did not ask, reading the same records at the same time, gets none."""
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 2)
+    net.run_until_idle()
+    net.advance(5)
+    pub(c, 1, start=2)
+    net.run_until_idle()
+    stamped, plain = amqp(net), amqp(net)
+    consume(stamped, **{"x-stream-offset": "first", "x-stream-timestamp": True})
+    consume(plain, **{"x-stream-offset": "first"})
+    times = [d.properties.headers["x-stream-timestamp"] for d in stamped.of(spec.BasicDeliver)]
+    assert offsets(stamped) == offsets(plain) == [0, 1, 2]
+    assert times[0] == times[1] and times[2] - times[0] == 5000  # the clock moved 5 s between appends
+    assert all("x-stream-timestamp" not in d.properties.headers for d in plain.of(spec.BasicDeliver))
+    s = connected(net)  # STOMP: the header's text
+    subscribe(s, "/amq/queue/s", "a", ack="client", prefetch_count="10", x_stream_offset="first",
+              x_stream_timestamp="true")
+    net.run_until_idle()
+    assert [m.headers["x-stream-timestamp"] for m in s.events() if isinstance(m, Message)] == [str(t) for t in times]
+    bad = amqp(net)
+    assert "'x-stream-timestamp'" in consume(bad, **{"x-stream-timestamp": "yes"}).reply_text
+    other = amqp(net)
+    declare(other, "q-classic")
+    assert "'x-stream-timestamp'" in consume(other, queue="q-classic", **{"x-stream-timestamp": True}).reply_text

@@ -4,7 +4,8 @@ the reader without a broker's own work in the way.
 It speaks amqpproto's server role up to basic.consume, then sends the deliveries from the offset
 asked for, encoded by the codec's ``send_deliver`` (byte for byte what sansmq's servers send) and
 cached per start offset, so a second read of the same range costs the server one ``sendall``.
-From then on it skips what the reader sends (acks) up to connection.close, and answers close-ok.
+From then on it skips what the reader sends (acks) up to basic.cancel (answered: the connection
+serves the next consume) or connection.close (answered with close-ok).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class FakeStreamBroker:
         self.port = self.listener.getsockname()[1]
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
         self.connections = 0
+        self.cancels = 0
 
     def serve_forever(self) -> None:
         while True:
@@ -63,8 +65,10 @@ class FakeStreamBroker:
     def _serve(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = amqpproto.Connection(amqpproto.SERVER, frame_max=self.frame_max, heartbeat=0)
+        pending = b""
         while True:
-            data = sock.recv(1 << 16)
+            data = pending or sock.recv(1 << 16)
+            pending = b""
             if not data:
                 return
             conn.receive_data(data)
@@ -75,8 +79,11 @@ class FakeStreamBroker:
                 sock.sendall(reply)
                 if type(ev) is spec.BasicConsume:
                     sock.sendall(self._deliveries(conn, ev))
-                    self._skip_to_close(sock)
-                    return
+                    rest = self._skip_to_cancel_or_close(sock, conn)
+                    if rest is None:
+                        return
+                    pending = rest  # the connection reads on (a reused connection's next range)
+                    break
                 if type(ev) is spec.ConnectionClose:
                     return
 
@@ -113,22 +120,28 @@ class FakeStreamBroker:
             cached = self._cache[start] = b"".join(out)
         return cached
 
-    @staticmethod
-    def _skip_to_close(sock: socket.socket) -> None:
+    def _skip_to_cancel_or_close(self, sock: socket.socket, conn: Any) -> bytes | None:
+        """Skip what the reader sends (acks) up to basic.cancel (answered; the bytes after it are
+        returned) or connection.close (answered; None)."""
         buf = b""
         while True:
             data = sock.recv(1 << 16)
             if not data:
-                return
+                return None
             buf += data
             pos = 0
             while len(buf) - pos >= 7:
                 ftype, channel, size = _FRAME.unpack_from(buf, pos)
                 if len(buf) - pos < size + 8:
                     break
-                if ftype == 1 and channel == 0 and buf[pos + 7:pos + 11] == b"\x00\x0a\x00\x32":
+                method = buf[pos + 7:pos + 11]
+                if ftype == 1 and channel == 0 and method == b"\x00\x0a\x00\x32":
                     sock.sendall(_CLOSE_OK)
-                    return
+                    return None
+                if ftype == 1 and method == b"\x00\x3c\x00\x1e":  # basic.cancel
+                    tag = buf[pos + 12:pos + 12 + buf[pos + 11]].decode()
+                    self.cancels += 1
+                    sock.sendall(conn.send(spec.BasicCancelOk(consumer_tag=tag, channel=channel)))
+                    return buf[pos + size + 8:]
                 pos += size + 8
             buf = buf[pos:]
-

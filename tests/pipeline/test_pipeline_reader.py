@@ -117,3 +117,31 @@ def test_offsets_removed_before_a_task_reads_them_fail_the_task(gone: str, caplo
     assert got == list(kept)
     assert [r.getMessage().endswith(f"skipped (failOnDataLoss=false): {n} offsets of 's' skipped so far")
             for r, n in zip(caplog.records, [7 if gone == "start" else 3], strict=True)] == [True]
+
+
+def test_ranges_read_one_after_another_share_one_connection_and_a_broken_off_read_closes_it() -> None:
+    """A worker's tasks reuse one connection (before, each range opened its own): the range's
+    consumer is cancelled when it is read and the next range consumes on the same channel. A read
+    the task stops early (Spark closes the iterator) leaves its channel unsettled: that connection
+    is closed, never handed to the next task."""
+    from pipeline.pool import EXECUTOR_POOL
+
+    msgs = [("k", _props(None, None, {}), b"%d" % i) for i in range(40)]
+    broker = FakeStreamBroker(msgs).start()
+    try:
+        assert _read_with(broker, 0, 10) == list(range(10))
+        assert _read_with(broker, 10, 40) == list(range(10, 40))
+        assert (broker.connections, broker.cancels) == (1, 2)
+
+        from pipeline.options import ReadOptions
+        from pipeline.source import StreamRange, read_range
+
+        opts = ReadOptions.parse({"url": broker.url, "stream": "s", "batchRows": "4"})
+        partial = read_range(opts, StreamRange("s", 0, 40))
+        assert next(partial).column("offset").to_pylist() == [0, 1, 2, 3]
+        partial.close()
+        assert _read_with(broker, 5, 9) == [5, 6, 7, 8]
+        assert broker.connections == 2  # the broken-off read's connection was closed, not reused
+    finally:
+        EXECUTOR_POOL.close()
+        broker.close()

@@ -176,3 +176,50 @@ def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: 
     with pytest.raises(ConnectionLost) as e:
         with_retries(flaky([ConnectionLost("closed") for _ in range(100)]), 3.0, "reading 's'")
     assert calls[-1] - began <= 3.0 and len(calls) == 5 and "reading 's': gave up after retrying for 3s (option retryDeadlineMs)" in e.value.__notes__
+
+
+def test_time_and_admission_options() -> None:
+    o = ReadOptions.parse({"stream": "a,b", "startingOffsetsByTimestamp": '{"a": 1767225600000}',
+                           "minOffsetsPerTrigger": "50", "maxTriggerDelay": "500ms"})
+    assert (o.starting_times, o.min_records_per_trigger, o.max_trigger_delay) == ({"a": 1767225600000}, 50, 0.5)
+    both = ReadOptions.parse({"stream": "a", "startingTimestamp": "7", "startingOffsetsByTimestamp": '{"a": 9}'})
+    assert both.starting_times == 7  # startingTimestamp wins, as in Kafka's source
+    assert ReadOptions.parse({"stream": "a"}).max_trigger_delay == 900.0  # Kafka's 15m
+    for bad, msg in [({"maxTriggerDelay": "15 minutes"}, "duration such as 15m"),
+                     ({"maxTriggerDelay": "m"}, "duration"),
+                     ({"startingOffsetsByTimestamp": '{"a": -1}'}, "times in ms"),
+                     ({"startingOffsetsByTimestamp": "yesterday"}, "times in ms"),
+                     ({"startingTimestamp": "-5"}, "startingTimestamp must be >= 0")]:
+        with pytest.raises(OptionError, match=msg):
+            ReadOptions.parse({"stream": "a", **bad})
+    with pytest.raises(OptionError, match=r"minOffsetsPerTrigger \(9\) is above maxOffsetsPerTrigger \(3\)"):
+        ReadOptions.parse({"stream": "a", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}).for_stream()
+
+
+def test_lag_figures_and_offsets_with_append_times() -> None:
+    import json
+
+    from pipeline.identity import join, split
+    from pipeline.metrics import source_metrics
+
+    offsets = join({"a": 10, "b": 0}, {"a": 1767225600123, "gone": 5})
+    assert offsets == {"a": 10, "b": 0, "@appendTimes": {"a": 1767225600123}}
+    assert split(json.loads(json.dumps(offsets))) == ({"a": 10, "b": 0}, {"a": 1767225600123})
+    assert split({"a": 10}) == ({"a": 10}, {})  # a checkpoint written before append times were kept
+    got = source_metrics({"endOffset": json.dumps(offsets),
+                          "latestOffset": json.dumps({"a": 15, "b": 4, "@skippedOffsets": {"a": 3}})})
+    assert got == {"offsetsBehindLatest": {"a": 5, "b": 4}, "avgOffsetsBehindLatest": 4.5,
+                   "maxOffsetsBehindLatest": 5, "minOffsetsBehindLatest": 4, "latestOffset": {"a": 15, "b": 4},
+                   "skippedOffsets": 3}
+
+
+def test_subscribe_pattern_options() -> None:
+    o = ReadOptions.parse({"subscribePattern": "orders-.*", "url": "amqp://u:p@broker.example:5673/v"})
+    assert (o.streams, o.pattern, o.management_url) == ((), "orders-.*", "http://broker.example:15672")
+    assert ReadOptions.parse({"subscribePattern": "x", "managementUrl": "https://m:1"}).management_url == "https://m:1"
+    for bad, msg in [({"subscribePattern": "a", "stream": "b"}, "not both"),
+                     ({"subscribePattern": "(unclosed"}, "not a regular expression"),
+                     ({"subscribePattern": "a", "managementUrl": "ftp://m"}, "http:// or https://"),
+                     ({}, 'option "stream" is required .*, or option "subscribePattern"')]:
+        with pytest.raises(OptionError, match=msg):
+            ReadOptions.parse(bad)

@@ -83,3 +83,37 @@ def test_a_streaming_query_survives_a_10_second_broker_restart(spark, tmp_path: 
     finally:
         q.stop()
         srv.terminate()
+
+
+def test_executors_reuse_one_connection_across_tasks_and_batches(spark, tmp_path: Path) -> None:
+    """16 range reads (4 micro-batches of 4 partitions) on local[2]: the broker's event exchange
+    counts the AMQP connections opened meanwhile. Each task used to open its own (17 with the
+    driver's); now each executor Python worker keeps one."""
+    from pipelinekit import Broker
+
+    config = tmp_path / "sansmq.toml"
+    config.write_text("")
+    srv = start_server("threads", config, "--events", "/")
+    try:
+        broker = Broker(f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/%2F", dedup=True, name="sansmq")
+        stream = broker.stream("pipe-reuse")
+        broker.publish(stream, [b"%04d" % i for i in range(4000)])
+        with Client(broker.url) as events:
+            events.declare("connections-opened", durable=False)
+            events.bind("connections-opened", "amq.rabbitmq.event", "connection.created")
+            q = (spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream)
+                 .option("maxRecordsPerTrigger", "1000").option("maxRecordsPerPartition", "250").load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination(300)
+            assert q.exception() is None, q.exception()
+            assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [1000] * 4
+            events.qos(100)
+            events.consume("connections-opened")
+            opened = 0
+            while (d := events.next_delivery(2.0)) is not None:
+                events.ack(d.delivery_tag)
+                opened += 1
+        assert 1 <= opened <= 5, opened  # the driver's, one per Python worker (2 slots), a spare
+    finally:
+        srv.terminate()

@@ -65,11 +65,11 @@ class ConsumeMethods(ChannelBase):
         # no_local is ignored, as RabbitMQ ignores it: a consumer gets its own connection's messages
         consumer = AmqpConsumer(q, self, self.prefetch, m.no_ack, tag, m.exclusive, priority)
         if q.stream:
-            start, tracking = stream_start(self, q, m)
+            args = stream_start(self, q, m)
             self.consumers[tag] = consumer
             if not m.nowait:
                 self.send(spec.BasicConsumeOk(tag))
-            model.consume_stream(q, consumer, start, tracking, priority)
+            model.consume_stream(q, consumer, args, priority)
             return
         check_not_stream_consumer(q, m.arguments)
         if q.quorum and self.global_prefetch:  # RabbitMQ 3.10: a hard error

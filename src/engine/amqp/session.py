@@ -38,6 +38,8 @@ CAPABILITIES = {
     "direct_reply_to": True,
     # sansmq: queue.declare-ok's message_count on a stream is its end offset
     "stream_end_offset": True,
+    # sansmq: a stream consumer with argument x-stream-timestamp=true gets each record's append time
+    "stream_timestamp": True,
 }
 SERVER_PROPERTIES: dict[str, Any] = {
     "product": "sansmq",

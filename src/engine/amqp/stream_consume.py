@@ -4,20 +4,18 @@ AMQP 0-9-1 do: a consumer needs manual acks and a per-consumer prefetch and says
 
 from __future__ import annotations
 
-from typing import Any
-
 from amqpproto import spec
 
 from ..model import Queue
-from ..model.streams import parse_consumer_args
+from ..model.streams import ConsumerArgs, parse_consumer_args
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
 
 __all__ = ["stream_start", "refuse_get"]
 
 
-def stream_start(chan: ChannelBase, q: Queue, m: spec.BasicConsume) -> tuple[Any, str | None]:
-    """Where a consumer of stream ``q`` starts and its tracking name (None: untracked); refused
+def stream_start(chan: ChannelBase, q: Queue, m: spec.BasicConsume) -> ConsumerArgs:
+    """Where a consumer of stream ``q`` starts, its tracking name, whether it wants append times; refused
     without manual acks (540, a hard error) or a per-consumer prefetch (406)."""
     where = f"queue '{q.name}' in vhost '{chan.vhost.name}'"
     if m.no_ack:

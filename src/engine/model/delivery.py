@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._message import GONE, READY, UNACKED, Entry
-from ..streams import OffsetSpec
 from .errors import ResourceLocked
 from .light import LightConsumer, LightTopics
 from .objects import Consumer, Queue, consumer_priority, extras
@@ -18,7 +17,7 @@ from .publish import Publisher
 from .quorum import delivery_limit
 from .retry import Retries
 from .state import ModelState
-from .streams import Streams
+from .streams import ConsumerArgs, Streams
 from .topology import Topology
 
 __all__ = ["Delivery"]
@@ -65,11 +64,10 @@ class Delivery:
             state.relays.consumed(q)  # a queue led elsewhere: served through its leader
         return consumer
 
-    def consume_stream(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None,
-                       priority: int = 0) -> Consumer:
-        """Add ``consumer`` to the stream ``q``, reading from ``start`` (or where ``name``'s stored
-        offset says, else new messages only)."""
-        self.streams.attach(q, consumer, start, name)
+    def consume_stream(self, q: Queue, consumer: Consumer, args: ConsumerArgs, priority: int = 0) -> Consumer:
+        """Add ``consumer`` to the stream ``q``, reading from ``args.start`` (or where ``args.name``'s
+        stored offset says, else new messages only)."""
+        self.streams.attach(q, consumer, args)
         return self.consume(q, consumer, priority)
 
     def get(self, q: Queue, holder: Consumer) -> tuple[int, Entry] | None:

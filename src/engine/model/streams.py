@@ -32,7 +32,7 @@ is accepted (confirmed) but not appended.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._message import Entry, Message, SharedMessage
 from ..streams import (
@@ -50,8 +50,8 @@ from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
-__all__ = ["Streams", "StreamEntry", "is_stream_args", "check_stream_declare", "check_not_stream_consumer",
-           "parse_consumer_args", "STREAM_OFFSET_HEADER"]
+__all__ = ["Streams", "StreamEntry", "ConsumerArgs", "is_stream_args", "check_stream_declare",
+           "check_not_stream_consumer", "parse_consumer_args", "STREAM_OFFSET_HEADER", "STREAM_TIMESTAMP_HEADER"]
 
 #: the delivery header carrying a message's offset
 STREAM_OFFSET_HEADER = "x-stream-offset"
@@ -59,9 +59,13 @@ PRODUCER_HEADER = "x-producer"
 PUBLISHING_ID_HEADER = "x-publishing-id"
 #: the consumer argument naming a tracked consumer (a sansmq extension)
 CONSUMER_NAME_ARG = "x-stream-consumer-name"
+#: a sansmq extension: a consumer with this argument ``true`` gets, on every delivery, a header of the
+#: same name holding the record's append time (milliseconds since the epoch, a long). RabbitMQ keeps
+#: a chunk timestamp but shows it over AMQP 0-9-1 only as the ``x-stream-offset`` it accepts
+STREAM_TIMESTAMP_HEADER = "x-stream-timestamp"
 #: consumer arguments only a stream's consumers take: on another queue a 406, as RabbitMQ answers
 #: x-stream-offset on a classic queue
-STREAM_CONSUMER_ARGS = (STREAM_OFFSET_HEADER, CONSUMER_NAME_ARG)
+STREAM_CONSUMER_ARGS = (STREAM_OFFSET_HEADER, CONSUMER_NAME_ARG, STREAM_TIMESTAMP_HEADER)
 #: most records one dispatch reads for one consumer (its prefetch bounds it further)
 READ_BATCH = 256
 #: records a stream keeps decoded for its consumers (and body bytes in them): readers close to each
@@ -112,27 +116,39 @@ class StreamEntry(Entry):
         self.offset = offset
 
 
+class ConsumerArgs(NamedTuple):
+    """What a stream consumer's arguments ask for."""
+
+    start: OffsetSpec | None  # x-stream-offset (None: next)
+    name: str | None  # x-stream-consumer-name
+    stamp: bool = False  # x-stream-timestamp: deliveries carry their append time
+
+
 class Reader:
     """One consumer's position in a stream."""
 
-    __slots__ = ("offset", "name")
+    __slots__ = ("offset", "name", "stamp")
 
-    def __init__(self, offset: int, name: str | None) -> None:
+    def __init__(self, offset: int, name: str | None, stamp: bool = False) -> None:
         #: the next offset this consumer reads
         self.offset = offset
         #: its tracking name (``x-stream-consumer-name``), or None
         self.name = name
+        #: its deliveries carry ``x-stream-timestamp``
+        self.stamp = stamp
 
 
 class RecordCache:
     """The records of one stream read last, as delivery messages (with their ``x-stream-offset``
-    header), bounded by ``CACHE_RECORDS`` and ``CACHE_BYTES``; the oldest read go first."""
+    header, and ``x-stream-timestamp`` in the cache of the consumers that asked for it), bounded by
+    ``CACHE_RECORDS`` and ``CACHE_BYTES``; the oldest read go first."""
 
-    __slots__ = ("records", "nbytes")
+    __slots__ = ("records", "nbytes", "stamp")
 
-    def __init__(self) -> None:
+    def __init__(self, stamp: bool = False) -> None:
         self.records: dict[int, SharedMessage] = {}
         self.nbytes = 0
+        self.stamp = stamp
 
     def window(self, log: StreamLog, offset: int, count: int, end: int,
                keep: bool = True) -> list[tuple[int, SharedMessage]]:
@@ -143,6 +159,7 @@ class RecordCache:
         out: list[tuple[int, SharedMessage]] = []
         offset = max(offset, log.first)
         private = log.private_reads
+        stamp = self.stamp
         while len(out) < count and offset < end:
             m = records.get(offset)
             if m is not None:
@@ -158,6 +175,8 @@ class RecordCache:
                 if not (private and headers):  # an empty one may be a shared constant: copy it too
                     headers = dict(headers)
                 headers[STREAM_OFFSET_HEADER] = rec.offset
+                if stamp:
+                    headers[STREAM_TIMESTAMP_HEADER] = rec.timestamp
                 m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
                                   msg.persistent)
                 out.append((rec.offset, m))
@@ -202,8 +221,9 @@ class Streams:
         self.retention_timers: dict[Queue, Any] = {}
         #: streams appended to whose appends a completed sync may not have covered yet
         self.uncommitted: dict[Queue, None] = {}
-        #: the records read last, per stream with consumers
-        self.caches: dict[Queue, RecordCache] = {}
+        #: the records read last, per stream with consumers (and (stream, True): with their append
+        #: times, for the consumers that asked for them; encoded apart, so the others' bytes are unchanged)
+        self.caches: dict[Queue | tuple[Queue, bool], RecordCache] = {}
 
     # -- lifecycle (called by topology) ----------------------------------------------------------
     def open(self, q: Queue) -> StreamLog:
@@ -221,6 +241,7 @@ class Streams:
         self.logs.pop(q, None)
         self.uncommitted.pop(q, None)
         self.caches.pop(q, None)
+        self.caches.pop((q, True), None)
         self.state.timers.cancel(self.retention_timers.pop(q, None))
 
     def log(self, q: Queue) -> StreamLog:
@@ -277,9 +298,10 @@ class Streams:
             del self.uncommitted[q]
 
     # -- consuming (called by delivery) -----------------------------------------------------------
-    def attach(self, q: Queue, consumer: Consumer, start: OffsetSpec | None, name: str | None) -> None:
+    def attach(self, q: Queue, consumer: Consumer, args: ConsumerArgs) -> None:
         """Give ``consumer`` its reader: where its ``name`` stored an offset if it did, else at
         ``start``, else at ``next`` (RabbitMQ's default)."""
+        start, name = args.start, args.name
         log = self.logs[q]
         if q.leader is not None:  # led by another cluster node: its log as the leader left it
             log.refresh()
@@ -290,7 +312,7 @@ class Streams:
             offset = min(max(stored, log.first), log.tail)
         else:
             offset = resolve_offset(start or OffsetSpec("next"), log, self.state.now)
-        self.readers[consumer] = Reader(offset, name)
+        self.readers[consumer] = Reader(offset, name, args.stamp)
 
     def detach(self, consumer: Consumer) -> None:
         consumer.unacked = None
@@ -298,6 +320,7 @@ class Streams:
         q = consumer.queue
         if all(c is consumer for c in q.consumers or ()):  # the last one: nobody reads its cache
             self.caches.pop(q, None)
+            self.caches.pop((q, True), None)
 
     def dispatch(self, q: Queue) -> None:
         """Deliver to every ready consumer of ``q`` what its prefetch has room for."""
@@ -306,9 +329,7 @@ class Streams:
         end = min(log.committed, log.tail)
         readers = self.readers
         trace = q.vhost.trace  # the firehose (``trace``), None when off
-        cache = self.caches.get(q)
-        if cache is None:
-            cache = self.caches[q] = RecordCache()
+        caches = self.caches
         consumers = list(q.consumers or ())
         shared = len(consumers) > 1
         tags_before = state.next_tag
@@ -318,6 +339,10 @@ class Streams:
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
+            key = (q, True) if reader.stamp else q
+            cache = caches.get(key)
+            if cache is None:
+                cache = caches[key] = RecordCache(reader.stamp)
             for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
                 if not c.ready():
                     break
@@ -381,10 +406,11 @@ def _producer(headers: Mapping[str, Any]) -> tuple[str, int]:
     return producer, pid
 
 
-def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> tuple[OffsetSpec | None, str | None]:
-    """``x-stream-offset`` and ``x-stream-consumer-name`` of a consumer (406 naming a bad one)."""
+def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> ConsumerArgs:
+    """``x-stream-offset``, ``x-stream-consumer-name`` and ``x-stream-timestamp`` of a consumer (406
+    naming a bad one)."""
     if not args:
-        return None, None
+        return ConsumerArgs(None, None)
     start = None
     raw = args.get(STREAM_OFFSET_HEADER)
     try:
@@ -397,4 +423,9 @@ def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> 
         name = bytes(name).decode("utf-8", "replace")
     if name is not None and (not isinstance(name, str) or not name):
         raise PreconditionFailed(f"invalid arg '{CONSUMER_NAME_ARG}': expected a non-empty string")
-    return start, name
+    stamp = args.get(STREAM_TIMESTAMP_HEADER, False)
+    if isinstance(stamp, str):  # a STOMP header (or an AMQP client sending text)
+        stamp = {"true": True, "false": False}.get(stamp.lower(), stamp)
+    if not isinstance(stamp, bool):
+        raise PreconditionFailed(f"invalid arg '{STREAM_TIMESTAMP_HEADER}': expected true or false, got {stamp!r}")
+    return ConsumerArgs(start, name, stamp)

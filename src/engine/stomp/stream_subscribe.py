@@ -20,5 +20,4 @@ def consume_stream(model: Model, q: Queue, sub: StompSubscription, headers: dict
     if not sub.prefetch:
         raise StompError("precondition_failed", f"consumer prefetch count is not set for '{where}': SUBSCRIBE "
                          "with a prefetch-count header")
-    start, name = parse_consumer_args(headers, stomp=True)
-    model.consume_stream(q, sub, start, name)
+    model.consume_stream(q, sub, parse_consumer_args(headers, stomp=True))
