@@ -1,20 +1,21 @@
 """The threaded front end: ``conn = sansmq_client.sync.connect("amqp://guest:guest@host/")``.
 
 Thread-safety: every method of ``Connection``, ``Subscription`` and ``Transaction`` may be called from
-any thread, concurrently. One I/O thread owns the socket and the client's state; calls cross to it
-through a queue and a wake-up socket, and the caller blocks until the I/O thread has the answer (a
+any thread, concurrently. The client's state is guarded by one lock: a call runs its operation in the
+caller's thread under it and writes the frames to the socket itself (no hop to another thread on the way
+out), then blocks until the I/O thread, which reads the socket and keeps the timers, has the answer (a
 publish: the broker's confirm). Subscription callbacks run on a thread of their subscription, never on
 the I/O thread, so a callback that blocks for minutes does not stop heart-beats."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import selectors
 import socket
 import threading
 import time
+from _thread import allocate_lock
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
@@ -50,47 +51,61 @@ class Connection:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._commands: collections.deque[Callable[[], None]] = collections.deque()
+        #: guards the core, ``_sock`` and ``_out``: held by a caller for its operation and its write, and by
+        #: the I/O thread around everything but its wait in select() and its recv()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None  # the current connection's socket, while there is one
+        self._out = bytearray()  # bytes for it that did not fit in the socket's buffer yet
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._dead = False
         self._thread = threading.Thread(target=self._run, name="sansmq_client I/O", daemon=True)
 
-    # -- crossing to the I/O thread ------------------------------------------------------------
-    def _submit(self, fn: Callable[[], None]) -> None:
-        self._commands.append(fn)
-        try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # already woken (a full pipe), or the thread is gone: the drain below runs it
-        if self._dead:
-            self._run_commands()
-
+    # -- a call: the operation and its write in the caller's thread, the answer from the I/O thread ------
     def _call(self, make: Callable[[Core], Pending[Any]]) -> Any:
-        """Run ``make`` on the I/O thread and block until the Pending it returns is done."""
+        """Run ``make`` under the lock and block until the Pending it returns is done."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("sansmq_client.sync calls must not run on the I/O thread")
-        done = threading.Event()
+        done = allocate_lock()  # released by the I/O side when the answer is in: cheaper than an Event
+        done.acquire()
         box: list[Pending[Any]] = []
 
         def finished(p: Pending[Any]) -> None:
             box.append(p)
-            done.set()
-
-        def run() -> None:
-            make(self._core).add_done_callback(finished)
-        self._submit(run)
-        done.wait()
+            done.release()
+        self._locked(lambda: make(self._core).add_done_callback(finished))
+        done.acquire()
         return box[0].result()
 
-    def _run_commands(self) -> None:
-        while True:
-            try:
-                fn = self._commands.popleft()
-            except IndexError:
-                return
+    def _locked(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the core and send what it produced; wake the I/O thread only when it must act:
+        bytes left that the socket could not take now, or a connection that ended or is not there (e.g.
+        closed while the thread waits to reconnect)."""
+        with self._lock:
             fn()
+            core = self._core
+            if self._flush() or core.final_error is not None or core.session is None or core.session.error is not None:
+                self._wake()
+
+    def _flush(self) -> bool:
+        """Write the core's output to the socket without blocking (lock held); True if bytes are left."""
+        out = self._out
+        out += self._core.data_to_send()
+        sock = self._sock
+        if out and sock is not None:
+            try:
+                del out[:sock.send(out)]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return False  # the socket died: the I/O thread's recv() sees it and reconnects
+        return bool(out) and sock is not None
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # already woken (a full pipe), or the thread is gone
 
     # -- the API -------------------------------------------------------------------------------
     def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
@@ -146,9 +161,9 @@ class Connection:
         self._settle(delivery, "reject", requeue)
 
     def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
-        """One-way (nothing to wait for), so it is queued for the I/O thread without blocking."""
+        """One-way (nothing to wait for): sent at once, without waiting for the I/O thread."""
         self._core.check_settle(delivery, tx)
-        self._submit(lambda: self._core.settle(delivery, how, requeue, tx))
+        self._locked(lambda: self._core.settle(delivery, how, requeue, tx))
 
     def transaction(self) -> Transaction:
         """``with conn.transaction() as tx:`` begins, commits at the end, rolls back on an exception."""
@@ -156,7 +171,7 @@ class Connection:
 
     def close(self) -> None:
         """Close cleanly (connection.close / DISCONNECT with a receipt) and join the I/O thread."""
-        if not self._dead:
+        if self._thread.is_alive():
             self._call(lambda core: core.close())
         self._release()
 
@@ -177,17 +192,17 @@ class Connection:
         try:
             while core.final_error is None:
                 self._connect_once()
-                if core.final_error is None:
-                    self._idle(core.backoff())
+                with self._lock:
+                    delay = core.backoff() if core.final_error is None else 0.0
+                if delay:
+                    self._idle(delay)
         except Exception as exc:  # a bug here must end the connection loudly, not hang its callers
             log.exception("sansmq_client I/O thread failed")
-            core.finish(ConnectionLost(f"the client's I/O thread failed: {exc!r}"))
-        finally:
-            self._dead = True
-            self._run_commands()
+            with self._lock:
+                core.finish(ConnectionLost(f"the client's I/O thread failed: {exc!r}"))
 
     def _idle(self, seconds: float) -> None:
-        """Back-off between attempts, still taking calls (close() must not wait for the next attempt)."""
+        """Back-off between attempts, woken early by close() (it must not wait for the next attempt)."""
         deadline = time.monotonic() + seconds
         while self._core.final_error is None and (left := deadline - time.monotonic()) > 0:
             with selectors.DefaultSelector() as sel:
@@ -201,51 +216,63 @@ class Connection:
                 pass
         except BlockingIOError:
             pass
-        self._run_commands()
 
     def _connect_once(self) -> None:
         core = self._core
-        host, port = core.next_host()
+        with self._lock:
+            host, port = core.next_host()
         try:
             sock = socket.create_connection((host, port), timeout=core.params.connect_timeout)
         except OSError as exc:
-            core.connect_failed(exc)
+            with self._lock:
+                core.connect_failed(exc)
             return
         sock.setblocking(False)
-        core.attach()
-        out = bytearray()
+        # a request waits for its answer: never hold a small frame back for coalescing (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            core.attach()
+            self._sock, self._out = sock, bytearray()
         sel = selectors.DefaultSelector()
         sel.register(sock, selectors.EVENT_READ)
         sel.register(self._wake_r, selectors.EVENT_READ)
+        events = selectors.EVENT_READ
         try:
-            while core.session is not None and core.session.error is None:
-                out += core.data_to_send()
-                if out:
-                    try:
-                        del out[:sock.send(out)]
-                    except BlockingIOError:
-                        pass
-                sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0))
-                timer, now = core.get_timer(), core.clock()
-                if timer is not None and timer <= now:
-                    core.handle_timer()
-                    continue
+            while True:
+                with self._lock:
+                    if core.session is None or core.session.error is not None:
+                        break
+                    want = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._flush() else 0)
+                    timer, now = core.get_timer(), core.clock()
+                    if timer is not None and timer <= now:
+                        core.handle_timer()
+                        continue
+                if want != events:  # an epoll_ctl only when the interest changes, not per wake-up
+                    sel.modify(sock, events := want)
                 for key, mask in sel.select(None if timer is None else timer - now):
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:
-                        core.receive_data(sock.recv(65536))  # b"" is EOF: the session ends itself
-            out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
+                        data = sock.recv(65536)  # b"" is EOF: the session ends itself
+                        with self._lock:
+                            core.receive_data(data)
+            with self._lock:
+                self._out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
+                out, self._sock = bytes(self._out), None
             if out:
                 sock.setblocking(True)
                 sock.settimeout(1)
                 sock.sendall(out)
         except OSError as exc:
-            core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
+            with self._lock:
+                self._sock = None
+                core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
         finally:
             sel.close()
+            with self._lock:
+                self._sock = None
+                core.detach()
             sock.close()
-            core.detach()
 
 
 class Subscription:
