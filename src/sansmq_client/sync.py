@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import select
 import selectors
 import socket
 import threading
@@ -56,6 +57,14 @@ class Connection:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None  # the current connection's socket, while there is one
         self._out = bytearray()  # bytes for it that did not fit in the socket's buffer yet
+        #: who reads the socket (recv and feed, as one step, so chunks are fed in order): a caller waiting for
+        #: its answer, or the I/O thread
+        self._reader = threading.Lock()
+        self._sel: selectors.BaseSelector | None = None  # the I/O thread's selector, while it has a socket
+        self._events = 0  # what the socket is registered for in it (0: not registered)
+        self._flush_due = False  # settles are queued and the I/O thread was woken to write them
+        self._caller_reads = False  # a caller holds the reader role: the I/O thread does not watch for input
+        self._poll: select.poll | None = None  # the reading caller's wait for input on the socket
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -73,19 +82,69 @@ class Connection:
         def finished(p: Pending[Any]) -> None:
             box.append(p)
             done.release()
-        self._locked(lambda: make(self._core).add_done_callback(finished))
+        # One thread hop less: if no one else reads, this caller reads its answer from the socket itself,
+        # and the I/O thread stops watching the socket (before the request goes out, so it never wakes for
+        # the answer) and keeps only the timers.
+        reading = self._reader.acquire(blocking=False)
+        try:
+            with self._lock:
+                if reading:
+                    self._caller_reads = True
+                    self._register()
+                make(self._core).add_done_callback(finished)
+                self._after()
+            if reading and not box:
+                self._read_until(box)
+        finally:
+            if reading:
+                with self._lock:
+                    self._caller_reads = False
+                    self._register()
+                self._reader.release()
         done.acquire()
         return box[0].result()
 
+    def _read_until(self, box: list[Pending[Any]]) -> None:
+        """Feed the core from the socket until ``box`` has the answer; return early, leaving the rest to
+        the I/O thread, when a timer is due or the connection ends. The caller holds the reader role."""
+        core = self._core
+        with self._lock:
+            sock, poll = self._sock, self._poll
+        if sock is None or poll is None:
+            return
+        while not box:
+            with self._lock:
+                if self._sock is not sock or core.session is None or core.session.error is not None:
+                    return
+                timer, now = core.get_timer(), core.clock()
+            if timer is not None and timer <= now:
+                return  # heart-beats and the peer's timeout: the I/O thread's job
+            # at most a second: a connection closed from elsewhere is noticed even without input
+            if not poll.poll(1000 if timer is None else min(1000, (timer - now) * 1000 + 1)):
+                continue
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return  # the I/O thread sees the dead socket too, and reconnects
+            with self._lock:
+                core.receive_data(data)
+                self._after()
+
     def _locked(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the core and send what it produced; wake the I/O thread only when it must act:
-        bytes left that the socket could not take now, or a connection that ended or is not there (e.g.
-        closed while the thread waits to reconnect)."""
+        """Run ``fn`` on the core in this thread, then ``_after``."""
         with self._lock:
             fn()
-            core = self._core
-            if self._flush() or core.final_error is not None or core.session is None or core.session.error is not None:
-                self._wake()
+            self._after()
+
+    def _after(self) -> None:
+        """After the core ran in a caller's thread (lock held): send its output, and wake the I/O thread
+        only if it must act: bytes the socket could not take now, or a connection that ended or is not
+        there (e.g. closed while the thread waits to reconnect)."""
+        core = self._core
+        if self._flush() or core.final_error is not None or core.session is None or core.session.error is not None:
+            self._wake()
 
     def _flush(self) -> bool:
         """Write the core's output to the socket without blocking (lock held); True if bytes are left."""
@@ -100,6 +159,21 @@ class Connection:
             except OSError:
                 return False  # the socket died: the I/O thread's recv() sees it and reconnects
         return bool(out) and sock is not None
+
+    def _register(self, left: bool = False) -> None:
+        """Make the I/O thread's interest in the socket what it should be (lock held): input unless a caller
+        reads, output while bytes are left over. Changed only when it changes (an epoll_ctl each)."""
+        sel, sock = self._sel, self._sock
+        want = (0 if self._caller_reads else selectors.EVENT_READ) | (selectors.EVENT_WRITE if left or self._out else 0)
+        if sel is None or sock is None or want == self._events:
+            return
+        if not self._events:
+            sel.register(sock, want)
+        elif not want:
+            sel.unregister(sock)
+        else:
+            sel.modify(sock, want)
+        self._events = want
 
     def _wake(self) -> None:
         try:
@@ -161,9 +235,14 @@ class Connection:
         self._settle(delivery, "reject", requeue)
 
     def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
-        """One-way (nothing to wait for): sent at once, without waiting for the I/O thread."""
+        """One-way (nothing to wait for): queued, and written by the I/O thread, which one wake-up sends
+        for all the settles queued until it runs (one write for a batch of acks, not one each)."""
         self._core.check_settle(delivery, tx)
-        self._locked(lambda: self._core.settle(delivery, how, requeue, tx))
+        with self._lock:
+            self._core.settle(delivery, how, requeue, tx)
+            if not self._flush_due:
+                self._flush_due = True
+                self._wake()
 
     def transaction(self) -> Transaction:
         """``with conn.transaction() as tx:`` begins, commits at the end, rolls back on an exception."""
@@ -230,49 +309,53 @@ class Connection:
         sock.setblocking(False)
         # a request waits for its answer: never hold a small frame back for coalescing (Nagle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
         with self._lock:
             core.attach()
-            self._sock, self._out = sock, bytearray()
-        sel = selectors.DefaultSelector()
-        sel.register(sock, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
-        events = selectors.EVENT_READ
+            self._sock, self._out, self._sel, self._poll, self._events = sock, bytearray(), sel, poll, 0
         try:
             while True:
                 with self._lock:
                     if core.session is None or core.session.error is not None:
                         break
-                    want = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._flush() else 0)
+                    self._flush_due = False
+                    self._register(self._flush())
                     timer, now = core.get_timer(), core.clock()
                     if timer is not None and timer <= now:
                         core.handle_timer()
                         continue
-                if want != events:  # an epoll_ctl only when the interest changes, not per wake-up
-                    sel.modify(sock, events := want)
                 for key, mask in sel.select(None if timer is None else timer - now):
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:
-                        data = sock.recv(65536)  # b"" is EOF: the session ends itself
-                        with self._lock:
-                            core.receive_data(data)
+                        with self._reader:  # a caller that read meanwhile may have taken the bytes
+                            try:
+                                data = sock.recv(65536)  # b"" is EOF: the session ends itself
+                            except (BlockingIOError, InterruptedError):
+                                continue
+                            with self._lock:
+                                core.receive_data(data)
             with self._lock:
                 self._out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
-                out, self._sock = bytes(self._out), None
+                out, self._sock, self._sel, self._poll = bytes(self._out), None, None, None
             if out:
                 sock.setblocking(True)
                 sock.settimeout(1)
                 sock.sendall(out)
         except OSError as exc:
             with self._lock:
-                self._sock = None
+                self._sock = self._sel = self._poll = None
                 core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
         finally:
-            sel.close()
             with self._lock:
-                self._sock = None
+                self._sock = self._sel = self._poll = None
                 core.detach()
-            sock.close()
+            with self._reader:  # a caller still reading lets go first (it sees the socket is no longer current)
+                sel.close()
+                sock.close()
 
 
 class Subscription:
