@@ -16,7 +16,7 @@
 # The promoted standby has no standby of its own, so it commits alone (it was never given
 # synchronous_standby_names: otherwise every commit would wait forever for a standby that does not
 # exist). Bringing the old primary back as a standby (pg_rewind or a new pg_basebackup) is what
-# Patroni or a managed service automates; see the README's "PostgreSQL failover".
+# Patroni or a managed service automates; see "PostgreSQL failover" in docs/operator/index.md.
 set -euo pipefail
 # shellcheck source=install-postgres.sh
 . "$(dirname "${BASH_SOURCE[0]}")/install-postgres.sh"

@@ -136,25 +136,22 @@ class Core:
     # -- operations (the user's side, already on the I/O side) -----------------------------------
     def run(self, op: Op) -> Pending[Any]:
         """Run ``op`` on the ready session, or keep it until one is ready (after a reconnect)."""
+        if self.ready:  # the common case: the session's own outcome, no second Pending in front of it
+            try:
+                return op(self.session)  # type: ignore[arg-type]
+            except ClientError as exc:
+                return _failed(exc)
+            except (amqpproto.LocalProtocolError, stompproto.LocalProtocolError) as exc:  # e.g. a channel gone
+                return _failed(ClientError(f"the codec refused it: {exc}"))
         pending: Pending[Any] = Pending()
         if self.final_error is not None:
             pending.fail(self.final_error)
-        elif self.ready:
-            self._start(op, pending)
         else:
             self.backlog.append((op, pending))
         return pending
 
     def _start(self, op: Op, pending: Pending[Any]) -> None:
-        assert self.session is not None
-        try:
-            inner = op(self.session)
-        except ClientError as exc:
-            pending.fail(exc)
-            return
-        except (amqpproto.LocalProtocolError, stompproto.LocalProtocolError) as exc:  # e.g. a channel gone
-            pending.fail(ClientError(f"the codec refused it: {exc}"))
-            return
+        inner = self.run(op)
         inner.add_done_callback(lambda p: pending.fail(p.error) if p.error is not None else pending.resolve(p.value))
 
     def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],

@@ -1,20 +1,22 @@
 """The threaded front end: ``conn = sansmq_client.sync.connect("amqp://guest:guest@host/")``.
 
 Thread-safety: every method of ``Connection``, ``Subscription`` and ``Transaction`` may be called from
-any thread, concurrently. One I/O thread owns the socket and the client's state; calls cross to it
-through a queue and a wake-up socket, and the caller blocks until the I/O thread has the answer (a
+any thread, concurrently. The client's state is guarded by one lock: a call runs its operation in the
+caller's thread under it and writes the frames to the socket itself (no hop to another thread on the way
+out), then blocks until the I/O thread, which reads the socket and keeps the timers, has the answer (a
 publish: the broker's confirm). Subscription callbacks run on a thread of their subscription, never on
 the I/O thread, so a callback that blocks for minutes does not stop heart-beats."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
+import select
 import selectors
 import socket
 import threading
 import time
+from _thread import allocate_lock
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
@@ -50,47 +52,134 @@ class Connection:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._commands: collections.deque[Callable[[], None]] = collections.deque()
+        #: guards the core, ``_sock`` and ``_out``: held by a caller for its operation and its write, and by
+        #: the I/O thread around everything but its wait in select() and its recv()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None  # the current connection's socket, while there is one
+        self._out = bytearray()  # bytes for it that did not fit in the socket's buffer yet
+        #: who reads the socket (recv and feed, as one step, so chunks are fed in order): a caller waiting for
+        #: its answer, or the I/O thread
+        self._reader = threading.Lock()
+        self._sel: selectors.BaseSelector | None = None  # the I/O thread's selector, while it has a socket
+        self._events = 0  # what the socket is registered for in it (0: not registered)
+        self._flush_due = False  # settles are queued and the I/O thread was woken to write them
+        self._caller_reads = False  # a caller holds the reader role: the I/O thread does not watch for input
+        self._poll: select.poll | None = None  # the reading caller's wait for input on the socket
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._dead = False
         self._thread = threading.Thread(target=self._run, name="sansmq_client I/O", daemon=True)
 
-    # -- crossing to the I/O thread ------------------------------------------------------------
-    def _submit(self, fn: Callable[[], None]) -> None:
-        self._commands.append(fn)
-        try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # already woken (a full pipe), or the thread is gone: the drain below runs it
-        if self._dead:
-            self._run_commands()
-
+    # -- a call: the operation and its write in the caller's thread, the answer from the I/O thread ------
     def _call(self, make: Callable[[Core], Pending[Any]]) -> Any:
-        """Run ``make`` on the I/O thread and block until the Pending it returns is done."""
+        """Run ``make`` under the lock and block until the Pending it returns is done."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("sansmq_client.sync calls must not run on the I/O thread")
-        done = threading.Event()
+        done = allocate_lock()  # released by the I/O side when the answer is in: cheaper than an Event
+        done.acquire()
         box: list[Pending[Any]] = []
 
         def finished(p: Pending[Any]) -> None:
             box.append(p)
-            done.set()
-
-        def run() -> None:
-            make(self._core).add_done_callback(finished)
-        self._submit(run)
-        done.wait()
+            done.release()
+        # One thread hop less: if no one else reads, this caller reads its answer from the socket itself,
+        # and the I/O thread stops watching the socket (before the request goes out, so it never wakes for
+        # the answer) and keeps only the timers.
+        reading = self._reader.acquire(blocking=False)
+        try:
+            with self._lock:
+                if reading:
+                    self._caller_reads = True
+                    self._register()
+                make(self._core).add_done_callback(finished)
+                self._after()
+            if reading and not box:
+                self._read_until(box)
+        finally:
+            if reading:
+                with self._lock:
+                    self._caller_reads = False
+                    self._register()
+                self._reader.release()
+        done.acquire()
         return box[0].result()
 
-    def _run_commands(self) -> None:
-        while True:
+    def _read_until(self, box: list[Pending[Any]]) -> None:
+        """Feed the core from the socket until ``box`` has the answer; return early, leaving the rest to
+        the I/O thread, when a timer is due or the connection ends. The caller holds the reader role."""
+        core = self._core
+        with self._lock:
+            sock, poll = self._sock, self._poll
+        if sock is None or poll is None:
+            return
+        while not box:
+            with self._lock:
+                if self._sock is not sock or core.session is None or core.session.error is not None:
+                    return
+                timer, now = core.get_timer(), core.clock()
+            if timer is not None and timer <= now:
+                return  # heart-beats and the peer's timeout: the I/O thread's job
+            # at most a second: a connection closed from elsewhere is noticed even without input
+            if not poll.poll(1000 if timer is None else min(1000, (timer - now) * 1000 + 1)):
+                continue
             try:
-                fn = self._commands.popleft()
-            except IndexError:
-                return
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return  # the I/O thread sees the dead socket too, and reconnects
+            with self._lock:
+                core.receive_data(data)
+                self._after()
+
+    def _locked(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the core in this thread, then ``_after``."""
+        with self._lock:
             fn()
+            self._after()
+
+    def _after(self) -> None:
+        """After the core ran in a caller's thread (lock held): send its output, and wake the I/O thread
+        only if it must act: bytes the socket could not take now, or a connection that ended or is not
+        there (e.g. closed while the thread waits to reconnect)."""
+        core = self._core
+        if self._flush() or core.final_error is not None or core.session is None or core.session.error is not None:
+            self._wake()
+
+    def _flush(self) -> bool:
+        """Write the core's output to the socket without blocking (lock held); True if bytes are left."""
+        out = self._out
+        out += self._core.data_to_send()
+        sock = self._sock
+        if out and sock is not None:
+            try:
+                del out[:sock.send(out)]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return False  # the socket died: the I/O thread's recv() sees it and reconnects
+        return bool(out) and sock is not None
+
+    def _register(self, left: bool = False) -> None:
+        """Make the I/O thread's interest in the socket what it should be (lock held): input unless a caller
+        reads, output while bytes are left over. Changed only when it changes (an epoll_ctl each)."""
+        sel, sock = self._sel, self._sock
+        want = (0 if self._caller_reads else selectors.EVENT_READ) | (selectors.EVENT_WRITE if left or self._out else 0)
+        if sel is None or sock is None or want == self._events:
+            return
+        if not self._events:
+            sel.register(sock, want)
+        elif not want:
+            sel.unregister(sock)
+        else:
+            sel.modify(sock, want)
+        self._events = want
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # already woken (a full pipe), or the thread is gone
 
     # -- the API -------------------------------------------------------------------------------
     def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
@@ -146,9 +235,14 @@ class Connection:
         self._settle(delivery, "reject", requeue)
 
     def _settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None = None) -> None:
-        """One-way (nothing to wait for), so it is queued for the I/O thread without blocking."""
+        """One-way (nothing to wait for): queued, and written by the I/O thread, which one wake-up sends
+        for all the settles queued until it runs (one write for a batch of acks, not one each)."""
         self._core.check_settle(delivery, tx)
-        self._submit(lambda: self._core.settle(delivery, how, requeue, tx))
+        with self._lock:
+            self._core.settle(delivery, how, requeue, tx)
+            if not self._flush_due:
+                self._flush_due = True
+                self._wake()
 
     def transaction(self) -> Transaction:
         """``with conn.transaction() as tx:`` begins, commits at the end, rolls back on an exception."""
@@ -156,7 +250,7 @@ class Connection:
 
     def close(self) -> None:
         """Close cleanly (connection.close / DISCONNECT with a receipt) and join the I/O thread."""
-        if not self._dead:
+        if self._thread.is_alive():
             self._call(lambda core: core.close())
         self._release()
 
@@ -177,17 +271,17 @@ class Connection:
         try:
             while core.final_error is None:
                 self._connect_once()
-                if core.final_error is None:
-                    self._idle(core.backoff())
+                with self._lock:
+                    delay = core.backoff() if core.final_error is None else 0.0
+                if delay:
+                    self._idle(delay)
         except Exception as exc:  # a bug here must end the connection loudly, not hang its callers
             log.exception("sansmq_client I/O thread failed")
-            core.finish(ConnectionLost(f"the client's I/O thread failed: {exc!r}"))
-        finally:
-            self._dead = True
-            self._run_commands()
+            with self._lock:
+                core.finish(ConnectionLost(f"the client's I/O thread failed: {exc!r}"))
 
     def _idle(self, seconds: float) -> None:
-        """Back-off between attempts, still taking calls (close() must not wait for the next attempt)."""
+        """Back-off between attempts, woken early by close() (it must not wait for the next attempt)."""
         deadline = time.monotonic() + seconds
         while self._core.final_error is None and (left := deadline - time.monotonic()) > 0:
             with selectors.DefaultSelector() as sel:
@@ -201,51 +295,67 @@ class Connection:
                 pass
         except BlockingIOError:
             pass
-        self._run_commands()
 
     def _connect_once(self) -> None:
         core = self._core
-        host, port = core.next_host()
+        with self._lock:
+            host, port = core.next_host()
         try:
             sock = socket.create_connection((host, port), timeout=core.params.connect_timeout)
         except OSError as exc:
-            core.connect_failed(exc)
+            with self._lock:
+                core.connect_failed(exc)
             return
         sock.setblocking(False)
-        core.attach()
-        out = bytearray()
+        # a request waits for its answer: never hold a small frame back for coalescing (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sel = selectors.DefaultSelector()
-        sel.register(sock, selectors.EVENT_READ)
         sel.register(self._wake_r, selectors.EVENT_READ)
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        with self._lock:
+            core.attach()
+            self._sock, self._out, self._sel, self._poll, self._events = sock, bytearray(), sel, poll, 0
         try:
-            while core.session is not None and core.session.error is None:
-                out += core.data_to_send()
-                if out:
-                    try:
-                        del out[:sock.send(out)]
-                    except BlockingIOError:
-                        pass
-                sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0))
-                timer, now = core.get_timer(), core.clock()
-                if timer is not None and timer <= now:
-                    core.handle_timer()
-                    continue
+            while True:
+                with self._lock:
+                    if core.session is None or core.session.error is not None:
+                        break
+                    self._flush_due = False
+                    self._register(self._flush())
+                    timer, now = core.get_timer(), core.clock()
+                    if timer is not None and timer <= now:
+                        core.handle_timer()
+                        continue
                 for key, mask in sel.select(None if timer is None else timer - now):
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:
-                        core.receive_data(sock.recv(65536))  # b"" is EOF: the session ends itself
-            out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
+                        with self._reader:  # a caller that read meanwhile may have taken the bytes
+                            try:
+                                data = sock.recv(65536)  # b"" is EOF: the session ends itself
+                            except (BlockingIOError, InterruptedError):
+                                continue
+                            with self._lock:
+                                core.receive_data(data)
+            with self._lock:
+                self._out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
+                out, self._sock, self._sel, self._poll = bytes(self._out), None, None, None
             if out:
                 sock.setblocking(True)
                 sock.settimeout(1)
                 sock.sendall(out)
         except OSError as exc:
-            core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
+            with self._lock:
+                self._sock = self._sel = self._poll = None
+                core.detach(ConnectionLost(f"connection to {host}:{port} lost: {exc}"))
         finally:
-            sel.close()
-            sock.close()
-            core.detach()
+            with self._lock:
+                self._sock = self._sel = self._poll = None
+                core.detach()
+            with self._reader:  # a caller still reading lets go first (it sees the socket is no longer current)
+                sel.close()
+                sock.close()
 
 
 class Subscription:

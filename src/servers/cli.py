@@ -1,6 +1,6 @@
 """The ``sansmq`` command line: ``sansmq serve [--server KIND] [--stomp HOST:PORT] ...``.
 
-Exit status (also in the README): 0 stopped cleanly (or --check-config found no problem);
+Exit status (also in docs/operator/index.md): 0 stopped cleanly (or --check-config found no problem);
 1 the broker could not start or run (port in use, data directory not writable, store unreachable,
 a missing optional package); 2 the command line or the config file is wrong; 130 a second SIGINT
 cut the graceful shutdown short. Every failure a user can cause is one line on stderr, no traceback.

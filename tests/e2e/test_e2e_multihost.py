@@ -1,4 +1,4 @@
-"""Clients given several brokers (README "Clients with several hosts"): two real sansmq processes on
+"""Clients given several brokers (docs/operator/index.md, "Clients with several hosts"): two real sansmq processes on
 free ports; each client connects to the first, the first is killed (kill -9), and the client goes on
 with the second: pika with a list of ConnectionParameters, kombu with a ``;``-separated failover URL,
 Celery with a list of broker URLs, stomp.py with ``host_and_ports`` and a listener that reconnects.

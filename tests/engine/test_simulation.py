@@ -96,12 +96,14 @@ def test_unknown_fault_classes_are_refused() -> None:
         sim_cli.main(["--faults", "clock,gremlins"])
 
 
-def test_the_readme_user_simulation_runs_as_written() -> None:
-    """The README's "simulation of your own app" block: a receipted job survives a torn power cut."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "SimWorld(" in b]
+@pytest.mark.parametrize("page", ["README.md", "docs/simulation.md"])
+def test_the_user_simulation_examples_run_as_written(page: str) -> None:
+    """The front page's and the simulation page's "simulation of your own app" blocks: a receipted job
+    survives a torn power cut."""
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "SimWorld(" in b]
     scope: dict[str, object] = {}
-    exec(compile(code, "README.md", "exec"), scope)  # its own assert checks the job came back
+    exec(compile(code, page, "exec"), scope)  # its own assert checks the job came back
     world = scope["world"]
     assert isinstance(world, SimWorld) and world.boots == 2
     assert [k for k, _ in world.fs.faults] == ["power-loss"]

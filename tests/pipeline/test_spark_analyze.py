@@ -123,10 +123,10 @@ def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tm
 
 
 def _readme_analytics_commands() -> list[list[str]]:
-    """The README's shell block that ends in `sansmq analyze`, one argv per line (comments and
+    """The pipeline page's shell block that ends in `sansmq analyze`, one argv per line (comments and
     redirections dropped)."""
-    readme = (ROOT / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "sansmq analyze --url" in b]
+    page = (ROOT / "docs" / "pipeline.md").read_text()
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", page, flags=re.S) if "sansmq analyze --url" in b]
     lines = [line.split("#", 1)[0].replace("> /dev/null", "") for line in block.splitlines()]
     return [shlex.split(line) for line in lines if line.strip()]
 

@@ -327,13 +327,30 @@ def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -
     assert [broker.end(f"{name}-{i}") for i in range(3)] == [40, 40, 40]
 
 
-def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _make_session_example(page: str) -> str:
     import re
 
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "make_session" in b]
+    return code
+
+
+def test_the_readme_example_runs(spark, broker: Broker, capsys: pytest.CaptureFixture[str]) -> None:
+    """The front page's block: a batch write of 1000 rows to a fresh stream, read back and counted."""
+    events = broker.stream("pipe-front-page")
+    code = (_make_session_example("README.md")
+            .replace('"amqp://guest:guest@127.0.0.1:5672/%2F"', repr(broker.url)).replace('"events"', repr(events)))
+    exec(compile(code, "README.md", "exec"), {})  # getOrCreate: the suite's session
+    assert capsys.readouterr().out.splitlines()[-1] == "1000"
+    assert broker.end(events) == 1000
+    assert {b for _, b, _ in broker.read_all(events, 1000)} == {f"event {i}".encode() for i in range(1000)}
+
+
+def test_the_pipeline_page_example_runs(spark, broker: Broker, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     from pipeline.client import Client
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "make_session" in b]
+    code = _make_session_example("docs/pipeline.md")
     events = broker.stream("pipe-readme")
     upper = f"{events}-upper"
     with Client(broker.url) as c:
@@ -342,7 +359,7 @@ def test_the_readme_example_runs(spark, broker: Broker, tmp_path: Path, capsys: 
             .replace('"events-upper"', repr(upper)).replace('"events"', repr(events))
             .replace('"/tmp/ck-upper"', repr(str(tmp_path / "ck"))))
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)  # getOrCreate: the suite's session
+    exec(compile(code, "docs/pipeline.md", "exec"), scope)  # getOrCreate: the suite's session
     assert capsys.readouterr().out.splitlines()[-1] == "1000"
     assert broker.end(events) == 1000 and broker.end(upper) == 1000
     # the batch write's partitions publish side by side, so the order varies: compare as sets

@@ -1,0 +1,100 @@
+"""Could `sansmq bench` drive its load through sansmq_client's connections? Its own load connections beside
+the same workload written on sansmq_client.asyncio, on one `sansmq serve` (started here, free ports):
+one producer and one consumer, N transient messages of 1 KB, unbounded, prefetch 100, one ack each
+(`sansmq bench -C N`'s defaults), over AMQP and STOMP; messages per second and the client process's CPU per
+message (both sides of one run: producer and consumer), medians of alternated rounds.
+
+    .venv/bin/python benchmarks/bench_loadgen_clients.py [--messages 20000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import sansmq_bench
+import sansmq_client.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from e2ekit import ServerProcess  # noqa: E402
+
+BODY = b"x" * 1024
+
+
+def bench_tool(url: str, protocol: str, n: int) -> tuple[float, float]:
+    """`sansmq bench` itself: its asyncio.Protocol connections and batched writes."""
+    queue = f"loadgen-{uuid.uuid4().hex}"
+    opts = sansmq_bench.parse_options(["-U", url, "-C", str(n), "-s", str(len(BODY)), "-u", queue, "--quiet"])
+    c0, t0 = time.process_time(), time.perf_counter()
+    summary = sansmq_bench.run_sync(opts)
+    c1, t1 = time.process_time(), time.perf_counter()
+    assert summary["received"] == n and not summary["errors"], summary["errors"]
+    return n / (t1 - t0), (c1 - c0) / n * 1e6
+
+
+async def on_client(url: str, protocol: str, n: int) -> tuple[float, float]:
+    """The same load on sansmq_client.asyncio: publish without confirms, consume with an ack each."""
+    queue = f"loadgen-{uuid.uuid4().hex}"
+    producer = await sansmq_client.asyncio.connect(url)
+    consumer = await sansmq_client.asyncio.connect(url)
+    if protocol == "amqp":
+        target = await consumer.declare_queue(queue, durable=True)
+    else:
+        target = f"/queue/{queue}"
+    sub = await consumer.subscribe(target, prefetch=100)
+
+    async def produce() -> None:
+        for _ in range(n):
+            await producer.publish(target, BODY, confirm=False)
+
+    async def consume() -> None:
+        got = 0
+        async for d in sub:
+            await consumer.ack(d)
+            got += 1
+            if got == n:
+                return
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(produce(), consume())
+    c1, t1 = time.process_time(), time.perf_counter()
+    await sub.cancel()
+    await producer.close()
+    await consumer.close()
+    return n / (t1 - t0), (c1 - c0) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    data = tempfile.mkdtemp(prefix="bench-loadgen-")
+    srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--amqp", "127.0.0.1:0",
+                         "--ws", "127.0.0.1:0", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0",
+                         "--data", data], "threads")
+    try:
+        print(f"{args.messages} messages of {len(BODY)} B, 1 -> 1, {args.rounds} alternated rounds, threads server")
+        print("| protocol | msg/s (sansmq bench / on sansmq_client) | ratio | client CPU us/msg (bench / client) |")
+        print("|---|---|---|---|")
+        for protocol in ("amqp", "stomp"):
+            url = f"{protocol}://guest:guest@127.0.0.1:{srv.port(protocol)}/"
+            a, b = [], []
+            for _ in range(args.rounds):
+                a.append(bench_tool(url, protocol, args.messages))
+                b.append(asyncio.run(on_client(url, protocol, args.messages)))
+            ra, ua = (statistics.median(x[i] for x in a) for i in (0, 1))
+            rb, ub = (statistics.median(x[i] for x in b) for i in (0, 1))
+            print(f"| {protocol} | {ra:,.0f} / {rb:,.0f} | {rb / ra:.2f} | {ua:.1f} / {ub:.1f} |")
+    finally:
+        srv.terminate()
+
+
+if __name__ == "__main__":
+    main()
