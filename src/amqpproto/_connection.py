@@ -14,14 +14,13 @@ from ._base import ChannelRecord
 from ._buffer import ReceiveBuffer
 from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
-from ._receiving import Receiving
 from ._sending import Sending
 from ._state import CLIENT, SERVER, Role
 
 __all__ = ["Connection"]
 
 
-class Connection(Receiving, Sending):
+class Connection(Sending):
     """One AMQP connection, either role.
 
     ``frame_max``/``channel_max``/``heartbeat`` are this side's limits and preferences; the

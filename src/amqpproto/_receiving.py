@@ -12,7 +12,6 @@ from ._base import CACHE_MAX
 from ._channels import CHANNEL_MGMT, ChannelTracking
 from ._errors import RemoteProtocolError
 from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData
-from ._handshake import Handshake
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
 from ._state import CLIENT, SERVER
 
@@ -30,7 +29,7 @@ DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError,
 _CONTENT = S.CONTENT_TABLE
 
 
-class Receiving(Handshake, ChannelTracking):
+class Receiving(ChannelTracking):
     def _next(self) -> Event | NeedData:
         buf = self._buf
         data = buf.data

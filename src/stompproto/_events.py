@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 __all__ = [
     "Event",
@@ -61,7 +62,7 @@ class Frame(Event):
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
 
-    command = ""  # class attribute, set on each subclass
+    command: ClassVar[str] = ""  # set on each subclass
 
 
 @dataclass(slots=True)
