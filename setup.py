@@ -68,7 +68,7 @@ def _mypyc_extensions() -> list:
     # mypy reads its configuration (the codecs' strict settings) from pyproject.toml; relative
     # paths there (mypy_path) are relative to the project root.
     os.chdir(ROOT)
-    return mypycify(["--no-warn-unused-configs", *_compiled_sources()], opt_level="3")
+    return mypycify(["--no-warn-unused-configs", *_compiled_sources()], opt_level="3", group_name="sansmq_codecs")
 
 
 def _mask_extension() -> list:
