@@ -16,11 +16,10 @@ from setuptools import setup
 ROOT = Path(__file__).resolve().parent
 SRC = ROOT / "src"
 
-#: The codec modules on the per-message path, compiled from the same source by mypyc. Left out:
-#: the modules whose dataclasses carry class constants (stompproto's events, amqpproto's
-#: generated spec): mypyc turns those constants into fields (mypyc/mypyc#1122).
+#: The codecs' modules, compiled from the same source by mypyc (all of them are on the per-message
+#: path) except the package fronts and wsframe's cffi build script.
 COMPILED_PACKAGES = ("stompproto", "amqpproto", "wsframe")
-NOT_COMPILED = {"__init__.py", "_mask_build.py", "stompproto/_events.py", "amqpproto/spec.py"}
+NOT_COMPILED = {"__init__.py", "_mask_build.py"}
 #: ``pip install -e`` (setuptools' editable_wheel; develop for the legacy path)
 EDITABLE = bool({"editable_wheel", "develop"} & set(sys.argv))
 

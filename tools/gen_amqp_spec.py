@@ -409,21 +409,34 @@ def generate(spec_dir: Path) -> str:
     w()
     g.properties(props)
 
+    # The constants live on a plain base class and are set after each dataclass, not in its body:
+    # mypyc (the compiled build) makes a dataclass's class constants fields (mypyc/mypyc#1122).
+    w('''class _MethodBase(Event):
+    """What every method class has: its constants, set by ``_constants`` below each class."""
+
+    __slots__ = ()
+    CLASS_ID: ClassVar[int] = 0
+    METHOD_ID: ClassVar[int] = 0
+    INDEX: ClassVar[int] = 0
+    NAME: ClassVar[str] = ''
+    SYNCHRONOUS: ClassVar[bool] = False
+    CONTENT: ClassVar[bool] = False
+    BY_CLIENT: ClassVar[bool] = False
+    BY_SERVER: ClassVar[bool] = False
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+
+def _constants(cls: type[_MethodBase], class_id: int, method_id: int, name: str, synchronous: bool,
+               content: bool, by_client: bool, by_server: bool, fields: tuple[tuple[str, str], ...]) -> None:
+    cls.CLASS_ID, cls.METHOD_ID, cls.INDEX = class_id, method_id, (class_id << 16) | method_id
+    cls.NAME, cls.SYNCHRONOUS, cls.CONTENT = name, synchronous, content
+    cls.BY_CLIENT, cls.BY_SERVER, cls.FIELDS = by_client, by_server, fields
+''')
+    w()
     for m in methods:
         w("@dataclass(slots=True)")
-        w(f"class {m.pyclass}(Event):")
+        w(f"class {m.pyclass}(_MethodBase):")
         w(f'    """{m.label} ({m.full}, {m.class_id}/{m.method_id})."""')
-        w()
-        w(f"    CLASS_ID: ClassVar[int] = {m.class_id}")
-        w(f"    METHOD_ID: ClassVar[int] = {m.method_id}")
-        w(f"    INDEX: ClassVar[int] = 0x{(m.class_id << 16) | m.method_id:08X}")
-        w(f"    NAME: ClassVar[str] = {m.full!r}")
-        w(f"    SYNCHRONOUS: ClassVar[bool] = {m.synchronous}")
-        w(f"    CONTENT: ClassVar[bool] = {m.content}")
-        w(f"    BY_CLIENT: ClassVar[bool] = {'client' in m.senders}")
-        w(f"    BY_SERVER: ClassVar[bool] = {'server' in m.senders}")
-        ftuple = "".join(f"({n!r}, {t!r}), " for n, t, _ in m.fields)
-        w(f"    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ({ftuple})")
         w()
         for n, t, dv in m.fields:
             w(f"    {n}: {PYTYPE[t]} = {default_of(t, dv)}")
@@ -431,6 +444,11 @@ def generate(spec_dir: Path) -> str:
             w("    properties: BasicProperties = field(default_factory=BasicProperties)")
             w("    body: bytes = b''")
         w("    channel: int = 0")
+        w()
+        w()
+        ftuple = "".join(f"({n!r}, {t!r}), " for n, t, _ in m.fields)
+        w(f"_constants({m.pyclass}, {m.class_id}, {m.method_id}, {m.full!r}, {m.synchronous}, {m.content}, "
+          f"{'client' in m.senders}, {'server' in m.senders}, ({ftuple}))")
         w()
         w()
     for m in methods:
