@@ -441,7 +441,7 @@ def _constants(cls: type[_MethodBase], class_id: int, method_id: int, name: str,
         for n, t, dv in m.fields:
             w(f"    {n}: {PYTYPE[t]} = {default_of(t, dv)}")
         if m.content:
-            w("    properties: BasicProperties = field(default_factory=BasicProperties)")
+            w("    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None")
             w("    body: bytes = b''")
         w("    channel: int = 0")
         w()

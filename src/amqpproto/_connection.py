@@ -112,10 +112,10 @@ class Connection(Sending):
         except RemoteProtocolError as e:
             self._failed(e)
             raise
-        except INTERNAL_ERRORS as e:  # a bug of ours: report 541, never crash the caller
-            err = self._hard(spec.INTERNAL_ERROR, f"internal error: {e!r}", fatal=True)
+        except INTERNAL_ERRORS as bug:  # a bug of ours: report 541, never crash the caller
+            err = self._hard(spec.INTERNAL_ERROR, f"internal error: {bug!r}", fatal=True)
             self._failed(err)
-            raise err from e
+            raise err from bug
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""

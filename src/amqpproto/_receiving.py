@@ -159,9 +159,9 @@ class Receiving(ChannelTracking):
             m = dec(payload, ch)
         except TooDeep as e:
             raise self._hard(spec.RESOURCE_ERROR, str(e), spec.METHODS[idx]) from e
-        except DECODE_ERRORS as e:
+        except DECODE_ERRORS as bad:
             cls = spec.METHODS[idx]
-            raise self._hard(spec.SYNTAX_ERROR, f"malformed {cls.NAME}: {e}", cls) from e
+            raise self._hard(spec.SYNTAX_ERROR, f"malformed {cls.NAME}: {bad}", cls) from bad
         cls = type(m)
         if ch == 0:
             if cls.CLASS_ID != 10:
@@ -238,8 +238,8 @@ class Receiving(ChannelTracking):
             props = _decode_properties(payload, 12, len(payload))
         except TooDeep as e:
             raise self._hard(spec.RESOURCE_ERROR, str(e)) from e
-        except DECODE_ERRORS as e:
-            raise self._hard(spec.SYNTAX_ERROR, f"malformed content header: {e}") from e
+        except DECODE_ERRORS as bad:
+            raise self._hard(spec.SYNTAX_ERROR, f"malformed content header: {bad}") from bad
         if class_id != m.CLASS_ID:
             raise self._hard(spec.UNEXPECTED_FRAME,
                              f"content header for class {class_id}, expected {m.CLASS_ID}")

@@ -901,7 +901,7 @@ class BasicPublish(_MethodBase):
     routing_key: str = ''
     mandatory: bool = False
     immediate: bool = False
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
@@ -917,7 +917,7 @@ class BasicReturn(_MethodBase):
     reply_text: str = ''
     exchange: str = ''
     routing_key: str = ''
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
@@ -934,7 +934,7 @@ class BasicDeliver(_MethodBase):
     redelivered: bool = False
     exchange: str = ''
     routing_key: str = ''
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
@@ -964,7 +964,7 @@ class BasicGetOk(_MethodBase):
     exchange: str = ''
     routing_key: str = ''
     message_count: int = 0
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
