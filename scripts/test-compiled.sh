@@ -14,8 +14,13 @@ rm -rf build  # setuptools' build tree: a stale module from an earlier build mus
 "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$scratch/wheel" .
 "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$scratch/site" "$scratch"/wheel/sansmq-*.whl
 
-if [ "$#" -eq 0 ]; then
-    set -- tests/stompproto tests/amqpproto tests/wsframe tests/test_codec_conventions.py
+# Options alone (e.g. -x) still run the codec suites; any path given replaces them.
+paths=0
+for arg in "$@"; do
+    case $arg in -*) ;; *) paths=1 ;; esac
+done
+if [ "$paths" -eq 0 ]; then
+    set -- "$@" tests/stompproto tests/amqpproto tests/wsframe tests/test_codec_conventions.py
 fi
 # The installed tree first on the path (servers started by e2e tests inherit it); the test suite's
 # own helpers come from tests/ and fuzz/ as usual.

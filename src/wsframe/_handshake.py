@@ -294,8 +294,8 @@ class ClientHandshake:
             if isinstance(event, h11.Response):
                 self._reject = event
             elif isinstance(event, h11.Data):
-                data: Any = event.data  # h11 types it bytes but hands a bytearray (mypyc checks the type)
-                self._body += data
+                raw: Any = event  # h11 types .data bytes but hands a bytearray (mypyc checks a typed read)
+                self._body += raw.data
                 if len(self._body) > self._max_body:
                     raise RemoteProtocolError("rejection body over the handshake size limit")
             elif isinstance(event, h11.EndOfMessage):
