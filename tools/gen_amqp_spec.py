@@ -373,9 +373,9 @@ def generate(spec_dir: Path) -> str:
     w("from collections.abc import Callable")
     w("from dataclasses import dataclass, field")
     w("from datetime import datetime")
-    w("from typing import Any, ClassVar, TypeAlias")
+    w("from typing import Any, TypeAlias")
     w()
-    w("from ._event_base import Event")
+    w("from ._event_base import MethodBase, set_constants")
     w("from ._readers import from_timestamp as _from_ts")
     w("from ._readers import read_table")
     w("from ._writers import as_bytes as _as_bytes")
@@ -409,33 +409,9 @@ def generate(spec_dir: Path) -> str:
     w()
     g.properties(props)
 
-    # The constants live on a plain base class and are set after each dataclass, not in its body:
-    # mypyc (the compiled build) makes a dataclass's class constants fields (mypyc/mypyc#1122).
-    w('''class _MethodBase(Event):
-    """What every method class has: its constants, set by ``_constants`` below each class."""
-
-    __slots__ = ()
-    CLASS_ID: ClassVar[int] = 0
-    METHOD_ID: ClassVar[int] = 0
-    INDEX: ClassVar[int] = 0
-    NAME: ClassVar[str] = ''
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-
-def _constants(cls: type[_MethodBase], class_id: int, method_id: int, name: str, synchronous: bool,
-               content: bool, by_client: bool, by_server: bool, fields: tuple[tuple[str, str], ...]) -> None:
-    cls.CLASS_ID, cls.METHOD_ID, cls.INDEX = class_id, method_id, (class_id << 16) | method_id
-    cls.NAME, cls.SYNCHRONOUS, cls.CONTENT = name, synchronous, content
-    cls.BY_CLIENT, cls.BY_SERVER, cls.FIELDS = by_client, by_server, fields
-''')
-    w()
     for m in methods:
         w("@dataclass(slots=True)")
-        w(f"class {m.pyclass}(_MethodBase):")
+        w(f"class {m.pyclass}(MethodBase):")
         w(f'    """{m.label} ({m.full}, {m.class_id}/{m.method_id})."""')
         w()
         for n, t, dv in m.fields:
@@ -447,7 +423,7 @@ def _constants(cls: type[_MethodBase], class_id: int, method_id: int, name: str,
         w()
         w()
         ftuple = "".join(f"({n!r}, {t!r}), " for n, t, _ in m.fields)
-        w(f"_constants({m.pyclass}, {m.class_id}, {m.method_id}, {m.full!r}, {m.synchronous}, {m.content}, "
+        w(f"set_constants({m.pyclass}, {m.class_id}, {m.method_id}, {m.full!r}, {m.synchronous}, {m.content}, "
           f"{'client' in m.senders}, {'server' in m.senders}, ({ftuple}))")
         w()
         w()

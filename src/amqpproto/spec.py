@@ -13,9 +13,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, TypeAlias
 
-from ._event_base import Event
+from ._event_base import MethodBase, set_constants
 from ._readers import from_timestamp as _from_ts
 from ._readers import read_table
 from ._writers import as_bytes as _as_bytes
@@ -295,30 +295,8 @@ def encode_properties(p: BasicProperties) -> bytes:
     return b''.join(parts)
 
 
-class _MethodBase(Event):
-    """What every method class has: its constants, set by ``_constants`` below each class."""
-
-    __slots__ = ()
-    CLASS_ID: ClassVar[int] = 0
-    METHOD_ID: ClassVar[int] = 0
-    INDEX: ClassVar[int] = 0
-    NAME: ClassVar[str] = ''
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-
-def _constants(cls: type[_MethodBase], class_id: int, method_id: int, name: str, synchronous: bool,
-               content: bool, by_client: bool, by_server: bool, fields: tuple[tuple[str, str], ...]) -> None:
-    cls.CLASS_ID, cls.METHOD_ID, cls.INDEX = class_id, method_id, (class_id << 16) | method_id
-    cls.NAME, cls.SYNCHRONOUS, cls.CONTENT = name, synchronous, content
-    cls.BY_CLIENT, cls.BY_SERVER, cls.FIELDS = by_client, by_server, fields
-
-
 @dataclass(slots=True)
-class ConnectionStart(_MethodBase):
+class ConnectionStart(MethodBase):
     """start connection negotiation (connection.start, 10/10)."""
 
     version_major: int = 0
@@ -329,11 +307,11 @@ class ConnectionStart(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionStart, 10, 10, 'connection.start', True, False, False, True, (('version_major', 'octet'), ('version_minor', 'octet'), ('server_properties', 'table'), ('mechanisms', 'longstr'), ('locales', 'longstr'), ))
+set_constants(ConnectionStart, 10, 10, 'connection.start', True, False, False, True, (('version_major', 'octet'), ('version_minor', 'octet'), ('server_properties', 'table'), ('mechanisms', 'longstr'), ('locales', 'longstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionStartOk(_MethodBase):
+class ConnectionStartOk(MethodBase):
     """select security mechanism and locale (connection.start-ok, 10/11)."""
 
     client_properties: dict[str, Any] = field(default_factory=dict)
@@ -343,33 +321,33 @@ class ConnectionStartOk(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionStartOk, 10, 11, 'connection.start-ok', False, False, True, False, (('client_properties', 'table'), ('mechanism', 'shortstr'), ('response', 'longstr'), ('locale', 'shortstr'), ))
+set_constants(ConnectionStartOk, 10, 11, 'connection.start-ok', False, False, True, False, (('client_properties', 'table'), ('mechanism', 'shortstr'), ('response', 'longstr'), ('locale', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionSecure(_MethodBase):
+class ConnectionSecure(MethodBase):
     """security mechanism challenge (connection.secure, 10/20)."""
 
     challenge: bytes = b''
     channel: int = 0
 
 
-_constants(ConnectionSecure, 10, 20, 'connection.secure', True, False, False, True, (('challenge', 'longstr'), ))
+set_constants(ConnectionSecure, 10, 20, 'connection.secure', True, False, False, True, (('challenge', 'longstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionSecureOk(_MethodBase):
+class ConnectionSecureOk(MethodBase):
     """security mechanism response (connection.secure-ok, 10/21)."""
 
     response: bytes = b''
     channel: int = 0
 
 
-_constants(ConnectionSecureOk, 10, 21, 'connection.secure-ok', False, False, True, False, (('response', 'longstr'), ))
+set_constants(ConnectionSecureOk, 10, 21, 'connection.secure-ok', False, False, True, False, (('response', 'longstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionTune(_MethodBase):
+class ConnectionTune(MethodBase):
     """propose connection tuning parameters (connection.tune, 10/30)."""
 
     channel_max: int = 0
@@ -378,11 +356,11 @@ class ConnectionTune(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionTune, 10, 30, 'connection.tune', True, False, False, True, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
+set_constants(ConnectionTune, 10, 30, 'connection.tune', True, False, False, True, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
 
 
 @dataclass(slots=True)
-class ConnectionTuneOk(_MethodBase):
+class ConnectionTuneOk(MethodBase):
     """negotiate connection tuning parameters (connection.tune-ok, 10/31)."""
 
     channel_max: int = 0
@@ -391,11 +369,11 @@ class ConnectionTuneOk(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionTuneOk, 10, 31, 'connection.tune-ok', False, False, True, False, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
+set_constants(ConnectionTuneOk, 10, 31, 'connection.tune-ok', False, False, True, False, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
 
 
 @dataclass(slots=True)
-class ConnectionOpen(_MethodBase):
+class ConnectionOpen(MethodBase):
     """open connection to virtual host (connection.open, 10/40)."""
 
     virtual_host: str = '/'
@@ -404,22 +382,22 @@ class ConnectionOpen(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionOpen, 10, 40, 'connection.open', True, False, True, False, (('virtual_host', 'shortstr'), ('capabilities', 'shortstr'), ('insist', 'bit'), ))
+set_constants(ConnectionOpen, 10, 40, 'connection.open', True, False, True, False, (('virtual_host', 'shortstr'), ('capabilities', 'shortstr'), ('insist', 'bit'), ))
 
 
 @dataclass(slots=True)
-class ConnectionOpenOk(_MethodBase):
+class ConnectionOpenOk(MethodBase):
     """signal that connection is ready (connection.open-ok, 10/41)."""
 
     known_hosts: str = ''
     channel: int = 0
 
 
-_constants(ConnectionOpenOk, 10, 41, 'connection.open-ok', False, False, False, True, (('known_hosts', 'shortstr'), ))
+set_constants(ConnectionOpenOk, 10, 41, 'connection.open-ok', False, False, False, True, (('known_hosts', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionClose(_MethodBase):
+class ConnectionClose(MethodBase):
     """request a connection close (connection.close, 10/50)."""
 
     reply_code: int = 0
@@ -429,42 +407,42 @@ class ConnectionClose(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionClose, 10, 50, 'connection.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
+set_constants(ConnectionClose, 10, 50, 'connection.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
 
 
 @dataclass(slots=True)
-class ConnectionCloseOk(_MethodBase):
+class ConnectionCloseOk(MethodBase):
     """confirm a connection close (connection.close-ok, 10/51)."""
 
     channel: int = 0
 
 
-_constants(ConnectionCloseOk, 10, 51, 'connection.close-ok', False, False, True, True, ())
+set_constants(ConnectionCloseOk, 10, 51, 'connection.close-ok', False, False, True, True, ())
 
 
 @dataclass(slots=True)
-class ConnectionBlocked(_MethodBase):
+class ConnectionBlocked(MethodBase):
     """connection.blocked (connection.blocked, 10/60)."""
 
     reason: str = ''
     channel: int = 0
 
 
-_constants(ConnectionBlocked, 10, 60, 'connection.blocked', False, False, True, True, (('reason', 'shortstr'), ))
+set_constants(ConnectionBlocked, 10, 60, 'connection.blocked', False, False, True, True, (('reason', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionUnblocked(_MethodBase):
+class ConnectionUnblocked(MethodBase):
     """connection.unblocked (connection.unblocked, 10/61)."""
 
     channel: int = 0
 
 
-_constants(ConnectionUnblocked, 10, 61, 'connection.unblocked', False, False, True, True, ())
+set_constants(ConnectionUnblocked, 10, 61, 'connection.unblocked', False, False, True, True, ())
 
 
 @dataclass(slots=True)
-class ConnectionUpdateSecret(_MethodBase):
+class ConnectionUpdateSecret(MethodBase):
     """connection.update-secret (connection.update-secret, 10/70)."""
 
     new_secret: bytes = b''
@@ -472,65 +450,65 @@ class ConnectionUpdateSecret(_MethodBase):
     channel: int = 0
 
 
-_constants(ConnectionUpdateSecret, 10, 70, 'connection.update-secret', True, False, True, False, (('new_secret', 'longstr'), ('reason', 'shortstr'), ))
+set_constants(ConnectionUpdateSecret, 10, 70, 'connection.update-secret', True, False, True, False, (('new_secret', 'longstr'), ('reason', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class ConnectionUpdateSecretOk(_MethodBase):
+class ConnectionUpdateSecretOk(MethodBase):
     """connection.update-secret-ok (connection.update-secret-ok, 10/71)."""
 
     channel: int = 0
 
 
-_constants(ConnectionUpdateSecretOk, 10, 71, 'connection.update-secret-ok', False, False, False, True, ())
+set_constants(ConnectionUpdateSecretOk, 10, 71, 'connection.update-secret-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class ChannelOpen(_MethodBase):
+class ChannelOpen(MethodBase):
     """open a channel for use (channel.open, 20/10)."""
 
     out_of_band: str = ''
     channel: int = 0
 
 
-_constants(ChannelOpen, 20, 10, 'channel.open', True, False, True, False, (('out_of_band', 'shortstr'), ))
+set_constants(ChannelOpen, 20, 10, 'channel.open', True, False, True, False, (('out_of_band', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class ChannelOpenOk(_MethodBase):
+class ChannelOpenOk(MethodBase):
     """signal that the channel is ready (channel.open-ok, 20/11)."""
 
     channel_id: bytes = b''
     channel: int = 0
 
 
-_constants(ChannelOpenOk, 20, 11, 'channel.open-ok', False, False, False, True, (('channel_id', 'longstr'), ))
+set_constants(ChannelOpenOk, 20, 11, 'channel.open-ok', False, False, False, True, (('channel_id', 'longstr'), ))
 
 
 @dataclass(slots=True)
-class ChannelFlow(_MethodBase):
+class ChannelFlow(MethodBase):
     """enable/disable flow from peer (channel.flow, 20/20)."""
 
     active: bool = False
     channel: int = 0
 
 
-_constants(ChannelFlow, 20, 20, 'channel.flow', True, False, True, True, (('active', 'bit'), ))
+set_constants(ChannelFlow, 20, 20, 'channel.flow', True, False, True, True, (('active', 'bit'), ))
 
 
 @dataclass(slots=True)
-class ChannelFlowOk(_MethodBase):
+class ChannelFlowOk(MethodBase):
     """confirm a flow method (channel.flow-ok, 20/21)."""
 
     active: bool = False
     channel: int = 0
 
 
-_constants(ChannelFlowOk, 20, 21, 'channel.flow-ok', False, False, True, True, (('active', 'bit'), ))
+set_constants(ChannelFlowOk, 20, 21, 'channel.flow-ok', False, False, True, True, (('active', 'bit'), ))
 
 
 @dataclass(slots=True)
-class ChannelClose(_MethodBase):
+class ChannelClose(MethodBase):
     """request a channel close (channel.close, 20/40)."""
 
     reply_code: int = 0
@@ -540,21 +518,21 @@ class ChannelClose(_MethodBase):
     channel: int = 0
 
 
-_constants(ChannelClose, 20, 40, 'channel.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
+set_constants(ChannelClose, 20, 40, 'channel.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
 
 
 @dataclass(slots=True)
-class ChannelCloseOk(_MethodBase):
+class ChannelCloseOk(MethodBase):
     """confirm a channel close (channel.close-ok, 20/41)."""
 
     channel: int = 0
 
 
-_constants(ChannelCloseOk, 20, 41, 'channel.close-ok', False, False, True, True, ())
+set_constants(ChannelCloseOk, 20, 41, 'channel.close-ok', False, False, True, True, ())
 
 
 @dataclass(slots=True)
-class AccessRequest(_MethodBase):
+class AccessRequest(MethodBase):
     """access.request (access.request, 30/10)."""
 
     realm: str = '/data'
@@ -566,22 +544,22 @@ class AccessRequest(_MethodBase):
     channel: int = 0
 
 
-_constants(AccessRequest, 30, 10, 'access.request', True, False, True, False, (('realm', 'shortstr'), ('exclusive', 'bit'), ('passive', 'bit'), ('active', 'bit'), ('write', 'bit'), ('read', 'bit'), ))
+set_constants(AccessRequest, 30, 10, 'access.request', True, False, True, False, (('realm', 'shortstr'), ('exclusive', 'bit'), ('passive', 'bit'), ('active', 'bit'), ('write', 'bit'), ('read', 'bit'), ))
 
 
 @dataclass(slots=True)
-class AccessRequestOk(_MethodBase):
+class AccessRequestOk(MethodBase):
     """access.request-ok (access.request-ok, 30/11)."""
 
     ticket: int = 1
     channel: int = 0
 
 
-_constants(AccessRequestOk, 30, 11, 'access.request-ok', False, False, False, True, (('ticket', 'short'), ))
+set_constants(AccessRequestOk, 30, 11, 'access.request-ok', False, False, False, True, (('ticket', 'short'), ))
 
 
 @dataclass(slots=True)
-class ExchangeDeclare(_MethodBase):
+class ExchangeDeclare(MethodBase):
     """verify exchange exists, create if needed (exchange.declare, 40/10)."""
 
     ticket: int = 0
@@ -596,21 +574,21 @@ class ExchangeDeclare(_MethodBase):
     channel: int = 0
 
 
-_constants(ExchangeDeclare, 40, 10, 'exchange.declare', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('type', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('auto_delete', 'bit'), ('internal', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(ExchangeDeclare, 40, 10, 'exchange.declare', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('type', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('auto_delete', 'bit'), ('internal', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class ExchangeDeclareOk(_MethodBase):
+class ExchangeDeclareOk(MethodBase):
     """confirm exchange declaration (exchange.declare-ok, 40/11)."""
 
     channel: int = 0
 
 
-_constants(ExchangeDeclareOk, 40, 11, 'exchange.declare-ok', False, False, False, True, ())
+set_constants(ExchangeDeclareOk, 40, 11, 'exchange.declare-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class ExchangeDelete(_MethodBase):
+class ExchangeDelete(MethodBase):
     """delete an exchange (exchange.delete, 40/20)."""
 
     ticket: int = 0
@@ -620,21 +598,21 @@ class ExchangeDelete(_MethodBase):
     channel: int = 0
 
 
-_constants(ExchangeDelete, 40, 20, 'exchange.delete', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('if_unused', 'bit'), ('nowait', 'bit'), ))
+set_constants(ExchangeDelete, 40, 20, 'exchange.delete', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('if_unused', 'bit'), ('nowait', 'bit'), ))
 
 
 @dataclass(slots=True)
-class ExchangeDeleteOk(_MethodBase):
+class ExchangeDeleteOk(MethodBase):
     """confirm deletion of an exchange (exchange.delete-ok, 40/21)."""
 
     channel: int = 0
 
 
-_constants(ExchangeDeleteOk, 40, 21, 'exchange.delete-ok', False, False, False, True, ())
+set_constants(ExchangeDeleteOk, 40, 21, 'exchange.delete-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class ExchangeBind(_MethodBase):
+class ExchangeBind(MethodBase):
     """bind exchange to an exchange (exchange.bind, 40/30)."""
 
     ticket: int = 0
@@ -646,21 +624,21 @@ class ExchangeBind(_MethodBase):
     channel: int = 0
 
 
-_constants(ExchangeBind, 40, 30, 'exchange.bind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(ExchangeBind, 40, 30, 'exchange.bind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class ExchangeBindOk(_MethodBase):
+class ExchangeBindOk(MethodBase):
     """confirm bind successful (exchange.bind-ok, 40/31)."""
 
     channel: int = 0
 
 
-_constants(ExchangeBindOk, 40, 31, 'exchange.bind-ok', False, False, False, True, ())
+set_constants(ExchangeBindOk, 40, 31, 'exchange.bind-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class ExchangeUnbind(_MethodBase):
+class ExchangeUnbind(MethodBase):
     """unbind an exchange from an exchange (exchange.unbind, 40/40)."""
 
     ticket: int = 0
@@ -672,21 +650,21 @@ class ExchangeUnbind(_MethodBase):
     channel: int = 0
 
 
-_constants(ExchangeUnbind, 40, 40, 'exchange.unbind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(ExchangeUnbind, 40, 40, 'exchange.unbind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class ExchangeUnbindOk(_MethodBase):
+class ExchangeUnbindOk(MethodBase):
     """confirm unbind successful (exchange.unbind-ok, 40/51)."""
 
     channel: int = 0
 
 
-_constants(ExchangeUnbindOk, 40, 51, 'exchange.unbind-ok', False, False, False, True, ())
+set_constants(ExchangeUnbindOk, 40, 51, 'exchange.unbind-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class QueueDeclare(_MethodBase):
+class QueueDeclare(MethodBase):
     """declare queue, create if needed (queue.declare, 50/10)."""
 
     ticket: int = 0
@@ -700,11 +678,11 @@ class QueueDeclare(_MethodBase):
     channel: int = 0
 
 
-_constants(QueueDeclare, 50, 10, 'queue.declare', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('exclusive', 'bit'), ('auto_delete', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(QueueDeclare, 50, 10, 'queue.declare', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('exclusive', 'bit'), ('auto_delete', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class QueueDeclareOk(_MethodBase):
+class QueueDeclareOk(MethodBase):
     """confirms a queue definition (queue.declare-ok, 50/11)."""
 
     queue: str = ''
@@ -713,11 +691,11 @@ class QueueDeclareOk(_MethodBase):
     channel: int = 0
 
 
-_constants(QueueDeclareOk, 50, 11, 'queue.declare-ok', False, False, False, True, (('queue', 'shortstr'), ('message_count', 'long'), ('consumer_count', 'long'), ))
+set_constants(QueueDeclareOk, 50, 11, 'queue.declare-ok', False, False, False, True, (('queue', 'shortstr'), ('message_count', 'long'), ('consumer_count', 'long'), ))
 
 
 @dataclass(slots=True)
-class QueueBind(_MethodBase):
+class QueueBind(MethodBase):
     """bind queue to an exchange (queue.bind, 50/20)."""
 
     ticket: int = 0
@@ -729,21 +707,21 @@ class QueueBind(_MethodBase):
     channel: int = 0
 
 
-_constants(QueueBind, 50, 20, 'queue.bind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(QueueBind, 50, 20, 'queue.bind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class QueueBindOk(_MethodBase):
+class QueueBindOk(MethodBase):
     """confirm bind successful (queue.bind-ok, 50/21)."""
 
     channel: int = 0
 
 
-_constants(QueueBindOk, 50, 21, 'queue.bind-ok', False, False, False, True, ())
+set_constants(QueueBindOk, 50, 21, 'queue.bind-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class QueuePurge(_MethodBase):
+class QueuePurge(MethodBase):
     """purge a queue (queue.purge, 50/30)."""
 
     ticket: int = 0
@@ -752,22 +730,22 @@ class QueuePurge(_MethodBase):
     channel: int = 0
 
 
-_constants(QueuePurge, 50, 30, 'queue.purge', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('nowait', 'bit'), ))
+set_constants(QueuePurge, 50, 30, 'queue.purge', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('nowait', 'bit'), ))
 
 
 @dataclass(slots=True)
-class QueuePurgeOk(_MethodBase):
+class QueuePurgeOk(MethodBase):
     """confirms a queue purge (queue.purge-ok, 50/31)."""
 
     message_count: int = 0
     channel: int = 0
 
 
-_constants(QueuePurgeOk, 50, 31, 'queue.purge-ok', False, False, False, True, (('message_count', 'long'), ))
+set_constants(QueuePurgeOk, 50, 31, 'queue.purge-ok', False, False, False, True, (('message_count', 'long'), ))
 
 
 @dataclass(slots=True)
-class QueueDelete(_MethodBase):
+class QueueDelete(MethodBase):
     """delete a queue (queue.delete, 50/40)."""
 
     ticket: int = 0
@@ -778,22 +756,22 @@ class QueueDelete(_MethodBase):
     channel: int = 0
 
 
-_constants(QueueDelete, 50, 40, 'queue.delete', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('if_unused', 'bit'), ('if_empty', 'bit'), ('nowait', 'bit'), ))
+set_constants(QueueDelete, 50, 40, 'queue.delete', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('if_unused', 'bit'), ('if_empty', 'bit'), ('nowait', 'bit'), ))
 
 
 @dataclass(slots=True)
-class QueueDeleteOk(_MethodBase):
+class QueueDeleteOk(MethodBase):
     """confirm deletion of a queue (queue.delete-ok, 50/41)."""
 
     message_count: int = 0
     channel: int = 0
 
 
-_constants(QueueDeleteOk, 50, 41, 'queue.delete-ok', False, False, False, True, (('message_count', 'long'), ))
+set_constants(QueueDeleteOk, 50, 41, 'queue.delete-ok', False, False, False, True, (('message_count', 'long'), ))
 
 
 @dataclass(slots=True)
-class QueueUnbind(_MethodBase):
+class QueueUnbind(MethodBase):
     """unbind a queue from an exchange (queue.unbind, 50/50)."""
 
     ticket: int = 0
@@ -804,21 +782,21 @@ class QueueUnbind(_MethodBase):
     channel: int = 0
 
 
-_constants(QueueUnbind, 50, 50, 'queue.unbind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('arguments', 'table'), ))
+set_constants(QueueUnbind, 50, 50, 'queue.unbind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class QueueUnbindOk(_MethodBase):
+class QueueUnbindOk(MethodBase):
     """confirm unbind successful (queue.unbind-ok, 50/51)."""
 
     channel: int = 0
 
 
-_constants(QueueUnbindOk, 50, 51, 'queue.unbind-ok', False, False, False, True, ())
+set_constants(QueueUnbindOk, 50, 51, 'queue.unbind-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class BasicQos(_MethodBase):
+class BasicQos(MethodBase):
     """specify quality of service (basic.qos, 60/10)."""
 
     prefetch_size: int = 0
@@ -827,21 +805,21 @@ class BasicQos(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicQos, 60, 10, 'basic.qos', True, False, True, False, (('prefetch_size', 'long'), ('prefetch_count', 'short'), ('global_', 'bit'), ))
+set_constants(BasicQos, 60, 10, 'basic.qos', True, False, True, False, (('prefetch_size', 'long'), ('prefetch_count', 'short'), ('global_', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicQosOk(_MethodBase):
+class BasicQosOk(MethodBase):
     """confirm the requested qos (basic.qos-ok, 60/11)."""
 
     channel: int = 0
 
 
-_constants(BasicQosOk, 60, 11, 'basic.qos-ok', False, False, False, True, ())
+set_constants(BasicQosOk, 60, 11, 'basic.qos-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class BasicConsume(_MethodBase):
+class BasicConsume(MethodBase):
     """start a queue consumer (basic.consume, 60/20)."""
 
     ticket: int = 0
@@ -855,22 +833,22 @@ class BasicConsume(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicConsume, 60, 20, 'basic.consume', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('consumer_tag', 'shortstr'), ('no_local', 'bit'), ('no_ack', 'bit'), ('exclusive', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
+set_constants(BasicConsume, 60, 20, 'basic.consume', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('consumer_tag', 'shortstr'), ('no_local', 'bit'), ('no_ack', 'bit'), ('exclusive', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
 
 @dataclass(slots=True)
-class BasicConsumeOk(_MethodBase):
+class BasicConsumeOk(MethodBase):
     """confirm a new consumer (basic.consume-ok, 60/21)."""
 
     consumer_tag: str = ''
     channel: int = 0
 
 
-_constants(BasicConsumeOk, 60, 21, 'basic.consume-ok', False, False, False, True, (('consumer_tag', 'shortstr'), ))
+set_constants(BasicConsumeOk, 60, 21, 'basic.consume-ok', False, False, False, True, (('consumer_tag', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class BasicCancel(_MethodBase):
+class BasicCancel(MethodBase):
     """end a queue consumer (basic.cancel, 60/30)."""
 
     consumer_tag: str = ''
@@ -878,22 +856,22 @@ class BasicCancel(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicCancel, 60, 30, 'basic.cancel', True, False, True, True, (('consumer_tag', 'shortstr'), ('nowait', 'bit'), ))
+set_constants(BasicCancel, 60, 30, 'basic.cancel', True, False, True, True, (('consumer_tag', 'shortstr'), ('nowait', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicCancelOk(_MethodBase):
+class BasicCancelOk(MethodBase):
     """confirm a cancelled consumer (basic.cancel-ok, 60/31)."""
 
     consumer_tag: str = ''
     channel: int = 0
 
 
-_constants(BasicCancelOk, 60, 31, 'basic.cancel-ok', False, False, True, True, (('consumer_tag', 'shortstr'), ))
+set_constants(BasicCancelOk, 60, 31, 'basic.cancel-ok', False, False, True, True, (('consumer_tag', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class BasicPublish(_MethodBase):
+class BasicPublish(MethodBase):
     """publish a message (basic.publish, 60/40)."""
 
     ticket: int = 0
@@ -906,11 +884,11 @@ class BasicPublish(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicPublish, 60, 40, 'basic.publish', False, True, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('mandatory', 'bit'), ('immediate', 'bit'), ))
+set_constants(BasicPublish, 60, 40, 'basic.publish', False, True, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('mandatory', 'bit'), ('immediate', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicReturn(_MethodBase):
+class BasicReturn(MethodBase):
     """return a failed message (basic.return, 60/50)."""
 
     reply_code: int = 0
@@ -922,11 +900,11 @@ class BasicReturn(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicReturn, 60, 50, 'basic.return', False, True, False, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
+set_constants(BasicReturn, 60, 50, 'basic.return', False, True, False, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class BasicDeliver(_MethodBase):
+class BasicDeliver(MethodBase):
     """notify the client of a consumer message (basic.deliver, 60/60)."""
 
     consumer_tag: str = ''
@@ -939,11 +917,11 @@ class BasicDeliver(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicDeliver, 60, 60, 'basic.deliver', False, True, False, True, (('consumer_tag', 'shortstr'), ('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
+set_constants(BasicDeliver, 60, 60, 'basic.deliver', False, True, False, True, (('consumer_tag', 'shortstr'), ('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class BasicGet(_MethodBase):
+class BasicGet(MethodBase):
     """direct access to a queue (basic.get, 60/70)."""
 
     ticket: int = 0
@@ -952,11 +930,11 @@ class BasicGet(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicGet, 60, 70, 'basic.get', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('no_ack', 'bit'), ))
+set_constants(BasicGet, 60, 70, 'basic.get', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('no_ack', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicGetOk(_MethodBase):
+class BasicGetOk(MethodBase):
     """provide client with a message (basic.get-ok, 60/71)."""
 
     delivery_tag: int = 0
@@ -969,22 +947,22 @@ class BasicGetOk(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicGetOk, 60, 71, 'basic.get-ok', False, True, False, True, (('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('message_count', 'long'), ))
+set_constants(BasicGetOk, 60, 71, 'basic.get-ok', False, True, False, True, (('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('message_count', 'long'), ))
 
 
 @dataclass(slots=True)
-class BasicGetEmpty(_MethodBase):
+class BasicGetEmpty(MethodBase):
     """indicate no messages available (basic.get-empty, 60/72)."""
 
     cluster_id: str = ''
     channel: int = 0
 
 
-_constants(BasicGetEmpty, 60, 72, 'basic.get-empty', False, False, False, True, (('cluster_id', 'shortstr'), ))
+set_constants(BasicGetEmpty, 60, 72, 'basic.get-empty', False, False, False, True, (('cluster_id', 'shortstr'), ))
 
 
 @dataclass(slots=True)
-class BasicAck(_MethodBase):
+class BasicAck(MethodBase):
     """acknowledge one or more messages (basic.ack, 60/80)."""
 
     delivery_tag: int = 0
@@ -992,11 +970,11 @@ class BasicAck(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicAck, 60, 80, 'basic.ack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ))
+set_constants(BasicAck, 60, 80, 'basic.ack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicReject(_MethodBase):
+class BasicReject(MethodBase):
     """reject an incoming message (basic.reject, 60/90)."""
 
     delivery_tag: int = 0
@@ -1004,43 +982,43 @@ class BasicReject(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicReject, 60, 90, 'basic.reject', False, False, True, False, (('delivery_tag', 'longlong'), ('requeue', 'bit'), ))
+set_constants(BasicReject, 60, 90, 'basic.reject', False, False, True, False, (('delivery_tag', 'longlong'), ('requeue', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicRecoverAsync(_MethodBase):
+class BasicRecoverAsync(MethodBase):
     """redeliver unacknowledged messages (basic.recover-async, 60/100)."""
 
     requeue: bool = False
     channel: int = 0
 
 
-_constants(BasicRecoverAsync, 60, 100, 'basic.recover-async', False, False, True, False, (('requeue', 'bit'), ))
+set_constants(BasicRecoverAsync, 60, 100, 'basic.recover-async', False, False, True, False, (('requeue', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicRecover(_MethodBase):
+class BasicRecover(MethodBase):
     """redeliver unacknowledged messages (basic.recover, 60/110)."""
 
     requeue: bool = False
     channel: int = 0
 
 
-_constants(BasicRecover, 60, 110, 'basic.recover', True, False, True, False, (('requeue', 'bit'), ))
+set_constants(BasicRecover, 60, 110, 'basic.recover', True, False, True, False, (('requeue', 'bit'), ))
 
 
 @dataclass(slots=True)
-class BasicRecoverOk(_MethodBase):
+class BasicRecoverOk(MethodBase):
     """confirm recovery (basic.recover-ok, 60/111)."""
 
     channel: int = 0
 
 
-_constants(BasicRecoverOk, 60, 111, 'basic.recover-ok', False, False, False, True, ())
+set_constants(BasicRecoverOk, 60, 111, 'basic.recover-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class BasicNack(_MethodBase):
+class BasicNack(MethodBase):
     """reject one or more incoming messages (basic.nack, 60/120)."""
 
     delivery_tag: int = 0
@@ -1049,88 +1027,88 @@ class BasicNack(_MethodBase):
     channel: int = 0
 
 
-_constants(BasicNack, 60, 120, 'basic.nack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ('requeue', 'bit'), ))
+set_constants(BasicNack, 60, 120, 'basic.nack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ('requeue', 'bit'), ))
 
 
 @dataclass(slots=True)
-class TxSelect(_MethodBase):
+class TxSelect(MethodBase):
     """select standard transaction mode (tx.select, 90/10)."""
 
     channel: int = 0
 
 
-_constants(TxSelect, 90, 10, 'tx.select', True, False, True, False, ())
+set_constants(TxSelect, 90, 10, 'tx.select', True, False, True, False, ())
 
 
 @dataclass(slots=True)
-class TxSelectOk(_MethodBase):
+class TxSelectOk(MethodBase):
     """confirm transaction mode (tx.select-ok, 90/11)."""
 
     channel: int = 0
 
 
-_constants(TxSelectOk, 90, 11, 'tx.select-ok', False, False, False, True, ())
+set_constants(TxSelectOk, 90, 11, 'tx.select-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class TxCommit(_MethodBase):
+class TxCommit(MethodBase):
     """commit the current transaction (tx.commit, 90/20)."""
 
     channel: int = 0
 
 
-_constants(TxCommit, 90, 20, 'tx.commit', True, False, True, False, ())
+set_constants(TxCommit, 90, 20, 'tx.commit', True, False, True, False, ())
 
 
 @dataclass(slots=True)
-class TxCommitOk(_MethodBase):
+class TxCommitOk(MethodBase):
     """confirm a successful commit (tx.commit-ok, 90/21)."""
 
     channel: int = 0
 
 
-_constants(TxCommitOk, 90, 21, 'tx.commit-ok', False, False, False, True, ())
+set_constants(TxCommitOk, 90, 21, 'tx.commit-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class TxRollback(_MethodBase):
+class TxRollback(MethodBase):
     """abandon the current transaction (tx.rollback, 90/30)."""
 
     channel: int = 0
 
 
-_constants(TxRollback, 90, 30, 'tx.rollback', True, False, True, False, ())
+set_constants(TxRollback, 90, 30, 'tx.rollback', True, False, True, False, ())
 
 
 @dataclass(slots=True)
-class TxRollbackOk(_MethodBase):
+class TxRollbackOk(MethodBase):
     """confirm successful rollback (tx.rollback-ok, 90/31)."""
 
     channel: int = 0
 
 
-_constants(TxRollbackOk, 90, 31, 'tx.rollback-ok', False, False, False, True, ())
+set_constants(TxRollbackOk, 90, 31, 'tx.rollback-ok', False, False, False, True, ())
 
 
 @dataclass(slots=True)
-class ConfirmSelect(_MethodBase):
+class ConfirmSelect(MethodBase):
     """confirm.select (confirm.select, 85/10)."""
 
     nowait: bool = False
     channel: int = 0
 
 
-_constants(ConfirmSelect, 85, 10, 'confirm.select', True, False, True, False, (('nowait', 'bit'), ))
+set_constants(ConfirmSelect, 85, 10, 'confirm.select', True, False, True, False, (('nowait', 'bit'), ))
 
 
 @dataclass(slots=True)
-class ConfirmSelectOk(_MethodBase):
+class ConfirmSelectOk(MethodBase):
     """confirm.select-ok (confirm.select-ok, 85/11)."""
 
     channel: int = 0
 
 
-_constants(ConfirmSelectOk, 85, 11, 'confirm.select-ok', False, False, False, True, ())
+set_constants(ConfirmSelectOk, 85, 11, 'confirm.select-ok', False, False, False, True, ())
 
 
 def _decode_ConnectionStart(b: bytes, ch: int) -> ConnectionStart:
