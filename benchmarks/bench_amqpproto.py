@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 from pamqp import body as p_body
 from pamqp import commands as p_cmd
@@ -70,6 +71,35 @@ def deliver_bytes(body: bytes) -> bytes:
     ])
 
 
+def body_of(size: int) -> bytes:
+    return bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+
+
+def amqpproto_cases(size: int) -> list[tuple[str, Callable[[], None]]]:
+    """amqpproto's side of each case, one message per call (bench_compiled.py times these too)."""
+    body = body_of(size)
+    wire = deliver_bytes(body)
+    client = open_client()
+
+    def ours_unmarshal() -> None:
+        client.receive_data(wire)
+        client.next_event()
+
+    pub_client = open_client()
+    props = a.BasicProperties(**PROPS)
+
+    def ours_marshal() -> None:
+        pub_client.send(a.BasicPublish(exchange="amq.direct", routing_key="rk",
+                                       properties=props, body=body, channel=1))
+
+    # sanity: the message comes out as pamqp wrote it
+    client.receive_data(wire)
+    ev = client.next_event()
+    assert ev.body == body and ev.properties.message_id == "m-1", ev
+    return [(f"unmarshal deliver+hdr+body {size}B", ours_unmarshal),
+            (f"marshal publish+hdr+body {size}B", ours_marshal)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=0.3)
@@ -77,14 +107,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{'case':32} {'amqpproto ops/s':>16} {'pamqp ops/s':>14} {'ratio':>7}")
     for size in (100, 1024):
-        body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        body = body_of(size)
         wire = deliver_bytes(body)
-
-        client = open_client()
-
-        def ours_unmarshal() -> None:
-            client.receive_data(wire)
-            client.next_event()
 
         def pamqp_unmarshal() -> None:
             data = wire
@@ -93,13 +117,6 @@ def main() -> None:
             n, ch, h = p_frame.unmarshal(data)
             data = data[n:]
             n, ch, b = p_frame.unmarshal(data)
-
-        pub_client = open_client()
-        props = a.BasicProperties(**PROPS)
-
-        def ours_marshal() -> None:
-            pub_client.send(a.BasicPublish(exchange="amq.direct", routing_key="rk",
-                                           properties=props, body=body, channel=1))
 
         p_props = p_cmd.Basic.Properties(**PROPS)
 
@@ -110,14 +127,7 @@ def main() -> None:
                 p_frame.marshal(p_body.ContentBody(body), 1),
             ])
 
-        # sanity: both sides produce the same message
-        client.receive_data(wire)
-        ev = client.next_event()
-        assert ev.body == body and ev.properties.message_id == "m-1", ev
-        for name, ours, theirs in [
-            (f"unmarshal deliver+hdr+body {size}B", ours_unmarshal, pamqp_unmarshal),
-            (f"marshal publish+hdr+body {size}B", ours_marshal, pamqp_marshal),
-        ]:
+        for (name, ours), theirs in zip(amqpproto_cases(size), (pamqp_unmarshal, pamqp_marshal), strict=True):
             r_ours = r_theirs = 0.0
             for _ in range(args.rounds):  # alternate and keep the best: the machine is shared
                 r_ours = max(r_ours, rate(ours, args.seconds))

@@ -100,13 +100,14 @@ NOT_EVENTS = {"amqpproto": {"BasicProperties"}, "stompproto": set(), "wsframe": 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
 def test_every_event_derives_from_one_slotted_event_class(codec):
-    assert inspect.isclass(codec.Event) and codec.Event.__slots__ == ()
+    # no instance __dict__ (slots all the way up; a compiled build's native classes have none either)
+    assert inspect.isclass(codec.Event) and codec.Event.__dictoffset__ == 0
     events = [getattr(codec, n) for n in codec.__all__ if n not in NOT_EVENTS[codec.__name__]]
     events = [c for c in events if inspect.isclass(c) and dataclasses.is_dataclass(c)]
     assert len(events) >= 5
     for cls in events:
         assert issubclass(cls, codec.Event), cls
-        assert all("__slots__" in k.__dict__ for k in cls.__mro__[:-1]), cls  # slots all the way up
+        assert cls.__dictoffset__ == 0, cls
 
 
 #: per codec: the first bytes of a client's opening (a frame that stays incomplete)
@@ -141,6 +142,12 @@ def _internal_error_hint(codec, hint):
     return isinstance(hint, wsframe.RejectConnection) and hint.status == 500  # still in the handshake
 
 
+#: The bug is planted by patching a method; a compiled build's callers call the original natively.
+PLANTABLE = pytest.mark.skipif(amqpproto.COMPILED, reason="a patched method of a mypyc-compiled class "
+                               "is not what compiled callers run; the pure-Python run covers this")
+
+
+@PLANTABLE
 @pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
 @pytest.mark.parametrize("bug", [IndexError, KeyError, TypeError, AttributeError])
 def test_an_internal_bug_surfaces_as_a_remote_protocol_error_with_an_internal_error_hint(codec, bug, monkeypatch):
@@ -159,6 +166,7 @@ def test_an_internal_bug_surfaces_as_a_remote_protocol_error_with_an_internal_er
     assert str(again.value) == str(info.value)
 
 
+@PLANTABLE
 def test_an_internal_bug_on_an_open_websocket_closes_it_with_1011(monkeypatch):
     client = wsframe.Connection(wsframe.CLIENT)
     server = wsframe.Connection(wsframe.SERVER)

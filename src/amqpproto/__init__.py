@@ -40,7 +40,7 @@ Timestamps. ``from_timestamp(seconds)`` gives the aware UTC datetime a decoded `
 ``to_timestamp(datetime | int)`` the seconds one encodes to.
 """
 
-from . import spec
+from . import _connection, spec
 from ._connection import Connection
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
@@ -79,7 +79,12 @@ from ._state import (
 from ._writers import to_timestamp, write_array, write_table, write_value
 from .spec import *  # noqa: F401,F403  (method classes, BasicProperties, reply codes)
 
+#: True when the per-message modules are the mypyc-compiled build (``pip install .`` with a C
+#: compiler), False when they run as pure Python (README: "Compiled codecs").
+COMPILED: bool = not _connection.__file__.endswith(".py")
+
 __all__ = [
+    "COMPILED",
     "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "AnyEvent", "OutgoingEvent",
     "ConnectionState", "ChannelState",
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",

@@ -4,7 +4,10 @@ the per-channel record, and the protocol error the receive side raises.
 The connection is made of one class per job: ``_handshake`` (protocol header, start/tune/open
 negotiation), ``_channels`` (each channel's state machine), ``_receiving`` (frames in, events out:
 content assembly and the publish fast path), ``_sending`` (events in, frames out: content
-framing and the deliver fast path); ``_connection.Connection`` puts them together.
+framing and the deliver fast path); ``_connection.Connection`` puts them together. They stack
+in one line (Handshake <- ChannelTracking <- Receiving <- Sending <- Connection), not as mixins:
+mypyc compiles single inheritance only (README: compiled codecs), and no two parts define the
+same method, so the order changes nothing.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ from typing import Any
 
 from . import _state as S
 from . import spec
-from ._base import ChannelRecord, ConnectionBase
+from ._base import ChannelRecord
 from ._errors import LocalProtocolError
+from ._handshake import Handshake
 from ._state import CLIENT, ChannelState, Role
 
 __all__ = ["ChannelTracking", "CHANNEL_MGMT"]
@@ -17,7 +18,7 @@ __all__ = ["ChannelTracking", "CHANNEL_MGMT"]
 CHANNEL_MGMT = frozenset({spec.ChannelOpen, spec.ChannelOpenOk, spec.ChannelClose, spec.ChannelCloseOk})
 
 
-class ChannelTracking(ConnectionBase):
+class ChannelTracking(Handshake):
     def channel_state(self, channel: int) -> ChannelState:
         """The channel's state (``ChannelState``); CH_CLOSED if unknown."""
         ch = self._channels.get(channel)

@@ -12,7 +12,6 @@ from ._base import NO_TUNE, ChannelRecord
 from ._buffer import ReceiveBuffer
 from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
-from ._receiving import Receiving
 from ._sending import Sending
 from ._state import CLIENT, SERVER, Role
 
@@ -25,7 +24,7 @@ _SENDERS: dict[Role, frozenset[type]] = {
 __all__ = ["Connection"]
 
 
-class Connection(Receiving, Sending):
+class Connection(Sending):
     """One AMQP connection, either role.
 
     ``frame_max``/``channel_max``/``heartbeat`` are this side's limits and preferences; the
@@ -113,10 +112,10 @@ class Connection(Receiving, Sending):
         except RemoteProtocolError as e:
             self._failed(e)
             raise
-        except INTERNAL_ERRORS as e:  # a bug of ours: report 541, never crash the caller
-            err = self._hard(spec.INTERNAL_ERROR, f"internal error: {e!r}", fatal=True)
+        except INTERNAL_ERRORS as bug:  # a bug of ours: report 541, never crash the caller
+            err = self._hard(spec.INTERNAL_ERROR, f"internal error: {bug!r}", fatal=True)
             self._failed(err)
-            raise err from e
+            raise err from bug
 
     def get_timer(self) -> float | None:
         """Absolute time of the next heartbeat deadline, or None."""

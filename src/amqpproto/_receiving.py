@@ -12,7 +12,6 @@ from ._base import CACHE_MAX
 from ._channels import CHANNEL_MGMT, ChannelTracking
 from ._errors import RemoteProtocolError
 from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData
-from ._handshake import Handshake
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
 from ._state import CLIENT, SERVER
 
@@ -30,7 +29,7 @@ DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError,
 _CONTENT = S.CONTENT_TABLE
 
 
-class Receiving(Handshake, ChannelTracking):
+class Receiving(ChannelTracking):
     def _next(self) -> Event | NeedData:
         buf = self._buf
         data = buf.data
@@ -160,9 +159,9 @@ class Receiving(Handshake, ChannelTracking):
             m = dec(payload, ch)
         except TooDeep as e:
             raise self._hard(spec.RESOURCE_ERROR, str(e), spec.METHODS[idx]) from e
-        except DECODE_ERRORS as e:
+        except DECODE_ERRORS as bad:
             cls = spec.METHODS[idx]
-            raise self._hard(spec.SYNTAX_ERROR, f"malformed {cls.NAME}: {e}", cls) from e
+            raise self._hard(spec.SYNTAX_ERROR, f"malformed {cls.NAME}: {bad}", cls) from bad
         cls = type(m)
         if ch == 0:
             if cls.CLASS_ID != 10:
@@ -239,8 +238,8 @@ class Receiving(Handshake, ChannelTracking):
             props = _decode_properties(payload, 12, len(payload))
         except TooDeep as e:
             raise self._hard(spec.RESOURCE_ERROR, str(e)) from e
-        except DECODE_ERRORS as e:
-            raise self._hard(spec.SYNTAX_ERROR, f"malformed content header: {e}") from e
+        except DECODE_ERRORS as bad:
+            raise self._hard(spec.SYNTAX_ERROR, f"malformed content header: {bad}") from bad
         if class_id != m.CLASS_ID:
             raise self._hard(spec.UNEXPECTED_FRAME,
                              f"content header for class {class_id}, expected {m.CLASS_ID}")

@@ -10,11 +10,10 @@ from typing import Any
 from . import _state as S
 from . import spec
 from ._base import CACHE_MAX, ContentMethod
-from ._channels import ChannelTracking
 from ._errors import LocalProtocolError
 from ._events import Heartbeat, OutgoingEvent, ProtocolHeader
-from ._handshake import Handshake
 from ._readers import FRAME_HEADER
+from ._receiving import Receiving
 from ._state import SERVER
 from ._writers import HEARTBEAT_FRAME
 
@@ -59,7 +58,7 @@ def _route_bytes(cache: dict[tuple[str, str], bytes], exchange: str, routing_key
     return out
 
 
-class Sending(Handshake, ChannelTracking):
+class Sending(Receiving):
     def send(self, event: OutgoingEvent, now: float | None = None) -> bytes:
         """Validate ``event`` against the state machines and serialise it."""
         cls: Any = type(event)

@@ -13,9 +13,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, TypeAlias
 
-from ._event_base import Event
+from ._event_base import MethodBase, set_constants
 from ._readers import from_timestamp as _from_ts
 from ._readers import read_table
 from ._writers import as_bytes as _as_bytes
@@ -296,18 +296,8 @@ def encode_properties(p: BasicProperties) -> bytes:
 
 
 @dataclass(slots=True)
-class ConnectionStart(Event):
+class ConnectionStart(MethodBase):
     """start connection negotiation (connection.start, 10/10)."""
-
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x000A000A
-    NAME: ClassVar[str] = 'connection.start'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('version_major', 'octet'), ('version_minor', 'octet'), ('server_properties', 'table'), ('mechanisms', 'longstr'), ('locales', 'longstr'), )
 
     version_major: int = 0
     version_minor: int = 9
@@ -317,19 +307,12 @@ class ConnectionStart(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionStartOk(Event):
-    """select security mechanism and locale (connection.start-ok, 10/11)."""
+set_constants(ConnectionStart, 10, 10, 'connection.start', True, False, False, True, (('version_major', 'octet'), ('version_minor', 'octet'), ('server_properties', 'table'), ('mechanisms', 'longstr'), ('locales', 'longstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x000A000B
-    NAME: ClassVar[str] = 'connection.start-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('client_properties', 'table'), ('mechanism', 'shortstr'), ('response', 'longstr'), ('locale', 'shortstr'), )
+
+@dataclass(slots=True)
+class ConnectionStartOk(MethodBase):
+    """select security mechanism and locale (connection.start-ok, 10/11)."""
 
     client_properties: dict[str, Any] = field(default_factory=dict)
     mechanism: str = 'PLAIN'
@@ -338,95 +321,60 @@ class ConnectionStartOk(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionSecure(Event):
-    """security mechanism challenge (connection.secure, 10/20)."""
+set_constants(ConnectionStartOk, 10, 11, 'connection.start-ok', False, False, True, False, (('client_properties', 'table'), ('mechanism', 'shortstr'), ('response', 'longstr'), ('locale', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x000A0014
-    NAME: ClassVar[str] = 'connection.secure'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('challenge', 'longstr'), )
+
+@dataclass(slots=True)
+class ConnectionSecure(MethodBase):
+    """security mechanism challenge (connection.secure, 10/20)."""
 
     challenge: bytes = b''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionSecureOk(Event):
-    """security mechanism response (connection.secure-ok, 10/21)."""
+set_constants(ConnectionSecure, 10, 20, 'connection.secure', True, False, False, True, (('challenge', 'longstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x000A0015
-    NAME: ClassVar[str] = 'connection.secure-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('response', 'longstr'), )
+
+@dataclass(slots=True)
+class ConnectionSecureOk(MethodBase):
+    """security mechanism response (connection.secure-ok, 10/21)."""
 
     response: bytes = b''
     channel: int = 0
 
 
+set_constants(ConnectionSecureOk, 10, 21, 'connection.secure-ok', False, False, True, False, (('response', 'longstr'), ))
+
+
 @dataclass(slots=True)
-class ConnectionTune(Event):
+class ConnectionTune(MethodBase):
     """propose connection tuning parameters (connection.tune, 10/30)."""
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 30
-    INDEX: ClassVar[int] = 0x000A001E
-    NAME: ClassVar[str] = 'connection.tune'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), )
-
     channel_max: int = 0
     frame_max: int = 0
     heartbeat: int = 0
     channel: int = 0
 
 
+set_constants(ConnectionTune, 10, 30, 'connection.tune', True, False, False, True, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
+
+
 @dataclass(slots=True)
-class ConnectionTuneOk(Event):
+class ConnectionTuneOk(MethodBase):
     """negotiate connection tuning parameters (connection.tune-ok, 10/31)."""
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 31
-    INDEX: ClassVar[int] = 0x000A001F
-    NAME: ClassVar[str] = 'connection.tune-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), )
-
     channel_max: int = 0
     frame_max: int = 0
     heartbeat: int = 0
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionOpen(Event):
-    """open connection to virtual host (connection.open, 10/40)."""
+set_constants(ConnectionTuneOk, 10, 31, 'connection.tune-ok', False, False, True, False, (('channel_max', 'short'), ('frame_max', 'long'), ('heartbeat', 'short'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 40
-    INDEX: ClassVar[int] = 0x000A0028
-    NAME: ClassVar[str] = 'connection.open'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('virtual_host', 'shortstr'), ('capabilities', 'shortstr'), ('insist', 'bit'), )
+
+@dataclass(slots=True)
+class ConnectionOpen(MethodBase):
+    """open connection to virtual host (connection.open, 10/40)."""
 
     virtual_host: str = '/'
     capabilities: str = ''
@@ -434,37 +382,23 @@ class ConnectionOpen(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionOpenOk(Event):
-    """signal that connection is ready (connection.open-ok, 10/41)."""
+set_constants(ConnectionOpen, 10, 40, 'connection.open', True, False, True, False, (('virtual_host', 'shortstr'), ('capabilities', 'shortstr'), ('insist', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 41
-    INDEX: ClassVar[int] = 0x000A0029
-    NAME: ClassVar[str] = 'connection.open-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('known_hosts', 'shortstr'), )
+
+@dataclass(slots=True)
+class ConnectionOpenOk(MethodBase):
+    """signal that connection is ready (connection.open-ok, 10/41)."""
 
     known_hosts: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionClose(Event):
-    """request a connection close (connection.close, 10/50)."""
+set_constants(ConnectionOpenOk, 10, 41, 'connection.open-ok', False, False, False, True, (('known_hosts', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 50
-    INDEX: ClassVar[int] = 0x000A0032
-    NAME: ClassVar[str] = 'connection.close'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), )
+
+@dataclass(slots=True)
+class ConnectionClose(MethodBase):
+    """request a connection close (connection.close, 10/50)."""
 
     reply_code: int = 0
     reply_text: str = ''
@@ -473,179 +407,109 @@ class ConnectionClose(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionCloseOk(Event):
-    """confirm a connection close (connection.close-ok, 10/51)."""
+set_constants(ConnectionClose, 10, 50, 'connection.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 51
-    INDEX: ClassVar[int] = 0x000A0033
-    NAME: ClassVar[str] = 'connection.close-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ConnectionCloseOk(MethodBase):
+    """confirm a connection close (connection.close-ok, 10/51)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionBlocked(Event):
-    """connection.blocked (connection.blocked, 10/60)."""
+set_constants(ConnectionCloseOk, 10, 51, 'connection.close-ok', False, False, True, True, ())
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 60
-    INDEX: ClassVar[int] = 0x000A003C
-    NAME: ClassVar[str] = 'connection.blocked'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('reason', 'shortstr'), )
+
+@dataclass(slots=True)
+class ConnectionBlocked(MethodBase):
+    """connection.blocked (connection.blocked, 10/60)."""
 
     reason: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionUnblocked(Event):
-    """connection.unblocked (connection.unblocked, 10/61)."""
+set_constants(ConnectionBlocked, 10, 60, 'connection.blocked', False, False, True, True, (('reason', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 61
-    INDEX: ClassVar[int] = 0x000A003D
-    NAME: ClassVar[str] = 'connection.unblocked'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ConnectionUnblocked(MethodBase):
+    """connection.unblocked (connection.unblocked, 10/61)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionUpdateSecret(Event):
-    """connection.update-secret (connection.update-secret, 10/70)."""
+set_constants(ConnectionUnblocked, 10, 61, 'connection.unblocked', False, False, True, True, ())
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 70
-    INDEX: ClassVar[int] = 0x000A0046
-    NAME: ClassVar[str] = 'connection.update-secret'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('new_secret', 'longstr'), ('reason', 'shortstr'), )
+
+@dataclass(slots=True)
+class ConnectionUpdateSecret(MethodBase):
+    """connection.update-secret (connection.update-secret, 10/70)."""
 
     new_secret: bytes = b''
     reason: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConnectionUpdateSecretOk(Event):
-    """connection.update-secret-ok (connection.update-secret-ok, 10/71)."""
+set_constants(ConnectionUpdateSecret, 10, 70, 'connection.update-secret', True, False, True, False, (('new_secret', 'longstr'), ('reason', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 10
-    METHOD_ID: ClassVar[int] = 71
-    INDEX: ClassVar[int] = 0x000A0047
-    NAME: ClassVar[str] = 'connection.update-secret-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ConnectionUpdateSecretOk(MethodBase):
+    """connection.update-secret-ok (connection.update-secret-ok, 10/71)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ChannelOpen(Event):
-    """open a channel for use (channel.open, 20/10)."""
+set_constants(ConnectionUpdateSecretOk, 10, 71, 'connection.update-secret-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x0014000A
-    NAME: ClassVar[str] = 'channel.open'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('out_of_band', 'shortstr'), )
+
+@dataclass(slots=True)
+class ChannelOpen(MethodBase):
+    """open a channel for use (channel.open, 20/10)."""
 
     out_of_band: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ChannelOpenOk(Event):
-    """signal that the channel is ready (channel.open-ok, 20/11)."""
+set_constants(ChannelOpen, 20, 10, 'channel.open', True, False, True, False, (('out_of_band', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x0014000B
-    NAME: ClassVar[str] = 'channel.open-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('channel_id', 'longstr'), )
+
+@dataclass(slots=True)
+class ChannelOpenOk(MethodBase):
+    """signal that the channel is ready (channel.open-ok, 20/11)."""
 
     channel_id: bytes = b''
     channel: int = 0
 
 
+set_constants(ChannelOpenOk, 20, 11, 'channel.open-ok', False, False, False, True, (('channel_id', 'longstr'), ))
+
+
 @dataclass(slots=True)
-class ChannelFlow(Event):
+class ChannelFlow(MethodBase):
     """enable/disable flow from peer (channel.flow, 20/20)."""
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x00140014
-    NAME: ClassVar[str] = 'channel.flow'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('active', 'bit'), )
-
     active: bool = False
     channel: int = 0
 
 
+set_constants(ChannelFlow, 20, 20, 'channel.flow', True, False, True, True, (('active', 'bit'), ))
+
+
 @dataclass(slots=True)
-class ChannelFlowOk(Event):
+class ChannelFlowOk(MethodBase):
     """confirm a flow method (channel.flow-ok, 20/21)."""
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x00140015
-    NAME: ClassVar[str] = 'channel.flow-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('active', 'bit'), )
-
     active: bool = False
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ChannelClose(Event):
-    """request a channel close (channel.close, 20/40)."""
+set_constants(ChannelFlowOk, 20, 21, 'channel.flow-ok', False, False, True, True, (('active', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 40
-    INDEX: ClassVar[int] = 0x00140028
-    NAME: ClassVar[str] = 'channel.close'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), )
+
+@dataclass(slots=True)
+class ChannelClose(MethodBase):
+    """request a channel close (channel.close, 20/40)."""
 
     reply_code: int = 0
     reply_text: str = ''
@@ -654,36 +518,22 @@ class ChannelClose(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ChannelCloseOk(Event):
-    """confirm a channel close (channel.close-ok, 20/41)."""
+set_constants(ChannelClose, 20, 40, 'channel.close', True, False, True, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('class_id', 'short'), ('method_id', 'short'), ))
 
-    CLASS_ID: ClassVar[int] = 20
-    METHOD_ID: ClassVar[int] = 41
-    INDEX: ClassVar[int] = 0x00140029
-    NAME: ClassVar[str] = 'channel.close-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ChannelCloseOk(MethodBase):
+    """confirm a channel close (channel.close-ok, 20/41)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class AccessRequest(Event):
-    """access.request (access.request, 30/10)."""
+set_constants(ChannelCloseOk, 20, 41, 'channel.close-ok', False, False, True, True, ())
 
-    CLASS_ID: ClassVar[int] = 30
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x001E000A
-    NAME: ClassVar[str] = 'access.request'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('realm', 'shortstr'), ('exclusive', 'bit'), ('passive', 'bit'), ('active', 'bit'), ('write', 'bit'), ('read', 'bit'), )
+
+@dataclass(slots=True)
+class AccessRequest(MethodBase):
+    """access.request (access.request, 30/10)."""
 
     realm: str = '/data'
     exclusive: bool = False
@@ -694,37 +544,23 @@ class AccessRequest(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class AccessRequestOk(Event):
-    """access.request-ok (access.request-ok, 30/11)."""
+set_constants(AccessRequest, 30, 10, 'access.request', True, False, True, False, (('realm', 'shortstr'), ('exclusive', 'bit'), ('passive', 'bit'), ('active', 'bit'), ('write', 'bit'), ('read', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 30
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x001E000B
-    NAME: ClassVar[str] = 'access.request-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), )
+
+@dataclass(slots=True)
+class AccessRequestOk(MethodBase):
+    """access.request-ok (access.request-ok, 30/11)."""
 
     ticket: int = 1
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ExchangeDeclare(Event):
-    """verify exchange exists, create if needed (exchange.declare, 40/10)."""
+set_constants(AccessRequestOk, 30, 11, 'access.request-ok', False, False, False, True, (('ticket', 'short'), ))
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x0028000A
-    NAME: ClassVar[str] = 'exchange.declare'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('exchange', 'shortstr'), ('type', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('auto_delete', 'bit'), ('internal', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class ExchangeDeclare(MethodBase):
+    """verify exchange exists, create if needed (exchange.declare, 40/10)."""
 
     ticket: int = 0
     exchange: str = ''
@@ -738,36 +574,22 @@ class ExchangeDeclare(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ExchangeDeclareOk(Event):
-    """confirm exchange declaration (exchange.declare-ok, 40/11)."""
+set_constants(ExchangeDeclare, 40, 10, 'exchange.declare', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('type', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('auto_delete', 'bit'), ('internal', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x0028000B
-    NAME: ClassVar[str] = 'exchange.declare-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ExchangeDeclareOk(MethodBase):
+    """confirm exchange declaration (exchange.declare-ok, 40/11)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ExchangeDelete(Event):
-    """delete an exchange (exchange.delete, 40/20)."""
+set_constants(ExchangeDeclareOk, 40, 11, 'exchange.declare-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x00280014
-    NAME: ClassVar[str] = 'exchange.delete'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('exchange', 'shortstr'), ('if_unused', 'bit'), ('nowait', 'bit'), )
+
+@dataclass(slots=True)
+class ExchangeDelete(MethodBase):
+    """delete an exchange (exchange.delete, 40/20)."""
 
     ticket: int = 0
     exchange: str = ''
@@ -776,37 +598,23 @@ class ExchangeDelete(Event):
     channel: int = 0
 
 
+set_constants(ExchangeDelete, 40, 20, 'exchange.delete', True, False, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('if_unused', 'bit'), ('nowait', 'bit'), ))
+
+
 @dataclass(slots=True)
-class ExchangeDeleteOk(Event):
+class ExchangeDeleteOk(MethodBase):
     """confirm deletion of an exchange (exchange.delete-ok, 40/21)."""
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x00280015
-    NAME: ClassVar[str] = 'exchange.delete-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(ExchangeDeleteOk, 40, 21, 'exchange.delete-ok', False, False, False, True, ())
+
+
 @dataclass(slots=True)
-class ExchangeBind(Event):
+class ExchangeBind(MethodBase):
     """bind exchange to an exchange (exchange.bind, 40/30)."""
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 30
-    INDEX: ClassVar[int] = 0x0028001E
-    NAME: ClassVar[str] = 'exchange.bind'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), )
-
     ticket: int = 0
     destination: str = ''
     source: str = ''
@@ -816,36 +624,22 @@ class ExchangeBind(Event):
     channel: int = 0
 
 
+set_constants(ExchangeBind, 40, 30, 'exchange.bind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
+
+
 @dataclass(slots=True)
-class ExchangeBindOk(Event):
+class ExchangeBindOk(MethodBase):
     """confirm bind successful (exchange.bind-ok, 40/31)."""
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 31
-    INDEX: ClassVar[int] = 0x0028001F
-    NAME: ClassVar[str] = 'exchange.bind-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ExchangeUnbind(Event):
-    """unbind an exchange from an exchange (exchange.unbind, 40/40)."""
+set_constants(ExchangeBindOk, 40, 31, 'exchange.bind-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 40
-    INDEX: ClassVar[int] = 0x00280028
-    NAME: ClassVar[str] = 'exchange.unbind'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class ExchangeUnbind(MethodBase):
+    """unbind an exchange from an exchange (exchange.unbind, 40/40)."""
 
     ticket: int = 0
     destination: str = ''
@@ -856,36 +650,22 @@ class ExchangeUnbind(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ExchangeUnbindOk(Event):
-    """confirm unbind successful (exchange.unbind-ok, 40/51)."""
+set_constants(ExchangeUnbind, 40, 40, 'exchange.unbind', True, False, True, False, (('ticket', 'short'), ('destination', 'shortstr'), ('source', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 40
-    METHOD_ID: ClassVar[int] = 51
-    INDEX: ClassVar[int] = 0x00280033
-    NAME: ClassVar[str] = 'exchange.unbind-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class ExchangeUnbindOk(MethodBase):
+    """confirm unbind successful (exchange.unbind-ok, 40/51)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueDeclare(Event):
-    """declare queue, create if needed (queue.declare, 50/10)."""
+set_constants(ExchangeUnbindOk, 40, 51, 'exchange.unbind-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x0032000A
-    NAME: ClassVar[str] = 'queue.declare'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('exclusive', 'bit'), ('auto_delete', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class QueueDeclare(MethodBase):
+    """declare queue, create if needed (queue.declare, 50/10)."""
 
     ticket: int = 0
     queue: str = ''
@@ -898,19 +678,12 @@ class QueueDeclare(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueDeclareOk(Event):
-    """confirms a queue definition (queue.declare-ok, 50/11)."""
+set_constants(QueueDeclare, 50, 10, 'queue.declare', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('passive', 'bit'), ('durable', 'bit'), ('exclusive', 'bit'), ('auto_delete', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x0032000B
-    NAME: ClassVar[str] = 'queue.declare-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('queue', 'shortstr'), ('message_count', 'long'), ('consumer_count', 'long'), )
+
+@dataclass(slots=True)
+class QueueDeclareOk(MethodBase):
+    """confirms a queue definition (queue.declare-ok, 50/11)."""
 
     queue: str = ''
     message_count: int = 0
@@ -918,19 +691,12 @@ class QueueDeclareOk(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueBind(Event):
-    """bind queue to an exchange (queue.bind, 50/20)."""
+set_constants(QueueDeclareOk, 50, 11, 'queue.declare-ok', False, False, False, True, (('queue', 'shortstr'), ('message_count', 'long'), ('consumer_count', 'long'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x00320014
-    NAME: ClassVar[str] = 'queue.bind'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class QueueBind(MethodBase):
+    """bind queue to an exchange (queue.bind, 50/20)."""
 
     ticket: int = 0
     queue: str = ''
@@ -941,36 +707,22 @@ class QueueBind(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueBindOk(Event):
-    """confirm bind successful (queue.bind-ok, 50/21)."""
+set_constants(QueueBind, 50, 20, 'queue.bind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x00320015
-    NAME: ClassVar[str] = 'queue.bind-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class QueueBindOk(MethodBase):
+    """confirm bind successful (queue.bind-ok, 50/21)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueuePurge(Event):
-    """purge a queue (queue.purge, 50/30)."""
+set_constants(QueueBindOk, 50, 21, 'queue.bind-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 30
-    INDEX: ClassVar[int] = 0x0032001E
-    NAME: ClassVar[str] = 'queue.purge'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('nowait', 'bit'), )
+
+@dataclass(slots=True)
+class QueuePurge(MethodBase):
+    """purge a queue (queue.purge, 50/30)."""
 
     ticket: int = 0
     queue: str = ''
@@ -978,37 +730,23 @@ class QueuePurge(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueuePurgeOk(Event):
-    """confirms a queue purge (queue.purge-ok, 50/31)."""
+set_constants(QueuePurge, 50, 30, 'queue.purge', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('nowait', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 31
-    INDEX: ClassVar[int] = 0x0032001F
-    NAME: ClassVar[str] = 'queue.purge-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('message_count', 'long'), )
+
+@dataclass(slots=True)
+class QueuePurgeOk(MethodBase):
+    """confirms a queue purge (queue.purge-ok, 50/31)."""
 
     message_count: int = 0
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueDelete(Event):
-    """delete a queue (queue.delete, 50/40)."""
+set_constants(QueuePurgeOk, 50, 31, 'queue.purge-ok', False, False, False, True, (('message_count', 'long'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 40
-    INDEX: ClassVar[int] = 0x00320028
-    NAME: ClassVar[str] = 'queue.delete'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('if_unused', 'bit'), ('if_empty', 'bit'), ('nowait', 'bit'), )
+
+@dataclass(slots=True)
+class QueueDelete(MethodBase):
+    """delete a queue (queue.delete, 50/40)."""
 
     ticket: int = 0
     queue: str = ''
@@ -1018,37 +756,23 @@ class QueueDelete(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueDeleteOk(Event):
-    """confirm deletion of a queue (queue.delete-ok, 50/41)."""
+set_constants(QueueDelete, 50, 40, 'queue.delete', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('if_unused', 'bit'), ('if_empty', 'bit'), ('nowait', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 41
-    INDEX: ClassVar[int] = 0x00320029
-    NAME: ClassVar[str] = 'queue.delete-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('message_count', 'long'), )
+
+@dataclass(slots=True)
+class QueueDeleteOk(MethodBase):
+    """confirm deletion of a queue (queue.delete-ok, 50/41)."""
 
     message_count: int = 0
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueUnbind(Event):
-    """unbind a queue from an exchange (queue.unbind, 50/50)."""
+set_constants(QueueDeleteOk, 50, 41, 'queue.delete-ok', False, False, False, True, (('message_count', 'long'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 50
-    INDEX: ClassVar[int] = 0x00320032
-    NAME: ClassVar[str] = 'queue.unbind'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class QueueUnbind(MethodBase):
+    """unbind a queue from an exchange (queue.unbind, 50/50)."""
 
     ticket: int = 0
     queue: str = ''
@@ -1058,36 +782,22 @@ class QueueUnbind(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class QueueUnbindOk(Event):
-    """confirm unbind successful (queue.unbind-ok, 50/51)."""
+set_constants(QueueUnbind, 50, 50, 'queue.unbind', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 50
-    METHOD_ID: ClassVar[int] = 51
-    INDEX: ClassVar[int] = 0x00320033
-    NAME: ClassVar[str] = 'queue.unbind-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class QueueUnbindOk(MethodBase):
+    """confirm unbind successful (queue.unbind-ok, 50/51)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicQos(Event):
-    """specify quality of service (basic.qos, 60/10)."""
+set_constants(QueueUnbindOk, 50, 51, 'queue.unbind-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x003C000A
-    NAME: ClassVar[str] = 'basic.qos'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('prefetch_size', 'long'), ('prefetch_count', 'short'), ('global_', 'bit'), )
+
+@dataclass(slots=True)
+class BasicQos(MethodBase):
+    """specify quality of service (basic.qos, 60/10)."""
 
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -1095,36 +805,22 @@ class BasicQos(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicQosOk(Event):
-    """confirm the requested qos (basic.qos-ok, 60/11)."""
+set_constants(BasicQos, 60, 10, 'basic.qos', True, False, True, False, (('prefetch_size', 'long'), ('prefetch_count', 'short'), ('global_', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x003C000B
-    NAME: ClassVar[str] = 'basic.qos-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class BasicQosOk(MethodBase):
+    """confirm the requested qos (basic.qos-ok, 60/11)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicConsume(Event):
-    """start a queue consumer (basic.consume, 60/20)."""
+set_constants(BasicQosOk, 60, 11, 'basic.qos-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x003C0014
-    NAME: ClassVar[str] = 'basic.consume'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('consumer_tag', 'shortstr'), ('no_local', 'bit'), ('no_ack', 'bit'), ('exclusive', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), )
+
+@dataclass(slots=True)
+class BasicConsume(MethodBase):
+    """start a queue consumer (basic.consume, 60/20)."""
 
     ticket: int = 0
     queue: str = ''
@@ -1137,145 +833,96 @@ class BasicConsume(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicConsumeOk(Event):
-    """confirm a new consumer (basic.consume-ok, 60/21)."""
+set_constants(BasicConsume, 60, 20, 'basic.consume', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('consumer_tag', 'shortstr'), ('no_local', 'bit'), ('no_ack', 'bit'), ('exclusive', 'bit'), ('nowait', 'bit'), ('arguments', 'table'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x003C0015
-    NAME: ClassVar[str] = 'basic.consume-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('consumer_tag', 'shortstr'), )
+
+@dataclass(slots=True)
+class BasicConsumeOk(MethodBase):
+    """confirm a new consumer (basic.consume-ok, 60/21)."""
 
     consumer_tag: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicCancel(Event):
-    """end a queue consumer (basic.cancel, 60/30)."""
+set_constants(BasicConsumeOk, 60, 21, 'basic.consume-ok', False, False, False, True, (('consumer_tag', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 30
-    INDEX: ClassVar[int] = 0x003C001E
-    NAME: ClassVar[str] = 'basic.cancel'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('consumer_tag', 'shortstr'), ('nowait', 'bit'), )
+
+@dataclass(slots=True)
+class BasicCancel(MethodBase):
+    """end a queue consumer (basic.cancel, 60/30)."""
 
     consumer_tag: str = ''
     nowait: bool = False
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicCancelOk(Event):
-    """confirm a cancelled consumer (basic.cancel-ok, 60/31)."""
+set_constants(BasicCancel, 60, 30, 'basic.cancel', True, False, True, True, (('consumer_tag', 'shortstr'), ('nowait', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 31
-    INDEX: ClassVar[int] = 0x003C001F
-    NAME: ClassVar[str] = 'basic.cancel-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('consumer_tag', 'shortstr'), )
+
+@dataclass(slots=True)
+class BasicCancelOk(MethodBase):
+    """confirm a cancelled consumer (basic.cancel-ok, 60/31)."""
 
     consumer_tag: str = ''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicPublish(Event):
-    """publish a message (basic.publish, 60/40)."""
+set_constants(BasicCancelOk, 60, 31, 'basic.cancel-ok', False, False, True, True, (('consumer_tag', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 40
-    INDEX: ClassVar[int] = 0x003C0028
-    NAME: ClassVar[str] = 'basic.publish'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = True
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('mandatory', 'bit'), ('immediate', 'bit'), )
+
+@dataclass(slots=True)
+class BasicPublish(MethodBase):
+    """publish a message (basic.publish, 60/40)."""
 
     ticket: int = 0
     exchange: str = ''
     routing_key: str = ''
     mandatory: bool = False
     immediate: bool = False
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicReturn(Event):
-    """return a failed message (basic.return, 60/50)."""
+set_constants(BasicPublish, 60, 40, 'basic.publish', False, True, True, False, (('ticket', 'short'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('mandatory', 'bit'), ('immediate', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 50
-    INDEX: ClassVar[int] = 0x003C0032
-    NAME: ClassVar[str] = 'basic.return'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = True
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('reply_code', 'short'), ('reply_text', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), )
+
+@dataclass(slots=True)
+class BasicReturn(MethodBase):
+    """return a failed message (basic.return, 60/50)."""
 
     reply_code: int = 0
     reply_text: str = ''
     exchange: str = ''
     routing_key: str = ''
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicDeliver(Event):
-    """notify the client of a consumer message (basic.deliver, 60/60)."""
+set_constants(BasicReturn, 60, 50, 'basic.return', False, True, False, True, (('reply_code', 'short'), ('reply_text', 'shortstr'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 60
-    INDEX: ClassVar[int] = 0x003C003C
-    NAME: ClassVar[str] = 'basic.deliver'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = True
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('consumer_tag', 'shortstr'), ('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), )
+
+@dataclass(slots=True)
+class BasicDeliver(MethodBase):
+    """notify the client of a consumer message (basic.deliver, 60/60)."""
 
     consumer_tag: str = ''
     delivery_tag: int = 0
     redelivered: bool = False
     exchange: str = ''
     routing_key: str = ''
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicGet(Event):
-    """direct access to a queue (basic.get, 60/70)."""
+set_constants(BasicDeliver, 60, 60, 'basic.deliver', False, True, False, True, (('consumer_tag', 'shortstr'), ('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 70
-    INDEX: ClassVar[int] = 0x003C0046
-    NAME: ClassVar[str] = 'basic.get'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('ticket', 'short'), ('queue', 'shortstr'), ('no_ack', 'bit'), )
+
+@dataclass(slots=True)
+class BasicGet(MethodBase):
+    """direct access to a queue (basic.get, 60/70)."""
 
     ticket: int = 0
     queue: str = ''
@@ -1283,152 +930,96 @@ class BasicGet(Event):
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicGetOk(Event):
-    """provide client with a message (basic.get-ok, 60/71)."""
+set_constants(BasicGet, 60, 70, 'basic.get', True, False, True, False, (('ticket', 'short'), ('queue', 'shortstr'), ('no_ack', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 71
-    INDEX: ClassVar[int] = 0x003C0047
-    NAME: ClassVar[str] = 'basic.get-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = True
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('message_count', 'long'), )
+
+@dataclass(slots=True)
+class BasicGetOk(MethodBase):
+    """provide client with a message (basic.get-ok, 60/71)."""
 
     delivery_tag: int = 0
     redelivered: bool = False
     exchange: str = ''
     routing_key: str = ''
     message_count: int = 0
-    properties: BasicProperties = field(default_factory=BasicProperties)
+    properties: Any = field(default_factory=BasicProperties)  # or pre-encoded bytes, or None
     body: bytes = b''
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicGetEmpty(Event):
-    """indicate no messages available (basic.get-empty, 60/72)."""
+set_constants(BasicGetOk, 60, 71, 'basic.get-ok', False, True, False, True, (('delivery_tag', 'longlong'), ('redelivered', 'bit'), ('exchange', 'shortstr'), ('routing_key', 'shortstr'), ('message_count', 'long'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 72
-    INDEX: ClassVar[int] = 0x003C0048
-    NAME: ClassVar[str] = 'basic.get-empty'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('cluster_id', 'shortstr'), )
+
+@dataclass(slots=True)
+class BasicGetEmpty(MethodBase):
+    """indicate no messages available (basic.get-empty, 60/72)."""
 
     cluster_id: str = ''
     channel: int = 0
 
 
+set_constants(BasicGetEmpty, 60, 72, 'basic.get-empty', False, False, False, True, (('cluster_id', 'shortstr'), ))
+
+
 @dataclass(slots=True)
-class BasicAck(Event):
+class BasicAck(MethodBase):
     """acknowledge one or more messages (basic.ack, 60/80)."""
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 80
-    INDEX: ClassVar[int] = 0x003C0050
-    NAME: ClassVar[str] = 'basic.ack'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('delivery_tag', 'longlong'), ('multiple', 'bit'), )
-
     delivery_tag: int = 0
     multiple: bool = False
     channel: int = 0
 
 
+set_constants(BasicAck, 60, 80, 'basic.ack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ))
+
+
 @dataclass(slots=True)
-class BasicReject(Event):
+class BasicReject(MethodBase):
     """reject an incoming message (basic.reject, 60/90)."""
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 90
-    INDEX: ClassVar[int] = 0x003C005A
-    NAME: ClassVar[str] = 'basic.reject'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('delivery_tag', 'longlong'), ('requeue', 'bit'), )
-
     delivery_tag: int = 0
     requeue: bool = True
     channel: int = 0
 
 
+set_constants(BasicReject, 60, 90, 'basic.reject', False, False, True, False, (('delivery_tag', 'longlong'), ('requeue', 'bit'), ))
+
+
 @dataclass(slots=True)
-class BasicRecoverAsync(Event):
+class BasicRecoverAsync(MethodBase):
     """redeliver unacknowledged messages (basic.recover-async, 60/100)."""
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 100
-    INDEX: ClassVar[int] = 0x003C0064
-    NAME: ClassVar[str] = 'basic.recover-async'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('requeue', 'bit'), )
-
     requeue: bool = False
     channel: int = 0
 
 
+set_constants(BasicRecoverAsync, 60, 100, 'basic.recover-async', False, False, True, False, (('requeue', 'bit'), ))
+
+
 @dataclass(slots=True)
-class BasicRecover(Event):
+class BasicRecover(MethodBase):
     """redeliver unacknowledged messages (basic.recover, 60/110)."""
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 110
-    INDEX: ClassVar[int] = 0x003C006E
-    NAME: ClassVar[str] = 'basic.recover'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('requeue', 'bit'), )
-
     requeue: bool = False
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicRecoverOk(Event):
-    """confirm recovery (basic.recover-ok, 60/111)."""
+set_constants(BasicRecover, 60, 110, 'basic.recover', True, False, True, False, (('requeue', 'bit'), ))
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 111
-    INDEX: ClassVar[int] = 0x003C006F
-    NAME: ClassVar[str] = 'basic.recover-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+@dataclass(slots=True)
+class BasicRecoverOk(MethodBase):
+    """confirm recovery (basic.recover-ok, 60/111)."""
 
     channel: int = 0
 
 
-@dataclass(slots=True)
-class BasicNack(Event):
-    """reject one or more incoming messages (basic.nack, 60/120)."""
+set_constants(BasicRecoverOk, 60, 111, 'basic.recover-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 120
-    INDEX: ClassVar[int] = 0x003C0078
-    NAME: ClassVar[str] = 'basic.nack'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('delivery_tag', 'longlong'), ('multiple', 'bit'), ('requeue', 'bit'), )
+
+@dataclass(slots=True)
+class BasicNack(MethodBase):
+    """reject one or more incoming messages (basic.nack, 60/120)."""
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1436,141 +1027,88 @@ class BasicNack(Event):
     channel: int = 0
 
 
+set_constants(BasicNack, 60, 120, 'basic.nack', False, False, True, True, (('delivery_tag', 'longlong'), ('multiple', 'bit'), ('requeue', 'bit'), ))
+
+
 @dataclass(slots=True)
-class TxSelect(Event):
+class TxSelect(MethodBase):
     """select standard transaction mode (tx.select, 90/10)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x005A000A
-    NAME: ClassVar[str] = 'tx.select'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(TxSelect, 90, 10, 'tx.select', True, False, True, False, ())
+
+
 @dataclass(slots=True)
-class TxSelectOk(Event):
+class TxSelectOk(MethodBase):
     """confirm transaction mode (tx.select-ok, 90/11)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x005A000B
-    NAME: ClassVar[str] = 'tx.select-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(TxSelectOk, 90, 11, 'tx.select-ok', False, False, False, True, ())
+
+
 @dataclass(slots=True)
-class TxCommit(Event):
+class TxCommit(MethodBase):
     """commit the current transaction (tx.commit, 90/20)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 20
-    INDEX: ClassVar[int] = 0x005A0014
-    NAME: ClassVar[str] = 'tx.commit'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(TxCommit, 90, 20, 'tx.commit', True, False, True, False, ())
+
+
 @dataclass(slots=True)
-class TxCommitOk(Event):
+class TxCommitOk(MethodBase):
     """confirm a successful commit (tx.commit-ok, 90/21)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 21
-    INDEX: ClassVar[int] = 0x005A0015
-    NAME: ClassVar[str] = 'tx.commit-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(TxCommitOk, 90, 21, 'tx.commit-ok', False, False, False, True, ())
+
+
 @dataclass(slots=True)
-class TxRollback(Event):
+class TxRollback(MethodBase):
     """abandon the current transaction (tx.rollback, 90/30)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 30
-    INDEX: ClassVar[int] = 0x005A001E
-    NAME: ClassVar[str] = 'tx.rollback'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
+set_constants(TxRollback, 90, 30, 'tx.rollback', True, False, True, False, ())
+
+
 @dataclass(slots=True)
-class TxRollbackOk(Event):
+class TxRollbackOk(MethodBase):
     """confirm successful rollback (tx.rollback-ok, 90/31)."""
 
-    CLASS_ID: ClassVar[int] = 90
-    METHOD_ID: ClassVar[int] = 31
-    INDEX: ClassVar[int] = 0x005A001F
-    NAME: ClassVar[str] = 'tx.rollback-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
 
 
-@dataclass(slots=True)
-class ConfirmSelect(Event):
-    """confirm.select (confirm.select, 85/10)."""
+set_constants(TxRollbackOk, 90, 31, 'tx.rollback-ok', False, False, False, True, ())
 
-    CLASS_ID: ClassVar[int] = 85
-    METHOD_ID: ClassVar[int] = 10
-    INDEX: ClassVar[int] = 0x0055000A
-    NAME: ClassVar[str] = 'confirm.select'
-    SYNCHRONOUS: ClassVar[bool] = True
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = True
-    BY_SERVER: ClassVar[bool] = False
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (('nowait', 'bit'), )
+
+@dataclass(slots=True)
+class ConfirmSelect(MethodBase):
+    """confirm.select (confirm.select, 85/10)."""
 
     nowait: bool = False
     channel: int = 0
 
 
+set_constants(ConfirmSelect, 85, 10, 'confirm.select', True, False, True, False, (('nowait', 'bit'), ))
+
+
 @dataclass(slots=True)
-class ConfirmSelectOk(Event):
+class ConfirmSelectOk(MethodBase):
     """confirm.select-ok (confirm.select-ok, 85/11)."""
 
-    CLASS_ID: ClassVar[int] = 85
-    METHOD_ID: ClassVar[int] = 11
-    INDEX: ClassVar[int] = 0x0055000B
-    NAME: ClassVar[str] = 'confirm.select-ok'
-    SYNCHRONOUS: ClassVar[bool] = False
-    CONTENT: ClassVar[bool] = False
-    BY_CLIENT: ClassVar[bool] = False
-    BY_SERVER: ClassVar[bool] = True
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
     channel: int = 0
+
+
+set_constants(ConfirmSelectOk, 85, 11, 'confirm.select-ok', False, False, False, True, ())
 
 
 def _decode_ConnectionStart(b: bytes, ch: int) -> ConnectionStart:

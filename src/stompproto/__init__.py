@@ -11,6 +11,7 @@ RabbitMQ); first repeated header wins; one ``Heartbeat`` event per EOL between f
 see ``_readers``, ``_state`` and ``_connection`` for the rest.
 """
 
+from . import _connection
 from ._connection import (
     SUPPORTED_VERSIONS,
     Connection,
@@ -45,7 +46,12 @@ from ._events import (
 )
 from ._state import CLIENT, SERVER, Role, State
 
+#: True when the per-message modules are the mypyc-compiled build (``pip install .`` with a C
+#: compiler), False when they run as pure Python (README: "Compiled codecs").
+COMPILED: bool = not _connection.__file__.endswith(".py")
+
 __all__ = [
+    "COMPILED",
     "Connection", "CLIENT", "SERVER", "Role", "State", "NEED_DATA", "NeedData", "SUPPORTED_VERSIONS",
     "negotiate_heartbeat", "negotiate_version", "parse_heartbeat",
     "Event", "Frame", "Connect", "Connected", "Send", "Subscribe", "Unsubscribe", "Ack", "Nack",

@@ -253,11 +253,11 @@ class Connection:
                 exc.hint = self._hint(str(exc), self._reader.headers)
             self._error = exc.detached()
             raise
-        except INTERNAL_ERRORS as exc:  # a bug of ours: the peer gets an ERROR, the caller no crash
-            err = RemoteProtocolError(f"internal error: {exc!r}")
+        except INTERNAL_ERRORS as bug:  # a bug of ours: the peer gets an ERROR, the caller no crash
+            err = RemoteProtocolError(f"internal error: {bug!r}")
             err.hint = self._hint("internal error", None)
             self._error = err.detached()
-            raise err from exc
+            raise err from bug
 
     def _received(self, frame: Frame) -> None:
         cls = type(frame)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 __all__ = [
     "Event",
@@ -40,6 +41,9 @@ class Event:
     """Base of everything ``next_event`` returns and ``send`` accepts."""
 
     __slots__ = ()
+    #: a frame's command (COMMAND_TO_EVENT sets it on each frame class); "" on the other events.
+    #: Declared here, not in a dataclass: mypyc would make a class constant there a field.
+    command: ClassVar[str] = ""
 
 
 class NeedData(enum.Enum):
@@ -61,80 +65,77 @@ class Frame(Event):
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
 
-    command = ""  # class attribute, set on each subclass
-
 
 @dataclass(slots=True)
 class Connect(Frame):
     """CONNECT, or STOMP when ``use_stomp_command`` is true (1.1+ clients may send either)."""
 
     use_stomp_command: bool = False
-    command = "CONNECT"
 
 
 @dataclass(slots=True)
 class Connected(Frame):
-    command = "CONNECTED"
+    """CONNECTED."""
 
 
 @dataclass(slots=True)
 class Send(Frame):
-    command = "SEND"
+    """SEND."""
 
 
 @dataclass(slots=True)
 class Subscribe(Frame):
-    command = "SUBSCRIBE"
+    """SUBSCRIBE."""
 
 
 @dataclass(slots=True)
 class Unsubscribe(Frame):
-    command = "UNSUBSCRIBE"
+    """UNSUBSCRIBE."""
 
 
 @dataclass(slots=True)
 class Ack(Frame):
-    command = "ACK"
+    """ACK."""
 
 
 @dataclass(slots=True)
 class Nack(Frame):
-    command = "NACK"
+    """NACK."""
 
 
 @dataclass(slots=True)
 class Begin(Frame):
-    command = "BEGIN"
+    """BEGIN."""
 
 
 @dataclass(slots=True)
 class Commit(Frame):
-    command = "COMMIT"
+    """COMMIT."""
 
 
 @dataclass(slots=True)
 class Abort(Frame):
-    command = "ABORT"
+    """ABORT."""
 
 
 @dataclass(slots=True)
 class Disconnect(Frame):
-    command = "DISCONNECT"
+    """DISCONNECT."""
 
 
 @dataclass(slots=True)
 class Message(Frame):
-    command = "MESSAGE"
+    """MESSAGE."""
 
 
 @dataclass(slots=True)
 class Receipt(Frame):
-    command = "RECEIPT"
+    """RECEIPT."""
 
 
 @dataclass(slots=True)
 class Error(Frame):
-    command = "ERROR"
+    """ERROR."""
 
 
 @dataclass(slots=True)
@@ -157,11 +158,12 @@ class ConnectionClosed(Event):
     """The peer closed its side (``receive_data(b"")``) at a frame boundary."""
 
 
+#: Each frame class by its command; the classes' ``command`` is set from here.
 COMMAND_TO_EVENT: dict[str, type[Frame]] = {
-    cls.command: cls
-    for cls in (
-        Connect, Connected, Send, Subscribe, Unsubscribe, Ack, Nack, Begin, Commit,
-        Abort, Disconnect, Message, Receipt, Error,
-    )
+    "CONNECT": Connect, "CONNECTED": Connected, "SEND": Send, "SUBSCRIBE": Subscribe,
+    "UNSUBSCRIBE": Unsubscribe, "ACK": Ack, "NACK": Nack, "BEGIN": Begin, "COMMIT": Commit,
+    "ABORT": Abort, "DISCONNECT": Disconnect, "MESSAGE": Message, "RECEIPT": Receipt, "ERROR": Error,
 }
+for _command, _frame in COMMAND_TO_EVENT.items():
+    _frame.command = _command
 COMMAND_TO_EVENT["STOMP"] = Connect

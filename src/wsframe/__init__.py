@@ -22,6 +22,7 @@ The opening handshake runs on h11; after it, framing needs no per-byte Python lo
 On ``RemoteProtocolError`` send ``exc.hint`` (a RejectConnection during the handshake, a
 Close 1002/1007/1009 afterwards) if it is not None, then close the socket.
 """
+from . import _connection
 from ._connection import Connection
 from ._deflate import PerMessageDeflate
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -47,7 +48,12 @@ from ._state import CLIENT, SERVER, ConnectionState, Role
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 AMQP_SUBPROTOCOL = "amqp"
 
+#: True when the per-message modules are the mypyc-compiled build (``pip install .`` with a C
+#: compiler), False when they run as pure Python (README: "Compiled codecs").
+COMPILED: bool = not _connection.__file__.endswith(".py")
+
 __all__ = [
+    "COMPILED",
     "AMQP_SUBPROTOCOL",
     "CLIENT",
     "NEED_DATA",

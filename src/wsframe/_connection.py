@@ -186,10 +186,10 @@ class Connection:
         except RemoteProtocolError as exc:
             self._failed(exc)
             raise
-        except INTERNAL_ERRORS as exc:  # a bug of ours: the peer gets 1011 (or a 500), the caller no crash
-            err = RemoteProtocolError(f"internal error: {exc!r}", self._internal_error_hint())
+        except INTERNAL_ERRORS as bug:  # a bug of ours: the peer gets 1011 (or a 500), the caller no crash
+            err = RemoteProtocolError(f"internal error: {bug!r}", self._internal_error_hint())
             self._failed(err)
-            raise err from exc
+            raise err from bug
         return event
 
     def _failed(self, exc: RemoteProtocolError) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
 
 __all__ = [
     "AcceptConnection",
@@ -118,20 +119,20 @@ class CloseConnection(Event):
 class CloseReason:
     """RFC 6455 7.4.1 status codes (plus IANA's 1012-1014)."""
 
-    NORMAL_CLOSURE = 1000
-    GOING_AWAY = 1001
-    PROTOCOL_ERROR = 1002
-    UNSUPPORTED_DATA = 1003
-    NO_STATUS_RCVD = 1005
-    ABNORMAL_CLOSURE = 1006
-    INVALID_FRAME_PAYLOAD_DATA = 1007
-    POLICY_VIOLATION = 1008
-    MESSAGE_TOO_BIG = 1009
-    MANDATORY_EXT = 1010
-    INTERNAL_ERROR = 1011
-    SERVICE_RESTART = 1012
-    TRY_AGAIN_LATER = 1013
-    BAD_GATEWAY = 1014
+    NORMAL_CLOSURE: Final = 1000
+    GOING_AWAY: Final = 1001
+    PROTOCOL_ERROR: Final = 1002
+    UNSUPPORTED_DATA: Final = 1003
+    NO_STATUS_RCVD: Final = 1005
+    ABNORMAL_CLOSURE: Final = 1006
+    INVALID_FRAME_PAYLOAD_DATA: Final = 1007
+    POLICY_VIOLATION: Final = 1008
+    MESSAGE_TOO_BIG: Final = 1009
+    MANDATORY_EXT: Final = 1010
+    INTERNAL_ERROR: Final = 1011
+    SERVICE_RESTART: Final = 1012
+    TRY_AGAIN_LATER: Final = 1013
+    BAD_GATEWAY: Final = 1014
 
 
 def is_wire_close_code(code: int) -> bool:

@@ -6,6 +6,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 import h11
 
@@ -293,7 +294,8 @@ class ClientHandshake:
             if isinstance(event, h11.Response):
                 self._reject = event
             elif isinstance(event, h11.Data):
-                self._body += event.data
+                raw: Any = event  # h11 types .data bytes but hands a bytearray (mypyc checks a typed read)
+                self._body += raw.data
                 if len(self._body) > self._max_body:
                     raise RemoteProtocolError("rejection body over the handshake size limit")
             elif isinstance(event, h11.EndOfMessage):

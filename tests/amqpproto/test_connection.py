@@ -443,7 +443,8 @@ def test_local_errors():
         c.send(a.QueueDeclare(queue="q" * 300, channel=1))  # shortstr over 255 bytes
     with pytest.raises(a.LocalProtocolError):
         c.send(a.ConnectionOpen())  # already open
-    with pytest.raises(a.LocalProtocolError):
+    # not an event: the compiled build (mypyc) checks send()'s declared argument type first
+    with pytest.raises((a.LocalProtocolError, TypeError) if a.COMPILED else a.LocalProtocolError):
         c.send(object())
     assert c.state == S.OPEN  # misuse changes nothing
 
