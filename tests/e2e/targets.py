@@ -20,7 +20,7 @@ from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 import servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
-from pgtest import PgCluster, create_db, postgres_bindir  # noqa: E402
+from pgtest import create_db, postgres_bindir, shared_cluster  # noqa: E402
 
 __all__ = ["RABBITMQ", "TARGETS", "Target", "pg_url", "target", "sansmq_only", "refused", "restart", "stomp_conn"]
 
@@ -64,13 +64,11 @@ def pg_url() -> Iterator[str | None]:
     if postgres_bindir() is None:
         yield None
         return
-    cluster = PgCluster()
     try:
-        yield cluster.start()
+        url = shared_cluster()  # one server for the whole run: each target takes a fresh database
     except RuntimeError:
-        yield None
-    finally:
-        cluster.stop()
+        url = None
+    yield url
 
 
 @pytest.fixture(scope="module", params=TARGETS)

@@ -3,10 +3,13 @@
 ``PgCluster.start()`` creates a cluster in a fresh temporary directory (under /tmp so that the
 ``postgres`` user can reach it when we are root), on 127.0.0.1 and a free port; ``stop()`` stops it
 and removes the directory. ``create_db()`` makes a fresh database and returns its URL.
+``shared_cluster()`` is one such cluster per test process, for the many suites whose tests each take
+a fresh database on it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import os
@@ -65,6 +68,21 @@ class PgCluster:
         if os.getuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+_shared: dict[str, str] = {}  # "url" of the process's shared cluster once started
+
+
+def shared_cluster() -> str:
+    """URL of a throwaway cluster started on first use and stopped when the test process exits.
+    The storage, cluster, e2e and pipeline suites each give every test a fresh database, so one
+    initdb and server start (seconds on a loaded machine) serves them all instead of one per module.
+    Raises RuntimeError like ``PgCluster.start``."""
+    if "url" not in _shared:
+        cluster = PgCluster()
+        _shared["url"] = cluster.start()
+        atexit.register(cluster.stop)
+    return _shared["url"]
 
 
 HA_SCRIPT = SCRIPT.with_name("pg-ha.sh")
@@ -131,8 +149,8 @@ def drop_db(admin_url: str, url: str) -> None:
 
 @contextlib.contextmanager
 def throwaway_server() -> Iterator[str]:
-    """URL of a PostgreSQL server for a test session or module: ``SANSMQ_PG_DSN`` if set, else a
-    throwaway cluster started here and stopped at the end. Without PostgreSQL the tests using it are
+    """URL of a PostgreSQL server for a test session or module: ``SANSMQ_PG_DSN`` if set, else the
+    process's ``shared_cluster()``. Without PostgreSQL the tests using it are
     skipped, unless ``SANSMQ_REQUIRE_POSTGRES=1`` (CI, after installing it): then they fail."""
     import pytest
 
@@ -146,17 +164,13 @@ def throwaway_server() -> Iterator[str]:
         if required:
             pytest.fail(reason + " but SANSMQ_REQUIRE_POSTGRES=1")
         pytest.skip(reason)
-    cluster = PgCluster()
     try:
-        url = cluster.start()
+        url = shared_cluster()
     except RuntimeError as exc:
         if required:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
-    try:
-        yield url
-    finally:
-        cluster.stop()
+    yield url
 
 
 @contextlib.contextmanager
