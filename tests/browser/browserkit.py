@@ -82,7 +82,7 @@ def browser_skip_reason() -> str | None:
         return "node is not installed (needed to drive chromium through playwright-core)"
     missing = [p for p in (STOMPJS_BUNDLE, PLAYWRIGHT) if not p.exists()]
     if missing:
-        return f"npm packages missing: {', '.join(str(p.relative_to(HERE)) for p in missing)} ({INSTALL_HINT})"
+        return f"npm packages missing: {', '.join(str(p.relative_to(NODE_DIR.parents[1])) for p in missing)} ({INSTALL_HINT})"
     return None
 
 
