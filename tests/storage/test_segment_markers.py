@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from storagetest_helpers import kill, msg
 
 import engine.storage.segment.store as seg_mod
+from engine.records import _REC
 from engine.segment_store import SegmentStore
-from engine.storage.segment._records import _ENQ, _REC
+from engine.storage.segment._records import _ENQ
 from engine.store import QueueDef
 
 ENQ_RECORD = _REC.size + _ENQ.size

@@ -397,7 +397,7 @@ def test_decoded_headers_are_the_encoded_ones_and_each_message_owns_its_own(tabl
     """Records repeat a few header tables, which a read decodes once (a cache): each decoded
     message still gets exactly what was encoded, in a dict that no other message shares."""
     from amqpproto import write_table
-    from engine.storage.segment._records import _decode_message, _encode_message
+    from engine.records import _decode_message, _encode_message
 
     persistent_only = Message(1, "", "q", {"persistent": "true"}, b"b", persistent=True)
     assert write_table({"persistent": "true"}) in _encode_message(persistent_only)  # the shared constant

@@ -59,7 +59,7 @@ from zlib import crc32
 
 from .._message import Message
 from ..fs import OS_FS, FileSystem
-from ..storage.segment._records import _REC, _decode_message, _encode_message, _record, rewrite_unsynced, write_out
+from ..records import _REC, _decode_message, _encode_message, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 

@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 
 from .._message import Message
-from ..storage.segment._records import _decode_message, _encode_message
+from ..records import _decode_message, _encode_message
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from .memory import RECORD_OVERHEAD, _VSeg

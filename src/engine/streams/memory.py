@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 
 from .._message import Message
-from ..storage.segment._records import _encode_message
+from ..records import _encode_message
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
 __all__ = ["MemoryStreamLog", "MemoryStreams"]

@@ -34,10 +34,10 @@ import psycopg
 from ..._message import Message
 from ...cluster.changes import Muting, encode_args
 from ...model.policies import declared_locator
+from ...records import _decode_message
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, StoredMessage, StoreError
 from ...streams import StreamLog, StreamSettings
 from ...streams._pglog import StreamWork, stream_ddl
-from ..segment._records import _decode_message
 from ._batch import Item, _Group
 from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
 from ._schema import schema_ddl

@@ -45,9 +45,9 @@ import psycopg
 from amqpproto import read_table, write_table
 
 from ..._message import Message
+from ...records import _decode_message, _encode_message
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoredMessage, StoreError
 from ...streams._pglog import PgStreams, StreamWork, stream_ddl
-from ..segment._records import _decode_message, _encode_message
 from ._batch import Item, _Group
 from ._schema import lock_key, schema_ddl, statements
 

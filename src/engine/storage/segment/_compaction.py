@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ...records import _record
 from ._files import FLUSH_AT, _File
 from ._parts import StoreParts
 from ._records import (
@@ -22,7 +23,6 @@ from ._records import (
     OP_ADD_B,
     OP_ADD_VHOST,
     OP_PUT_DOC,
-    _record,
     encode_meta,
     meta_binding,
     meta_exchange,

@@ -9,14 +9,11 @@ import struct
 from zlib import crc32
 
 from ..._message import Message
+from ...records import _REC, _decode_message
 from ...store import PagedMessage
 from ._files import _File
 from ._index import TRANSIENT, _Page
 from ._parts import StoreParts
-from ._records import (
-    _REC,
-    _decode_message,
-)
 
 log = logging.getLogger("sansmq.store")
 

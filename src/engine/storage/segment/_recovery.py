@@ -14,6 +14,7 @@ from typing import Any
 from zlib import crc32
 
 from ..._message import Message
+from ...records import _REC, _decode_message, _records
 from ...store import Recovered, StoredMessage, StoreError
 from ._files import _File
 from ._index import _Page, _QIndex
@@ -25,7 +26,6 @@ from ._records import (
     _EXP,
     _MARK,
     _NEXTQ,
-    _REC,
     _REM,
     JRN_MAGIC,
     K_CNT,
@@ -46,8 +46,6 @@ from ._records import (
     OP_DEL_X,
     OP_PUT_DOC,
     SEG_MAGIC,
-    _decode_message,
-    _records,
     decode_meta,
     decode_plain_queue,
     is_enqueue_marker,

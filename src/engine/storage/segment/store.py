@@ -53,6 +53,7 @@ from typing import Any
 
 from ..._message import Message
 from ...fs import OS_FS, FileSystem
+from ...records import _encode_message, _record, rewrite_unsynced, write_out
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError
 from ...streams._files import FileStreams
 from ._compaction import Compaction
@@ -78,15 +79,11 @@ from ._records import (
     OP_DEL_X,
     OP_PUT_DOC,
     SEG_MAGIC,
-    _encode_message,
-    _record,
     encode_meta,
     meta_binding,
     meta_exchange,
     meta_queue,
     meta_vhost,
-    rewrite_unsynced,
-    write_out,
 )
 from ._recovery import Recovery
 
