@@ -121,6 +121,11 @@ class Session:
     )
     #: the protocol's name in log lines
     PROTOCOL = "?"
+    #: what it waits for is durable once this node's own commit holds it (a cluster peer's link,
+    #: whose publishes are never forwarded further): released by the store's sync alone, never
+    #: by the confirms of this node's own forwards (``Broker.sync_gate``), which may wait for
+    #: the very peer on the other end of this link
+    durable_locally = False
 
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
         self.host = host
