@@ -372,8 +372,8 @@ class Broker(Administration):
             return self._sync_token
         return self._open_token
 
-    def is_synced(self, token: int) -> bool:
-        return token <= self._synced_token
+    def is_synced(self, token: int, local: bool = False) -> bool:
+        return token <= (self._local_synced if local else self._synced_token)
 
     def holding(self, session: Session, on: bool) -> None:
         if on:

@@ -60,7 +60,7 @@ class Host(Protocol):
         """None when the store needs no sync; else the token whose sync covers every store write
         so far (``wrote``) or 0 (nothing of this caller's to wait for)."""
 
-    def is_synced(self, token: int) -> bool: ...
+    def is_synced(self, token: int, local: bool = False) -> bool: ...
 
     def holding(self, session: Session, on: bool) -> None:
         """``session`` holds (or no longer holds) answers until a sync: call its release_held."""
@@ -346,7 +346,7 @@ class Session:
             return
         if self.held:
             token = max(token, self.held[-1][0])
-        elif host.is_synced(token):
+        elif host.is_synced(token, self.durable_locally):
             thunk()
             return
         if self.held is None:

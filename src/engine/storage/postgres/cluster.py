@@ -422,7 +422,8 @@ class ClusterStore(Muting, PostgresStore):
             if error is not None:
                 keep = [item for item in items if DEATH_HEADER in item.msg.headers]
                 self.forwards_failed += len(items) - len(keep)
-                failed_token = max((item.token for item in items), default=0)
+                failed_token = max((item.token for item in items if DEATH_HEADER not in item.msg.headers),
+                                   default=0)
                 for item in keep:
                     item.token = 0
                 self._outbox[:0] = keep
