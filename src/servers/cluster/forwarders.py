@@ -81,6 +81,7 @@ class Forwarders:
                     self.send(leader, vhost, [(item.queue, item.msg) for item in items])
                 except StoreError as exc:
                     error = exc
+                    log.warning("cluster: %s (%d messages; publishers nacked, dead letters kept)", exc, len(items))
                 except Exception as exc:  # noqa: BLE001 - a bug must not leave publishers waiting
                     log.exception("cluster: forwarding to node %s failed", leader)
                     error = StoreError(f"forwarding to cluster node {leader}: {exc!r}")
