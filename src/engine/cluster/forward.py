@@ -54,7 +54,7 @@ def settle_forwards(broker: Any, store: Settling, items: list[Any], error: Store
     """The leader confirmed ``items`` (``error`` None) or they could not be sent: on the loop
     thread, as a broker entry point. A failure nacks their publishers first; then the confirms
     the forwards held back go (``Broker.synced`` capped by the forwards still waiting), and a
-    removal they let go (or a dead letter kept) gets a sync of its own."""
+    removal they let go gets a sync of its own."""
     outcome = store.forwarded(items, error)
     if outcome.failed_token:
         broker.sync_failed(outcome.failed_token, now)

@@ -410,7 +410,7 @@ class ClusterStore(Muting, PostgresStore):
         (``x-death``) for the next sync (their leader may be back, or replaced); a success lets
         the dead messages' removals held for them go, committed by the next sync."""
         failed_token = 0
-        released = kept = False
+        released = False
         with self._lock:
             for item in items:
                 if item.token:
@@ -426,8 +426,7 @@ class ClusterStore(Muting, PostgresStore):
                                    default=0)
                 for item in keep:
                     item.token = 0
-                self._outbox[:0] = keep
-                kept = bool(keep)
+                self._outbox[:0] = keep  # sent again by the next sync (the heartbeat asks for one)
         if error is None:
             for item in items:
                 held = item.held
@@ -436,7 +435,7 @@ class ClusterStore(Muting, PostgresStore):
                     if not held.waiting:  # the dead message's removal: committed by the next sync
                         super().remove(*held.removal)
                         released = True
-        return Forwarded(failed_token, released or kept)
+        return Forwarded(failed_token, released)
 
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
@@ -611,8 +610,9 @@ class ClusterStore(Muting, PostgresStore):
 @dataclass(slots=True)
 class Forwarded:
     """What settling a batch of forwards found: ``failed_token``, the highest token whose
-    publishers must be nacked (0: none); ``sync_needed``: a held removal was let go or a dead
-    letter kept, which the next sync commits or sends again."""
+    publishers must be nacked (0: none); ``sync_needed``: a held removal was let go, for the next
+    sync to commit (a dead letter kept is sent again by a later sync: not at once, which would spin
+    while its leader is down)."""
 
     failed_token: int
     sync_needed: bool
