@@ -462,9 +462,14 @@ def failover(nodes: Nodes, timeout: float = 120.0) -> dict[str, Any]:
                               "failover_s": round(after[0] - killed_at, 3) if after else None,
                               "longest_confirm_gap_s": round(max(gaps), 3) if gaps else None,
                               "killed_node": 0, "recovered_by_harness": nodes.recover is not None}
-    conn = pika.BlockingConnection([pika.ConnectionParameters("127.0.0.1", p) for p in survivors])
-    depth = conn.channel().queue_declare(FAILOVER_QUEUE, durable=True, arguments=args).method.message_count
-    conn.close()
+    # a sansmq node that does not lead the queue answers a declare with its own count (0): the
+    # leader's, the highest, is the queue's
+    depth = 0
+    for port in survivors:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        depth = max(depth, conn.channel().queue_declare(FAILOVER_QUEUE, durable=True,
+                                                        arguments=args).method.message_count)
+        conn.close()
     result |= {"in_queue": depth, "lost": max(0, pub.confirmed - depth)}
     return result
 

@@ -98,6 +98,11 @@ class Broker(Administration):
         self._sync_token = 0
         self._open_token: int | None = None
         self._synced_token = 0
+        #: caps a synced token at what else must be durable first (a cluster node: the token's
+        #: forwards confirmed by their leaders, ``ClusterStore.confirmed_through``)
+        self.sync_gate: Callable[[int], int] | None = None
+        #: the highest token the store's own sync covers (``_synced_token``: less what the gate holds)
+        self._local_synced = 0
         #: sessions holding receipts until a token is synced, in the order they started holding
         self._holding: dict[Session, None] = {}
         #: sessions whose codec deadline may have moved (re-registered in _settle, no scan)
@@ -233,14 +238,19 @@ class Broker(Administration):
 
     def synced(self, token: int, now: float) -> None:
         self._enter(now)
+        if token > self._local_synced:
+            self._local_synced = token
+        if self.sync_gate is not None:
+            token = self.sync_gate(token)
         if token > self._synced_token:
             self._synced_token = token
         self.model.streams.committed()  # the sync moved streams' committed offsets: wake their readers
         while self._after_durable and (t := next(iter(self._after_durable))) <= self._synced_token:
             for fn in self._after_durable.pop(t):
                 fn()
+        local = self._local_synced
         for session in list(self._holding):
-            self._guarded(session, session.release_held, self._synced_token)
+            self._guarded(session, session.release_held, local if session.durable_locally else self._synced_token)
         self._settle()
 
     def run_sync(self, token: int) -> None:
@@ -363,8 +373,8 @@ class Broker(Administration):
             return self._sync_token
         return self._open_token
 
-    def is_synced(self, token: int) -> bool:
-        return token <= self._synced_token
+    def is_synced(self, token: int, local: bool = False) -> bool:
+        return token <= (self._local_synced if local else self._synced_token)
 
     def holding(self, session: Session, on: bool) -> None:
         if on:

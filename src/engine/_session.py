@@ -64,7 +64,7 @@ class Host(Protocol):
         """None when the store needs no sync; else the token whose sync covers every store write
         so far (``wrote``) or 0 (nothing of this caller's to wait for)."""
 
-    def is_synced(self, token: int) -> bool: ...
+    def is_synced(self, token: int, local: bool = False) -> bool: ...
 
     def holding(self, session: Session, on: bool) -> None:
         """``session`` holds (or no longer holds) answers until a sync: call its release_held."""
@@ -125,6 +125,11 @@ class Session:
     )
     #: the protocol's name in log lines
     PROTOCOL = "?"
+    #: what it waits for is durable once this node's own commit holds it (a cluster peer's link,
+    #: whose publishes are never forwarded further): released by the store's sync alone, never
+    #: by the confirms of this node's own forwards (``Broker.sync_gate``), which may wait for
+    #: the very peer on the other end of this link
+    durable_locally = False
 
     def __init__(self, host: Host, conn_id: int, peer: tuple[Any, ...]) -> None:
         self.host = host
@@ -350,7 +355,7 @@ class Session:
             return
         if self.held:
             token = max(token, self.held[-1][0])
-        elif host.is_synced(token):
+        elif host.is_synced(token, self.durable_locally):
             thunk()
             return
         if self.held is None:

@@ -295,7 +295,7 @@ class SimNetwork:
         conn_id = self._next_conn
         if peer is None:
             peer = ("127.0.0.1", 40000 + conn_id)
-        cls = AmqpSimClient if protocol == "amqp" else SimClient
+        cls = AmqpSimClient if protocol in ("amqp", "cluster") else SimClient  # "cluster": the node link
         client = cls(self, conn_id, peer, reading, auto_heartbeat)
         self.clients[conn_id] = client
         self.broker.connection_made(conn_id, protocol, peer, self._now)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))  # enginetest_helpers
 
 from clusterkit import Nodes  # noqa: E402
 from pgtest import fresh_db, throwaway_server  # noqa: E402

@@ -9,13 +9,16 @@ import random
 from typing import Any
 
 import pytest
+from enginetest_helpers import confirm_outcomes
 
 from amqpproto import spec
 from engine import Broker, Config, MemoryStore
+from engine._broker import register_protocol
 from engine._message import Entry, Message
 from engine.cluster import apply_change, step_down, take_over
 from engine.cluster.changes import Muting, encode_args
 from engine.cluster.forward import make_forward
+from engine.cluster.link import LINK_USER, ClusterLinkSession
 from engine.cluster.relay import ACK, REJECT, REQUEUE, Fetched, Relay, Relays
 from engine.model import Consumer
 from engine.model.security import UserRecord
@@ -375,3 +378,41 @@ def test_a_delivery_orphaned_by_a_stopped_relay_is_never_requeued_here(broker: B
     broker.model.dispatch()
     assert [e.msg.body for _, e in owner.got] == [b"held", b"held"]  # the leader's copy, once
     assert owner.got[1][1].count == 1
+
+
+def test_a_forwarded_publish_is_confirmed_after_its_leader_and_a_peers_publish_after_the_local_commit(
+        broker: Broker) -> None:
+    """A publish to a queue led elsewhere is confirmed once its sync is done *and* its leader
+    confirmed the forward (``Broker.sync_gate``), never by the local commit alone; a peer's
+    publish over the link is confirmed on the local commit whatever this node's own forwards wait
+    for (else two nodes forwarding to each other wait on each other), and a peer's message for a
+    queue this node does not lead is nacked, not forwarded on."""
+    register_protocol(ClusterLinkSession.PROTOCOL, ClusterLinkSession)
+    store: NodeStore = broker.store  # type: ignore[assignment]
+    store.secret = "s3cret"  # type: ignore[attr-defined]
+    _queue_added(broker, "far", "a")
+    apply_change(broker, "queue.add", {"vhost": "/", "name": "near", "durable": True, "auto_delete": False,
+                                       "args": encode_args({}), "id": 8, "leader": "b"})
+    confirmed: set[int] = set()  # the tokens whose forwards the leaders confirmed
+    broker.sync_gate = lambda token: min([token, *(t - 1 for t, *_ in store.outbox if t not in confirmed)])
+    net = SimNetwork(broker)
+    client, link = net.connect(protocol="amqp"), net.connect(protocol="cluster")
+    assert isinstance(client, AmqpSimClient) and isinstance(link, AmqpSimClient)
+    client.amqp_open()
+    assert isinstance(link.amqp_open(LINK_USER, "s3cret"), spec.ConnectionOpenOk)
+    for c in (client, link):
+        c.open_channel(1)
+        c.call(spec.ConfirmSelect(channel=1))
+    persistent = spec.BasicProperties(delivery_mode=2)
+    client.call(spec.BasicPublish(routing_key="far", properties=persistent, body=b"x", channel=1))
+    assert [(leader, q) for _, leader, _, q, _ in store.outbox] == [("a", "far")]
+    assert confirm_outcomes(client) == []  # synced here, not yet at its leader
+    link.call(spec.BasicPublish(routing_key="near", properties=persistent, body=b"y", channel=1))
+    assert confirm_outcomes(link) == [("ack", 1)]  # the local commit is enough for a peer
+    link.call(spec.BasicPublish(routing_key="far", properties=persistent, body=b"z", channel=1))
+    assert confirm_outcomes(link) == [("ack", 1), ("nack", 2)] and len(store.outbox) == 1
+    assert confirm_outcomes(client) == []
+    confirmed.add(store.outbox[0][0])  # the leader confirmed: the next settle releases it
+    broker.synced(store.outbox[0][0], net.now)
+    net.run_until_idle()
+    assert confirm_outcomes(client) == [("ack", 1)]

@@ -55,7 +55,8 @@ def _stored(dsn: str) -> int:
 def test_a_dead_letter_for_another_leader_is_stored_there_before_its_removal_commits_here(pg_dsn: str) -> None:
     """At-least-once dead-lettering across nodes: the dead message's removal commits only once the
     dead letter's leader confirmed it; a failed send keeps both (the dead letter for the next sync,
-    the removal until then), while a publisher's message of that sync is given up (nacked)."""
+    the removal until then), while a publisher's message of that sync is given up (nacked). The
+    sync itself never waits for a leader: it hands the forwards over and commits."""
     a = ClusterStore(pg_dsn, "a", lease=30)
     try:
         a.recover()
@@ -63,28 +64,35 @@ def test_a_dead_letter_for_another_leader_is_stored_there_before_its_removal_com
         for n in (1, 2):
             a.enqueue("/", "work", Message(a.first_message_id + n, "", "work", {}, b"poison", persistent=True))
         a.sync(0)
-        seen_stored: list[int] = []
-        a.sender = lambda leader, vhost, items: seen_stored.append(_stored(pg_dsn))
+        handed: list[tuple[str, str, list]] = []
+        a.dispatch = lambda leader, vhost, items: handed.append((leader, vhost, items))
         dead = Message(a.first_message_id + 3, "dlx", "", {"x-death": [{"reason": "delivery_limit"}]}, b"poison")
         a.forward(1, "b", "/", "dead", dead)  # as the model does: the dead letter, then the removal
         a.remove("/", "work", a.first_message_id + 1)
+        a.sync(1)  # returns with the forward still unconfirmed: the removal waits, token 1 too
+        assert [(leader, [i.msg for i in items]) for leader, _, items in handed] == [("b", [dead])]
+        assert _stored(pg_dsn) == 2 and a.local_through == 1 and a.confirmed_through(1) == 0
+        assert a.forwarded(handed.pop()[2], None).sync_needed  # the leader confirmed it
+        assert a.confirmed_through(1) == 1
         a.sync(1)
-        assert seen_stored == [2] and _stored(pg_dsn) == 1  # sent while the dead message was still stored
+        assert _stored(pg_dsn) == 1  # the removal committed once the dead letter was at its leader
 
-        def refuse(leader: str, vhost: str, items: list) -> None:
-            raise StoreError("forwarding to cluster node b: connection refused")
-
-        a.sender = refuse
         plain = Message(a.first_message_id + 4, "", "other", {}, b"published")
         a.forward(2, "b", "/", "other", plain)
         a.forward(2, "b", "/", "dead", dead)
         a.remove("/", "work", a.first_message_id + 2)
-        with pytest.raises(StoreError, match="connection refused"):
-            a.sync(2)
-        assert [item.msg for item in a._outbox] == [dead] and a.forwards_failed == 1
+        a.forward(3, "b", "/", "other", plain)  # a later token's, taken early
+        a.sync(2)
+        assert a.confirmed_through(5) == 1
+        outcome = a.forwarded(handed.pop()[2], StoreError("forwarding to cluster node b: connection refused"))
+        assert outcome.failed_token == 3 and not outcome.sync_needed  # their publishers get a nack
+        assert [item.msg for item in a._outbox] == [dead] and a.forwards_failed == 2
+        assert a.confirmed_through(5) == 5
+        a.sync(4)
         assert _stored(pg_dsn) == 1  # not removed: its dead letter is nowhere yet (a crash keeps it)
-        a.sender = lambda leader, vhost, items: seen_stored.append(len(items))
-        a.sync(3)  # the leader is back (or replaced): the kept dead letter goes, then the removal
-        assert seen_stored == [2, 1] and not a._outbox and _stored(pg_dsn) == 0
+        assert a.confirmed_through(5) == 5  # the kept dead letter holds no publisher back
+        a.forwarded(handed.pop()[2], None)  # the leader is back (or replaced): the kept dead letter went
+        a.sync(5)
+        assert not a._outbox and not handed and _stored(pg_dsn) == 0
     finally:
         a.close()

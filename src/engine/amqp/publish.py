@@ -8,7 +8,7 @@ from amqpproto import spec
 
 from .._message import Message
 from .._props import props_to_headers
-from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue
+from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue, VHost
 from ..model.security import check_topic_access
 from ..store import StoreError
 from .base import REPLY_TO, ChannelBase
@@ -121,7 +121,12 @@ class PublishMethods(ChannelBase):
         model = session.model
         before = model.store_writes
         try:
-            if stream is not None:
+            if key is not None and _led_elsewhere(self.vhost, key):
+                # a peer's message for a queue this node no longer leads: nacked (the peer's
+                # publisher is, or its dead letter is kept), never forwarded on, since a peer's
+                # confirm goes out on this node's own commit (``Session.durable_locally``)
+                result = PUBLISH_REFUSED
+            elif stream is not None:
                 result = model.append_stream(stream, msg)
             else:
                 result = model.publish(self.vhost, x, msg, True,
@@ -170,3 +175,8 @@ class PublishMethods(ChannelBase):
         self.confirm = True
         if not m.nowait:
             self.send(spec.ConfirmSelectOk())
+
+
+def _led_elsewhere(vhost: VHost, name: str) -> bool:
+    q = vhost.queues.get(name)
+    return q is not None and q.leader is not None

@@ -55,6 +55,7 @@ class ClusterLinkSession(AmqpSession):
     PROTOCOL = "cluster"
     __slots__ = ()
     relay = True
+    durable_locally = True
 
     def _on_start_ok(self, m: spec.ConnectionStartOk) -> None:
         self.client_properties = m.client_properties or {}

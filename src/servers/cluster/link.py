@@ -1,10 +1,10 @@
 """``Links``: this node's connections to its peers' link listeners (``engine.cluster.link``), one
 per (peer, vhost), on our own AMQP client (``pipeline.client``, amqpproto's client role).
 
-``send`` runs in the store's sync (a worker thread, one at a time): it publishes a leader's
+``send`` runs on a leader's sender thread (``forwarders``, fed by the store's sync): it publishes a leader's
 messages in confirm mode and returns once the leader confirmed every one, i.e. after the leader's
 commit holds them. A link that fails is dropped (made again on the next send) and the failure is a
-StoreError: the publishers waiting on that sync get a nack, never a confirm.
+StoreError: the publishers whose messages it held get a nack, never a confirm.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
 from pipeline.client import BrokerError, Client
 
+from .forwarders import Forwarders
 from .gets import GetLinks
 from .peer import connect_peer
 from .relay import RelayLinks
@@ -38,6 +39,8 @@ class Links:
         self.relays = RelayLinks(store, tls)
         #: basic.get of queues led elsewhere, served by their leaders
         self.gets = GetLinks(store, tls)
+        #: a sender thread per leader: the store's sync hands them its forwards (``store.dispatch``)
+        self.forwarders = Forwarders(self.send)
 
     def _client(self, leader: str, vhost: str) -> Client:
         client = self._clients.get((leader, vhost))
@@ -67,6 +70,7 @@ class Links:
             client.close()
 
     def close(self) -> None:
+        self.forwarders.close()
         for leader, vhost in list(self._clients):
             self.drop(leader, vhost)
         self.gets.close()

@@ -19,7 +19,7 @@ from typing import Any
 
 from engine._broker import register_protocol
 from engine.cluster import apply_change, mark_remote, step_down, take_over
-from engine.cluster.forward import make_forward
+from engine.cluster.forward import make_forward, settle_forwards
 from engine.cluster.link import ClusterLinkSession
 from engine.cluster.membership import place_declared
 from engine.cluster.relay import Relays
@@ -44,7 +44,8 @@ def attach_cluster(broker: Any, store: ClusterStore, tls: ssl.SSLContext | None 
     register_protocol(ClusterLinkSession.PROTOCOL, ClusterLinkSession)
     model = broker.model
     links = Links(store, tls=tls)
-    store.sender = links.send
+    store.dispatch = links.forwarders.dispatch
+    broker.sync_gate = store.confirmed_through  # a token completes once its forwards are confirmed too
     model.publisher.forward = make_forward(model, store, broker.sync_token)
     model.relays = links.relays.relays = Relays(model, links.relays.open, model.streams.log, links.gets.fetch)
     place_declared(model, store.placed)
@@ -62,6 +63,7 @@ class ClusterNode:
         self.links = links
         links.relays.post = self._post
         links.gets.post = self._post
+        links.forwarders.report = self._forwarded
         self.driver = driver
         self.poll = poll
         self.beat = max(store.lease / 3, 0.05)
@@ -137,6 +139,14 @@ class ClusterNode:
             self.driver.call_soon(lambda: broker.run_command(fn, time.time()))
         except RuntimeError:  # the server stopped: call_soon refused
             self._stop.set()
+
+    def _forwarded(self, items: list[Any], error: StoreError | None) -> None:
+        """A leader confirmed ``items`` or they failed (a sender thread): settled on the loop."""
+        broker, store = self.driver.broker, self.store
+        try:
+            self.driver.call_soon(lambda: settle_forwards(broker, store, items, error, time.time()))
+        except RuntimeError:  # the server stopped: nobody waits for the answer
+            pass
 
     def _fenced(self, names: list[tuple[str, str]]) -> None:
         """The store's sync was fenced off ``names`` (a worker thread): step down at once."""

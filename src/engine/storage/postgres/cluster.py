@@ -43,7 +43,7 @@ from ._cluster_sql import FENCED, cluster_ddl, cluster_statements, defs_key
 from ._schema import schema_ddl
 from .store import CONNECT_KW, PostgresStore, _reason, _safe_dsn
 
-__all__ = ["ClusterStore", "Change", "Heartbeat", "cluster_view"]
+__all__ = ["ClusterStore", "Change", "Forwarded", "Heartbeat", "cluster_view"]
 
 log = logging.getLogger("sansmq.cluster")
 
@@ -117,9 +117,14 @@ class ClusterStore(Muting, PostgresStore):
         self._dead_letters: list[_Forward] = []
         #: forwarded messages given up (their sync failed: their publishers got a nack)
         self.forwards_failed = 0
-        #: sends one leader's messages over the link, returns once that leader committed them
-        #: (``servers.cluster.link``); raises StoreError when it cannot
-        self.sender: Callable[[str, str, list[tuple[str, Message]]], None] | None = None
+        #: hands one leader's messages (leader, vhost, items) to its sender, which reports back
+        #: through ``forwarded`` once that leader committed them or the send failed
+        #: (``servers.cluster.link.Forwarders``); never waits for the leader
+        self.dispatch: Callable[[str, str, list[_Forward]], None] | None = None
+        #: token -> how many of its forwards wait for their leader's confirm
+        self._in_flight: dict[int, int] = {}
+        #: the highest token this node's own commit covers
+        self.local_through = 0
         #: called (from a worker thread) with the (vhost, queue) names this node was fenced off
         self.on_fenced: Callable[[list[tuple[str, str]]], None] | None = None
         self._hb_lock = threading.Lock()
@@ -205,8 +210,8 @@ class ClusterStore(Muting, PostgresStore):
         permissions and policies bring no Sync of their own, and the other nodes must see them."""
         if self._defs_pending:
             self._defs_pending = False
-            # the database part only: forwarding belongs to the sync worker alone (one thread uses
-            # the links, and a forward confirms nobody until its own token's sync has sent it)
+            # the database part only: forwards are taken by the sync worker alone (a forward's
+            # token holds its publishers' confirms from that token's sync on)
             PostgresStore.sync(self, 0)
 
     # -- entities: written and logged ---------------------------------------------------------------
@@ -343,31 +348,49 @@ class ClusterStore(Muting, PostgresStore):
                 self._dead_letters.append(item)
 
     def sync(self, token: int) -> None:
-        """The messages for other leaders, each leader confirming after its commit, then our own
-        commit: a publish through this node is confirmed only once its queue's leader stored it,
-        and a dead letter an at-least-once quorum queue sends to a queue led elsewhere is stored
-        there before the dead message's removal here commits (a crash between leaves both).
+        """Hand the messages for other leaders to their senders (``dispatch``, one per leader, not
+        waited for), then our own commit. Two nodes forwarding to each other's queues would
+        otherwise wait on each other: a leader confirms a forwarded publish only after its own
+        sync. A publish through this node is still confirmed only once its queue's leader stored
+        it: the token's completion waits for its forwards too (``confirmed_through``), and a dead
+        letter an at-least-once quorum queue sends to a queue led elsewhere is stored there before
+        the dead message's removal here commits (``remove`` holds it until ``forwarded``).
 
-        A send that fails fails this sync (after our own commit: other leaders and this node's
-        own queues are not held up), whose failure nacks the publishers waiting on ``token`` or
-        before: their messages are given up, except dead letters (``x-death``), kept for the next
-        sync (their leader may be back, or replaced). Messages of later tokens (appended after
-        their sync was asked for, taken here early) are kept for their own sync, so no publisher
-        is confirmed for a message that did not reach its leader."""
+        Messages of later tokens (appended after this sync was asked for, taken here early) hold
+        their own token's completion, not this one's."""
         with self._lock:
             outbox, self._outbox = self._outbox, []
             self._dead_letters = []  # taken: a removal from now on is not held by them
-        failed = self._send(token, outbox) if outbox else []
+            for item in outbox:
+                if item.token:  # a dead letter kept after a failed send has no publisher waiting
+                    self._in_flight[item.token] = self._in_flight.get(item.token, 0) + 1
+        unsent = None
+        if outbox:
+            try:
+                self._dispatch(outbox)
+            except StoreError as exc:
+                unsent = exc
+                self.forwarded(outbox, exc)
         super().sync(token)
-        if failed:
-            raise StoreError("; ".join(failed))
+        if token > self.local_through:
+            self.local_through = token
+        if unsent is not None:  # their publishers get a nack
+            raise unsent
 
     def forwards_waiting(self) -> bool:
         """Messages for other leaders wait for a sync (dead letters kept after a failed send)."""
         return bool(self._outbox)
 
-    def _send(self, token: int, outbox: list[_Forward]) -> list[str]:
-        """Send ``outbox`` to the leaders; what failed, described (the kept items back in the outbox)."""
+    def confirmed_through(self, token: int) -> int:
+        """``token``, or less while a forward of ``token`` or before waits for its leader's confirm:
+        the highest token whose publishers may be confirmed (the broker's ``sync_gate``)."""
+        with self._lock:
+            if self._in_flight:
+                return min(token, min(self._in_flight) - 1)
+        return token
+
+    def _dispatch(self, outbox: list[_Forward]) -> None:
+        """Hand ``outbox`` to the senders, one batch per (leader, vhost) in order."""
         by_leader: dict[tuple[str, str], list[_Forward]] = {}
         for item in outbox:
             vhost, queue = item.vhost, item.queue
@@ -375,28 +398,44 @@ class ClusterStore(Muting, PostgresStore):
             # this node took it over: a kept dead letter)
             leader = self.node if self.leads(vhost, queue) else self.remote_leaders.get((vhost, queue), item.leader)
             by_leader.setdefault((leader, vhost), []).append(item)
-        failed, kept = [], []
+        if self.dispatch is None:
+            raise StoreError("no node-to-node link to forward messages to their queues' leaders")
         for (leader, vhost), items in by_leader.items():
-            try:
-                if self.sender is None:
-                    raise StoreError("no node-to-node link to forward messages to their queues' leaders")
-                self.sender(leader, vhost, [(item.queue, item.msg) for item in items])
-            except StoreError as exc:  # other leaders' are still sent
-                failed.append(str(exc))
-                kept += [item for item in items if item.token > token or DEATH_HEADER in item.msg.headers]
-                self.forwards_failed += sum(1 for item in items if item.token <= token
-                                            and DEATH_HEADER not in item.msg.headers)
-                continue
+            self.dispatch(leader, vhost, items)
+
+    def forwarded(self, items: list[_Forward], error: StoreError | None) -> Forwarded:
+        """The leader confirmed ``items`` (``error`` None) or they could not be sent (loop thread).
+        A failure gives the publishers' messages up (their tokens' publishers get a nack, told
+        before their tokens stop holding the confirms back) and keeps the dead letters
+        (``x-death``) for the next sync (their leader may be back, or replaced); a success lets
+        the dead messages' removals held for them go, committed by the next sync."""
+        failed_token = 0
+        released = False
+        with self._lock:
+            for item in items:
+                if item.token:
+                    left = self._in_flight[item.token] - 1
+                    if left:
+                        self._in_flight[item.token] = left
+                    else:
+                        del self._in_flight[item.token]
+            if error is not None:
+                keep = [item for item in items if DEATH_HEADER in item.msg.headers]
+                self.forwards_failed += len(items) - len(keep)
+                failed_token = max((item.token for item in items if DEATH_HEADER not in item.msg.headers),
+                                   default=0)
+                for item in keep:
+                    item.token = 0
+                self._outbox[:0] = keep  # sent again by the next sync (the heartbeat asks for one)
+        if error is None:
             for item in items:
                 held = item.held
                 if held is not None:
                     held.waiting -= 1
-                    if not held.waiting:  # the dead message's removal commits with this sync
+                    if not held.waiting:  # the dead message's removal: committed by the next sync
                         super().remove(*held.removal)
-        if kept:
-            with self._lock:
-                self._outbox[:0] = kept
-        return failed
+                        released = True
+        return Forwarded(failed_token, released)
 
     # -- writing: the change log in order, the fence last ---------------------------------------------
     def _write(self, conn: psycopg.Connection[Any], batch: list[Item]) -> None:
@@ -566,6 +605,17 @@ class ClusterStore(Muting, PostgresStore):
             if self._hb_conn is not None:
                 self._hb_conn.close()
                 self._hb_conn = None
+
+
+@dataclass(slots=True)
+class Forwarded:
+    """What settling a batch of forwards found: ``failed_token``, the highest token whose
+    publishers must be nacked (0: none); ``sync_needed``: a held removal was let go, for the next
+    sync to commit (a dead letter kept is sent again by a later sync: not at once, which would spin
+    while its leader is down)."""
+
+    failed_token: int
+    sync_needed: bool
 
 
 @dataclass(slots=True)
