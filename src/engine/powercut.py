@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .fs import OsFileSystem
+from .fs import OsFileSystem, write_by_descriptor
 
 __all__ = ["POWER_CUT_LOG", "PowerCutFS", "CutReport", "power_cut"]
 
@@ -69,6 +69,8 @@ class PowerCutFS(OsFileSystem):
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:  # type: ignore[override]
         with self._mutex:
             trunc = flags & os.O_TRUNC
+            if flags & os.O_ACCMODE == os.O_WRONLY:  # the old bytes are read before each write
+                flags = flags & ~os.O_ACCMODE | os.O_RDWR
             fd = os.open(path, flags & ~os.O_TRUNC, mode)
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
@@ -142,11 +144,7 @@ class PowerCutFS(OsFileSystem):
         super().rmtree(path)
 
     def write_file(self, path: str, data: bytes) -> None:  # type: ignore[override]
-        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.pwrite(fd, data, 0)
-        finally:
-            self.close(fd)
+        write_by_descriptor(self, path, data)
 
 
 @dataclass

@@ -31,6 +31,7 @@ def test_writes_after_the_last_sync_are_gone_synced_ones_stay(tmp_path: Path) ->
     fs.fsync(fb)
     fn = fs.open(new, os.O_RDWR | os.O_CREAT)
     fs.pwrite(fn, b"never synced", 0)
+    Path(root, "idx").write_bytes(b"the old index")
     fs.write_file(os.path.join(root, "tmp"), b"renamed, never synced")
     fs.replace(os.path.join(root, "tmp"), os.path.join(root, "idx"))
     fs.ftruncate(fb, 3)  # an unsynced truncation: the cut bytes come back
@@ -41,7 +42,17 @@ def test_writes_after_the_last_sync_are_gone_synced_ones_stay(tmp_path: Path) ->
     assert Path(a).read_bytes() == b"synced-1"
     assert Path(b).read_bytes() == b"all synced"
     assert Path(new).read_bytes() == b""  # the name was durable, its data not (ext4's empty file)
-    assert Path(root, "idx").read_bytes() == b""
+    assert Path(root, "idx").read_bytes() == b""  # the rename was durable (the old index is gone)
+    fs = PowerCutFS(log)  # the next run (the server starts again), a fresh log
+    wo = fs.open(os.path.join(root, "wo"), os.O_WRONLY | os.O_CREAT)  # write-only: still undoable
+    fs.pwrite(wo, b"kept", 0)
+    fs.fsync(wo)
+    fs.close(wo)
+    wo = fs.open(os.path.join(root, "wo"), os.O_WRONLY | os.O_TRUNC)
+    fs.pwrite(wo, b"lost", 0)
+    fs.close(wo)
+    power_cut(log, root)
+    assert Path(root, "wo").read_bytes() == b"kept"
     assert (report.files, report.undone, report.torn) == (4, 6, 0)
     assert not os.path.exists(log)  # the next run starts a fresh log
 
