@@ -16,7 +16,7 @@ survives up to a random byte (a cut inside one of its pages), the rest are undon
 What it cannot model: directory entries are durable at once (creations, renames, unlinks: a file
 made and never synced comes back empty, as ext4 leaves it, never missing; an unsynced unlink never
 comes back), the kernel writing pages back out of order inside one write, and a lying drive.
-Selected only by the crash test, through ``POWER_CUT_LOG`` in the server's environment.
+Selected only by the crash test, through ``SANSMQ_POWER_CUT_LOG`` in the environment of the server it starts.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class PowerCutFS(OsFileSystem):
         # one lock orders each undo record with its write, and a sync's mark with both
         self._mutex = threading.Lock()
         self._seq = 0
-        self._ino: dict[int, int] = {}  # fd -> inode (None-free: fds of unlinked files are dropped)
+        self._ino: dict[int, int] = {}  # fd -> inode of the regular files open (unlinked ones dropped)
 
     def _record(self, kind: bytes, ino: int, offset: int = 0, old_size: int = 0, written: int = 0,
                 old: bytes = b"") -> None:
