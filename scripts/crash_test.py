@@ -18,14 +18,21 @@ random moment. The checks, over all cycles:
   little before where the last read ended (the whole stream every ``FULL_READ_EVERY`` cycles and at
   the end): reading all of it every time made a cycle's cost grow with the cycles run.
 
-Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]``
-(``--store postgresql://...`` crash-tests the PostgreSQL store in that database instead)
-prints the counts and exits 1 on any violation.
+``--power-cut drop|torn`` makes each kill a power cut: the server runs its store on
+``engine.powercut.PowerCutFS`` (real files, plus an undo log of what was written since each file's
+last fsync), and after the kill ``power_cut`` undoes every write its file's last fsync did not cover
+(``torn``: the write-back stopped inside one of them, a random byte into it) before the restart.
+The checks are the same: what was receipted was synced, so it must survive.
+
+Usage: ``python scripts/crash_test.py --cycles 1000 [--data DIR] [--seed N] [--server asyncio]
+[--power-cut drop|torn]`` (``--store postgresql://...`` crash-tests the PostgreSQL store in that
+database instead) prints the counts and exits 1 on any violation.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import shutil
@@ -62,6 +69,9 @@ class Counts:
     torn_dropped: int = 0
     stream_receipted: int = 0
     stream_read: int = 0
+    cut_files: int = 0  # --power-cut: files that had unsynced writes at the kill
+    cut_undone: int = 0  # unsynced writes undone
+    cut_torn: int = 0  # unsynced writes kept in part
     violations: list[str] = field(default_factory=list)
 
 
@@ -123,15 +133,22 @@ class Client:
         self.sock.close()
 
 
-def start_server(data: str, kind: str, store: str | None = None
+def start_server(data: str, kind: str, store: str | None = None, cut_log: str | None = None
                  ) -> tuple[subprocess.Popen[bytes], tuple[str, int], list[bytes]]:
+    """``cut_log``: run the store on PowerCutFS, its undo log there (see ``power_cut_after``)."""
     from servers.cli import PROTOCOLS  # only the STOMP listener (on a free port), whatever else exists
 
     # (the HTTP and Prometheus listeners too: their fixed default ports may be taken by another broker)
     others = [f"--no-{proto}" for proto, _, _ in PROTOCOLS if proto != "stomp"] + ["--no-http", "--no-prometheus"]
     cmd = [sys.executable, "-m", "servers", "serve", "--server", kind, "--stomp", "127.0.0.1:0",
            *others, *(["--store", store] if store else ["--data", data]), "--log-level", "info"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = None
+    if cut_log:
+        from engine.powercut import POWER_CUT_LOG
+
+        env = {**os.environ, POWER_CUT_LOG: cut_log}
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env)
     lines: list[bytes] = []
     found = threading.Event()
     addr: list[tuple[str, int]] = []
@@ -310,9 +327,23 @@ def load(addr: tuple[str, int], cycle: int, duration: float, rng: random.Random,
         con.close()
 
 
+def power_cut_after(cut_log: str, data: str, mode: str, rng: random.Random, counts: Counts) -> None:
+    """The killed server's machine loses power: what no fsync covered is undone (or torn)."""
+    from engine.powercut import power_cut
+
+    report = power_cut(cut_log, data, rng if mode == "torn" else None)
+    counts.cut_files += report.files
+    counts.cut_undone += report.undone
+    counts.cut_torn += report.torn
+
+
 def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = KINDS,
-               log=print, store: str | None = None) -> Counts:
-    """``store``: a ``postgresql://`` URL to crash-test the PostgreSQL store instead of ``data``."""
+               log=print, store: str | None = None, power_cut: str | None = None) -> Counts:
+    """``store``: a ``postgresql://`` URL to crash-test the PostgreSQL store instead of ``data``;
+    ``power_cut``: ``drop`` or ``torn`` to follow each kill with a power cut (segment store only)."""
+    if power_cut is not None and (store or power_cut not in ("drop", "torn")):
+        raise ValueError("--power-cut drop|torn needs the segment store (a data directory)")
+    cut_log = data.rstrip("/") + ".cut-log" if power_cut else None  # beside the directory, not in it
     rng = random.Random(seed)
     counts = Counts()
     receipted: set[bytes] = set()  # SEND receipted, not yet seen in a drain
@@ -324,7 +355,7 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
     stream = StreamCheck()
     for cycle in range(cycles + 1):
         kind = kinds[cycle % len(kinds)]
-        proc, addr, lines = start_server(data, kind, store)
+        proc, addr, lines = start_server(data, kind, store, cut_log)
         try:
             bodies = drain_and_ack(addr)
             stream.check(cycle, addr, stream_receipted, counts,
@@ -363,6 +394,8 @@ def run_cycles(cycles: int, data: str, seed: int = 0, kinds: tuple[str, ...] = K
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            if cut_log and os.path.exists(cut_log):
+                power_cut_after(cut_log, data, power_cut, rng, counts)  # type: ignore[arg-type]
         if counts.violations:
             break
         if log is not None and (cycle + 1) % 50 == 0:
@@ -377,15 +410,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server", choices=KINDS, action="append", help="server kinds (default: all, in turn)")
     parser.add_argument("--store", metavar="postgresql://...", help="crash-test the PostgreSQL store in this database")
+    parser.add_argument("--power-cut", choices=("drop", "torn"),
+                        help="after each kill, undo what no fsync covered (torn: a write torn inside a page)")
     args = parser.parse_args(argv)
     data = args.data or tempfile.mkdtemp(prefix="sansmq-crash-")
     try:
-        counts = run_cycles(args.cycles, data, args.seed, tuple(args.server or KINDS), store=args.store)
+        counts = run_cycles(args.cycles, data, args.seed, tuple(args.server or KINDS), store=args.store,
+                            power_cut=args.power_cut)
     finally:
         if not args.data:
             shutil.rmtree(data, ignore_errors=True)
     for name in ("cycles", "sent", "receipted", "acked_confirmed", "recovered", "redelivered_unconfirmed",
-                 "unreceipted_survivors", "torn_dropped", "stream_receipted", "stream_read"):
+                 "unreceipted_survivors", "torn_dropped", "stream_receipted", "stream_read",
+                 *(("cut_files", "cut_undone", "cut_torn") if args.power_cut else ())):
         print(f"{name:24} {getattr(counts, name)}")
     print(f"{'violations':24} {len(counts.violations)}")
     for v in counts.violations[:20]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
-__all__ = ["FileSystem", "OsFileSystem", "OS_FS"]
+__all__ = ["FileSystem", "OsFileSystem", "OS_FS", "write_by_descriptor"]
 
 
 class FileSystem(Protocol):
@@ -112,3 +112,12 @@ class OsFileSystem:
 
 
 OS_FS: FileSystem = OsFileSystem()
+
+
+def write_by_descriptor(fs: FileSystem, path: str, data: bytes) -> None:
+    """``write_file`` made of ``fs``'s own open, pwrite and close (for file systems that watch those)."""
+    fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    try:
+        fs.pwrite(fd, data, 0)
+    finally:
+        fs.close(fd)

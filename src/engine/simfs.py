@@ -32,6 +32,8 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .fs import write_by_descriptor
+
 __all__ = ["SimFS", "PAGE", "PowerCut"]
 
 PAGE = 4096
@@ -236,11 +238,7 @@ class SimFS:
         return bytes(ino.data)
 
     def write_file(self, path: str, data: bytes) -> None:
-        fd = self.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.pwrite(fd, data, 0)
-        finally:
-            self.close(fd)
+        write_by_descriptor(self, path, data)
 
     @contextmanager
     def mapped(self, fd: int) -> Iterator[bytes]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Iterator, Sequence
 
 from engine import Broker, Config, MemoryStore
+from engine.powercut import POWER_CUT_LOG, PowerCutFS
 from engine.segment_store import SegmentStore
 from engine.store import Store, StoreError
 
@@ -66,7 +67,12 @@ def make_store(data: str | None, *, sync: bool = True) -> Store:
         pg = PostgresStore(data, sync=sync)
         log.info("store: PostgreSQL %s (synchronous_commit %s)", pg.display_dsn, "on" if sync else "off")
         return pg
-    store = SegmentStore(data, sync=sync)
+    cut_log = os.environ.get(POWER_CUT_LOG)
+    if cut_log:  # only scripts/crash_test.py sets it: a real disk whose unsynced writes it can undo
+        log.warning("store: recording unsynced writes in %s for a simulated power cut", cut_log)
+        store = SegmentStore(data, sync=sync, fs=PowerCutFS(cut_log))
+    else:
+        store = SegmentStore(data, sync=sync)
     log.info("store: segment files in %s (fsync %s)", data, "on" if sync else "off")
     return store
 

@@ -46,10 +46,18 @@ class TxMethods(StompBase):
         self._transactional(frame, self._apply_send)
 
     def _on_ack(self, frame: Ack) -> None:
-        self._transactional(frame, self._apply_ack)
+        self._transactional(frame, self._apply_settle)
 
     def _on_nack(self, frame: Nack) -> None:
-        self._transactional(frame, self._apply_ack)
+        self._transactional(frame, self._apply_settle)
+
+    def _apply_settle(self, frame: Frame) -> None:
+        """An ACK or NACK applied now. With a receipt, the removal it wrote must be durable when the
+        receipt goes: the store otherwise lets removals ride along with a later journal fsync (a
+        power cut would bring a receipted ack's message back; found by crash_test.py --power-cut)."""
+        self._apply_ack(frame)
+        if "receipt" in frame.headers:
+            self.model.store.removals_must_sync()
 
     def _on_begin(self, frame: Begin) -> None:
         tx = frame.headers.get("transaction")
@@ -84,6 +92,8 @@ class TxMethods(StompBase):
                 self._apply_ack(buffered)
             if self.closed:
                 return
+        if "receipt" in frame.headers and any(not isinstance(f, Send) for f in frames):
+            self.model.store.removals_must_sync()  # the receipt covers the acks too (_apply_settle)
         self._receipt(frame, self.model.store_writes != before)
 
     def _on_abort(self, frame: Abort) -> None:
