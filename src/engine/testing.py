@@ -157,6 +157,8 @@ class SimClient:
         #: False: bytes from the broker pile up unread and are never reported sent
         self.reading = reading
         self.auto_heartbeat = auto_heartbeat
+        #: a heartbeat came due while ``auto_heartbeat`` was off (``resume_heartbeat`` sends it)
+        self.heartbeat_missed = False
         self.paused = False  # the broker asked the "server" to stop reading from us
         self.server_closed = False  # the broker closed the connection
         self.gone = False  # transport closed (either side)
@@ -248,8 +250,21 @@ class SimClient:
             if isinstance(ev, HeartbeatDue):
                 if self.auto_heartbeat and not self.gone:
                     self.send(Heartbeat())
+                else:
+                    self.heartbeat_missed = True
                 continue
             self.received.append(ev)
+
+    def heartbeat_frame(self) -> Any:
+        return Heartbeat()
+
+    def resume_heartbeat(self) -> None:
+        """Heart-beat again after a stall, as a client whose thread was blocked does on waking:
+        a heartbeat that came due meanwhile goes out now."""
+        self.auto_heartbeat = True
+        if self.heartbeat_missed and not self.gone:
+            self.heartbeat_missed = False
+            self.send(self.heartbeat_frame())
 
     def _timer(self) -> float | None:
         if self.gone or self.error is not None:
@@ -553,6 +568,9 @@ class AmqpSimClient(SimClient):
     ``received`` holds every amqpproto event (heart-beats answered automatically).
     """
 
+    def heartbeat_frame(self) -> Any:
+        return amqpproto.Heartbeat()
+
     def __init__(self, net: SimNetwork, conn_id: int, peer: tuple[Any, ...], reading: bool,
                  auto_heartbeat: bool) -> None:
         super().__init__(net, conn_id, peer, reading, auto_heartbeat)
@@ -626,7 +644,9 @@ class AmqpSimClient(SimClient):
                 return  # the codec reports EOF on every call from now on
             if isinstance(ev, amqpproto.HeartbeatDue):
                 if self.auto_heartbeat and not self.gone:
-                    self.send(amqpproto.Heartbeat())
+                    self.send(self.heartbeat_frame())
+                else:
+                    self.heartbeat_missed = True
                 continue
             if isinstance(ev, amqpproto.spec.ChannelClose) and not self.gone:
                 self.send(amqpproto.spec.ChannelCloseOk(channel=ev.channel))

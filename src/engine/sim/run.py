@@ -212,7 +212,7 @@ class _Run:
         client = actor.client
         client.auto_heartbeat = False
         self.world.advance(factor * HEARTBEAT)
-        client.auto_heartbeat = True
+        client.resume_heartbeat()  # what came due meanwhile goes out now, as a woken client's would
         closed = actor.closed_by_broker()
         if factor < 1 and closed and client.net is self.world.net:
             raise Violation("heartbeat", f"c0 closed after a heartbeat stall of {factor * HEARTBEAT} s")
