@@ -253,11 +253,16 @@ class Oracle:
             self.waiting.clear()  # a confirmed message may be gone with the damage
             self.stream_mids.clear()  # a cut stream tail: a resend is appended again, rightly
 
+    def disk_full(self, now: float) -> None:
+        """A full disk refuses writes, a moved message's source removal among them (it is not
+        retried: the move is at least once, as across a power cut), so count it like a cut."""
+        self.cuts.append(now)
+
     def repeats(self, mid: int) -> int:
         """How many extra copies of ``mid`` the queues may hold: a moved message (released by the
         delayed exchange, at least once: it leaves its holder only once its copy is durable; or
         dead-lettered, where a power cut between the copy and the removal may keep both) may be
-        moved again after a power cut: one more copy per power cut since it was published."""
+        moved again after a power cut: one more copy per power cut, or full disk, since it was published."""
         pub = self.published[mid]
         if pub.not_before is None and pub.dead_to is None:
             return 0

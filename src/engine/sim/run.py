@@ -245,6 +245,8 @@ class _Run:
 
     def _disk(self, full: int) -> None:
         self.world.fs.disk_full = bool(full)
+        if full:
+            self.oracle.disk_full(self.world.now)
 
     def _restart_step(self) -> None:
         self._boot(lambda: self._restart(self.world))
