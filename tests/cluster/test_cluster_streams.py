@@ -34,6 +34,20 @@ def _publish(ch: Any, stream: str, bodies: list[bytes], producer: str | None = N
         ch.basic_publish("", stream, body, pika.BasicProperties(delivery_mode=2, headers=headers))
 
 
+def _publish_until_confirmed(ch: Any, stream: str, body: bytes) -> None:
+    """Publish as a real publisher does after a failover: a nack (this node still sent it to the old
+    leader, which no longer leads it, until its membership round named the new one) is resent."""
+    deadline = time.monotonic() + LEASE * 5
+    while True:
+        try:
+            _publish(ch, stream, [body])
+            return
+        except pika.exceptions.NackError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class StreamReader:
     """A pika stream consumer on ``node`` in a thread of its own: (offset, body) as they arrive."""
 
@@ -220,7 +234,7 @@ def test_a_stalled_streams_leader_is_fenced_its_append_refused_and_its_readers_r
     except (pika.exceptions.NackError, pika.exceptions.AMQPError):
         expected = [(0, b"before"), (1, b"after")]
     wait_for(lambda: "stepped down from stream 'fenced-s'" in a.log(), what="a steps down")
-    _publish(_publisher(b), "fenced-s", [b"after"])
+    _publish_until_confirmed(_publisher(b), "fenced-s", b"after")
     assert reader.wait(len(expected)) == expected
     time.sleep(0.3)
     assert len(reader.got) == len(expected) and reader.error is None
