@@ -136,10 +136,18 @@ def test_drain_hands_every_queue_over_and_takes_none_until_revived(nodes: Nodes)
     out = nodes.cli("revive", "a")
     assert out.returncode == 0 and "revived" in out.stdout, out.stderr
     assert not {n["name"]: n for n in nodes.status()["nodes"]}["a"]["drained"]
-    conn = a.pika()
-    conn.channel().queue_declare("after-revive", durable=True)
-    conn.close()
-    assert nodes.leaders()["after-revive"] == "a"
+    # a learns it may lead again in its next membership round (a third of the lease): from then on,
+    # a queue declared on it is led by it (client-local)
+    tries = iter(range(1000))
+
+    def declared_on_a_is_led_by_a() -> bool:
+        name = f"after-revive-{next(tries)}"
+        conn = a.pika()
+        conn.channel().queue_declare(name, durable=True)
+        conn.close()
+        return nodes.leaders()[name] == "a"
+
+    wait_for(declared_on_a_is_led_by_a, timeout=LEASE * 3, what="a queue declared on the revived a led by a")
 
 
 def test_drain_is_refused_when_no_other_node_could_lead_else_shown_in_status(nodes: Nodes) -> None:
