@@ -71,7 +71,7 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert f"report: {out / 'index.html'}" in capsys.readouterr().out
 
     tables = {p.stem: spark.read.parquet(str(p)).toPandas() for p in (out / "tables").iterdir()}
-    assert set(tables) == {"rates", "sizes", "latency", "redeliveries", "routing_keys"}
+    assert set(tables) == {"rates", "sizes", "latency", "redeliveries", "routing_keys", "consumers", "backlog", "unroutable"}
     rates = tables["rates"]
     published = rates[(rates.kind == "publish") & (rates.name == "amq.topic")]
     assert published.messages.sum() == MESSAGES
@@ -94,11 +94,11 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     assert dict(zip(keys.routing_key, keys.messages, strict=True)) == dict.fromkeys(expected_keys, MESSAGES // 5)
 
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert len(pngs) == 6 and all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert len(pngs) == 8 and all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     result = _open_in_chromium(out / "index.html", tmp_path / "report.png")
     assert result["title"] == "sansmq traffic report"
     assert sorted(result["images"]) == pngs  # every plot decoded by the browser
-    assert result["tables"] == 5
+    assert result["tables"] == 8
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     artifacts = os.environ.get("SANSMQ_ARTIFACTS")
     if artifacts:  # kept for a person to look at, as the admin page's screenshots
@@ -179,4 +179,4 @@ def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path
     sizes = dict(zip(tables["sizes"].bytes_up_to, tables["sizes"].messages, strict=True))
     bucket = [1 << (int(b[b.index("-s") + 1]) - 1).bit_length() for b in benches]  # the next power of two
     assert sizes == {bucket[0]: queued["sent"], bucket[1]: fanned["sent"]}
-    assert len(list((tmp_path / "report").glob("*.png"))) == 6
+    assert len(list((tmp_path / "report").glob("*.png"))) == 8
