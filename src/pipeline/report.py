@@ -198,7 +198,8 @@ def render(frames: dict[str, Any], out: Path, source: str, timezone: str = "UTC"
     ``timezone`` is the one the frames' timestamps are in (Spark's session time zone)."""
     out.mkdir(parents=True, exist_ok=True)
     rates, sizes, lat = frames["rates"], frames["sizes"], frames["latency"]
-    red, keys, unroutable = frames["redeliveries"], frames["routing_keys"], frames["unroutable"]
+    red, keys = frames["redeliveries"], frames["routing_keys"]
+    unroutable = frames["unroutable"].head(TOP_SERIES * 2)  # the whole table is in the tables section
     plots = [
         ("Messages per second", _rates(rates, "messages", out, timezone)),
         ("Bytes per second", _rates(rates, "bytes", out, timezone)),
@@ -215,8 +216,8 @@ def render(frames: dict[str, Any], out: Path, source: str, timezone: str = "UTC"
             "redeliveries and dead letters per queue", "messages", "queue", out / "redeliveries.png",
             all_zero="no redeliveries and no dead letters in this trace")),
         ("Unroutable publishes", _bars(
-            [f"{x} / {k}" for x, k in zip(unroutable["exchange"], unroutable["routing_key"], strict=True)][:TOP_SERIES * 2],
-            {"messages": list(unroutable["messages"])[:TOP_SERIES * 2]},
+            [f"{x} / {k}" for x, k in zip(unroutable["exchange"], unroutable["routing_key"], strict=True)],
+            {"messages": list(unroutable["messages"])},
             "publishes that reached no queue, per exchange / routing key", "messages", "exchange / routing key",
             out / "unroutable.png", horizontal=True)),
         ("Top routing keys", _bars(list(keys["routing_key"].astype(str)), {"messages": list(keys["messages"])},

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from pipelinekit import Broker, TrafficRecorder
 
+from amqpproto import spec
+from pipeline.client import Client
 from servers.cli import main as servers_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +106,93 @@ def test_analyze_report_from_a_traffic_stream(spark, broker: Broker, tmp_path: P
     if artifacts:  # kept for a person to look at, as the admin page's screenshots
         Path(artifacts).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tmp_path / "report.png", Path(artifacts) / "analyze-report.png")
+
+
+def _operator_traffic(broker: Broker, trace: str, tag: str) -> dict[str, str]:
+    """Traffic with one of each problem, traced into ``trace``: a backlog of 1,000 (and one of 3),
+    a consumer taking 0.1 s per message, 4 dead letters, 10 publishes that reach no queue."""
+    import time
+
+    q = {name: f"{name}-{tag}" for name in ("big", "small", "slow", "retry", "parked")}
+    nowhere = f"nobody-binds-{tag}"
+    with Client(broker.url) as c:
+        c.bind(trace, "amq.rabbitmq.trace", "#")
+        try:
+            for name in ("big", "small", "slow", "parked"):
+                c.declare(q[name], durable=False)
+            c.declare(q["retry"], {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q["parked"]},
+                      durable=False)
+            c.declare_exchange(nowhere, "direct", durable=False)
+            c.confirm_select()
+            for name, n in (("big", 1000), ("small", 3), ("slow", 20), ("retry", 4)):
+                for i in range(n):  # distinct bodies: the analysis pairs a delivery with its publish by body
+                    c.publish("", q[name], spec.BasicProperties(), f"{name}-{tag}-{i}".encode())
+            for i in range(7):
+                c.publish("amq.direct", f"no-such-key-{tag}", spec.BasicProperties(), f"lost-{tag}-{i}".encode())
+            for i in range(3):
+                c.publish(nowhere, "eu", spec.BasicProperties(), f"unbound-{tag}-{i}".encode())
+            c.wait_confirms(c.published)  # every backlog is complete before any consumer starts
+            c.qos(100)
+            for name in ("big", "small", "retry", "parked"):
+                tag_ = c.consume(q[name])
+                while (d := c.next_delivery(1.0)) is not None:
+                    if name == "retry":
+                        c.reject(d.delivery_tag, requeue=False)
+                    else:
+                        c.ack(d.delivery_tag, multiple=False)
+                c.cancel(tag_)
+            c.qos(1)
+            tag_ = c.consume(q["slow"])
+            while (d := c.next_delivery(1.0)) is not None:
+                time.sleep(0.1)  # the slow consumer: the 20th message waits for 19 of these
+                c.ack(d.delivery_tag, multiple=False)
+            c.cancel(tag_)
+        finally:
+            c.unbind(trace, "amq.rabbitmq.trace", "#")
+    return {**q, "nowhere": nowhere}
+
+
+def test_analyze_summary_names_what_is_wrong_worst_first(spark, broker: Broker, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary header, backlog over time, unroutable publishes and log scales, on the broker's
+    own firehose with numbers the traffic fixes."""
+    if not broker.firehose:
+        pytest.skip("RabbitMQ 3.10 appends no firehose records to a stream queue (see the README)")
+    trace = broker.stream("pipe-trace-summary")
+    tag = trace.rsplit("-", 2)[-2] + "-" + trace.rsplit("-", 1)[-1]
+    q = _operator_traffic(broker, trace, tag)
+    import pipeline.session
+
+    monkeypatch.setattr(pipeline.session, "make_session", lambda *a, **kw: _Borrowed(spark))
+    out = tmp_path / "report"
+    assert servers_main(["analyze", "--url", broker.url, "--stream", trace, "--out", str(out)]) == 0
+    tables = {p.stem: spark.read.parquet(str(p)).toPandas() for p in (out / "tables").iterdir()}
+
+    unroutable = tables["unroutable"]
+    assert sorted(zip(unroutable.exchange, unroutable.routing_key, unroutable.messages, strict=True)) == [
+        ("amq.direct", f"no-such-key-{tag}", 7), (q["nowhere"], "eu", 3)]
+    backlog = tables["backlog"].groupby("queue").agg(peak=("peak", "max"))
+    assert backlog.peak.to_dict() == {q["big"]: 1000, q["small"]: 3, q["slow"]: 20, q["retry"]: 4}
+    last = tables["backlog"].sort_values("second").groupby("queue").end.last()
+    assert (last == 0).all()  # every queue drained
+    consumers = tables["consumers"]
+    slowest = consumers.iloc[0]  # worst first
+    assert slowest.queue == q["slow"] and slowest.deliveries == 20 and slowest.p99 >= 1500
+    assert slowest.consumer.endswith(" channel 1") and "127.0.0.1" in slowest.consumer
+
+    page = (out / "index.html").read_text()
+    summary = page[page.index('id="summary"'):page.index("<h2>Messages per second")]
+    titles = ["Slowest consumers", "Largest backlogs", "Dead letters: 4", "Unroutable publishes: 10 reached no queue"]
+    assert [summary.index(t) for t in titles] == sorted(summary.index(t) for t in titles)
+    assert f"<li>{q['slow']} &lt;- " in summary.split("Largest backlogs")[0]
+    assert f"<li>{q['big']}: peak 1,000 messages at " in summary
+    assert f"<li>{q['retry']}: 4 dead-lettered" in summary
+    assert f"<li>exchange amq.direct, routing key &#x27;no-such-key-{tag}&#x27;: 7</li>" in summary
+    backlog_section = page[page.index("<h2>Backlog over time"):page.index("<h2>Message sizes")]
+    assert "log scale: the largest value is 333x the smallest" in backlog_section  # 1,000 vs 3
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(
+        f"{n}.png" for n in ("messages_per_second", "bytes_per_second", "backlog", "sizes", "latency",
+                             "redeliveries", "unroutable", "routing_keys"))
 
 
 def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
