@@ -10,18 +10,28 @@ broker's clock when it traced, as the event exchange stamps its messages).
 
 The publish and delivery paths call in here only when ``vhost.trace`` is set (one attribute check
 when tracing is off). Messages published *to* the trace exchange are never traced (no feedback
-loop), and trace messages go straight to the queues bound to it, never through the publish path."""
+loop), and trace messages go straight to the queues bound to it, never through the publish path.
+
+Cost: a trace message's headers table is what a stream bound to the firehose stores for every
+record, so it is assembled here from encoded pieces (``TraceTables``) rather than encoded field by
+field: the part naming the node, user, connection and vhost is the same for every message of one
+channel, the exchange's and the properties' parts repeat too. ``EncodedMessage`` carries it to the
+store; ``tests/engine/test_trace_tables.py`` holds it to ``write_table`` of the headers, byte for byte."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from struct import Struct
 from typing import Any
 
-from .._message import Entry, Message
+from amqpproto import write_table, write_value
+
+from .._message import EncodedMessage, Entry, Message
 from .objects import Exchange, Queue, VHost
 from .routing import route
 from .state import ModelState
 
-__all__ = ["TRACE_EXCHANGE", "Tracer", "Origin", "NO_ORIGIN", "amqp_properties"]
+__all__ = ["TRACE_EXCHANGE", "Tracer", "TraceTables", "Origin", "NO_ORIGIN", "amqp_properties"]
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 #: the node name trace messages carry (RabbitMQ's ``rabbit@host``)
@@ -40,15 +50,88 @@ Origin = tuple[str, str, int]
 NO_ORIGIN: Origin = ("", "", 0)
 
 
+def _key(name: str) -> bytes:
+    """A field table key as encoded (shortstr)."""
+    b = name.encode()
+    return bytes((len(b),)) + b
+
+
+_U32 = Struct(">I")
+_EXCHANGE, _ROUTING_KEYS, _PROPERTIES = _key("exchange_name"), _key("routing_keys"), _key("properties")
+_TIMESTAMP, _ROUTED, _REDELIVERED = _key("timestamp_in_ms"), _key("routed_queues"), _key("redelivered")
+_REDELIVERED_PARTS = (_REDELIVERED + write_value(0), _REDELIVERED + write_value(1))
+#: entries kept per piece cache before it starts afresh (names and origins of a busy broker)
+_CACHE_MAX = 4096
+
+
+class TraceTables:
+    """Trace messages' headers, the dict and its encoded field table together, the table joined
+    from cached pieces in the order RabbitMQ's tracer writes them."""
+
+    __slots__ = ("exchanges", "keys", "origins", "routed", "plain_props")
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, bytes] = {}
+        self.keys: dict[str, bytes] = {}
+        #: (persistent, origin, vhost) -> node .. vhost entries, contiguous in the table
+        self.origins: dict[Hashable, bytes] = {}
+        self.routed: dict[tuple[str, ...], bytes] = {}
+        #: the properties entry of a message with no headers, by delivery mode
+        self.plain_props = {dm: _PROPERTIES + write_value({"delivery_mode": dm}) for dm in (1, 2)}
+
+    @staticmethod
+    def _piece(cache: dict[Any, bytes], key: Hashable, make: Callable[[], bytes]) -> bytes:
+        piece = cache.get(key)
+        if piece is None:
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            piece = cache[key] = make()
+        return piece
+
+    def build(self, vhost: str, exchange: str, msg: Message, origin: Origin, now_ms: int,
+              routed: list[str] | None, redelivered: int = 0) -> tuple[dict[str, Any], bytes]:
+        """The headers of the trace of ``msg`` and their table: ``routed`` (a publish's queues) or
+        ``redelivered`` (a delivery's flag, when ``routed`` is None) last."""
+        user, connection, channel = origin
+        dm = 2 if msg.persistent else 1
+        rk = msg.routing_key
+        props = amqp_properties(msg)
+        headers: dict[str, Any] = {
+            "exchange_name": exchange, "routing_keys": [rk], "properties": props, "node": NODE,
+            "delivery_mode": dm, "user": user, "channel": channel, "connection": connection, "vhost": vhost,
+            "timestamp_in_ms": now_ms,
+        }
+        piece = self._piece
+        parts = [
+            piece(self.exchanges, exchange, lambda: _EXCHANGE + write_value(exchange)),
+            piece(self.keys, rk, lambda: _ROUTING_KEYS + write_value([rk])),
+            self.plain_props[dm] if len(props) == 1 else _PROPERTIES + write_value(props),
+            piece(self.origins, (dm, origin, vhost), lambda: write_table({
+                "node": NODE, "delivery_mode": dm, "user": user, "channel": channel, "connection": connection,
+                "vhost": vhost})[4:]),
+            _TIMESTAMP + write_value(now_ms),
+        ]
+        if routed is None:
+            headers["redelivered"] = redelivered
+            parts.append(_REDELIVERED_PARTS[redelivered])
+        else:
+            headers["routed_queues"] = routed
+            names = tuple(routed)
+            parts.append(piece(self.routed, names, lambda: _ROUTED + write_value(routed)))
+        body = b"".join(parts)
+        return headers, _U32.pack(len(body)) + body
+
+
 class Tracer:
     """One per broker; a traced vhost points at it (``VHost.trace``)."""
 
-    __slots__ = ("state", "enqueue")
+    __slots__ = ("state", "enqueue", "tables")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
         #: attached by the model: the publisher's enqueue (a trace message skips routing extras)
         self.enqueue: Any = None
+        self.tables = TraceTables()
 
     def enable(self, vhost: VHost, on: bool = True) -> None:
         vhost.trace = self if on else None
@@ -59,9 +142,9 @@ class Tracer:
         key = "publish." + (x.name or "amq.default")
         trace_targets = self._targets(vhost, key)
         if trace_targets:
-            headers = self._headers(vhost, x.name, msg, origin or NO_ORIGIN)
-            headers["routed_queues"] = [q.name for q in targets if isinstance(q, Queue)]
-            self._emit(trace_targets, key, headers, msg)
+            routed = [q.name for q in targets if isinstance(q, Queue)]
+            self._emit(trace_targets, key, msg, *self.tables.build(
+                vhost.name, x.name, msg, origin or NO_ORIGIN, int(self.state.now * 1000), routed))
 
     def delivered(self, q: Queue, entry: Entry, origin: Origin) -> None:
         msg = entry.msg
@@ -71,24 +154,8 @@ class Tracer:
         key = "deliver." + q.name
         trace_targets = self._targets(vhost, key)
         if trace_targets:
-            headers = self._headers(vhost, msg.exchange, msg, origin)
-            headers["redelivered"] = int(entry.count > 0)
-            self._emit(trace_targets, key, headers, msg)
-
-    def _headers(self, vhost: VHost, exchange: str, msg: Message, origin: Origin) -> dict[str, Any]:
-        user, connection, channel = origin
-        return {
-            "exchange_name": exchange,
-            "routing_keys": [msg.routing_key],
-            "properties": amqp_properties(msg),
-            "node": NODE,
-            "delivery_mode": 2 if msg.persistent else 1,
-            "user": user,
-            "channel": channel,
-            "connection": connection,
-            "vhost": vhost.name,
-            "timestamp_in_ms": int(self.state.now * 1000),
-        }
+            self._emit(trace_targets, key, msg, *self.tables.build(
+                vhost.name, msg.exchange, msg, origin, int(self.state.now * 1000), None, int(entry.count > 0)))
 
     @staticmethod
     def _targets(vhost: VHost, key: str) -> list[Any]:
@@ -97,9 +164,8 @@ class Tracer:
         x = vhost.exchanges.get(TRACE_EXCHANGE)
         return route(vhost, x, key, None) if x is not None else []
 
-    def _emit(self, targets: list[Any], key: str, headers: dict[str, Any], msg: Message) -> None:
-        state = self.state
-        traced = Message(state.next_message_id(), TRACE_EXCHANGE, key, headers, msg.body)
+    def _emit(self, targets: list[Any], key: str, msg: Message, headers: dict[str, Any], table: bytes) -> None:
+        traced = EncodedMessage(self.state.next_message_id(), TRACE_EXCHANGE, key, headers, msg.body, table)
         enqueue = self.enqueue
         for q in targets:
             enqueue(q, traced)
