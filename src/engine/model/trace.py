@@ -20,7 +20,7 @@ store; ``tests/engine/test_trace_tables.py`` holds it to ``write_table`` of the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from struct import Struct
 from typing import Any
 
@@ -80,12 +80,10 @@ class TraceTables:
         self.plain_props = {dm: _PROPERTIES + write_value({"delivery_mode": dm}) for dm in (1, 2)}
 
     @staticmethod
-    def _piece(cache: dict[Any, bytes], key: Hashable, make: Callable[[], bytes]) -> bytes:
-        piece = cache.get(key)
-        if piece is None:
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            piece = cache[key] = make()
+    def _keep(cache: dict[Any, bytes], key: Hashable, piece: bytes) -> bytes:
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        cache[key] = piece
         return piece
 
     def build(self, vhost: str, exchange: str, msg: Message, origin: Origin, now_ms: int,
@@ -95,43 +93,44 @@ class TraceTables:
         user, connection, channel = origin
         dm = 2 if msg.persistent else 1
         rk = msg.routing_key
-        props = amqp_properties(msg)
+        props = amqp_properties(msg) if msg.headers else {"delivery_mode": dm}
         headers: dict[str, Any] = {
             "exchange_name": exchange, "routing_keys": [rk], "properties": props, "node": NODE,
             "delivery_mode": dm, "user": user, "channel": channel, "connection": connection, "vhost": vhost,
             "timestamp_in_ms": now_ms,
         }
-        piece = self._piece
-        parts = [
-            piece(self.exchanges, exchange, lambda: _EXCHANGE + write_value(exchange)),
-            piece(self.keys, rk, lambda: _ROUTING_KEYS + write_value([rk])),
-            self.plain_props[dm] if len(props) == 1 else _PROPERTIES + write_value(props),
-            piece(self.origins, (dm, origin, vhost), lambda: write_table({
-                "node": NODE, "delivery_mode": dm, "user": user, "channel": channel, "connection": connection,
-                "vhost": vhost})[4:]),
-            _TIMESTAMP + write_value(now_ms),
-        ]
+        keep = self._keep
+        ex_part = self.exchanges.get(exchange) or keep(self.exchanges, exchange, _EXCHANGE + write_value(exchange))
+        rk_part = self.keys.get(rk) or keep(self.keys, rk, _ROUTING_KEYS + write_value([rk]))
+        who = (dm, origin, vhost)
+        who_part = self.origins.get(who) or keep(self.origins, who, write_table({
+            "node": NODE, "delivery_mode": dm, "user": user, "channel": channel, "connection": connection,
+            "vhost": vhost})[4:])
         if routed is None:
             headers["redelivered"] = redelivered
-            parts.append(_REDELIVERED_PARTS[redelivered])
+            last = _REDELIVERED_PARTS[redelivered]
         else:
             headers["routed_queues"] = routed
             names = tuple(routed)
-            parts.append(piece(self.routed, names, lambda: _ROUTED + write_value(routed)))
-        body = b"".join(parts)
+            last = self.routed.get(names) or keep(self.routed, names, _ROUTED + write_value(routed))
+        props_part = self.plain_props[dm] if len(props) == 1 else _PROPERTIES + write_value(props)
+        body = b"".join((ex_part, rk_part, props_part, who_part, _TIMESTAMP + write_value(now_ms), last))
         return headers, _U32.pack(len(body)) + body
 
 
 class Tracer:
     """One per broker; a traced vhost points at it (``VHost.trace``)."""
 
-    __slots__ = ("state", "enqueue", "tables")
+    __slots__ = ("state", "enqueue", "tables", "routes")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
         #: attached by the model: the publisher's enqueue (a trace message skips routing extras)
         self.enqueue: Any = None
         self.tables = TraceTables()
+        #: (trace exchange, routing key) -> (its router's version, the queues): every message
+        #: routes by its exchange's or queue's key, which repeat, through bindings that rarely change
+        self.routes: dict[tuple[Exchange, str], tuple[int, list[Any]]] = {}
 
     def enable(self, vhost: VHost, on: bool = True) -> None:
         vhost.trace = self if on else None
@@ -157,12 +156,23 @@ class Tracer:
             self._emit(trace_targets, key, msg, *self.tables.build(
                 vhost.name, msg.exchange, msg, origin, int(self.state.now * 1000), None, int(entry.count > 0)))
 
-    @staticmethod
-    def _targets(vhost: VHost, key: str) -> list[Any]:
+    def _targets(self, vhost: VHost, key: str) -> list[Any]:
         """The queues bound to the trace exchange for ``key`` (routing first: an unbound firehose
-        builds no trace message)."""
+        builds no trace message). Cached while the exchange's bindings stay as they were, unless
+        it is bound to another exchange (whose bindings would change the answer unseen)."""
         x = vhost.exchanges.get(TRACE_EXCHANGE)
-        return route(vhost, x, key, None) if x is not None else []
+        if x is None:
+            return []
+        version = x.router.version
+        hit = self.routes.get((x, key))
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        targets = route(vhost, x, key, None)
+        if all(type(dest) is not Exchange for dest, _, _ in x.router.bindings()):
+            if len(self.routes) >= _CACHE_MAX:
+                self.routes.clear()
+            self.routes[(x, key)] = (version, targets)
+        return targets
 
     def _emit(self, targets: list[Any], key: str, msg: Message, headers: dict[str, Any], table: bytes) -> None:
         traced = EncodedMessage(self.state.next_message_id(), TRACE_EXCHANGE, key, headers, msg.body, table)
