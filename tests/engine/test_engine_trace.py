@@ -207,3 +207,27 @@ def test_trace_routes_follow_binding_changes_between_messages() -> None:
     net.run_until_idle()
     traced()
     assert bodies(s) == []
+
+
+def test_a_stomp_topic_subscription_is_a_routed_queue_and_its_deliveries_are_traced() -> None:
+    """A light subscription (no queue of its own) stands for the auto-delete queue RabbitMQ's STOMP
+    adapter would make: a publish reaching only it is routed, not unroutable, and it is delivered."""
+    net = traced_net("/")
+    c = amqp(net)
+    trace_queue(c)
+    s = connected(net)
+    subscribe(s, "/topic/news", "sub-1")
+    net.run_until_idle()
+    sender = connected(net)
+    send(sender, "/topic/news", b"headline")
+    send(sender, "/topic/sport", b"nobody listens")
+    net.run_until_idle()
+    assert bodies(s) == [b"headline"]
+    name = "stomp-subscription-{}:{}-sub-1".format(*s.peer[:2])
+    traces = drain(c)
+    assert [(key, h.get("routed_queues"), body) for key, h, body in traces] == [
+        ("publish.amq.topic", [name], b"headline"), ("publish.amq.topic", [], b"nobody listens"),
+        (f"deliver.{name}", None, b"headline")]
+    delivered = traces[2][1]
+    assert delivered["redelivered"] == 0 and delivered["exchange_name"] == "amq.topic"
+    assert delivered["user"] == "guest" and delivered["connection"] == "{}:{}".format(*s.peer[:2])

@@ -27,6 +27,7 @@ from typing import Any
 from amqpproto import write_table, write_value
 
 from .._message import EncodedMessage, Entry, Message
+from .light import LightConsumer
 from .objects import Exchange, Queue, VHost
 from .routing import route
 from .state import ModelState
@@ -141,16 +142,21 @@ class Tracer:
         key = "publish." + (x.name or "amq.default")
         trace_targets = self._targets(vhost, key)
         if trace_targets:
-            routed = [q.name for q in targets if isinstance(q, Queue)]
+            # queues and light subscriptions (a delayed exchange's holder routes nowhere yet)
+            routed = [q.name if isinstance(q, Queue) else q.trace_name() for q in targets
+                      if isinstance(q, Queue | LightConsumer)]
             self._emit(trace_targets, key, msg, *self.tables.build(
                 vhost.name, x.name, msg, origin or NO_ORIGIN, int(self.state.now * 1000), routed))
 
     def delivered(self, q: Queue, entry: Entry, origin: Origin) -> None:
+        self.delivered_to(q.vhost, q.name, entry, origin)
+
+    def delivered_to(self, vhost: VHost, queue: str, entry: Entry, origin: Origin) -> None:
+        """A delivery from the queue (or light subscription) named ``queue``."""
         msg = entry.msg
         if msg.exchange == TRACE_EXCHANGE:
             return
-        vhost = q.vhost
-        key = "deliver." + q.name
+        key = "deliver." + queue
         trace_targets = self._targets(vhost, key)
         if trace_targets:
             self._emit(trace_targets, key, msg, *self.tables.build(
