@@ -65,6 +65,16 @@ def _empty(ax: Any, what: str) -> None:
     ax.set_axis_off()
 
 
+def _top_series(wide: Any, rank: Any) -> Any:
+    """The TOP_SERIES columns of ``wide`` ranking highest in ``rank``, the rest summed as one."""
+    order = list(rank.sort_values(ascending=False, kind="stable").index)
+    top, rest = order[:TOP_SERIES], order[TOP_SERIES:]
+    shown = wide[top]
+    if rest:
+        shown = shown.assign(**{f"{len(rest)} others": wide[rest].sum(axis=1)})
+    return shown
+
+
 def _per_second(df: Any, column: str) -> Any:
     """Seconds x names, every second of the span (a second without traffic is 0, not a gap in the
     line), the busiest names first and the rest summed as "others"."""
@@ -72,12 +82,7 @@ def _per_second(df: Any, column: str) -> Any:
 
     wide = df.pivot_table(index="second", columns="name", values=column, aggfunc="sum", fill_value=0)
     wide = wide.reindex(pd.date_range(wide.index.min(), wide.index.max(), freq="1s"), fill_value=0)
-    order = list(wide.sum().sort_values(ascending=False, kind="stable").index)
-    top, rest = order[:TOP_SERIES], order[TOP_SERIES:]
-    shown = wide[top]
-    if rest:
-        shown = shown.assign(**{f"{len(rest)} others": wide[rest].sum(axis=1)})
-    return shown
+    return _top_series(wide, wide.sum())
 
 
 def _lines(ax: Any, wide: Any, ylabel: str, timezone: str) -> str:
@@ -126,12 +131,7 @@ def _backlog_per_second(df: Any) -> Any:
     span = pd.date_range(peak.index.min(), peak.index.max(), freq="1s")
     end = end.reindex(span).ffill().fillna(0)
     wide = peak.reindex(span).fillna(end)
-    order = list(wide.max().sort_values(ascending=False, kind="stable").index)
-    top, rest = order[:TOP_SERIES], order[TOP_SERIES:]
-    shown = wide[top]
-    if rest:
-        shown = shown.assign(**{f"{len(rest)} others": wide[rest].sum(axis=1)})
-    return shown
+    return _top_series(wide, wide.max())
 
 
 def _backlog(df: Any, out: Path, timezone: str) -> tuple[str, str]:
