@@ -110,14 +110,17 @@ def backlog(timed: Any) -> Any:
     first delivery, summed in trace order (a publish before a delivery of the same millisecond);
     ``peak`` is the second's highest count, ``end`` its last. A message dead-lettered into a queue
     enters without a traced publish (the firehose traces client publishes), so its delivery is left
-    out too. A stream's reads remove nothing: its line is appended minus read, not a backlog."""
+    out too, as are the deliveries of queues no traced publish names (a trace without
+    ``routed_queues``). A stream's reads remove nothing: its line is appended minus read."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     enq = (timed.where((F.col("kind") == "publish") & F.col("routed").isNotNull())
            .select("ts", F.explode("routed").alias("queue"), F.lit(1).alias("delta")))
     deq = (timed.where((F.col("kind") == "deliver") & ~F.col("redelivered") & F.col("dead_letter_queue").isNull())
-           .select("ts", F.col("name").alias("queue"), F.lit(-1).alias("delta")))
+           .select("ts", F.col("name").alias("queue"), F.lit(-1).alias("delta"))
+           # only queues some publish names: a trace without routed_queues gives no backlog, not a negative one
+           .join(enq.select("queue").distinct(), "queue", "left_semi"))
     order = Window.partitionBy("queue").orderBy("ts", F.desc("delta"))
     counted = (enq.unionByName(deq)
                .withColumn("seq", F.row_number().over(order))

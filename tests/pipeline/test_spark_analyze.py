@@ -195,6 +195,31 @@ def test_analyze_summary_names_what_is_wrong_worst_first(spark, broker: Broker, 
                              "redeliveries", "unroutable", "routing_keys"))
 
 
+def test_backlog_and_unroutable_rules_on_hand_made_trace_rows(spark) -> None:
+    """The rules behind the two tables, on rows as the source gives them: an empty ``routed_queues``
+    is unroutable, a missing one is unknown (not unroutable); a queue's backlog counts publishes routed
+    to it minus first deliveries in trace order; a queue no publish names gets no (negative) backlog."""
+    from pipeline.analytics import tables, trace_events
+
+    def row(ms: int, key: str, body: str, **headers: str) -> tuple:
+        return (key, {"timestamp_in_ms": str(ms), **headers}, body.encode(), None)
+
+    rows = [row(1000 + i, "publish.orders", f"m{i}", routed_queues='["q1"]', routing_keys='["eu"]')
+            for i in range(3)]
+    rows += [row(1000, "publish.orders", "lost", routed_queues="[]", routing_keys='["asia"]'),
+             row(1001, "publish.amq.default", "relayed", routing_keys='["q9"]'),  # no routed_queues header
+             row(1002, "deliver.q1", "m0", redelivered="0"), row(1002, "deliver.q1", "m0", redelivered="1"),
+             row(2500, "deliver.q1", "m1", redelivered="0"), row(2600, "deliver.q1", "m2", redelivered="0"),
+             row(2600, "deliver.q9", "relayed", redelivered="0")]
+    df = spark.createDataFrame(rows, "routing_key string, headers map<string,string>, body binary, timestamp timestamp")
+    t = {name: frame.toPandas() for name, frame in tables(trace_events(df)).items()}
+    assert list(zip(t["unroutable"].exchange, t["unroutable"].routing_key, t["unroutable"].messages, strict=True)) == [
+        ("orders", "asia", 1)]
+    backlog = t["backlog"]
+    assert list(backlog.queue) == ["q1", "q1"]  # seconds 1 and 2; q9 is named by no publish
+    assert list(backlog.peak) == [3, 1] and list(backlog["end"]) == [2, 0]  # the redelivery is no dequeue
+
+
 def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "servers", "analyze", "--out", str(tmp_path / "r"), *args],
