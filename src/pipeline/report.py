@@ -35,6 +35,8 @@ def _scale(ax: Any, values: Any, horizontal: bool = False) -> str:
     if spread is None:
         return ""
     (ax.set_xscale if horizontal else ax.set_yscale)("symlog", linthresh=1)
+    get, put = (ax.get_xlabel, ax.set_xlabel) if horizontal else (ax.get_ylabel, ax.set_ylabel)
+    put(f"{get()} (log scale)")  # the picture says it too, when it travels without the page
     return f"log scale: the largest value is {spread:,.0f}x the smallest"
 
 
@@ -92,8 +94,8 @@ def _lines(ax: Any, wide: Any, ylabel: str, timezone: str) -> str:
     for name, series in wide.items():
         ax.plot(series.index, series.to_numpy(), marker=".", markersize=3, label=str(name))
     ax.set_ylim(bottom=0)
-    note = _scale(ax, wide.max())  # the spread between the lines' peaks
     ax.set_ylabel(ylabel)
+    note = _scale(ax, wide.max())  # the spread between the lines' peaks
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))
     ax.set_xlabel(f"time ({timezone})")
