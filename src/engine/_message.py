@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Message", "SharedMessage", "Entry", "READY", "UNACKED", "GONE"]
+__all__ = ["Message", "SharedMessage", "EncodedMessage", "Entry", "READY", "UNACKED", "GONE"]
 
 READY, UNACKED, GONE = 0, 1, 2
 
@@ -76,6 +76,20 @@ class SharedMessage(Message):
         self.ack_timeout = None
         #: its encoded AMQP content properties, once a delivery needed them
         self.amqp_props: bytes | None = None
+
+
+class EncodedMessage(Message):
+    """A message built with its headers' field table already encoded (``table``, what
+    ``amqpproto.write_table(headers)`` gives, byte for byte): the firehose's trace messages, whose
+    tables are assembled from cached pieces. The stores write ``table`` instead of encoding the
+    headers again; its headers must not change in place (every copy-on-change is a plain Message)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, id: int, exchange: str, routing_key: str, headers: dict[str, Any], body: bytes,
+                 table: bytes) -> None:
+        super().__init__(id, exchange, routing_key, headers, body)
+        self.table = table
 
 
 class Entry:

@@ -18,7 +18,7 @@ from zlib import crc32
 
 from amqpproto import read_array, read_table, write_array, write_table
 
-from ._message import Message
+from ._message import EncodedMessage, Message
 
 _REC = Struct("<II")  # payload length, crc32(payload)
 #: message id, expires_at, ack_timeout (NaN = None), priority, flags, len(exchange), len(key), len(headers)
@@ -102,7 +102,9 @@ def _encode_message(msg: Message) -> bytes:
     flags = _PERSISTENT if msg.persistent else 0
     hdr = b""
     headers = msg.headers
-    if headers == _PERSISTENT_ONLY:  # what an AMQP publish with delivery-mode 2 alone leaves
+    if type(msg) is EncodedMessage:  # the firehose's: encoded once when it was traced
+        hdr = msg.table
+    elif headers == _PERSISTENT_ONLY:  # what an AMQP publish with delivery-mode 2 alone leaves
         hdr = _PERSISTENT_TABLE
     elif headers:
         try:

@@ -18,9 +18,12 @@ from .options import DEFAULT_URL
 
 __all__ = ["add_arguments", "command", "analyze", "DESCRIPTION"]
 
-DESCRIPTION = ("Analyse a stream bound to the firehose (amq.rabbitmq.trace) with Spark: messages/s and "
-               "bytes/s per exchange and queue, sizes, publish->deliver latency, redeliveries and dead "
-               "letters, top routing keys. Writes OUT/index.html, PNG plots and OUT/tables/*.parquet.")
+DESCRIPTION = ("Analyse a stream bound to the firehose (amq.rabbitmq.trace) with Spark: a summary of what "
+               "is wrong, worst first (slowest consumers, largest backlogs, dead letters, unroutable "
+               "publishes), then messages/s and bytes/s per exchange and queue, backlog over time, sizes, "
+               "publish->deliver latency, redeliveries and dead letters, unroutable publishes, top routing "
+               "keys (log scales where one queue dwarfs the rest). Writes OUT/index.html, PNG plots and "
+               "OUT/tables/*.parquet.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from enginetest_helpers import connected, new_net, send, subscribe
+from enginetest_helpers import bodies, connected, new_net, send, subscribe, unsubscribe
 from test_engine_amqp import amqp, declare, publish
 
 from amqpproto import BasicProperties, spec
@@ -164,3 +164,70 @@ def test_a_delayed_exchange_release_is_traced_once() -> None:
     traces = drain(c)
     assert [key for key, _, _ in traces] == ["publish.later", "deliver.due"]
     assert traces[0][1]["user"] == "guest" and traces[0][1]["routed_queues"] == []  # held, as the plugin's
+
+
+def test_trace_routes_follow_binding_changes_between_messages() -> None:
+    """The tracer caches where each trace key goes; every binding change (a bind, an unbind, a
+    deleted queue, a STOMP subscription, an exchange bound in between) is seen by the next message."""
+    net = traced_net("/")
+    c = amqp(net)
+    declare(c, "q")
+    trace_queue(c, "t1", "publish.#")
+
+    def traced() -> dict[str, list[str]]:
+        publish(c, "q", b"m")
+        net.run_until_idle()
+        return {name: [key for key, _, _ in drain(c, name)] for name in ("t1", "t2", "t3")}
+
+    declare(c, "t2")
+    declare(c, "t3")
+    assert traced() == {"t1": ["publish.amq.default"], "t2": [], "t3": []}
+    c.call(spec.QueueBind(queue="t2", exchange=TRACE_EXCHANGE, routing_key="#", channel=1))
+    assert traced() == {"t1": ["publish.amq.default"], "t2": ["publish.amq.default"], "t3": []}
+    c.call(spec.QueueUnbind(queue="t1", exchange=TRACE_EXCHANGE, routing_key="publish.#", channel=1))
+    assert traced()["t1"] == []
+    c.call(spec.QueueDelete(queue="t2", channel=1))
+    declare(c, "t2")
+    assert traced() == {"t1": [], "t2": [], "t3": []}
+    # an exchange in between: its own bindings change what the trace exchange reaches
+    c.call(spec.ExchangeDeclare(exchange="relay", type="fanout", channel=1))
+    c.call(spec.ExchangeBind(destination="relay", source=TRACE_EXCHANGE, routing_key="#", channel=1))
+    assert traced()["t3"] == []
+    c.call(spec.QueueBind(queue="t3", exchange="relay", channel=1))
+    assert traced()["t3"] == ["publish.amq.default"]
+    c.call(spec.QueueUnbind(queue="t3", exchange="relay", channel=1))
+    assert traced()["t3"] == []
+    s = connected(net)  # a STOMP subscription to the trace exchange is bound (and unbound) too
+    subscribe(s, f"/exchange/{TRACE_EXCHANGE}/publish.#", "sub")
+    net.run_until_idle()
+    bodies(s)
+    traced()
+    assert bodies(s) == [b"m"]
+    unsubscribe(s, "sub")
+    net.run_until_idle()
+    traced()
+    assert bodies(s) == []
+
+
+def test_a_stomp_topic_subscription_is_a_routed_queue_and_its_deliveries_are_traced() -> None:
+    """A light subscription (no queue of its own) stands for the auto-delete queue RabbitMQ's STOMP
+    adapter would make: a publish reaching only it is routed, not unroutable, and it is delivered."""
+    net = traced_net("/")
+    c = amqp(net)
+    trace_queue(c)
+    s = connected(net)
+    subscribe(s, "/topic/news", "sub-1")
+    net.run_until_idle()
+    sender = connected(net)
+    send(sender, "/topic/news", b"headline")
+    send(sender, "/topic/sport", b"nobody listens")
+    net.run_until_idle()
+    assert bodies(s) == [b"headline"]
+    name = "stomp-subscription-{}:{}-sub-1".format(*s.peer[:2])
+    traces = drain(c)
+    assert [(key, h.get("routed_queues"), body) for key, h, body in traces] == [
+        ("publish.amq.topic", [name], b"headline"), ("publish.amq.topic", [], b"nobody listens"),
+        (f"deliver.{name}", None, b"headline")]
+    delivered = traces[2][1]
+    assert delivered["redelivered"] == 0 and delivered["exchange_name"] == "amq.topic"
+    assert delivered["user"] == "guest" and delivered["connection"] == "{}:{}".format(*s.peer[:2])

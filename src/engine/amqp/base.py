@@ -113,7 +113,7 @@ class GetHolder(Consumer):
 class ChannelBase:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",
-                 "ack_batch")
+                 "ack_batch", "origin")
 
     def __init__(self, session: ChannelOwner, channel_id: int) -> None:
         self.session = session
@@ -137,6 +137,9 @@ class ChannelBase:
         #: sequence number and how many, sent as one basic.ack with multiple=true (as RabbitMQ)
         self.ack_upto = 0
         self.ack_batch = 0
+        #: (user, connection, channel) for the firehose, once it traced this channel's work (the
+        #: login and the peer are settled before any channel opens)
+        self.origin: tuple[str, str, int] | None = None
 
 
     # -- plumbing -----------------------------------------------------------------------------------
@@ -177,7 +180,10 @@ class ChannelBase:
 
     def trace_origin(self) -> tuple[str, str, int]:
         """(user, connection, channel) in the firehose's trace messages (RabbitMQ's header values)."""
-        return session_origin(self.session, self.id)
+        origin = self.origin
+        if origin is None:
+            origin = self.origin = session_origin(self.session, self.id)
+        return origin
 
     def _timeout_ms(self, q: Queue) -> int:
         """x-consumer-timeout of the queue, else Limits.consumer_timeout (ms; 0 = none)."""

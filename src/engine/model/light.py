@@ -27,6 +27,7 @@ from typing import Any
 
 from .._message import GONE, READY, UNACKED, Entry, Message
 from .objects import ConsumerOwner, Exchange
+from .origin import connection_name, session_origin
 from .routers import PREFIX_ARG, TopicRouter
 from .state import ModelState
 
@@ -153,6 +154,12 @@ class LightConsumer:
     def consumer_count(self) -> int:
         return 1
 
+    def trace_name(self) -> str:
+        """The queue name the firehose gives it (``routed_queues``, ``deliver.<queue>``): RabbitMQ
+        traces the auto-delete queue such a subscription has; this one has none, so it is named
+        after its owner's connection (protocols add their subscription id)."""
+        return f"light-subscription-{connection_name(self.owner)}"
+
     def unacked_count(self) -> int:
         unacked = self.unacked
         return len(unacked) if unacked else 0
@@ -251,6 +258,7 @@ class LightTopics:
     def dispatch(self, sub: LightConsumer) -> None:
         state = self.state
         now = state.now
+        trace = sub.exchange.vhost.trace  # the firehose, None when off
         buf = sub.buf
         while buf is not None and buf.ready and sub.ready():
             entry = buf.ready.popleft()
@@ -273,6 +281,8 @@ class LightTopics:
                 buf.unacked[tag] = entry
                 if entry.msg.ack_timeout is not None:
                     entry.timer = state.timers.add(now + entry.msg.ack_timeout, self.on_ack_timeout, (sub, tag))
+            if trace is not None:
+                trace.delivered_to(sub.exchange.vhost, sub.trace_name(), entry, session_origin(sub.owner))
             sub.owner.deliver(sub, tag, entry)  # type: ignore[arg-type]
             buf = sub.buf  # the owner may have gone (and cancelled us) while delivering
         sub.trim()

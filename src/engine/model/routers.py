@@ -41,11 +41,13 @@ def args_key(args: dict[str, Any] | None) -> ArgsKey:
 class Router:
     """Base: keeps the binding list (for listing/removal); subclasses index it for routing."""
 
-    __slots__ = ("_bindings",)
+    __slots__ = ("_bindings", "version")
 
     def __init__(self) -> None:
         # (dest, key, args_key) -> args; insertion ordered
         self._bindings: dict[tuple[Any, str, ArgsKey], dict[str, Any] | None] = {}
+        #: bumped by every binding change: who caches a routing result keeps the version it saw
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._bindings)
@@ -63,6 +65,7 @@ class Router:
             return False
         self._bindings[ident] = args
         self._index(dest, key, args)
+        self.version += 1
         return True
 
     def remove(self, dest: Any, key: str, args: dict[str, Any] | None = None) -> bool:
@@ -71,6 +74,7 @@ class Router:
             return False
         del self._bindings[ident]
         self._unindex(dest, key, args)
+        self.version += 1
         return True
 
     def remove_dest(self, dest: Any) -> list[tuple[str, dict[str, Any] | None]]:
@@ -165,6 +169,7 @@ class TopicRouter(Router):
         self._light_prefixes: dict[str, Any] | None = None
 
     def add_light(self, sub: Any, key: str, prefix: bool) -> None:
+        self.version += 1
         if prefix:
             if self._light_prefixes is None:
                 self._light_prefixes = {}
@@ -178,6 +183,7 @@ class TopicRouter(Router):
             _table_add(self._exact, key, sub)
 
     def remove_light(self, sub: Any, key: str, prefix: bool) -> None:
+        self.version += 1
         if prefix:
             if self._light_prefixes is not None and _table_remove(self._light_prefixes, key, sub):
                 self._count_length(key, -1)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..model import Consumer, ConsumerOwner, Queue
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
+from ..model.origin import connection_name
 from .wire import Wire
 
 __all__ = ["StompSubscription", "StompLightSubscription", "AnySubscription", "ACK_MODES"]
@@ -72,6 +73,11 @@ class StompLightSubscription(LightConsumer):
                          _INDIVIDUAL if ack_mode == "client-individual" else 0)
         self.id = sub_id
         self.wire: Wire | None = None
+
+    def trace_name(self) -> str:
+        """As RabbitMQ's STOMP adapter names a topic subscription's queue (``stomp-subscription-``),
+        with the connection and the subscription id (unique while it lives)."""
+        return f"stomp-subscription-{connection_name(self.owner)}-{self.id}"
 
     @property
     def ack_mode(self) -> str:
