@@ -54,6 +54,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from functools import partial
 from struct import Struct
 from zlib import crc32
 
@@ -66,6 +67,8 @@ from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord,
 __all__ = ["FileStreamLog", "FileStreams"]
 
 log = logging.getLogger("sansmq.store")
+#: ``StreamRecord(o, ts, msg)`` without the named tuple's Python-level ``__new__`` (one per record read)
+_new_record = partial(tuple.__new__, StreamRecord)
 
 MAGIC = b"SMQSTRM1"
 _HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
@@ -498,7 +501,7 @@ class FileStreamLog(StreamLog):
                 if out and nbytes + len(msg.body) > max_bytes:
                     stop_pos = pos
                     break
-                out.append(StreamRecord(o, ts, msg))
+                out.append(_new_record((o, ts, msg)))
                 nbytes += len(msg.body)
                 offset = o + 1
             if stop_pos is not None:
