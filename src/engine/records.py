@@ -125,6 +125,66 @@ def _encode_message(msg: Message) -> bytes:
     return b"".join((head, ex, rk, hdr, msg.body))
 
 
+_ID = Struct("<Q")
+#: templates one ``MessageEncoder`` keeps (distinct exchange/routing key pairs, then it starts over)
+_TEMPLATES_MAX = 64
+
+
+class MessageEncoder:
+    """``_encode_message`` for one writer (a stream log, a store) that sees the same few routes:
+    a message with no expiry, no ack timeout and no headers but the ``persistent`` marker (what a
+    plain AMQP publish leaves) is its id then the template of its route (the rest of ``_MSG``,
+    exchange, routing key, headers), the body last. The same bytes as ``_encode_message``
+    (``tests/engine/test_records.py``), without packing and joining the constant part each time."""
+
+    __slots__ = ("_templates",)
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[str, str, int, bool, bool], bytes] = {}
+
+    def encode(self, msg: Message) -> bytes:
+        headers = msg.headers
+        if msg.expires_at is not None or msg.ack_timeout is not None or (headers and headers != _PERSISTENT_ONLY):
+            return _encode_message(msg)
+        key = (msg.exchange, msg.routing_key, msg.priority, msg.persistent, not headers)
+        templates = self._templates
+        tail = templates.get(key)
+        if tail is None:
+            if len(templates) >= _TEMPLATES_MAX:
+                templates.clear()
+            tail = templates[key] = _encode_message(Message(0, *key[:2], headers, b"", key[2], None,
+                                                            key[3]))[_ID.size:]
+        return b"".join((_ID.pack(msg.id), tail, msg.body))
+
+
+class MessageDecoder:
+    """``_decode_message`` for one reader of records that mostly share their route (a stream's):
+    the bytes between the id and the body of the last record with no expiry, no ack timeout and
+    no headers but the ``persistent`` marker are kept with what they decode to, and a record that
+    repeats them exactly is decoded from that (its id and body read, nothing parsed). The same
+    messages as ``_decode_message`` (``tests/engine/test_records.py``)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        #: (the bytes, exchange, routing key, persistent marker, priority, persistent), one
+        #: tuple so a reader on another thread never sees a half-replaced pair
+        self._last: tuple[bytes, str, str, bool, int, bool] = (b"", "", "", False, 0, False)
+
+    def decode(self, p: bytes | memoryview) -> Message:
+        tail, ex, rk, marker, prio, persistent = self._last
+        end = _ID.size + len(tail)
+        if tail and bytes(p[_ID.size:end]) == tail:
+            return Message(_ID.unpack_from(p)[0], ex, rk, {"persistent": "true"} if marker else {}, bytes(p[end:]),
+                           prio, None, persistent)
+        msg = _decode_message(p)
+        headers = msg.headers
+        if msg.expires_at is None and msg.ack_timeout is None and (not headers or headers == _PERSISTENT_ONLY):
+            self._last = (bytes(p[_ID.size:len(p) - len(msg.body)]), msg.exchange, msg.routing_key, bool(headers),
+                          msg.priority, msg.persistent)
+        return msg
+
+
 #: decoded header tables of scalars by their encoding: the records of one stream or queue mostly
 #: repeat the same few (``persistent:true``...), so a read decodes each once
 _TABLES: dict[bytes, dict[str, Any]] = {}

@@ -78,3 +78,12 @@ def test_props_to_headers_matches_the_field_by_field_mapping(props):
     got = props_to_headers(props)
     assert got == _reference_props_to_headers(props)
     assert list(got) == list(_reference_props_to_headers(props))  # same order, too
+
+
+def test_stream_record_props_at_every_integer_width_edge():
+    """The per-width templates of a stream delivery's offset switch where ``write_value`` does."""
+    edges = [0, 127, 128, 32767, 32768, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
+             2**64 - 1]
+    for offset in edges:
+        msg = Message(1, "", "s", {"persistent": "true", "x-stream-offset": offset}, b"body", 0, None, True)
+        assert props_bytes(msg) == encode_properties(_props(msg)), offset

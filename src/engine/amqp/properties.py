@@ -45,13 +45,23 @@ def props_bytes(msg: Message) -> bytes:
 
 
 #: a stream record published with no properties but persistence: its headers table holds only the
-#: offset, so the properties are a flag word, that one-entry table and the delivery mode
+#: offset, so the properties are a flag word, that one-entry table and the delivery mode. The offset
+#: is a field value of the narrowest width ``write_value`` picks; per width (its highest value) the
+#: constant prefix up to the value and the value's packing (with the delivery mode after it)
 _OFFSET_KEY = bytes((len(STREAM_OFFSET_HEADER),)) + STREAM_OFFSET_HEADER.encode()
 _FLAGS_HEADERS_MODE = struct.pack(">H", 0x2000 | 0x1000)
 _U32 = struct.Struct(">I")
+_OFFSET_WIDTHS = tuple(
+    (top, _FLAGS_HEADERS_MODE + _U32.pack(len(_OFFSET_KEY) + 1 + struct.calcsize(fmt)) + _OFFSET_KEY + tag,
+     struct.Struct(">" + fmt + "B"))
+    for top, tag, fmt in ((0x7F, b"b", "b"), (0x7FFF, b"s", "h"), (0xFFFF, b"u", "H"), (0x7FFFFFFF, b"I", "i"),
+                          (0xFFFFFFFF, b"i", "I"), (0x7FFFFFFFFFFFFFFF, b"l", "q")))
 
 
 def _stream_record_props(offset: int) -> bytes:
+    for top, prefix, value in _OFFSET_WIDTHS:
+        if offset <= top:  # offsets are >= 0
+            return prefix + value.pack(offset, 2)
     entry = _OFFSET_KEY + write_value(offset)
     return b"".join((_FLAGS_HEADERS_MODE, _U32.pack(len(entry)), entry, b"\x02"))
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .._message import Entry, Message, SharedMessage
+from .._message import READY, Entry, Message, SharedMessage
 from ..streams import (
     STREAM_QUEUE_ARGS,
     OffsetSpec,
@@ -112,7 +112,13 @@ class StreamEntry(Entry):
     __slots__ = ("offset",)
 
     def __init__(self, msg: Message, seq: int, offset: int) -> None:
-        super().__init__(msg, seq)
+        # Entry.__init__ inlined (count 0, no expiry): one of these is made per stream delivery
+        self.msg = msg
+        self.seq = seq
+        self.count = 0
+        self.state = READY
+        self.expires = None
+        self.timer = None
         self.offset = offset
 
 

@@ -54,18 +54,21 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from functools import partial
 from struct import Struct
 from zlib import crc32
 
 from .._message import Message
 from ..fs import OS_FS, FileSystem
-from ..records import _REC, _decode_message, _encode_message, _record, rewrite_unsynced, write_out
+from ..records import _REC, MessageDecoder, MessageEncoder, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
 __all__ = ["FileStreamLog", "FileStreams"]
 
 log = logging.getLogger("sansmq.store")
+#: ``StreamRecord(o, ts, msg)`` without the named tuple's Python-level ``__new__`` (one per record read)
+_new_record = partial(tuple.__new__, StreamRecord)
 
 MAGIC = b"SMQSTRM1"
 _HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
@@ -210,6 +213,9 @@ class FileStreamLog(StreamLog):
         self._dir_dirty = False
         self._failed: str | None = None
         self._hints: dict[int, tuple[_Seg, int]] = {}
+        # a stream's records share their route: encoded from a template, read back from it
+        self._encoder = MessageEncoder()
+        self._decoder = MessageDecoder()
         fs.makedirs(path, exist_ok=True)
         self._open()
 
@@ -391,7 +397,7 @@ class FileStreamLog(StreamLog):
 
     def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
                 publishing_id: int | None) -> tuple[bool, bool]:
-        body = _encode_message(msg)
+        body = self._encoder.encode(msg)
         prod = b""
         kind = K_MSG
         if producer is not None:
@@ -491,11 +497,11 @@ class FileStreamLog(StreamLog):
                 at = _HEAD.size
                 if kind & F_PRODUCER:
                     at += _PROD.size + _PROD.unpack_from(p, _HEAD.size)[1]
-                msg = _decode_message(p[at:])
+                msg = self._decoder.decode(p[at:])
                 if out and nbytes + len(msg.body) > max_bytes:
                     stop_pos = pos
                     break
-                out.append(StreamRecord(o, ts, msg))
+                out.append(_new_record((o, ts, msg)))
                 nbytes += len(msg.body)
                 offset = o + 1
             if stop_pos is not None:
