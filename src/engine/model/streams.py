@@ -27,6 +27,11 @@ consumer with that name resumes there (its ``x-stream-offset`` only says where t
 name has stored nothing). Producer deduplication (the other extension): a message with headers
 ``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that producer
 is accepted (confirmed) but not appended.
+
+Filtered consumers (``x-stream-filter``, ``engine.streams.filtering``) read with
+``StreamLog.read_filtered``: chunks whose filter rules out a match are skipped unread, and only
+matching messages are delivered (exact, not RabbitMQ's probabilistic over-delivery). They do not
+share the record cache: what they read is their own selection.
 """
 
 from __future__ import annotations
@@ -40,11 +45,14 @@ from ..streams import (
     OffsetSpec,
     StreamArgumentError,
     StreamLog,
+    StreamRecord,
     parse_stomp_stream_offset,
     parse_stream_offset,
     resolve_offset,
     stream_settings,
 )
+from ..streams.args import parse_stream_filter
+from ..streams.filtering import StreamFilter
 from .errors import PreconditionFailed
 from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
@@ -122,20 +130,46 @@ class ConsumerArgs(NamedTuple):
     start: OffsetSpec | None  # x-stream-offset (None: next)
     name: str | None  # x-stream-consumer-name
     stamp: bool = False  # x-stream-timestamp: deliveries carry their append time
+    filter: StreamFilter | None = None  # x-stream-filter, x-stream-match-unfiltered
 
 
 class Reader:
     """One consumer's position in a stream."""
 
-    __slots__ = ("offset", "name", "stamp")
+    __slots__ = ("offset", "name", "stamp", "filter")
 
-    def __init__(self, offset: int, name: str | None, stamp: bool = False) -> None:
+    def __init__(self, offset: int, name: str | None, stamp: bool = False,
+                 filt: StreamFilter | None = None) -> None:
         #: the next offset this consumer reads
         self.offset = offset
         #: its tracking name (``x-stream-consumer-name``), or None
         self.name = name
         #: its deliveries carry ``x-stream-timestamp``
         self.stamp = stamp
+        #: what it reads of the stream (None: everything)
+        self.filter = filt
+
+
+def delivery_message(rec: StreamRecord, private: bool, stamp: bool) -> SharedMessage:
+    """``rec`` as delivered: with its ``x-stream-offset`` (and ``x-stream-timestamp`` if ``stamp``)
+    header; the headers are copied unless the log decoded them for this read alone (``private``)."""
+    msg = rec.message
+    headers = msg.headers
+    if not (private and headers):  # an empty one may be a shared constant: copy it too
+        headers = dict(headers)
+    headers[STREAM_OFFSET_HEADER] = rec.offset
+    if stamp:
+        headers[STREAM_TIMESTAMP_HEADER] = rec.timestamp
+    return SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority, msg.persistent)
+
+
+def filtered_window(log: StreamLog, reader: Reader, filt: StreamFilter, count: int,
+                    end: int) -> tuple[list[tuple[int, SharedMessage]], int]:
+    """Up to ``count`` (offset, message) that ``filt`` matches from ``reader``'s offset below
+    ``end``, and where the reader goes on once it has delivered them all (past what was skipped)."""
+    batch, after = log.read_filtered(reader.offset, filt, count, upto=end)
+    private = log.private_reads
+    return [(rec.offset, delivery_message(rec, private, reader.stamp)) for rec in batch], after
 
 
 class RecordCache:
@@ -170,15 +204,7 @@ class RecordCache:
             if not batch:
                 break
             for rec in batch:
-                msg = rec.message
-                headers = msg.headers
-                if not (private and headers):  # an empty one may be a shared constant: copy it too
-                    headers = dict(headers)
-                headers[STREAM_OFFSET_HEADER] = rec.offset
-                if stamp:
-                    headers[STREAM_TIMESTAMP_HEADER] = rec.timestamp
-                m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
-                                  msg.persistent)
+                m = delivery_message(rec, private, stamp)
                 out.append((rec.offset, m))
                 if not keep:
                     continue
@@ -312,7 +338,7 @@ class Streams:
             offset = min(max(stored, log.first), log.tail)
         else:
             offset = resolve_offset(start or OffsetSpec("next"), log, self.state.now)
-        self.readers[consumer] = Reader(offset, name, args.stamp)
+        self.readers[consumer] = Reader(offset, name, args.stamp, args.filter)
 
     def detach(self, consumer: Consumer) -> None:
         consumer.unacked = None
@@ -339,11 +365,16 @@ class Streams:
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
-            key = (q, True) if reader.stamp else q
-            cache = caches.get(key)
-            if cache is None:
-                cache = caches[key] = RecordCache(reader.stamp)
-            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
+            after = -1
+            if reader.filter is not None:
+                window, after = filtered_window(log, reader, reader.filter, min(room, READ_BATCH), end)
+            else:
+                key = (q, True) if reader.stamp else q
+                cache = caches.get(key)
+                if cache is None:
+                    cache = caches[key] = RecordCache(reader.stamp)
+                window = cache.window(log, reader.offset, min(room, READ_BATCH), end, shared)
+            for offset, msg in window:
                 if not c.ready():
                     break
                 entry = StreamEntry(msg, state.next_seq(), offset)
@@ -356,6 +387,8 @@ class Streams:
                 if trace is not None:
                     trace.delivered(q, entry, c.trace_origin())
                 owner.deliver(c, tag, entry)
+            else:  # all delivered: a filtered reader skips what its read looked at and left out
+                reader.offset = max(reader.offset, after)
             if reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
         if state.next_tag != tags_before:  # deliver_get, as for any queue (the node's and the queue's)
@@ -428,4 +461,8 @@ def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> 
         stamp = {"true": True, "false": False}.get(stamp.lower(), stamp)
     if not isinstance(stamp, bool):
         raise PreconditionFailed(f"invalid arg '{STREAM_TIMESTAMP_HEADER}': expected true or false, got {stamp!r}")
-    return ConsumerArgs(start, name, stamp)
+    try:
+        filt = parse_stream_filter(args, stomp)
+    except StreamArgumentError as exc:
+        raise PreconditionFailed(str(exc)) from None
+    return ConsumerArgs(start, name, stamp, filt)
