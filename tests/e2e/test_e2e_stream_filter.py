@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_e2e_streams import DECLARE, fresh, publish, read, stomp_error, stomp_read, sub_frame
 from targets import Target, pg_url, refused, restart, target
+from test_e2e_streams import DECLARE, fresh, publish, read, stomp_error, stomp_read, sub_frame
 
 __all__ = ["pg_url", "target"]
 

@@ -191,6 +191,11 @@ def _forget_keys(pending: dict[_Key, Any], sid: int) -> None:
         del pending[k]
 
 
+def _columns(pending: dict[Any, tuple[Any, ...]]) -> list[list[Any]]:
+    """The rows (key columns, then value columns) of ``pending`` as one list per column (for unnest)."""
+    return [list(col) for col in zip(*(k + v for k, v in pending.items()), strict=True)]
+
+
 class StreamWork:
     """Stream changes between two syncs: one item of the PostgreSQL store's batch."""
 
@@ -246,15 +251,9 @@ class StreamWork:
                                            [r[2] for r in self.records],
                                            [_encode_message(r[3]) for r in self.records]))
         if self.segments:
-            keys = list(self.segments)
-            vals = list(self.segments.values())
-            cur.execute(q["put_segments"], ([k[0] for k in keys], [k[1] for k in keys], [v[0] for v in vals],
-                                            [v[1] for v in vals], [v[2] for v in vals]))
+            cur.execute(q["put_segments"], _columns(self.segments))
         if self.filters:
-            keys = list(self.filters)
-            vals = list(self.filters.values())
-            cur.execute(q["put_chunks"], ([k[0] for k in keys], [k[1] for k in keys], [v[0] for v in vals],
-                                          [v[1] for v in vals]))
+            cur.execute(q["put_chunks"], _columns(self.filters))
         if self.tracking:
             tracked = list(self.tracking)
             cur.execute(q["put_tracking"], ([k[0] for k in tracked], [k[1] for k in tracked],
