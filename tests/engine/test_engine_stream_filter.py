@@ -128,3 +128,33 @@ def test_bad_filter_arguments_are_a_406_naming_the_argument_and_harm_nothing_els
     net.run_until_idle()
     errors = [e for e in declare.events() if isinstance(e, Error)]
     assert len(errors) == 1 and "'x-stream-filter-size-bytes'" in bytes(errors[0].body).decode()
+
+
+def test_a_consumer_with_an_end_offset_is_cancelled_once_it_read_below_it_even_with_no_match() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    regions(net, c, [["eu"] * 3, ["us"] * 5, ["eu"] * 2])
+    log = net.broker.model.streams.log(streams_q(net, "s"))
+    r = amqp(net)
+    ok = consume(r, **{"x-stream-offset": 0, "x-stream-filter": "eu", "x-stream-end-offset": 9})
+    assert offsets(r) == [0, 1, 2, 8]
+    assert [m.consumer_tag for m in r.of(spec.BasicCancel)] == [ok.consumer_tag]
+    for d in r.of(spec.BasicDeliver):  # its deliveries are still acked on the channel, as after basic.cancel
+        assert not isinstance(r.call(spec.BasicAck(delivery_tag=d.delivery_tag, channel=1)), spec.ChannelClose)
+    none = amqp(net)  # nothing matches in [3, 8): the cancel alone says the range is read
+    decoded = log.filter_decoded
+    consume(none, **{"x-stream-offset": 3, "x-stream-filter": "eu", "x-stream-end-offset": 8})
+    assert offsets(none) == [] and len(none.of(spec.BasicCancel)) == 1
+    assert log.filter_decoded == decoded  # the "us" chunk was skipped unread
+    plain = amqp(net)  # without a filter: offsets below the end, then the cancel
+    consume(plain, **{"x-stream-offset": 4, "x-stream-end-offset": 6})
+    assert offsets(plain) == [4, 5] and len(plain.of(spec.BasicCancel)) == 1
+    waiting = amqp(net)  # an end past the tail: it waits for the appends up to there
+    consume(waiting, **{"x-stream-offset": 9, "x-stream-end-offset": 12})
+    assert offsets(waiting) == [9] and waiting.of(spec.BasicCancel) == []
+    regions(net, c, [["eu", "x", "y", "z"]])
+    assert offsets(waiting) == [9, 10, 11] and len(waiting.of(spec.BasicCancel)) == 1
+    for bad in (-1, "ten", True):
+        got = bad_consume(net, **{"x-stream-end-offset": bad})
+        assert isinstance(got, spec.ChannelClose) and "'x-stream-end-offset'" in got.reply_text
