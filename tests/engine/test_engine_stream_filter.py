@@ -13,8 +13,11 @@ from test_engine_amqp import amqp, publish
 from test_engine_streams import consume, offsets, stream, streams_q
 
 from amqpproto import BasicProperties, spec
+from engine.streams.filtering import GROUP_MIN
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 from stompproto import Ack, Error, Message
+
+C = GROUP_MIN  # a chunk this long gets a filter of its own
 
 
 def regions(net: SimNetwork, c: AmqpSimClient, chunks: list[list[str | None]]) -> None:
@@ -32,20 +35,21 @@ def test_an_amqp_consumer_gets_exactly_its_values_and_unmatched_chunks_are_never
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
-    regions(net, c, [["eu"] * 5, ["us"] * 5, ["eu", "us", None], ["asia"] * 5])
+    regions(net, c, [["eu"] * C, ["us"] * C, ["eu", "us"] + [None] * (C - 2), ["asia"] * C])
     log = net.broker.model.streams.log(streams_q(net, "s"))
     eu = amqp(net)
-    consume(eu, **{"x-stream-offset": "first", "x-stream-filter": "eu"})
-    assert offsets(eu) == [0, 1, 2, 3, 4, 10]
-    assert log.filter_decoded == 5 + 3  # chunks 1 and 3 were skipped unread
+    consume(eu, prefetch=1000, **{"x-stream-offset": "first", "x-stream-filter": "eu"})
+    assert offsets(eu) == [*range(C), 2 * C]
+    assert log.filter_decoded == 2 * C  # chunks 1 and 3 were skipped unread
     both = amqp(net)
-    consume(both, **{"x-stream-offset": "first", "x-stream-filter": ["us", "asia"], "x-stream-match-unfiltered": True})
-    assert offsets(both) == [5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17]
+    consume(both, prefetch=1000, **{"x-stream-offset": "first", "x-stream-filter": ["us", "asia"],
+                                    "x-stream-match-unfiltered": True})
+    assert offsets(both) == [*range(C, 2 * C), *range(2 * C + 1, 4 * C)]
     plain = amqp(net)
-    consume(plain, **{"x-stream-offset": "first", "x-stream-match-unfiltered": True})  # no filter: everything
-    assert offsets(plain) == list(range(18))
+    consume(plain, prefetch=1000, **{"x-stream-offset": "first", "x-stream-match-unfiltered": True})  # no filter
+    assert offsets(plain) == list(range(4 * C))
     regions(net, c, [["eu", "us"]])  # a consumer waiting at the end gets new matches only
-    assert offsets(eu) == [0, 1, 2, 3, 4, 10, 18]
+    assert offsets(eu) == [*range(C), 2 * C, 4 * C]
     assert eu.of(spec.BasicDeliver)[-1].properties.headers["x-stream-filter-value"] == "eu"
 
 
@@ -134,27 +138,27 @@ def test_a_consumer_with_an_end_offset_is_cancelled_once_it_read_below_it_even_w
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
-    regions(net, c, [["eu"] * 3, ["us"] * 5, ["eu"] * 2])
+    regions(net, c, [["eu"] * C, ["us"] * C, ["eu"] * 2])
     log = net.broker.model.streams.log(streams_q(net, "s"))
     r = amqp(net)
-    ok = consume(r, **{"x-stream-offset": 0, "x-stream-filter": "eu", "x-stream-end-offset": 9})
-    assert offsets(r) == [0, 1, 2, 8]
+    ok = consume(r, prefetch=1000, **{"x-stream-offset": 0, "x-stream-filter": "eu", "x-stream-end-offset": 2 * C + 1})
+    assert offsets(r) == [*range(C), 2 * C]
     assert [m.consumer_tag for m in r.of(spec.BasicCancel)] == [ok.consumer_tag]
     for d in r.of(spec.BasicDeliver):  # its deliveries are still acked on the channel, as after basic.cancel
         assert not isinstance(r.call(spec.BasicAck(delivery_tag=d.delivery_tag, channel=1)), spec.ChannelClose)
-    none = amqp(net)  # nothing matches in [3, 8): the cancel alone says the range is read
+    none = amqp(net)  # nothing matches in the "us" chunk: the cancel alone says the range is read
     decoded = log.filter_decoded
-    consume(none, **{"x-stream-offset": 3, "x-stream-filter": "eu", "x-stream-end-offset": 8})
+    consume(none, **{"x-stream-offset": C, "x-stream-filter": "eu", "x-stream-end-offset": 2 * C})
     assert offsets(none) == [] and len(none.of(spec.BasicCancel)) == 1
     assert log.filter_decoded == decoded  # the "us" chunk was skipped unread
     plain = amqp(net)  # without a filter: offsets below the end, then the cancel
     consume(plain, **{"x-stream-offset": 4, "x-stream-end-offset": 6})
     assert offsets(plain) == [4, 5] and len(plain.of(spec.BasicCancel)) == 1
     waiting = amqp(net)  # an end past the tail: it waits for the appends up to there
-    consume(waiting, **{"x-stream-offset": 9, "x-stream-end-offset": 12})
-    assert offsets(waiting) == [9] and waiting.of(spec.BasicCancel) == []
+    consume(waiting, **{"x-stream-offset": 2 * C + 1, "x-stream-end-offset": 2 * C + 4})
+    assert offsets(waiting) == [2 * C + 1] and waiting.of(spec.BasicCancel) == []
     regions(net, c, [["eu", "x", "y", "z"]])
-    assert offsets(waiting) == [9, 10, 11] and len(waiting.of(spec.BasicCancel)) == 1
+    assert offsets(waiting) == [2 * C + 1, 2 * C + 2, 2 * C + 3] and len(waiting.of(spec.BasicCancel)) == 1
     for bad in (-1, "ten", True):
         got = bad_consume(net, **{"x-stream-end-offset": bad})
         assert isinstance(got, spec.ChannelClose) and "'x-stream-end-offset'" in got.reply_text

@@ -12,7 +12,7 @@ from streamtest_helpers import STREAM_KINDS, StreamStores, smsg
 
 from engine.streams import StreamSettings
 from engine.streams import _files as files
-from engine.streams.filtering import ChunkFilters, StreamFilter
+from engine.streams.filtering import GROUP_MAX, GROUP_MIN, ChunkFilters, StreamFilter
 
 T0 = 1_700_000_000.0
 EU, US = StreamFilter(frozenset({"eu"})), StreamFilter(frozenset({"us"}))
@@ -48,34 +48,52 @@ def read_all(log, filt: StreamFilter, count: int = 1000) -> list[int]:
 REGIONS = [f"r{i}" for i in range(20)]
 
 
+C = GROUP_MIN  # messages per chunk: each chunk gets a filter of its own
+
+
+def span(chunk: int, n: int = C) -> list[int]:
+    return list(range(chunk * C, chunk * C + n))
+
+
 def test_a_filtered_read_skips_chunks_without_decoding_them_and_is_exact(stores) -> None:
     s = stores.open()
     log = stores.log(s)
-    # 20 chunks of 10 messages, one region each; chunk 5 also holds two unfiltered messages
-    chunks: list[list[str | None]] = [[r] * 10 for r in REGIONS]
-    chunks[5] = ["r5"] * 8 + [None, None]
+    # 20 chunks, one region each; chunk 5 also holds two unfiltered messages
+    chunks: list[list[str | None]] = [[r] * C for r in REGIONS]
+    chunks[5] = ["r5"] * (C - 2) + [None, None]
     chunked(s, log, chunks)
     r3 = StreamFilter(frozenset({"r3"}))
-    assert read_all(log, r3) == list(range(30, 40))
-    assert log.filter_decoded == 10  # only chunk 3 was read
+    assert read_all(log, r3) == span(3)
+    assert log.filter_decoded == C  # only chunk 3 was read
     assert log.chunk_filters.skipped >= 19
     both = StreamFilter(frozenset({"r3", "r7"}), match_unfiltered=True)
     log.filter_decoded = 0
-    assert read_all(log, both) == list(range(30, 40)) + [58, 59] + list(range(70, 80))
-    assert log.filter_decoded == 30
+    assert read_all(log, both) == span(3) + [6 * C - 2, 6 * C - 1] + span(7)
+    assert log.filter_decoded == 3 * C
     assert read_all(log, StreamFilter(frozenset({"nowhere"}))) == []
     # the reader's offset moves past what was skipped even when nothing matched
     assert log.read_filtered(0, StreamFilter(frozenset({"nowhere"})), 10) == ([], log.tail)
     # count-bounded: the next offset is right after the last one returned
     got, after = log.read_filtered(0, both, 3)
-    assert [r.offset for r in got] == [30, 31, 32] and after == 33
+    assert [r.offset for r in got] == span(3, 3) and after == 3 * C + 3
     s = stores.reopen(s)
     log = stores.log(s)
-    assert read_all(log, r3) == list(range(30, 40))
-    assert log.filter_decoded == 10  # the filters came back with the log: still only chunk 3
-    chunked(s, log, [["r3", "x"]])  # appends after a restart are covered too
-    assert read_all(log, r3) == list(range(30, 40)) + [200]
+    assert read_all(log, r3) == span(3)
+    assert log.filter_decoded == C  # the filters came back with the log: still only chunk 3
+    chunked(s, log, [["r3"] * C])  # appends after a restart are covered too
+    assert read_all(log, r3) == span(3) + span(20)
     s.close()
+
+
+def test_small_chunks_share_a_filter_and_big_ones_are_split() -> None:
+    filters = ChunkFilters(16)
+    for i in range(100):  # a chunk per message (a sync each)
+        filters.add_value(i, True, f"v{i}")
+    assert filters.firsts == [0, GROUP_MIN, 2 * GROUP_MIN, 3 * GROUP_MIN]
+    filters.add_value(100, False, "x", segment_start=True)  # a new segment: a new group at once
+    for i in range(101, 101 + GROUP_MAX):  # one big chunk
+        filters.add_value(i, False, "big")
+    assert filters.firsts[-2:] == [100, 100 + GROUP_MAX]
 
 
 def test_retention_keeps_the_filters_aligned_with_the_log(stores) -> None:
@@ -86,7 +104,7 @@ def test_retention_keeps_the_filters_aligned_with_the_log(stores) -> None:
     assert log.first > 0
     want = [o for o in range(log.first, log.tail) if REGIONS[o // 4] == "r19"]
     assert want and read_all(log, StreamFilter(frozenset({"r19"}))) == want
-    assert log.chunk_filters.firsts[0] >= log.first - 4
+    assert log.chunk_filters.firsts[0] == log.first  # groups start at segment starts
     s = stores.reopen(s)
     log = stores.log(s, settings)
     assert read_all(log, StreamFilter(frozenset({"r19"}))) == want
@@ -106,7 +124,7 @@ def test_a_chunk_of_many_values_still_answers_exactly() -> None:
 def test_offsets_the_filters_do_not_cover_are_read_message_by_message() -> None:
     filters = ChunkFilters(16)
     for i in range(10, 20):
-        filters.add_value(i, i % 5 == 0, "a" if i < 15 else "b")
+        filters.add_value(i, False, "a" if i < 15 else "b", segment_start=i % 5 == 0)
     want_b = StreamFilter(frozenset({"b"}))
     assert filters.span(0, 30, want_b) == (0, 10)  # below the first chunk: not covered
     assert filters.span(10, 30, want_b) == (15, 20)
@@ -144,6 +162,7 @@ def test_a_postgres_stream_written_before_filtering_is_read_message_by_message(p
     s = stores.open()
     log = stores.log(s)
     chunked(s, log, [["eu"] * 5, ["us"] * 5])
+    assert log.chunk_filters.firsts == [0]
     with s._sync_lock:
         s._conn.execute(f'DELETE FROM "{s.schema}".stream_chunks')  # as before filtering existed
     s = stores.reopen(s)
@@ -151,8 +170,8 @@ def test_a_postgres_stream_written_before_filtering_is_read_message_by_message(p
     assert log.chunk_filters.firsts == []
     assert read_all(log, US) == [5, 6, 7, 8, 9]
     assert log.filter_decoded == 10
-    chunked(s, log, [["eu"] * 3, ["us"]])  # new chunks are covered from here on
+    chunked(s, log, [["eu"] * C, ["us"] * C])  # new chunks are covered from here on
     log.filter_decoded = 0
-    assert read_all(log, US) == [5, 6, 7, 8, 9, 13]
-    assert log.filter_decoded == 11
+    assert read_all(log, US) == [5, 6, 7, 8, 9] + list(range(10 + C, 10 + 2 * C))
+    assert log.filter_decoded == 10 + C  # the old offsets, and the new "us" chunk only
     s.close()

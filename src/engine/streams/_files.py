@@ -360,8 +360,8 @@ class FileStreamLog(StreamLog):
                             if kind & F_FILTER:
                                 ln = _U32.unpack_from(p, o)[0]
                                 value = str(p[o + 4:o + 4 + ln], "utf-8", "surrogateescape") or None
-                            chunks.add_value(offset, bool(kind & F_CHUNK) or offset == seg.first, value,
-                                             known=bool(kind & F_FILTER))
+                            chunks.add_value(offset, bool(kind & F_CHUNK), value, known=bool(kind & F_FILTER),
+                                             segment_start=offset == seg.first)
                     elif k == K_TRACK:
                         state[0][str(p[head:], "utf-8", "surrogateescape")] = offset
                     elif k == K_SNAP:
@@ -463,7 +463,7 @@ class FileStreamLog(StreamLog):
                 kind |= F_CHUNK
                 seg.chunk = offset
             self._chunk_open = True
-            self.chunk_filters.add_value(offset, chunk_start, value)
+            self.chunk_filters.add_value(offset, chunk_start, value, segment_start=seg.first == offset)
             seg.index(offset, seg.size, ts)
             self._put(seg, _record(_HEAD.pack(offset, ts, kind) + prod + body))
             seg.end = offset + 1

@@ -306,7 +306,7 @@ class PgStreamLog(StreamLog):
             if chunk_start:
                 work.chunks[self.sid] = offset
             filters = self.chunk_filters
-            filters.add(offset, chunk_start, msg)
+            filters.add(offset, chunk_start, msg, seg.first == offset)
             first, bloom, unfiltered = filters.row(len(filters.firsts) - 1)
             work.filters[(self.sid, first)] = (bloom, unfiltered)
             if producer is not None:

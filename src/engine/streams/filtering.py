@@ -8,12 +8,15 @@ Bloom filters that let a filtered read skip whole chunks without decoding their 
 - Queue argument ``x-stream-filter-size-bytes`` (16..255, default 16): the size of a chunk's filter.
 
 Every chunk has a Bloom filter of the values in it and a flag saying whether it holds an unfiltered
-message. A filtered read asks ``ChunkFilters.next_candidate`` for the first chunk that may match
-and skips the others; inside a matching chunk the broker decodes the messages and drops those that
-do not match, so (unlike RabbitMQ over AMQP 0-9-1, where clients must filter again) consumers get
-exactly what they asked for. Offsets the filters do not cover (a stream written before filtering
-existed, records a cluster follower has not loaded the filters of) are read and checked message by
-message: never a false negative.
+message. A filter covers a group of offsets that starts at a chunk (or a segment) start: consecutive
+chunks share one until it covers ``GROUP_MIN`` messages (a stream appended one message per sync
+would otherwise keep a filter per message in memory), and a chunk of more than ``GROUP_MAX``
+messages is split (finer skipping in a busy stream's big chunks). A filtered read asks
+``ChunkFilters.span`` for the first chunk that may match and skips the others; inside a matching
+chunk the broker decodes the messages and drops those that do not match, so (unlike RabbitMQ over
+AMQP 0-9-1, where clients must filter again) consumers get exactly what they asked for. Offsets the
+filters do not cover (a stream written before filtering existed, records a cluster follower has not
+loaded the filters of) are read and checked message by message: never a false negative.
 
 The hash is blake2b (stable across processes: stores persist the filters).
 """
@@ -39,6 +42,10 @@ DEFAULT_FILTER_BYTES = 16
 MIN_FILTER_BYTES, MAX_FILTER_BYTES = 16, 255
 #: bits set per value
 _HASHES = 3
+#: a chunk start begins a new filter group once the current one covers this many messages
+GROUP_MIN = 32
+#: a filter group covers at most this many messages
+GROUP_MAX = 4096
 
 
 def filter_value(msg: Message) -> str | None:
@@ -77,8 +84,8 @@ class StreamFilter:
 
 
 class ChunkFilters:
-    """The Bloom filter of every chunk of a log: chunk ``i`` holds offsets ``[firsts[i],
-    firsts[i + 1])``, the last one up to ``end``. Offsets outside ``[firsts[0], end)`` are not
+    """The Bloom filters of a log's chunks (their groups, see above): group ``i`` holds offsets
+    ``[firsts[i], firsts[i + 1])``, the last one up to ``end``. Offsets outside ``[firsts[0], end)`` are not
     covered (read message by message)."""
 
     __slots__ = ("nbytes", "nbits", "firsts", "blooms", "unfiltered", "end", "skipped")
@@ -94,14 +101,19 @@ class ChunkFilters:
         #: chunks filtered reads skipped (a statistic; tests prove skipping with it)
         self.skipped = 0
 
-    def add(self, offset: int, chunk_start: bool, msg: Message) -> None:
-        """``msg`` was appended at ``offset``, starting a chunk if ``chunk_start``."""
-        self.add_value(offset, chunk_start, filter_value(msg))
+    def add(self, offset: int, chunk_start: bool, msg: Message, segment_start: bool = False) -> None:
+        """``msg`` was appended at ``offset``, starting a chunk if ``chunk_start`` (and a segment if
+        ``segment_start``)."""
+        self.add_value(offset, chunk_start, filter_value(msg), segment_start=segment_start)
 
-    def add_value(self, offset: int, chunk_start: bool, value: str | None, known: bool = True) -> None:
+    def add_value(self, offset: int, chunk_start: bool, value: str | None, known: bool = True,
+                  segment_start: bool = False) -> None:
         """A message with filter ``value`` is at ``offset`` (appended, or found by a scan); not
-        ``known`` (stored before filtering existed): its chunk matches every filter."""
-        if chunk_start or not self.firsts or offset != self.end:
+        ``known`` (stored before filtering existed): its group matches every filter. A segment
+        start always begins a group (retention and segment indexes cut there)."""
+        size = self.end - self.firsts[-1] if self.firsts else 0
+        if (segment_start or not self.firsts or offset != self.end or size >= GROUP_MAX
+                or (chunk_start and size >= GROUP_MIN)):
             self.firsts.append(offset)
             self.blooms.append(0)
             self.unfiltered.append(False)

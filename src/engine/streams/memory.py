@@ -66,7 +66,7 @@ class MemoryStreamLog(StreamLog):
         self._ts.append(ts)
         chunk_start = not self._chunk_open or rolled
         self._chunk_open = not self.autocommit
-        self.chunk_filters.add(offset, chunk_start, msg)
+        self.chunk_filters.add(offset, chunk_start, msg, seg.first == offset)
         if self.autocommit:
             self.committed = offset + 1
             if producer is not None:
