@@ -162,3 +162,8 @@ def test_a_consumer_with_an_end_offset_is_cancelled_once_it_read_below_it_even_w
     for bad in (-1, "ten", True):
         got = bad_consume(net, **{"x-stream-end-offset": bad})
         assert isinstance(got, spec.ChannelClose) and "'x-stream-end-offset'" in got.reply_text
+    stomp = connected(net)  # STOMP has no frame to end a subscription with: refused
+    subscribe(stomp, "/amq/queue/s", "a", ack="client", prefetch_count="10", x_stream_end_offset="5")
+    net.run_until_idle()
+    errors = [e for e in stomp.events() if isinstance(e, Error)]
+    assert len(errors) == 1 and "'x-stream-end-offset'" in bytes(errors[0].body).decode()

@@ -63,7 +63,7 @@ from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
-__all__ = ["Streams", "StreamEntry", "ConsumerArgs", "is_stream_args", "check_stream_declare",
+__all__ = ["Streams", "StreamEntry", "ConsumerArgs", "is_stream_args", "check_stream_declare", "END_OFFSET_ARG",
            "check_not_stream_consumer", "parse_consumer_args", "STREAM_OFFSET_HEADER", "STREAM_TIMESTAMP_HEADER"]
 
 #: the delivery header carrying a message's offset
@@ -489,8 +489,6 @@ def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> 
     except StreamArgumentError as exc:
         raise PreconditionFailed(str(exc)) from None
     end = args.get(END_OFFSET_ARG)
-    if isinstance(end, str) and stomp and end.isascii() and end.isdigit():
-        end = int(end)
     if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < 0):
         raise PreconditionFailed(f"invalid arg '{END_OFFSET_ARG}': expected an offset >= 0, got {end!r}")
     return ConsumerArgs(start, name, stamp, filt, end)

@@ -148,12 +148,6 @@ class ChunkFilters:
             n -= 1  # the chunk holding ``first`` stays
         del self.firsts[:n], self.blooms[:n], self.unfiltered[:n]
 
-    def truncate(self, end: int) -> None:
-        """Offsets from ``end`` on are gone (a crash lost them)."""
-        n = bisect_right(self.firsts, end - 1)
-        del self.firsts[n:], self.blooms[n:], self.unfiltered[n:]
-        self.end = min(self.end, end) if self.firsts else 0
-
     def span(self, offset: int, end: int, filt: StreamFilter) -> tuple[int, int]:
         """From ``offset`` (below ``end``): the first offset that may match and the end of the
         range read message by message from there (its chunk's end, or where coverage changes);
