@@ -83,7 +83,7 @@ def test_stomp_subscribers_filter_with_headers_and_publishers_set_the_value_as_a
     net.run_until_idle()
     s = connected(net)
     subscribe(s, "/amq/queue/s", "a", ack="client-individual", prefetch_count="10", x_stream_offset="first",
-              x_stream_filter="eu,fr", x_stream_match_unfiltered="true")
+              x_stream_filter="eu, fr", x_stream_match_unfiltered="true")
     net.run_until_idle()
     msgs = [e for e in s.events() if isinstance(e, Message)]
     assert [bytes(m.body) for m in msgs] == [b"s0", b"s2", b"s3", b"plain"]

@@ -192,7 +192,7 @@ def parse_stream_filter(args: Mapping[str, Any], stomp: bool = False) -> StreamF
     if raw is None:
         return None
     if isinstance(raw, str):
-        values = raw.split(",") if stomp else [raw]
+        values = [v.strip() for v in raw.split(",")] if stomp else [raw]
     elif isinstance(raw, (list, tuple)):
         values = [_text(v) for v in raw]
     else:
