@@ -16,8 +16,15 @@ from typing import Any
 __all__ = ["register"]
 
 
+#: PySpark refuses a reader that implements pushFilters unless this is on (it is off by default)
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark: Any) -> None:
-    """Register format "sansmq" with ``spark`` (a SparkSession)."""
+    """Register format "sansmq" with ``spark`` (a SparkSession), and turn on PySpark's filter
+    pushdown for Python data sources: the batch reader pushes predicates on its ``filter`` column
+    down to the broker (a session that keeps it off reads with option ``filterPushdown=false``)."""
     from .datasource import SansmqDataSource
 
+    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(SansmqDataSource)

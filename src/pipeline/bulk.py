@@ -18,7 +18,7 @@ import pyarrow as pa
 from amqpproto import RemoteProtocolError, spec
 from amqpproto.bulk import StreamDeliveryDecoder, frame_end
 
-from .client import CH, BrokerError, Client, ConnectionLost
+from .client import CH, BrokerError, Client, ConnectionLost, ConsumerCancelled
 from .columns import Columns
 from .dataloss import LossPolicy
 from .offsets import stamp_arguments
@@ -32,8 +32,20 @@ _RECV = 1 << 18
 RANGE_TAG = "sansmq-range"
 
 
+def filter_arguments(client: Client, values: tuple[str, ...] | None, end: int) -> dict[str, object] | None:
+    """The consumer arguments of a range read that only wants messages whose stream filter value is
+    one of ``values`` (``x-stream-filter``, and ``x-stream-end-offset`` so that the broker cancels
+    the consumer at the range's end: a filtered read cannot tell its end from the offsets it gets);
+    None when there is no filter or the broker cannot end a range (RabbitMQ: everything is read, and
+    Spark's own predicate does the filtering)."""
+    if values is None or client.capabilities.get("stream_range_end") is not True:
+        return None
+    return {"x-stream-filter": list(values), "x-stream-end-offset": end}
+
+
 def read_stream_range(client: Client, stream: str, start: int, end: int, batch_rows: int,
-                      timeout: float, policy: LossPolicy) -> Iterator[pa.RecordBatch]:
+                      timeout: float, policy: LossPolicy,
+                      values: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
     """Offsets [start, end) of ``stream`` as record batches of at most ``batch_rows`` rows; the
     client's prefetch (basic.qos) is set. When the range is read, the consumer is cancelled and
     every delivery acked, so the connection can read the next range.
@@ -41,10 +53,15 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     A stream's offsets are contiguous, so rows missing from the range were removed before they
     were read (a consumer asking for an offset retention removed starts at the first one kept):
     ``policy`` fails the task or counts them. The first batch is checked before it leaves, the
-    count of the whole range at its end (retention can overtake a slow reader)."""
+    count of the whole range at its end (retention can overtake a slow reader).
+
+    With ``values`` (``filter_arguments``) the broker sends only the matching messages and cancels
+    the consumer at ``end``: the range is read when that cancel arrives; rows are not counted then
+    (the offsets in between were skipped by the filter, not removed)."""
     sock = client.sock
-    client._send(spec.BasicConsume(queue=stream, consumer_tag=RANGE_TAG,
-                                   arguments={"x-stream-offset": start, **stamp_arguments(client)}, channel=CH))
+    filtered = filter_arguments(client, values, end)
+    client._send(spec.BasicConsume(queue=stream, consumer_tag=RANGE_TAG, arguments={
+        "x-stream-offset": start, **stamp_arguments(client), **(filtered or {})}, channel=CH))
     client.flush()
     decoder = StreamDeliveryDecoder(CH)
     buf, pos = b"", 0
@@ -52,7 +69,7 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
     cols = Columns()
     last = start - 1
     rows = 0
-    while last < end - 1:
+    while filtered or last < end - 1:
         try:
             pos, seen, other = decoder.decode(buf, pos, cols, start, end, batch_rows)
         except RemoteProtocolError as exc:  # as the general path reports it (MissingStreamOffset propagates)
@@ -61,27 +78,32 @@ def read_stream_range(client: Client, stream: str, start: int, end: int, batch_r
             last = seen
         if other:  # one whole frame for the general path (consume-ok; a close or cancel raises)
             after = frame_end(buf, pos)
-            _general_path(client, buf[pos:after])
-            pos = after
+            frame, pos = buf[pos:after], after
+            try:
+                _general_path(client, frame)
+            except ConsumerCancelled as cancel:
+                if not (filtered and cancel.consumer_tag == RANGE_TAG):
+                    raise
+                break  # the broker gave every match below ``end``
             continue
         if decoder.last_tag != acked:  # credit for what was decoded: the broker keeps sending
             acked = decoder.last_tag
             client._send(spec.BasicAck(acked, True, channel=CH))
             client.flush()
         if len(cols) >= batch_rows:
-            rows += _checked(cols, rows, stream, start, policy)
+            rows += len(cols) if filtered else _checked(cols, rows, stream, start, policy)
             yield cols.batch(stream)
             cols = Columns()
             continue
-        if last >= end - 1:
+        if last >= end - 1 and not filtered:
             break
         buf = buf[pos:] + _recv(sock, timeout, stream, last, end)
         pos = 0
     if len(cols):
-        rows += _checked(cols, rows, stream, start, policy)
+        rows += len(cols) if filtered else _checked(cols, rows, stream, start, policy)
         yield cols.batch(stream)
     _release(client, buf[pos:], decoder.last_tag, acked, timeout)
-    if rows < end - start:
+    if rows < end - start and not filtered:
         policy.lost(stream, f"{end - start - rows} offsets of [{start}, {end}) were removed (retention) while "
                             f"the range was read", end - start - rows)
 

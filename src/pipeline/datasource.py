@@ -9,7 +9,7 @@ from .client import Client
 from .options import OptionError, ReadOptions, WriteOptions
 from .retry import with_retries
 from .sink import BatchWriter, StreamWriter, check_target
-from .source import SCHEMA_DDL, BatchReader, StreamReader
+from .source import SCHEMA_DDL, BatchReader, PushdownBatchReader, StreamReader
 
 __all__ = ["SansmqDataSource"]
 
@@ -30,7 +30,8 @@ class SansmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(ReadOptions.parse(self.options).for_batch())
+        opts = ReadOptions.parse(self.options).for_batch()
+        return PushdownBatchReader(opts) if opts.filter_pushdown else BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)

@@ -27,7 +27,7 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "startingTimestamp",
                 "startingOffsetsByTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
-                "timeoutMs", "retryDeadlineMs", "subscribePattern", "managementUrl")
+                "timeoutMs", "retryDeadlineMs", "subscribePattern", "managementUrl", "filter", "filterPushdown")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
                  "retryDeadlineMs")
 ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger", "minOffsetsPerTrigger": "minRecordsPerTrigger",
@@ -148,6 +148,16 @@ def _streams(options: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
+def _filter(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    raw = options.get("filter")
+    if raw is None:
+        return None
+    values = tuple(sorted({v.strip() for v in raw.split(",")}))
+    if not all(values):
+        raise OptionError(f"option filter must be stream filter values separated by commas, got {raw!r}")
+    return values
+
+
 OffsetsSpec = str | dict[str, int]
 
 
@@ -226,6 +236,11 @@ class ReadOptions:
     retry_deadline: float  # seconds a broker may be away before a query fails
     pattern: str | None  # subscribePattern: the streams whose names match, found on the broker
     management_url: str  # where the management API lists them
+    #: the stream filter values read (option filter, or pushed down from a predicate on column
+    #: ``filter``); None: every message
+    filter: tuple[str, ...] | None = None
+    #: the batch reader takes predicates on column ``filter`` (PySpark's pushFilters)
+    filter_pushdown: bool = True
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:
@@ -254,6 +269,8 @@ class ReadOptions:
             retry_deadline=_retry_deadline(options),
             pattern=_pattern(options),
             management_url=_management_url(options),
+            filter=_filter(options),
+            filter_pushdown=_bool(options, "filterPushdown", True),
         )
 
     def for_batch(self) -> ReadOptions:

@@ -17,7 +17,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -41,10 +50,11 @@ from .retry import Outage, with_retries
 
 log = logging.getLogger("pipeline.source")
 
-__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "StreamReader", "read_range", "flat_headers"]
+__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "PushdownBatchReader", "StreamReader",
+           "read_range", "flat_headers", "pushed_values"]
 
 SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key string, "
-              "headers map<string,string>, content_type string, body binary")
+              "headers map<string,string>, content_type string, body binary, filter string")
 
 
 @dataclass
@@ -73,14 +83,37 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
             with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as client:  # the leader's node first
                 client.qos(opts.prefetch)
                 for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
-                                               LossPolicy(opts.fail_on_data_loss)):
-                    yield batch
+                                               LossPolicy(opts.fail_on_data_loss), opts.filter):
                     start = batch.column("offset")[-1].as_py() + 1  # go on after it
+                    yield batch if opts.filter is None else _matching(batch, opts.filter)
                     outage = None
             return
         except Exception as exc:  # the broker went away: read on from the next offset on a new connection
             outage = outage or Outage(opts.retry_deadline, f"reading {part.stream!r} from offset {start}")
             outage.wait(exc)
+
+
+def _matching(batch: pa.RecordBatch, values: tuple[str, ...]) -> pa.RecordBatch:
+    """The rows of ``batch`` whose filter value is one of ``values`` (what sansmq sends already; a
+    broker that cannot filter a range, RabbitMQ, sends everything)."""
+    return batch.filter(pc.is_in(batch.column("filter"), pa.array(values, pa.string())))
+
+
+def pushed_values(filters: list[Filter]) -> set[str] | None:
+    """The filter values that predicates on column ``filter`` allow (= and IN, several: all of
+    them hold), None when none constrains it."""
+    allowed: set[str] | None = None
+    for f in filters:
+        if isinstance(f, (EqualTo, EqualNullSafe)):
+            values: tuple[Any, ...] = (f.value,)
+        elif isinstance(f, In):
+            values = tuple(f.value)
+        else:
+            continue
+        if f.attribute != ("filter",) or not all(isinstance(v, str) for v in values):
+            continue
+        allowed = set(values) if allowed is None else allowed & set(values)
+    return allowed
 
 
 @dataclass(frozen=True)
@@ -217,6 +250,21 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(self.opts, partition)
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch reader that takes predicates on column ``filter`` (``=``, ``IN``; PySpark's
+    pushFilters, which needs ``spark.sql.python.filterPushdown.enabled``): only the chunks holding
+    those values are read from the broker. Spark still evaluates every predicate (none is reported
+    handled), so results are exact whatever the broker sends."""
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # type: ignore[override]
+        values = pushed_values(filters)
+        if values is not None:
+            if self.opts.filter is not None:
+                values &= set(self.opts.filter)
+            self.opts = replace(self.opts, filter=tuple(sorted(values)))
+        return filters
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

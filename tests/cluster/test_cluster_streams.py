@@ -51,11 +51,12 @@ def _publish_until_confirmed(ch: Any, stream: str, body: bytes) -> None:
 class StreamReader:
     """A pika stream consumer on ``node`` in a thread of its own: (offset, body) as they arrive."""
 
-    def __init__(self, node: Node, stream: str, offset: Any = "first", name: str | None = None) -> None:
+    def __init__(self, node: Node, stream: str, offset: Any = "first", name: str | None = None,
+                 **extra: Any) -> None:
         self.got: list[tuple[int, bytes]] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        args: dict[str, Any] = {"x-stream-offset": offset}
+        args: dict[str, Any] = {"x-stream-offset": offset, **extra}
         if name is not None:
             args["x-stream-consumer-name"] = name
         self._conn = node.pika()
@@ -154,6 +155,33 @@ def test_every_offset_spec_reads_the_same_records_on_a_node_that_does_not_lead(n
         assert nxt.wait(1) == [(7, b"next")]
     finally:
         nxt.close()
+
+
+def test_filtered_readers_on_the_leader_and_elsewhere_get_exactly_the_matches(nodes: Nodes) -> None:
+    """Stream filtering in a cluster: a node that does not lead the stream reads the chunk filters
+    the leader stored (and what they do not cover yet, message by message): the same exact matches."""
+    a, b, c = _three_nodes_and_stream(nodes, "regions")
+    pa = _publisher(a)
+
+    def regional(values: list[str], tag: str) -> None:
+        for i, v in enumerate(values):
+            pa.basic_publish("", "regions", b"%s-%s%d" % (v.encode(), tag.encode(), i),
+                             pika.BasicProperties(delivery_mode=2, headers={"x-stream-filter-value": v}))
+
+    regional(["eu"] * 40 + ["us"] * 40 + ["eu", "us"] * 5, "old")
+    want = [o for o in range(90) if o < 40 or (o >= 80 and o % 2 == 0)]
+    readers = [StreamReader(node, "regions", "first", **{"x-stream-filter": "eu"}) for node in (a, c)]
+    try:
+        for r in readers:
+            assert [o for o, _ in r.wait(len(want))] == want
+        regional(["us", "eu", "eu"], "new")  # appended after the readers attached: offsets 90..92
+        for r in readers:
+            assert [o for o, _ in r.wait(len(want) + 2)] == want + [91, 92]
+        time.sleep(0.5)
+        assert [len(r.got) for r in readers] == [len(want) + 2] * 2 and all(r.error is None for r in readers)
+    finally:
+        for r in readers:
+            r.close()
 
 
 def test_kill_9_of_a_streams_leader_loses_nothing_confirmed_and_readers_elsewhere_read_on(nodes: Nodes) -> None:

@@ -22,7 +22,7 @@ messages = st.lists(st.tuples(
     st.text(max_size=12),
     st.one_of(st.none(), st.sampled_from(["text/plain", "application/json"])),
     st.one_of(st.none(), st.integers(0, 2**32)),
-    st.dictionaries(st.sampled_from(["kind", "n", "nested", "x-stream-offset-not"]), header_values, max_size=3),
+    st.dictionaries(st.sampled_from(["kind", "n", "nested", "x-stream-offset-not", "x-stream-filter-value"]), header_values, max_size=3),
     st.binary(max_size=9000)), min_size=1, max_size=40)
 
 
@@ -40,9 +40,10 @@ def _expected(offset: int, msg: tuple[Any, ...]) -> dict[str, Any]:
     from pipeline.source import flat_headers
 
     key, content_type, ts, headers, body = msg
+    flat = {"x-stream-offset": str(offset), **dict(flat_headers(headers))}
     return {"stream": "s", "offset": offset, "routing_key": key, "content_type": content_type, "body": body,
-            "timestamp": None if ts is None else datetime.fromtimestamp(ts, UTC),
-            "headers": {"x-stream-offset": str(offset), **dict(flat_headers(headers))}}
+            "timestamp": None if ts is None else datetime.fromtimestamp(ts, UTC), "headers": flat,
+            "filter": flat.get("x-stream-filter-value")}
 
 
 def _props(content_type: str | None, ts: int | None, headers: dict[str, Any]) -> spec.BasicProperties:

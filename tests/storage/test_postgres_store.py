@@ -220,7 +220,7 @@ def test_schema_lives_beside_user_tables_and_sync_off(pg_dsn: str) -> None:
         tables = {r[0] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'sansmq'")}
     assert tables == {"vhosts", "exchanges", "queues", "bindings", "messages", "queue_messages", "docs",
-                      "streams", "stream_segments", "stream_records", "stream_tracking"}
+                      "streams", "stream_segments", "stream_records", "stream_tracking", "stream_chunks"}
     s = PostgresStore(pg_dsn)
     assert s._conn is not None and s._conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
     assert [q.name for q in s.recover().queues] == ["q"]

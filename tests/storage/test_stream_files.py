@@ -117,7 +117,7 @@ def test_sealed_segments_are_opened_from_their_saved_index(tmp_path, monkeypatch
     assert len(segs) > 3 and len(idx) == len(segs) - 1  # every sealed one, not the active one
     scans: list[str] = []
     real_scan = FileStreamLog._scan
-    monkeypatch.setattr(FileStreamLog, "_scan", lambda self, seg, state: scans.append(seg.path) or real_scan(self, seg, state))
+    monkeypatch.setattr(FileStreamLog, "_scan", lambda self, seg, state, chunks=None: scans.append(seg.path) or real_scan(self, seg, state, chunks))
     log = FileStreamLog(d)
     assert scans == [segs[-1]]  # only the newest segment is read
     check_contents(log)

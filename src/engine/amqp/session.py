@@ -40,6 +40,9 @@ CAPABILITIES = {
     "stream_end_offset": True,
     # sansmq: a stream consumer with argument x-stream-timestamp=true gets each record's append time
     "stream_timestamp": True,
+    # sansmq: a stream consumer with argument x-stream-end-offset=N is cancelled (basic.cancel) once
+    # it has been given everything below N (a bounded, possibly filtered, read knows its end)
+    "stream_range_end": True,
 }
 SERVER_PROPERTIES: dict[str, Any] = {
     "product": "sansmq",

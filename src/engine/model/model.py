@@ -37,7 +37,7 @@ from .delivery import Delivery
 from .events import Events
 from .holding import HOLDER_ARG, Holder
 from .light import LightTopics
-from .objects import Exchange, Queue
+from .objects import Consumer, Exchange, Queue
 from .paging import Pager
 from .policies import Policies
 from .publish import Publisher
@@ -76,6 +76,7 @@ class Model(ModelState):
         self.delivery = delivery = Delivery(self, pager, topology, publisher, retries, streams)
         self.light = light = LightTopics(self, delivery.on_ack_timeout)
         publisher.pager = pager
+        streams.ended = self._stream_consumer_ended
         # held messages report back when due: routed from their delayed exchange (priority as
         # AMQP publishes have it), or back into their retry queue (or dead there)
         delayed.publish = lambda x, msg: publisher.publish(x.vhost, x, msg, True, traced=False)
@@ -119,6 +120,12 @@ class Model(ModelState):
         self.supports_light = light.supports
         self.bind_light = light.bind
         self.paged_messages = pager.paged_messages
+
+    def _stream_consumer_ended(self, consumer: Consumer) -> None:
+        """A stream consumer read up to its ``x-stream-end-offset``: cancelled as if its queue went
+        away (its unacked deliveries stay with the channel, as after a client's basic.cancel)."""
+        self.delivery.cancel(consumer, keep_unacked=True)
+        consumer.owner.consumer_cancelled(consumer)
 
     # -- policies ---------------------------------------------------------------------------------
     def _declared(self, obj: Queue | Exchange) -> None:

@@ -26,7 +26,7 @@ _COMPARED = {
                "x-message-ttl", "x-queue-leader-locator"),
     "stream": ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
                "x-single-active-consumer", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
-               "x-initial-cluster-size", "x-queue-leader-locator"),
+               "x-stream-filter-size-bytes", "x-initial-cluster-size", "x-queue-leader-locator"),
 }
 
 

@@ -27,11 +27,21 @@ consumer with that name resumes there (its ``x-stream-offset`` only says where t
 name has stored nothing). Producer deduplication (the other extension): a message with headers
 ``x-producer`` and ``x-publishing-id`` whose id is not above the last stored one for that producer
 is accepted (confirmed) but not appended.
+
+Filtered consumers (``x-stream-filter``, ``engine.streams.filtering``) read with
+``StreamLog.read_filtered``: chunks whose filter rules out a match are skipped unread, and only
+matching messages are delivered (exact, not RabbitMQ's probabilistic over-delivery). They do not
+share the record cache: what they read is their own selection.
+
+A consumer with ``x-stream-end-offset: N`` (a sansmq extension, for bounded reads such as the Spark
+source's filtered ranges, where the last match says nothing about how far the broker looked) reads
+offsets below N only, and is cancelled by the broker (``basic.cancel`` to an AMQP client that takes
+it) once it has been given everything below N: the end of a range, even when nothing matched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .._message import READY, Entry, Message, SharedMessage
@@ -40,17 +50,20 @@ from ..streams import (
     OffsetSpec,
     StreamArgumentError,
     StreamLog,
+    StreamRecord,
     parse_stomp_stream_offset,
     parse_stream_offset,
     resolve_offset,
     stream_settings,
 )
+from ..streams.args import parse_stream_filter
+from ..streams.filtering import StreamFilter
 from .errors import PreconditionFailed
 from .objects import Consumer, Queue, extras, queue_type_of
 from .queue_types import check_durable_only, queue_type, wrong_type_arg
 from .state import ModelState
 
-__all__ = ["Streams", "StreamEntry", "ConsumerArgs", "is_stream_args", "check_stream_declare",
+__all__ = ["Streams", "StreamEntry", "ConsumerArgs", "is_stream_args", "check_stream_declare", "END_OFFSET_ARG",
            "check_not_stream_consumer", "parse_consumer_args", "STREAM_OFFSET_HEADER", "STREAM_TIMESTAMP_HEADER"]
 
 #: the delivery header carrying a message's offset
@@ -63,9 +76,11 @@ CONSUMER_NAME_ARG = "x-stream-consumer-name"
 #: same name holding the record's append time (milliseconds since the epoch, a long). RabbitMQ keeps
 #: a chunk timestamp but shows it over AMQP 0-9-1 only as the ``x-stream-offset`` it accepts
 STREAM_TIMESTAMP_HEADER = "x-stream-timestamp"
+#: a sansmq extension: the consumer reads offsets below this, then the broker cancels it
+END_OFFSET_ARG = "x-stream-end-offset"
 #: consumer arguments only a stream's consumers take: on another queue a 406, as RabbitMQ answers
 #: x-stream-offset on a classic queue
-STREAM_CONSUMER_ARGS = (STREAM_OFFSET_HEADER, CONSUMER_NAME_ARG, STREAM_TIMESTAMP_HEADER)
+STREAM_CONSUMER_ARGS = (STREAM_OFFSET_HEADER, CONSUMER_NAME_ARG, STREAM_TIMESTAMP_HEADER, END_OFFSET_ARG)
 #: most records one dispatch reads for one consumer (its prefetch bounds it further)
 READ_BATCH = 256
 #: records a stream keeps decoded for its consumers (and body bytes in them): readers close to each
@@ -128,20 +143,49 @@ class ConsumerArgs(NamedTuple):
     start: OffsetSpec | None  # x-stream-offset (None: next)
     name: str | None  # x-stream-consumer-name
     stamp: bool = False  # x-stream-timestamp: deliveries carry their append time
+    filter: StreamFilter | None = None  # x-stream-filter, x-stream-match-unfiltered
+    end: int | None = None  # x-stream-end-offset
 
 
 class Reader:
     """One consumer's position in a stream."""
 
-    __slots__ = ("offset", "name", "stamp")
+    __slots__ = ("offset", "name", "stamp", "filter", "end")
 
-    def __init__(self, offset: int, name: str | None, stamp: bool = False) -> None:
+    def __init__(self, offset: int, name: str | None, stamp: bool = False,
+                 filt: StreamFilter | None = None, end: int | None = None) -> None:
         #: the next offset this consumer reads
         self.offset = offset
         #: its tracking name (``x-stream-consumer-name``), or None
         self.name = name
         #: its deliveries carry ``x-stream-timestamp``
         self.stamp = stamp
+        #: what it reads of the stream (None: everything)
+        self.filter = filt
+        #: it is done (cancelled) once ``offset`` reaches this (None: it reads on)
+        self.end = end
+
+
+def delivery_message(rec: StreamRecord, private: bool, stamp: bool) -> SharedMessage:
+    """``rec`` as delivered: with its ``x-stream-offset`` (and ``x-stream-timestamp`` if ``stamp``)
+    header; the headers are copied unless the log decoded them for this read alone (``private``)."""
+    msg = rec.message
+    headers = msg.headers
+    if not (private and headers):  # an empty one may be a shared constant: copy it too
+        headers = dict(headers)
+    headers[STREAM_OFFSET_HEADER] = rec.offset
+    if stamp:
+        headers[STREAM_TIMESTAMP_HEADER] = rec.timestamp
+    return SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority, msg.persistent)
+
+
+def filtered_window(log: StreamLog, reader: Reader, filt: StreamFilter, count: int,
+                    end: int) -> tuple[list[tuple[int, SharedMessage]], int]:
+    """Up to ``count`` (offset, message) that ``filt`` matches from ``reader``'s offset below
+    ``end``, and where the reader goes on once it has delivered them all (past what was skipped)."""
+    batch, after = log.read_filtered(reader.offset, filt, count, upto=end)
+    private = log.private_reads
+    return [(rec.offset, delivery_message(rec, private, reader.stamp)) for rec in batch], after
 
 
 class RecordCache:
@@ -176,15 +220,7 @@ class RecordCache:
             if not batch:
                 break
             for rec in batch:
-                msg = rec.message
-                headers = msg.headers
-                if not (private and headers):  # an empty one may be a shared constant: copy it too
-                    headers = dict(headers)
-                headers[STREAM_OFFSET_HEADER] = rec.offset
-                if stamp:
-                    headers[STREAM_TIMESTAMP_HEADER] = rec.timestamp
-                m = SharedMessage(msg.id, msg.exchange, msg.routing_key, headers, msg.body, msg.priority,
-                                  msg.persistent)
+                m = delivery_message(rec, private, stamp)
                 out.append((rec.offset, m))
                 if not keep:
                     continue
@@ -218,7 +254,7 @@ class RecordCache:
 
 
 class Streams:
-    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted", "caches")
+    __slots__ = ("state", "logs", "readers", "retention_timers", "uncommitted", "caches", "ended")
 
     def __init__(self, state: ModelState) -> None:
         self.state = state
@@ -230,6 +266,9 @@ class Streams:
         #: the records read last, per stream with consumers (and (stream, True): with their append
         #: times, for the consumers that asked for them; encoded apart, so the others' bytes are unchanged)
         self.caches: dict[Queue | tuple[Queue, bool], RecordCache] = {}
+        #: cancels a consumer that read up to its ``x-stream-end-offset`` (set by the model: the
+        #: delivery layer's cancel, and the owner told)
+        self.ended: Callable[[Consumer], None] = lambda consumer: None
 
     # -- lifecycle (called by topology) ----------------------------------------------------------
     def open(self, q: Queue) -> StreamLog:
@@ -318,7 +357,7 @@ class Streams:
             offset = min(max(stored, log.first), log.tail)
         else:
             offset = resolve_offset(start or OffsetSpec("next"), log, self.state.now)
-        self.readers[consumer] = Reader(offset, name, args.stamp)
+        self.readers[consumer] = Reader(offset, name, args.stamp, args.filter, args.end)
 
     def detach(self, consumer: Consumer) -> None:
         consumer.unacked = None
@@ -339,17 +378,28 @@ class Streams:
         consumers = list(q.consumers or ())
         shared = len(consumers) > 1
         tags_before = state.next_tag
+        done = []
         for c in consumers:
             reader = readers.get(c)
-            if reader is None or reader.offset >= end or not c.ready():
+            if reader is None:
+                continue
+            stop = end if reader.end is None else min(end, reader.end)
+            if reader.offset >= stop or not c.ready():
+                if reader.end is not None and reader.offset >= reader.end:
+                    done.append(c)
                 continue
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
-            key = (q, True) if reader.stamp else q
-            cache = caches.get(key)
-            if cache is None:
-                cache = caches[key] = RecordCache(reader.stamp)
-            for offset, msg in cache.window(log, reader.offset, min(room, READ_BATCH), end, shared):
+            after = -1
+            if reader.filter is not None:
+                window, after = filtered_window(log, reader, reader.filter, min(room, READ_BATCH), stop)
+            else:
+                key = (q, True) if reader.stamp else q
+                cache = caches.get(key)
+                if cache is None:
+                    cache = caches[key] = RecordCache(reader.stamp)
+                window = cache.window(log, reader.offset, min(room, READ_BATCH), stop, shared)
+            for offset, msg in window:
                 if not c.ready():
                     break
                 entry = StreamEntry(msg, state.next_seq(), offset)
@@ -362,8 +412,14 @@ class Streams:
                 if trace is not None:
                     trace.delivered(q, entry, c.trace_origin())
                 owner.deliver(c, tag, entry)
-            if reader.offset < end and c.ready():
+            else:  # all delivered: a filtered reader skips what its read looked at and left out
+                reader.offset = max(reader.offset, after)
+            if reader.end is not None and reader.offset >= reader.end:
+                done.append(c)
+            elif reader.offset < end and c.ready():
                 state.dirty[q] = None  # more to read: the next dispatch round goes on (bounded batches)
+        for c in done:
+            self.ended(c)
         if state.next_tag != tags_before:  # deliver_get, as for any queue (the node's and the queue's)
             state.delivered += state.next_tag - tags_before
             (q._x or extras(q)).delivered += state.next_tag - tags_before
@@ -434,4 +490,11 @@ def parse_consumer_args(args: Mapping[str, Any] | None, stomp: bool = False) -> 
         stamp = {"true": True, "false": False}.get(stamp.lower(), stamp)
     if not isinstance(stamp, bool):
         raise PreconditionFailed(f"invalid arg '{STREAM_TIMESTAMP_HEADER}': expected true or false, got {stamp!r}")
-    return ConsumerArgs(start, name, stamp)
+    try:
+        filt = parse_stream_filter(args, stomp)
+    except StreamArgumentError as exc:
+        raise PreconditionFailed(str(exc)) from None
+    end = args.get(END_OFFSET_ARG)
+    if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < 0):
+        raise PreconditionFailed(f"invalid arg '{END_OFFSET_ARG}': expected an offset >= 0, got {end!r}")
+    return ConsumerArgs(start, name, stamp, filt, end)

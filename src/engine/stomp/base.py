@@ -31,7 +31,8 @@ __all__ = ["StompBase", "Tx", "QUEUE_ARGS", "DESTS_MAX", "queue_args", "num"]
 #: queue arguments a SEND/SUBSCRIBE may give when it declares a queue (RabbitMQ's STOMP headers)
 QUEUE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl", "x-max-length",
               "x-expires", "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes",
-              "x-overflow", "x-delivery-limit", "x-dead-letter-strategy", "x-quorum-initial-group-size")
+              "x-overflow", "x-delivery-limit", "x-dead-letter-strategy", "x-quorum-initial-group-size",
+              "x-stream-filter-size-bytes")
 #: Queue._f bits of the queue types a SEND or SUBSCRIBE without their x-queue-type redeclares wrongly
 _TYPED = STREAM_FLAG | QUORUM_FLAG
 #: parsed destinations and their encoded header lines kept per connection (forgotten all at once when full)
@@ -194,9 +195,10 @@ class StompBase(Session):
 def queue_args(headers: dict[str, str]) -> dict[str, Any] | None:
     """The queue arguments among a SEND/SUBSCRIBE's headers (integers of a stream from their text)."""
     args: dict[str, Any] = {k: headers[k] for k in QUEUE_ARGS if k in headers}
-    size = args.get("x-stream-max-segment-size-bytes")
-    if size is not None and size.isascii() and size.isdigit():
-        args["x-stream-max-segment-size-bytes"] = int(size)
+    for key in ("x-stream-max-segment-size-bytes", "x-stream-filter-size-bytes"):
+        size = args.get(key)
+        if size is not None and size.isascii() and size.isdigit():
+            args[key] = int(size)
     return args or None
 
 

@@ -4,7 +4,7 @@ client-individual) and a prefetch are required; ``x-stream-offset`` says where i
 from __future__ import annotations
 
 from ..model import Model, Queue
-from ..model.streams import parse_consumer_args
+from ..model.streams import END_OFFSET_ARG, parse_consumer_args
 from .errors import StompError
 from .subscriptions import StompSubscription
 
@@ -20,4 +20,7 @@ def consume_stream(model: Model, q: Queue, sub: StompSubscription, headers: dict
     if not sub.prefetch:
         raise StompError("precondition_failed", f"consumer prefetch count is not set for '{where}': SUBSCRIBE "
                          "with a prefetch-count header")
+    if END_OFFSET_ARG in headers:  # its end is a basic.cancel, which STOMP has no frame for
+        raise StompError("precondition_failed", f"invalid arg '{END_OFFSET_ARG}': an AMQP 0-9-1 consumer "
+                         "argument only (the broker ends such a consumer with basic.cancel)")
     model.consume_stream(q, sub, parse_consumer_args(headers, stomp=True))

@@ -11,16 +11,23 @@ is ``SMQSTRM1`` then records framed as in the segment store: ``<u32 length><u32 
 
 - ``K_MSG``: a message at ``offset``, then (flag ``F_PRODUCER``) ``<u64 publishing id><u16 n>
   <producer name>``, then the message in the segment store's codec (``_records._encode_message``:
-  properties, headers, body). Flag ``F_CHUNK`` marks the first record of a chunk.
+  properties, headers, body). Flag ``F_CHUNK`` marks the first record of a chunk; flag ``F_FILTER``
+  (on every record written since stream filtering exists): ``<u32 n><filter value>`` (its
+  ``x-stream-filter-value``; n = 0: unfiltered) follows the producer part, so a scan rebuilds the
+  chunk filters without decoding messages. A record without it is from before: its value is not
+  known, so its chunk matches every filter (its messages are checked one by one).
 - ``K_TRACK``: consumer ``<name>`` (the rest of the payload) stored ``offset``.
 - ``K_SNAP``: the first record of every segment: the whole tracking state at that point,
   ``<u32 consumers><u32 producers>`` then per entry ``<u64 value><u16 n><name>`` (consumers first).
   Retention deletes whole old segments, so the snapshot of the newest segment plus the records
   after it is always the complete state (osiris' tracking snapshots); opening reads only those.
 
-A sealed segment gets a sidecar ``<first>.idx`` once a sync has fsynced all of it: ``SMQSIDX1``,
+A sealed segment gets a sidecar ``<first>.idx`` once a sync has fsynced all of it: ``SMQSIDX2``,
 ``<u64 first><u64 end><u64 size><i64 last ts><i64 last chunk><u32 entries>``, the three index
-arrays (little-endian u64, u64, i64) and a crc32 of all that. Opening loads a sealed segment's
+arrays (little-endian u64, u64, i64), its chunk filters (``<u32 chunks><u16 filter bytes>``, their
+first offsets as u64, a byte per chunk saying it holds an unfiltered message, the filters) and a
+crc32 of all that (an ``SMQSIDX1`` sidecar, from before filtering, is not used: the segment is
+scanned). Opening loads a sealed segment's
 index from its sidecar when the CRC and the segment's size match, so a restart reads only the
 newest segment; otherwise (no sidecar, torn, stale) it scans the segment. Sidecars are not fsynced:
 a lost one only costs a scan.
@@ -63,6 +70,7 @@ from ..fs import OS_FS, FileSystem
 from ..records import _REC, MessageDecoder, MessageEncoder, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from .filtering import ChunkFilters, filter_value
 
 __all__ = ["FileStreamLog", "FileStreams"]
 
@@ -76,10 +84,11 @@ _PROD = Struct("<QH")  # publishing id, len(producer name)
 _SNAP = Struct("<II")  # consumers, producers
 _ENT = Struct("<QH")  # value, len(name)
 _U32 = Struct("<I")
+_CHUNKS = Struct("<IH")  # chunk filters in a sidecar: count, bytes each
 K_MSG, K_TRACK, K_SNAP = 1, 2, 3
-F_CHUNK, F_PRODUCER = 0x40, 0x80
+F_FILTER, F_CHUNK, F_PRODUCER = 0x20, 0x40, 0x80
 _KIND = 0x0F
-IDX_MAGIC = b"SMQSIDX1"
+IDX_MAGIC = b"SMQSIDX2"
 _IDX = Struct("<QQQqqI")  # first, end, size, last ts, last chunk, entries
 INDEX_STRIDE = 64
 INDEX_BYTES = 64 << 10
@@ -119,18 +128,23 @@ class _Seg:
     def idx_path(self) -> str:
         return self.path[:-4] + ".idx"
 
-    def save_index(self) -> bytes:
-        arrays = [self.idx_off, self.idx_pos, self.idx_ts]
+    def save_index(self, chunks: ChunkFilters) -> bytes:
+        rows = chunks.between(self.first, self.end)
+        firsts = array("Q", [r[0] for r in rows])
+        arrays = [self.idx_off, self.idx_pos, self.idx_ts, firsts]
         if sys.byteorder != "little":
             arrays = [array(a.typecode, a) for a in arrays]
             for a in arrays:
                 a.byteswap()
         body = (IDX_MAGIC + _IDX.pack(self.first, self.end, self.written, self.last_ts, self.chunk,
-                                      len(self.idx_off)) + b"".join(a.tobytes() for a in arrays))
+                                      len(self.idx_off)) + b"".join(a.tobytes() for a in arrays[:3])
+                + _CHUNKS.pack(len(rows), chunks.nbytes) + arrays[3].tobytes()
+                + bytes(r[2] for r in rows) + b"".join(r[1] for r in rows))
         return body + _U32.pack(crc32(body))
 
-    def load_index(self, fs: FileSystem) -> bool:
-        """Take the index from the sidecar if it is intact and matches the segment's size."""
+    def load_index(self, fs: FileSystem, chunks: ChunkFilters) -> bool:
+        """Take the index (and chunk filters, into ``chunks``) from the sidecar if it is intact and
+        matches the segment's size."""
         try:
             data = fs.read_file(self.idx_path)
         except FileNotFoundError:
@@ -141,12 +155,24 @@ class _Seg:
         if crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
             return False
         first, end, size, last_ts, chunk, n = _IDX.unpack_from(data, len(IDX_MAGIC))
-        if first != self.first or size != fs.fsize(self.fd) or len(data) != head + 24 * n + 4:
+        at = head + 24 * n
+        if first != self.first or size != fs.fsize(self.fd) or len(data) < at + _CHUNKS.size + 4:
             return False
+        nchunks, nbytes = _CHUNKS.unpack_from(data, at)
+        at += _CHUNKS.size
+        if len(data) != at + nchunks * (9 + nbytes) + 4:
+            return False
+        firsts = array("Q")
         for i, a in enumerate((self.idx_off, self.idx_pos, self.idx_ts)):
             a.frombytes(data[head + 8 * n * i: head + 8 * n * (i + 1)])
-            if sys.byteorder != "little":
+        firsts.frombytes(data[at:at + 8 * nchunks])
+        if sys.byteorder != "little":
+            for a in (self.idx_off, self.idx_pos, self.idx_ts, firsts):
                 a.byteswap()
+        flags = data[at + 8 * nchunks: at + 9 * nchunks]
+        blooms = at + 9 * nchunks
+        for i, c in enumerate(firsts):
+            chunks.load(c, data[blooms + i * nbytes: blooms + (i + 1) * nbytes], bool(flags[i]))
         self.end, self.written, self.last_ts, self.chunk, self.sidecar = end, size, last_ts, chunk, True
         return True
 
@@ -184,6 +210,13 @@ def _unpack_snapshot(p: memoryview) -> tuple[dict[str, int], dict[str, int]]:
     if o != len(p):
         raise ValueError("snapshot length mismatch")
     return maps
+
+
+def _filter_field(msg: Message) -> tuple[str | None, bytes]:
+    """``msg``'s filter value and its ``F_FILTER`` field."""
+    value = filter_value(msg)
+    raw = b"" if value is None else value.encode("utf-8", "surrogateescape")
+    return value, _U32.pack(len(raw)) + raw
 
 
 def _seg_name(first: int) -> str:
@@ -242,11 +275,11 @@ class FileStreamLog(StreamLog):
                 break
             seg = _Seg(path, fs.open(path, os.O_RDWR), first, 0)
             state = None
-            if i < len(names) - 1 and seg.load_index(fs):
+            if i < len(names) - 1 and seg.load_index(fs, self.chunk_filters):
                 end, torn = seg.written, False
             else:
                 state = ({}, {})
-                end, torn = self._scan(seg, state)
+                end, torn = self._scan(seg, state, self.chunk_filters)
             if end <= len(MAGIC):  # nothing valid (a segment started just before a crash)
                 fs.close(seg.fd)
                 fs.unlink(path)
@@ -274,6 +307,7 @@ class FileStreamLog(StreamLog):
             self.first = self._segs[0].first
             self.tail = self.committed = self._segs[-1].end
             self.last_chunk = max((s.chunk for s in self._segs), default=-1)
+            self.chunk_filters.end = self.tail
             self._last_ts = max(0, max(s.last_ts for s in self._segs))
         if self.dropped_on_recovery:
             log.warning("stream %s: dropped %d torn or unconfirmed records", self.path, self.dropped_on_recovery)
@@ -290,9 +324,11 @@ class FileStreamLog(StreamLog):
             self._fs.unlink(path)
             self._dir_dirty = True
 
-    def _scan(self, seg: _Seg, state: tuple[dict[str, int], dict[str, int]]) -> tuple[int, bool]:
-        """Validate ``seg``'s records, building its index and replaying tracking into ``state``.
-        Returns the end of the valid data and whether a torn tail follows it."""
+    def _scan(self, seg: _Seg, state: tuple[dict[str, int], dict[str, int]],
+              chunks: ChunkFilters | None = None) -> tuple[int, bool]:
+        """Validate ``seg``'s records, building its index (and its chunk filters into ``chunks``)
+        and replaying tracking into ``state``. Returns the end of the valid data and whether a torn
+        tail follows it."""
         size = self._fs.fsize(seg.fd)
         if size < len(MAGIC):
             return 0, size > 0
@@ -319,10 +355,19 @@ class FileStreamLog(StreamLog):
                         seg.last_ts = ts
                         if kind & F_CHUNK:
                             seg.chunk = offset
+                        o = head
                         if kind & F_PRODUCER:
                             pid, ln = _PROD.unpack_from(p, head)
                             o = head + _PROD.size
                             state[1][str(p[o:o + ln], "utf-8", "surrogateescape")] = pid
+                            o += ln
+                        if chunks is not None:
+                            value = None
+                            if kind & F_FILTER:
+                                ln = _U32.unpack_from(p, o)[0]
+                                value = str(p[o + 4:o + 4 + ln], "utf-8", "surrogateescape") or None
+                            chunks.add_value(offset, bool(kind & F_CHUNK), value, known=bool(kind & F_FILTER),
+                                             segment_start=offset == seg.first)
                     elif k == K_TRACK:
                         state[0][str(p[head:], "utf-8", "surrogateescape")] = offset
                     elif k == K_SNAP:
@@ -404,6 +449,10 @@ class FileStreamLog(StreamLog):
             name = producer.encode("utf-8", "surrogateescape")
             prod = _PROD.pack(publishing_id, len(name)) + name
             kind |= F_PRODUCER
+        value, field = _filter_field(msg)
+        if field:
+            prod += field
+            kind |= F_FILTER
         size = _REC.size + _HEAD.size + len(prod) + len(body)
         with self._lock:
             self._check_writable()
@@ -420,6 +469,7 @@ class FileStreamLog(StreamLog):
                 kind |= F_CHUNK
                 seg.chunk = offset
             self._chunk_open = True
+            self.chunk_filters.add_value(offset, chunk_start, value, segment_start=seg.first == offset)
             seg.index(offset, seg.size, ts)
             self._put(seg, _record(_HEAD.pack(offset, ts, kind) + prod + body))
             seg.end = offset + 1
@@ -497,6 +547,8 @@ class FileStreamLog(StreamLog):
                 at = _HEAD.size
                 if kind & F_PRODUCER:
                     at += _PROD.size + _PROD.unpack_from(p, _HEAD.size)[1]
+                if kind & F_FILTER:
+                    at += _U32.size + _U32.unpack_from(p, at)[0]
                 msg = self._decoder.decode(p[at:])
                 if out and nbytes + len(msg.body) > max_bytes:
                     stop_pos = pos
@@ -539,6 +591,7 @@ class FileStreamLog(StreamLog):
         with self._lock:
             gone, self._segs = self._segs[:n], self._segs[n:]
             self._firsts = self._firsts[n:]
+            self.chunk_filters.drop_below(self._segs[0].first)  # under the lock: sidecars read them
             for seg in gone:
                 self._fs.close(seg.fd)
                 seg.fd = -1
@@ -620,7 +673,9 @@ class FileStreamLog(StreamLog):
         for seg in sealed:
             tmp = seg.idx_path + ".tmp"
             try:
-                self._fs.write_file(tmp, seg.save_index())
+                with self._lock:
+                    image = seg.save_index(self.chunk_filters)
+                self._fs.write_file(tmp, image)
                 with self._lock:
                     if seg.fd >= 0 and seg in self._segs:
                         self._fs.replace(tmp, seg.idx_path)

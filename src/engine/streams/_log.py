@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._message import Message
+from .filtering import DEFAULT_FILTER_BYTES, ChunkFilters, StreamFilter
 
 __all__ = ["StreamLog", "StreamRecord", "StreamSettings", "SegmentStats", "retained_from", "DEFAULT_SEGMENT_BYTES"]
 
 #: ``read`` defaults: a batch is bounded by count and by bytes (of message bodies)
 READ_COUNT = 256
 READ_BYTES = 1 << 20
+#: records a filtered read looks at, at most, per call
+FILTER_SCAN = 4096
 #: a stream segment's size before a new one starts (RabbitMQ's x-stream-max-segment-size-bytes default)
 DEFAULT_SEGMENT_BYTES = 500_000_000
 
@@ -43,6 +46,8 @@ class StreamSettings:
     max_bytes: int | None = None
     max_age_ms: int | None = None
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    #: bytes of each chunk's Bloom filter (``x-stream-filter-size-bytes``)
+    filter_bytes: int = DEFAULT_FILTER_BYTES
 
 
 class StreamRecord(NamedTuple):
@@ -94,6 +99,10 @@ class StreamLog(ABC):
         self._producers: dict[str, int] = {}
         #: records found torn or unreadable when the log was opened (never confirmed)
         self.dropped_on_recovery = 0
+        #: every chunk's filter (stores call ``add`` from ``_append``, and persist or rebuild them)
+        self.chunk_filters = ChunkFilters(self.settings.filter_bytes)
+        #: records filtered reads decoded (a statistic: chunks skipped are never decoded)
+        self.filter_decoded = 0
 
     # -- appending --------------------------------------------------------------------------------
     def should_append(self, producer: str, publishing_id: int) -> bool:
@@ -163,6 +172,33 @@ class StreamLog(ABC):
         tail), at most ``max_count`` of them and, past the first, bodies of at most ``max_bytes``
         in all. Empty at the end of the log."""
 
+    def read_filtered(self, offset: int, filt: StreamFilter, max_count: int = READ_COUNT,
+                      upto: int | None = None, scan: int = FILTER_SCAN) -> tuple[list[StreamRecord], int]:
+        """The records from ``offset`` below ``upto`` that ``filt`` matches (at most ``max_count``),
+        and the offset to read on from. Chunks whose filter rules a match out are skipped without
+        reading them; the others are read and their non-matching messages dropped. At most about
+        ``scan`` records are read per call (a consumer far behind does not stall the loop)."""
+        offset, end = self._bounds(offset, upto)
+        out: list[StreamRecord] = []
+        chunks = self.chunk_filters
+        seen = 0
+        while offset < end and len(out) < max_count and seen < scan:
+            offset, stop = chunks.span(offset, end, filt)
+            if offset >= stop:
+                break
+            batch = self.read(offset, max_count=min(READ_COUNT, scan - seen), upto=stop)
+            if not batch:
+                break
+            self.filter_decoded += len(batch)
+            for rec in batch:
+                seen += 1
+                offset = rec.offset + 1
+                if filt.matches(rec.message):
+                    out.append(rec)
+                    if len(out) >= max_count:
+                        break
+        return out, offset
+
     def _bounds(self, offset: int, upto: int | None) -> tuple[int, int]:
         """A read's first offset (raised to ``first``) and its end (``upto``, at most the tail)."""
         return max(offset, self.first), self.tail if upto is None else min(upto, self.tail)
@@ -179,6 +215,7 @@ class StreamLog(ABC):
             return 0
         before = self.first
         self.first = self._drop_segments(n)
+        self.chunk_filters.drop_below(self.first)
         return self.first - before
 
     @abstractmethod

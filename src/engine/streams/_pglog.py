@@ -7,6 +7,11 @@ Tables (in the store's schema)::
     stream_records   (stream, offset, ts, payload)                 PRIMARY KEY (stream, offset)
     stream_tracking  (stream, kind, name, value)                   kind 0: consumer offset,
                                                                    kind 1: producer publishing id
+    stream_chunks    (stream, first, filter, unfiltered)           a chunk's filter (``filtering``)
+
+A chunk is the appends of one batch (one sync); its filter row is written with its records, so
+the filters cover every committed record from the first chunk written with filtering on (a
+stream written before has no rows: those offsets are read message by message).
 
 A segment is an offset range, cut when its records reach ``segment_bytes`` (the same codec and
 overhead as on disk); retention deletes whole segments (their rows and records), never the last.
@@ -42,6 +47,7 @@ from .._message import Message
 from ..records import _decode_message, _encode_message
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from .filtering import ChunkFilters
 from .memory import RECORD_OVERHEAD, _VSeg
 
 
@@ -83,6 +89,13 @@ CREATE TABLE IF NOT EXISTS {s}.stream_records (
     PRIMARY KEY (stream, "offset")
 );
 CREATE INDEX IF NOT EXISTS stream_records_ts ON {s}.stream_records (stream, ts);
+CREATE TABLE IF NOT EXISTS {s}.stream_chunks (
+    stream bigint NOT NULL,
+    first bigint NOT NULL,
+    filter bytea NOT NULL,
+    unfiltered boolean NOT NULL,
+    PRIMARY KEY (stream, first)
+);
 CREATE TABLE IF NOT EXISTS {s}.stream_tracking (
     stream bigint NOT NULL,
     kind smallint NOT NULL,
@@ -101,6 +114,18 @@ SQL = {
     "delete_streams_segments": "DELETE FROM {s}.stream_segments WHERE stream = ANY(%s::bigint[])",
     "delete_streams_records": "DELETE FROM {s}.stream_records WHERE stream = ANY(%s::bigint[])",
     "delete_streams_tracking": "DELETE FROM {s}.stream_tracking WHERE stream = ANY(%s::bigint[])",
+    "delete_streams_chunks": "DELETE FROM {s}.stream_chunks WHERE stream = ANY(%s::bigint[])",
+    "put_chunks": (
+        "INSERT INTO {s}.stream_chunks (stream, first, filter, unfiltered)"
+        " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bytea[], %s::boolean[])"
+        " ON CONFLICT (stream, first) DO UPDATE SET filter = EXCLUDED.filter, unfiltered = EXCLUDED.unfiltered"
+    ),
+    "drop_chunks": (
+        "DELETE FROM {s}.stream_chunks c USING unnest(%s::bigint[], %s::bigint[]) AS u(s, f)"
+        " WHERE c.stream = u.s AND c.first < u.f"
+    ),
+    "load_chunks": "SELECT stream, first, filter, unfiltered FROM {s}.stream_chunks ORDER BY stream, first",
+    "load_stream_chunks": "SELECT first, filter, unfiltered FROM {s}.stream_chunks WHERE stream = %s ORDER BY first",
     "put_records": (
         'INSERT INTO {s}.stream_records (stream, "offset", ts, payload)'
         " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bytea[]) ON CONFLICT DO NOTHING"
@@ -166,10 +191,16 @@ def _forget_keys(pending: dict[_Key, Any], sid: int) -> None:
         del pending[k]
 
 
+def _columns(pending: dict[Any, tuple[Any, ...]]) -> list[list[Any]]:
+    """The rows (key columns, then value columns) of ``pending`` as one list per column (for unnest)."""
+    return [list(col) for col in zip(*(k + v for k, v in pending.items()), strict=True)]
+
+
 class StreamWork:
     """Stream changes between two syncs: one item of the PostgreSQL store's batch."""
 
-    __slots__ = ("sql", "new", "deleted", "records", "segments", "tracking", "drops", "chunks", "tails", "led")
+    __slots__ = ("sql", "new", "deleted", "records", "segments", "tracking", "drops", "chunks", "filters", "tails",
+                 "led")
 
     def __init__(self, sql: dict[str, str]) -> None:
         self.sql = sql
@@ -180,6 +211,8 @@ class StreamWork:
         self.tracking: dict[tuple[int, int, str], int] = {}
         self.drops: dict[int, int] = {}
         self.chunks: dict[int, int] = {}
+        #: (stream, chunk's first offset) -> (its filter, holds an unfiltered message)
+        self.filters: dict[tuple[int, int], tuple[bytes, bool]] = {}
         self.tails: dict[PgStreamLog, int] = {}
         #: streams whose records, segments or producers this batch writes -> (vhost, name): the
         #: writes only the stream's leader may make (a cluster node fences them)
@@ -198,6 +231,7 @@ class StreamWork:
         self.records = [r for r in self.records if r[0] not in sids]
         for sid in sids:
             _forget_keys(self.segments, sid)
+            _forget_keys(self.filters, sid)
             self.drops.pop(sid, None)
             self.chunks.pop(sid, None)
             self.led.pop(sid, None)
@@ -208,7 +242,7 @@ class StreamWork:
         q = self.sql
         if self.deleted:
             for name in ("delete_streams_records", "delete_streams_segments", "delete_streams_tracking",
-                         "delete_streams"):
+                         "delete_streams_chunks", "delete_streams"):
                 cur.execute(q[name], (self.deleted,))
         if self.new:
             cur.execute(q["add_streams"], tuple(map(list, zip(*self.new, strict=True))))
@@ -217,10 +251,9 @@ class StreamWork:
                                            [r[2] for r in self.records],
                                            [_encode_message(r[3]) for r in self.records]))
         if self.segments:
-            keys = list(self.segments)
-            vals = list(self.segments.values())
-            cur.execute(q["put_segments"], ([k[0] for k in keys], [k[1] for k in keys], [v[0] for v in vals],
-                                            [v[1] for v in vals], [v[2] for v in vals]))
+            cur.execute(q["put_segments"], _columns(self.segments))
+        if self.filters:
+            cur.execute(q["put_chunks"], _columns(self.filters))
         if self.tracking:
             tracked = list(self.tracking)
             cur.execute(q["put_tracking"], ([k[0] for k in tracked], [k[1] for k in tracked],
@@ -229,6 +262,7 @@ class StreamWork:
             args = (list(self.drops), list(self.drops.values()))
             cur.execute(q["drop_records"], args)
             cur.execute(q["drop_segments"], args)
+            cur.execute(q["drop_chunks"], args)
         if self.chunks:
             cur.execute(q["set_chunks"], (list(self.chunks), list(self.chunks.values())))
 
@@ -271,6 +305,10 @@ class PgStreamLog(StreamLog):
             work.segments[(self.sid, seg.first)] = (seg.end, seg.size, seg.last_ts)
             if chunk_start:
                 work.chunks[self.sid] = offset
+            filters = self.chunk_filters
+            filters.add(offset, chunk_start, msg, seg.first == offset)
+            first, bloom, unfiltered = filters.row(len(filters.firsts) - 1)
+            work.filters[(self.sid, first)] = (bloom, unfiltered)
             if producer is not None:
                 work.tracking[(self.sid, PRODUCER, producer)] = publishing_id  # type: ignore[assignment]
             work.tails[self] = offset + 1
@@ -306,6 +344,7 @@ class PgStreamLog(StreamLog):
             seg.end, seg.size, seg.last_ts = end, size, last_ts
             segs.append(seg)
         tracking = streams.query("load_stream_tracking", sid)
+        chunks = streams.query("load_stream_chunks", sid)
         with streams.store._lock:
             self.sid = sid
             self._work = None
@@ -318,6 +357,14 @@ class PgStreamLog(StreamLog):
                 self.first = segs[0].first
                 self.tail = self.committed = segs[-1].end
                 self._last_ts = max(0, max(s.last_ts for s in segs))
+            self._load_chunks(chunks)
+
+    def _load_chunks(self, rows: list[tuple[Any, ...]]) -> None:
+        """The chunk filters stored for the committed records."""
+        filters = self.chunk_filters = ChunkFilters(self.settings.filter_bytes)
+        for first, bloom, unfiltered in rows:
+            filters.load(first, bytes(bloom), unfiltered)
+        filters.end = self.tail
 
     def refresh_offset(self, consumer: str) -> None:
         rows = self._streams.query("load_offset", self.sid, consumer)
@@ -394,6 +441,7 @@ class PgStreams:
         self._known: dict[tuple[str, str], tuple[int, int]] = {}  # stored streams: id, last chunk
         self._segs: dict[int, list[_VSeg]] = {}
         self._tracking: dict[int, list[tuple[int, str, int]]] = {}
+        self._chunks: dict[int, list[tuple[Any, ...]]] = {}
         self._next_id = 1
         for sid, vhost, name, chunk in conn.execute(self.sql["load_streams"]):
             self._known[(vhost, name)] = (sid, chunk)
@@ -404,6 +452,8 @@ class PgStreams:
             self._segs.setdefault(sid, []).append(seg)
         for sid, kind, name, value in conn.execute(self.sql["load_tracking"]):
             self._tracking.setdefault(sid, []).append((kind, name, value))
+        for sid, first, bloom, unfiltered in conn.execute(self.sql["load_chunks"]):
+            self._chunks.setdefault(sid, []).append((first, bloom, unfiltered))
 
     def work(self) -> StreamWork:
         """The batch item for stream changes (caller holds the store's ``_lock``)."""
@@ -445,6 +495,7 @@ class PgStreams:
                 log.tail = log.committed = log._segs[-1].end
                 log._last_ts = max(0, max(s.last_ts for s in log._segs))
             log.last_chunk = chunk
+            log._load_chunks(self._chunks.pop(sid, []))
             for kind, tname, value in self._tracking.pop(sid, []):
                 (log._consumers if kind == CONSUMER else log._producers)[tname] = value
         self.logs[(vhost, name)] = log
@@ -463,6 +514,7 @@ class PgStreams:
             return
         self._segs.pop(sid, None)
         self._tracking.pop(sid, None)
+        self._chunks.pop(sid, None)
         with self.store._lock:
             self.work().forget(sid)
 

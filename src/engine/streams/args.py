@@ -13,6 +13,10 @@ an AMQP timestamp (a datetime; seconds since the epoch), or an interval string s
 ``x-max-age`` units: start at the first message appended at most that long ago). Over STOMP the
 value is text: ``offset=<n>``, ``timestamp=<unix seconds>`` and a bare integer are accepted too.
 
+Stream filtering (``filtering``): queue argument ``x-stream-filter-size-bytes`` (16..255, default 16);
+consumer arguments ``x-stream-filter`` (a string or a list of strings; over STOMP a comma-separated
+list) and ``x-stream-match-unfiltered`` (true/false, default false).
+
 Every error is a :class:`StreamArgumentError` whose ``argument`` names the offending argument and
 whose message is fit for a 406 PRECONDITION_FAILED reply (or a STOMP ERROR).
 """
@@ -26,6 +30,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._log import DEFAULT_SEGMENT_BYTES, StreamLog, StreamSettings
+from .filtering import (
+    DEFAULT_FILTER_BYTES,
+    FILTER_ARG,
+    FILTER_SIZE_ARG,
+    MATCH_UNFILTERED_ARG,
+    MAX_FILTER_BYTES,
+    MIN_FILTER_BYTES,
+    StreamFilter,
+)
 
 __all__ = [
     "StreamArgumentError",
@@ -36,6 +49,8 @@ __all__ = [
     "parse_max_age",
     "parse_max_length_bytes",
     "parse_max_segment_size",
+    "parse_filter_size",
+    "parse_stream_filter",
     "stream_settings",
     "resolve_offset",
     "DEFAULT_SEGMENT_BYTES",
@@ -47,7 +62,7 @@ __all__ = [
 #: RabbitMQ refuses segment sizes above this
 MAX_SEGMENT_BYTES = 3_000_000_000
 #: queue arguments only a stream accepts (on another queue type they are a 406)
-STREAM_QUEUE_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes")
+STREAM_QUEUE_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes", FILTER_SIZE_ARG)
 
 _DAY_MS = 86_400_000
 _UNIT_MS = {"Y": 365 * _DAY_MS, "M": 30 * _DAY_MS, "D": _DAY_MS, "h": 3_600_000, "m": 60_000, "s": 1000}
@@ -157,16 +172,49 @@ def parse_max_segment_size(value: Any, argument: str = "x-stream-max-segment-siz
     return _non_neg_int(argument, value, 1, MAX_SEGMENT_BYTES)
 
 
+def parse_filter_size(value: Any, argument: str = FILTER_SIZE_ARG) -> int:
+    return _non_neg_int(argument, value, MIN_FILTER_BYTES, MAX_FILTER_BYTES)
+
+
+def _text(value: Any) -> Any:
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
+
+
+def parse_stream_filter(args: Mapping[str, Any], stomp: bool = False) -> StreamFilter | None:
+    """A consumer's ``x-stream-filter`` and ``x-stream-match-unfiltered`` (STOMP headers are text:
+    a comma-separated list, ``true``/``false``); None without a filter."""
+    raw = _text(args.get(FILTER_ARG))
+    match = _text(args.get(MATCH_UNFILTERED_ARG, False))
+    if isinstance(match, str) and stomp:
+        match = {"true": True, "false": False}.get(match.lower(), match)
+    if not isinstance(match, bool):
+        raise StreamArgumentError(MATCH_UNFILTERED_ARG, f"expected true or false, got {match!r}")
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        values = [v.strip() for v in raw.split(",")] if stomp else [raw]
+    elif isinstance(raw, (list, tuple)):
+        values = [_text(v) for v in raw]
+    else:
+        raise StreamArgumentError(FILTER_ARG, f"expected a string or a list of strings, got {type(raw).__name__}")
+    for v in values:
+        if not isinstance(v, str) or not v:
+            raise StreamArgumentError(FILTER_ARG, f"filter values must be non-empty strings, got {v!r}")
+    return StreamFilter(frozenset(values), match)
+
+
 def stream_settings(args: Mapping[str, Any] | None) -> StreamSettings:
     """The retention/segment settings of a stream from its queue arguments (validated)."""
     args = args or {}
     max_bytes = args.get("x-max-length-bytes")
     max_age = args.get("x-max-age")
     seg = args.get("x-stream-max-segment-size-bytes")
+    filter_bytes = args.get(FILTER_SIZE_ARG)
     return StreamSettings(
         max_bytes=None if max_bytes is None else parse_max_length_bytes(max_bytes),
         max_age_ms=None if max_age is None else parse_max_age(max_age),
         segment_bytes=DEFAULT_SEGMENT_BYTES if seg is None else parse_max_segment_size(seg),
+        filter_bytes=DEFAULT_FILTER_BYTES if filter_bytes is None else parse_filter_size(filter_bytes),
     )
 
 

@@ -66,6 +66,7 @@ class MemoryStreamLog(StreamLog):
         self._ts.append(ts)
         chunk_start = not self._chunk_open or rolled
         self._chunk_open = not self.autocommit
+        self.chunk_filters.add(offset, chunk_start, msg, seg.first == offset)
         if self.autocommit:
             self.committed = offset + 1
             if producer is not None:
@@ -134,6 +135,9 @@ class MemoryStreamLog(StreamLog):
             v.end, v.size, v.last_ts = min(s.end, self.committed), s.size, s.last_ts
             log._segs.append(v)
         log.last_chunk = self.last_chunk if self.last_chunk < self.committed else -1
+        for first, bloom, unfiltered in self.chunk_filters.between(self.first, self.committed):
+            log.chunk_filters.load(first, bloom, unfiltered)
+        log.chunk_filters.end = self.committed if log.chunk_filters.firsts else 0
         log._last_ts = log._ts[-1] if log._ts else 0
         log._consumers = dict(self._durable_consumers)
         log._producers = dict(self._durable_producers)
