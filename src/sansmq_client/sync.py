@@ -14,6 +14,7 @@ import queue
 import select
 import selectors
 import socket
+import ssl
 import threading
 import time
 from _thread import allocate_lock
@@ -27,11 +28,13 @@ from ._errors import ClientError, ConnectionLost
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from ._session import TxRecord
-from ._url import parse_url
+from ._url import Params, parse_url
 
 __all__ = ["connect", "Connection", "Subscription", "Transaction"]
 
 log = logging.getLogger("sansmq_client")
+
+_RECV = 1 << 18  # one read: a stream reader's deliveries arrive faster than 64 KiB at a time
 
 
 def connect(url: str) -> Connection:
@@ -122,13 +125,13 @@ class Connection:
             # at most a second: a connection closed from elsewhere is noticed even without input
             if not poll.poll(1000 if timer is None else min(1000, (timer - now) * 1000 + 1)):
                 continue
-            try:
-                data = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                return  # the I/O thread sees the dead socket too, and reconnects
             with self._lock:
+                try:
+                    data = recv_ready(sock)
+                except AGAIN:
+                    continue
+                except OSError:
+                    return  # the I/O thread sees the dead socket too, and reconnects
                 core.receive_data(data)
                 self._after()
 
@@ -154,7 +157,7 @@ class Connection:
         if out and sock is not None:
             try:
                 del out[:sock.send(out)]
-            except (BlockingIOError, InterruptedError):
+            except AGAIN:
                 pass
             except OSError:
                 return False  # the socket died: the I/O thread's recv() sees it and reconnects
@@ -301,7 +304,7 @@ class Connection:
         with self._lock:
             host, port = core.next_host()
         try:
-            sock = socket.create_connection((host, port), timeout=core.params.connect_timeout)
+            sock = _open_socket(host, port, core.params)
         except OSError as exc:
             with self._lock:
                 core.connect_failed(exc)
@@ -331,13 +334,14 @@ class Connection:
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:
-                        with self._reader:  # a caller that read meanwhile may have taken the bytes
+                        # a caller that read meanwhile may have taken the bytes; the recv is under the lock
+                        # too (it does not block): a TLS socket must not read while another thread writes
+                        with self._reader, self._lock:
                             try:
-                                data = sock.recv(65536)  # b"" is EOF: the session ends itself
-                            except (BlockingIOError, InterruptedError):
+                                data = recv_ready(sock)  # b"" is EOF: the session ends itself
+                            except AGAIN:
                                 continue
-                            with self._lock:
-                                core.receive_data(data)
+                            core.receive_data(data)
             with self._lock:
                 self._out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
                 out, self._sock, self._sel, self._poll = bytes(self._out), None, None, None
@@ -356,6 +360,32 @@ class Connection:
             with self._reader:  # a caller still reading lets go first (it sees the socket is no longer current)
                 sel.close()
                 sock.close()
+
+
+#: a non-blocking socket with nothing to give or take now (TLS: a record not yet whole)
+AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _open_socket(host: str, port: int, params: Params) -> socket.socket:
+    """A connected socket (TLS handshake done for amqps:// and stomps://), still blocking."""
+    sock = socket.create_connection((host, port), timeout=params.connect_timeout)
+    if params.tls is None:
+        return sock
+    try:
+        return params.tls.wrap(sock, host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def recv_ready(sock: socket.socket) -> bytes:
+    """What a readable non-blocking socket holds, with what TLS already decrypted (``pending``: bytes the
+    poll cannot see)."""
+    data = sock.recv(_RECV)
+    if data and isinstance(sock, ssl.SSLSocket):
+        while sock.pending():
+            data += sock.recv(_RECV)
+    return data
 
 
 class Subscription:

@@ -23,7 +23,7 @@ def test_defaults_per_protocol() -> None:
 
 
 @pytest.mark.parametrize("url, why", [
-    ("http://h/", "amqp:// or stomp://"),
+    ("http://h/", "amqp://, amqps://, stomp:// or stomps://"),
     ("amqp://h/?hartbeat=1", "unknown URL options"),
     ("amqp://h:notaport/", "invalid literal"),
     ("amqp://:5672/", "empty host"),
