@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import amqpproto
+import sansmq_client
 from amqpproto import spec
 
 __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
@@ -74,9 +75,10 @@ def retriable(exc: BaseException) -> bool:
     answer: a refused log-in, a missing stream, a protocol error are final."""
     if isinstance(exc, BrokerUnreachable):
         return exc.retriable
-    if isinstance(exc, ChannelError):
+    if isinstance(exc, ChannelError | sansmq_client.BrokerClosedConnection):
         return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
-    return isinstance(exc, ConnectionLost | ConnectionError)
+    # sansmq_client's (the reader's and writer's client): the transport went away, its outcome unknown
+    return isinstance(exc, ConnectionLost | ConnectionError | sansmq_client.ConnectionLost)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ class AmqpSession(Session):
         self.held: dict[int, list[Any]] = {}  # methods waiting for their channel's open-ok
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
+        self.server_properties: dict[str, Any] = {}  # the broker's connection.start
         self.returned: list[spec.BasicReturn] = []  # mandatory publishes returned, their confirm still to come
         self.consumers: dict[int, ConsumerRecord] = {}
         self.transactions: dict[int, TxRecord] = {}
@@ -125,6 +126,7 @@ class AmqpSession(Session):
             case amqp.ConnectionClosed():
                 self.end(ConnectionLost("the broker closed the socket"))
             case spec.ConnectionStart():
+                self.server_properties = event.server_properties or {}
                 start_ok = self.conn.start_ok(event, self.params.user, self.params.password, "sansmq_client")
                 if self.params.name:
                     start_ok.client_properties["connection_name"] = self.params.name

@@ -9,6 +9,7 @@ the I/O thread, so a callback that blocks for minutes does not stop heart-beats.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import select
@@ -37,10 +38,11 @@ log = logging.getLogger("sansmq_client")
 _RECV = 1 << 18  # one read: a stream reader's deliveries arrive faster than 64 KiB at a time
 
 
-def connect(url: str) -> Connection:
+def connect(url: str, **options: Any) -> Connection:
     """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
-    Raises if none answers or the broker refuses the log-in."""
-    conn = Connection(Core(parse_url(url), time.monotonic))
+    Raises if none answers or the broker refuses the log-in. ``options`` override the URL's (fields of
+    ``Params``, e.g. ``connect_timeout=30``)."""
+    conn = Connection(Core(dataclasses.replace(parse_url(url), **options), time.monotonic))
     conn._thread.start()
     try:
         conn._call(lambda core: core.connected)
@@ -185,6 +187,18 @@ class Connection:
             pass  # already woken (a full pipe), or the thread is gone
 
     # -- the API -------------------------------------------------------------------------------
+    @property
+    def server_properties(self) -> dict[str, Any]:
+        """What the broker said of itself in its last connection.start (AMQP; ``{}`` for STOMP)."""
+        session = self._core.session
+        return dict(getattr(session, "server_properties", None) or {})
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The ``capabilities`` table of ``server_properties`` (e.g. ``publisher_confirms``)."""
+        caps = self.server_properties.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
     def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
                 confirm: bool = True, exchange: str | None = None, properties: Any = None) -> None:
         """Publish ``body`` to ``target`` (STOMP destination, or AMQP routing key on ``exchange``). With

@@ -4,8 +4,9 @@ the reader without a broker's own work in the way.
 It speaks amqpproto's server role up to basic.consume, then sends the deliveries from the offset
 asked for, encoded by the codec's ``send_deliver`` (byte for byte what sansmq's servers send) and
 cached per start offset, so a second read of the same range costs the server one ``sendall``.
-From then on it skips what the reader sends (acks) up to basic.cancel (answered: the connection
-serves the next consume) or connection.close (answered with close-ok).
+From then on it skips what the reader sends (acks) up to basic.cancel or the consumer's
+channel.close (answered: the connection serves the next consume) or connection.close (answered
+with close-ok).
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class FakeStreamBroker:
             return conn.send(spec.ChannelOpenOk(channel=ev.channel))
         if t is spec.BasicQos:
             return conn.send(spec.BasicQosOk(channel=ev.channel))
+        if t is spec.ConfirmSelect:  # sansmq_client puts its publishing channel in confirm mode
+            return conn.send(spec.ConfirmSelectOk(channel=ev.channel))
+        if t is spec.ChannelClose:
+            return conn.send(spec.ChannelCloseOk(channel=ev.channel))
         if t is spec.BasicConsume:
             return conn.send(spec.BasicConsumeOk(consumer_tag="ctag", channel=ev.channel))
         if t is spec.ConnectionClose:
@@ -138,6 +143,12 @@ class FakeStreamBroker:
                 if ftype == 1 and channel == 0 and method == b"\x00\x0a\x00\x32":
                     sock.sendall(_CLOSE_OK)
                     return None
+                if ftype == 1 and method == b"\x00\x14\x00\x28":  # channel.close: sansmq_client's cancel
+                    self.cancels += 1
+                    conn.receive_data(buf[pos:pos + size + 8])
+                    conn.next_event()
+                    sock.sendall(conn.send(spec.ChannelCloseOk(channel=channel)))
+                    return buf[pos + size + 8:]
                 if ftype == 1 and method == b"\x00\x3c\x00\x1e":  # basic.cancel
                     tag = buf[pos + 12:pos + 12 + buf[pos + 11]].decode()
                     self.cancels += 1
