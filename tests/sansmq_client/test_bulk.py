@@ -16,8 +16,7 @@ from sansmq_client import ChannelClosed, Unroutable
 from sansmq_client.bulk import publish_batch, read_stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from e2ekit import start_server  # noqa: E402
-from tlskit import make_pki  # noqa: E402
+from tlskit import make_pki, start_tls_server  # noqa: E402
 
 
 def _props(i: int) -> bytes:
@@ -88,10 +87,7 @@ def test_an_unroutable_mandatory_publish_fails_its_batch(broker: Broker) -> None
 def tls_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("tls")
     pki = make_pki(tmp / "pki")
-    config = tmp / "sansmq.toml"
-    config.write_text(f'[tls]\nkey = "{pki.server_key}"\nca = "{pki.ca}"\n')
-    srv = start_server("threads", config, "--tls-cert", str(pki.server_cert), "--tls-verify-peer",
-                       "--amqps", "127.0.0.1:0", "--stomps", "127.0.0.1:0", "--wss", "127.0.0.1:0")
+    srv = start_tls_server("threads", pki, tmp)
     try:
         yield srv, pki
     finally:
