@@ -31,12 +31,12 @@ from amqpproto import RemoteProtocolError, spec
 from amqpproto.bulk import DeliveryColumns, StreamDeliveryDecoder, frame_end
 
 from ._amqp import PUBLISH, AmqpSession
-from ._errors import ClientError, ConnectionLost, Unroutable
+from ._errors import ClientError, ConnectionLost
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from .sync import AGAIN, Connection, recv_ready
 
-__all__ = ["read_stream", "publish_batch", "Unroutable"]
+__all__ = ["read_stream", "publish_batch"]
 
 C = TypeVar("C", bound=DeliveryColumns)
 _PAST_ALL = 1 << 63  # a start offset no delivery reaches: decode and drop (after the range)
