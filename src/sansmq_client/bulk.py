@@ -140,48 +140,61 @@ def read_stream(conn: Connection, stream: str, start: int, end: int, *, prefetch
     with _Reading(conn) as io:
         io.at_frame_boundary(timeout)
         started = io.locked(lambda s: _subscribe(io, s, consumer))
-        channel = io.locked(lambda s: s.channel_of(consumer))
-        decoder = StreamDeliveryDecoder(channel)
-        buf, pos = b"", 0
-        acked = 0
-        cols = columns()
-        last = start - 1
-        stopping: Pending[None] | None = None  # the consumer's cancel, once the range is read
-        while stopping is None or not stopping.done:
-            if stopping is None and (last >= end - 1 or len(cols) >= batch_rows):
-                if len(cols):
-                    yield cols
-                    cols = columns()
-                if last >= end - 1:
-                    stopping = io.locked(lambda s: io.core.cancel(consumer))
-                continue
-            try:
-                pos, seen, other = decoder.decode(buf, pos, cols, start if stopping is None else _PAST_ALL, end,
-                                                  batch_rows)
-            except RemoteProtocolError as exc:
-                raise ConnectionLost(f"protocol error from the broker: {exc}") from exc
-            last = max(last, seen)
-            if other:  # one whole frame for the general path
-                after = frame_end(buf, pos)
-                io.general(buf[pos:after])
-                pos = after
-                _raise_if_over(started, ended, odd)
-                continue
-            if stopping is None and decoder.last_tag != acked:  # credit for what was decoded
-                acked = decoder.last_tag
-                io.locked(partial(AmqpSession.ack_upto, consumer=consumer, tag=acked, now=io.core.clock()))
-            if stopping is None and (last >= end - 1 or len(cols) >= batch_rows):
-                continue
-            data = io.recv(timeout)
-            if data is None:
-                if stopping is not None:
-                    raise TimeoutError(f"stream {stream!r}: no close-ok for the consumer within {timeout:g}s")
-                raise TimeoutError(f"stream {stream!r}: no message after offset {last} within {timeout:g}s while "
-                                   f"reading up to {end} (stream truncated?)")
-            buf = buf[pos:] + data if pos < len(buf) else data
-            pos = 0
-        if pos < len(buf):
-            io.general(buf[pos:])
+        try:
+            channel = io.locked(lambda s: s.channel_of(consumer))
+            decoder = StreamDeliveryDecoder(channel)
+            buf, pos = b"", 0
+            acked = 0
+            cols = columns()
+            last = start - 1
+            stopping: Pending[None] | None = None  # the consumer's cancel, once the range is read
+            while stopping is None or not stopping.done:
+                if stopping is None and (last >= end - 1 or len(cols) >= batch_rows):
+                    if len(cols):
+                        yield cols
+                        cols = columns()
+                    if last >= end - 1:
+                        stopping = io.locked(lambda s: io.core.cancel(consumer))
+                    continue
+                try:
+                    pos, seen, other = decoder.decode(buf, pos, cols, start if stopping is None else _PAST_ALL, end,
+                                                      batch_rows)
+                except RemoteProtocolError as exc:
+                    raise ConnectionLost(f"protocol error from the broker: {exc}") from exc
+                last = max(last, seen)
+                if other:  # one whole frame for the general path
+                    after = frame_end(buf, pos)
+                    io.general(buf[pos:after])
+                    pos = after
+                    _raise_if_over(started, ended, odd)
+                    continue
+                if stopping is None and decoder.last_tag != acked:  # credit for what was decoded
+                    acked = decoder.last_tag
+                    io.locked(partial(AmqpSession.ack_upto, consumer=consumer, tag=acked, now=io.core.clock()))
+                if stopping is None and (last >= end - 1 or len(cols) >= batch_rows):
+                    continue
+                data = io.recv(timeout)
+                if data is None:
+                    if stopping is not None:
+                        raise TimeoutError(f"stream {stream!r}: no close-ok for the consumer within {timeout:g}s")
+                    raise TimeoutError(f"stream {stream!r}: no message after offset {last} within {timeout:g}s while "
+                                       f"reading up to {end} (stream truncated?)")
+                buf = buf[pos:] + data if pos < len(buf) else data
+                pos = 0
+            if pos < len(buf):
+                io.general(buf[pos:])
+        except BaseException:  # an error, or the caller stopped early: the consumer must not live on
+            _abandon(io, consumer)
+            raise
+
+
+def _abandon(io: _Reading, consumer: ConsumerRecord) -> None:
+    """Cancel a range's consumer that did not finish (not waiting for the broker): its channel's
+    deliveries are dropped from then on instead of piling up for a consumer no one reads."""
+    with io.conn._lock:
+        if consumer.tag in io.core.consumers and io.core.ready:
+            io.core.cancel(consumer)
+            io.conn._after()
 
 
 def _subscribe(io: _Reading, session: AmqpSession, consumer: ConsumerRecord) -> Pending[None]:

@@ -68,6 +68,18 @@ def test_a_missing_stream_and_a_short_one_raise_and_the_connection_goes_on(broke
         conn.delete_queue(stream)
 
 
+def test_a_read_stopped_early_cancels_its_consumer_and_the_connection_goes_on(broker: Broker) -> None:
+    with sansmq_client.sync.connect(broker.url("amqp")) as conn:
+        stream = _filled(conn, 50)
+        early = read_stream(conn, stream, 0, 50, prefetch=5, batch_rows=10)
+        assert list(next(early).offset) == list(range(10))
+        early.close()  # e.g. Spark stopped the task
+        assert not conn._core.consumers  # nothing left to restore or to pile deliveries up for
+        conn.publish(stream, b"after")
+        assert [len(b) for b in read_stream(conn, stream, 0, 51, batch_rows=100)] == [51]
+        conn.delete_queue(stream)
+
+
 def test_an_unroutable_mandatory_publish_fails_its_batch(broker: Broker) -> None:
     with sansmq_client.sync.connect(broker.url("amqp")) as conn:
         stream = _filled(conn, 0)
