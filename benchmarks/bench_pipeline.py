@@ -12,9 +12,9 @@ windows), then times three Spark jobs on ``--master``:
   ``x-producer``/``x-publishing-id`` per row) into a second stream.
 
 The options printed with each result are the Kafka-source-style options used, then the CPU time per
-row of the broker (``--broker-pid``), the Spark JVM and its Python workers, and the load average. Needs a
-broker that
-serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and the spark extra.
+row of the broker (``--broker-pid``), the Spark JVM and its Python workers, and the load average (``--only``
+picks the jobs). Needs a broker that serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and
+the spark extra.
 """
 
 from __future__ import annotations
