@@ -31,7 +31,7 @@ from amqpproto import RemoteProtocolError, spec
 from amqpproto.bulk import DeliveryColumns, StreamDeliveryDecoder, frame_end
 
 from ._amqp import PUBLISH, AmqpSession
-from ._errors import ClientError, ConnectionLost
+from ._errors import ClientError, ConnectionLost, ConsumerCancelled
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from .sync import AGAIN, Connection, recv_ready
@@ -130,9 +130,12 @@ def read_stream(conn: Connection, stream: str, start: int, end: int, *, prefetch
     Offsets retention removed are missing: the first batch then begins after ``start``.
 
     ``prefetch`` is the consumer's credit, ``arguments`` extra basic.consume arguments (``x-stream-offset``
-    is ``start``). Raises ``TimeoutError`` when no delivery comes for ``timeout`` seconds before ``end``
-    (the stream ends earlier), ``ConnectionLost``, ``ChannelClosed`` (e.g. 404: no such stream),
+    is ``start``). With sansmq's ``x-stream-end-offset`` among them (a filtered read, ``x-stream-filter``,
+    cannot tell its end from the offsets it gets) the broker cancels the consumer at that offset, and that
+    cancel ends the read. Raises ``TimeoutError`` when no delivery comes for ``timeout`` seconds before
+    ``end`` (the stream ends earlier), ``ConnectionLost``, ``ChannelClosed`` (e.g. 404: no such stream),
     ``ConsumerCancelled`` (the stream was deleted)."""
+    ended_by_broker = "x-stream-end-offset" in (arguments or {})
     ended: list[BaseException | None] = []
     odd: list[Delivery] = []
     consumer = ConsumerRecord(f"sansmq-bulk-{next(conn._core.names)}", stream, prefetch, False, start,
@@ -149,6 +152,8 @@ def read_stream(conn: Connection, stream: str, start: int, end: int, *, prefetch
             last = start - 1
             stopping: Pending[None] | None = None  # the consumer's cancel, once the range is read
             while stopping is None or not stopping.done:
+                if ended_by_broker and ended and isinstance(ended[0], ConsumerCancelled):
+                    break  # the broker sent every message up to its end offset (its channel closes by itself)
                 if stopping is None and (last >= end - 1 or len(cols) >= batch_rows):
                     if len(cols):
                         yield cols
@@ -166,7 +171,7 @@ def read_stream(conn: Connection, stream: str, start: int, end: int, *, prefetch
                     after = frame_end(buf, pos)
                     io.general(buf[pos:after])
                     pos = after
-                    _raise_if_over(started, ended, odd)
+                    _raise_if_over(started, ended, odd, ended_by_broker)
                     continue
                 if stopping is None and decoder.last_tag != acked:  # credit for what was decoded
                     acked = decoder.last_tag
@@ -181,6 +186,8 @@ def read_stream(conn: Connection, stream: str, start: int, end: int, *, prefetch
                                        f"reading up to {end} (stream truncated?)")
                 buf = buf[pos:] + data if pos < len(buf) else data
                 pos = 0
+            if len(cols):
+                yield cols
             if pos < len(buf):
                 io.general(buf[pos:])
         except BaseException:  # an error, or the caller stopped early: the consumer must not live on
@@ -202,10 +209,11 @@ def _subscribe(io: _Reading, session: AmqpSession, consumer: ConsumerRecord) -> 
     return session.subscribe(consumer, io.core.clock())
 
 
-def _raise_if_over(started: Pending[None], ended: list[BaseException | None], odd: list[Delivery]) -> None:
+def _raise_if_over(started: Pending[None], ended: list[BaseException | None], odd: list[Delivery],
+                   ended_by_broker: bool) -> None:
     if started.error is not None:
         raise started.error
-    if ended and ended[0] is not None:
+    if ended and ended[0] is not None and not (ended_by_broker and isinstance(ended[0], ConsumerCancelled)):
         raise ended[0]
     if odd:  # one the bulk decoder could not read: never drop a row silently
         raise ClientError("a delivery the bulk reader could not decode (not AMQP 0-9-1's basic properties?)")

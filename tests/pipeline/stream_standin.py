@@ -36,7 +36,7 @@ class FakeStreamBroker:
         self.first = first
         self.gone = gone
         self.frame_max = frame_max
-        self._cache: dict[int, bytes] = {}
+        self._cache: dict[tuple[Any, ...], bytes] = {}
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
@@ -80,6 +80,8 @@ class FakeStreamBroker:
                 sock.sendall(reply)
                 if type(ev) is spec.BasicConsume:
                     sock.sendall(self._deliveries(conn, ev))
+                    if "x-stream-end-offset" in (ev.arguments or {}):  # sansmq's: the range's end cancels
+                        sock.sendall(conn.send(spec.BasicCancel(consumer_tag="ctag", channel=ev.channel)))
                     rest = self._skip_to_cancel_or_close(sock, conn)
                     if rest is None:
                         return
@@ -111,18 +113,23 @@ class FakeStreamBroker:
         return None
 
     def _deliveries(self, conn: Any, consume: spec.BasicConsume) -> bytes:
-        start = max(self.first, int((consume.arguments or {}).get("x-stream-offset", 0)))
-        cached = self._cache.get(start)
+        args = consume.arguments or {}
+        start = max(self.first, int(args.get("x-stream-offset", 0)))
+        end = int(args.get("x-stream-end-offset", len(self.messages)))
+        wanted = args.get("x-stream-filter")  # sansmq's filtered read: only messages with one of these values
+        key = (start, end, tuple(wanted or ()))
+        cached = self._cache.get(key)
         if cached is None:
             out = []
-            kept = [offset for offset in range(start, len(self.messages)) if offset not in self.gone]
+            kept = [offset for offset in range(start, end) if offset not in self.gone and (
+                wanted is None or (self.messages[offset][1].headers or {}).get("x-stream-filter-value") in wanted)]
             for tag, offset in enumerate(kept, 1):
                 key, props, body = self.messages[offset]
                 headers = dict(props.headers or {})
                 headers["x-stream-offset"] = offset
                 encoded = spec.encode_properties(dataclasses.replace(props, headers=headers))
                 out.append(conn.send_deliver(consume.channel, "ctag", tag, False, "", key, encoded, body))
-            cached = self._cache[start] = b"".join(out)
+            cached = self._cache[key] = b"".join(out)
         return cached
 
     def _skip_to_cancel_or_close(self, sock: socket.socket, conn: Any) -> bytes | None:

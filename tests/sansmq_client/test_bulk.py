@@ -151,3 +151,24 @@ def test_a_certificate_the_client_cannot_verify_fails_the_connect(tls_broker) ->
     srv, _ = tls_broker
     with pytest.raises(sansmq_client.ConnectionLost, match="CERTIFICATE_VERIFY_FAILED"):
         sansmq_client.sync.connect(f"amqps://guest:guest@localhost:{srv.port('amqps')}/")
+
+
+def test_a_read_the_broker_ends_at_its_end_offset_stops_at_the_cancel() -> None:
+    """A filtered read cannot tell its end from the offsets it gets: with sansmq's x-stream-end-offset the
+    broker cancels the consumer at the range's end, and that cancel (not an error then) ends the read."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
+    from stream_standin import FakeStreamBroker
+
+    messages = [("k", spec.BasicProperties(headers={"x-stream-filter-value": "eu" if i % 3 else "us"}), b"%d" % i)
+                for i in range(30)]
+    standin = FakeStreamBroker(messages).start()
+    try:
+        with sansmq_client.sync.connect(standin.url) as conn:
+            got = [o for b in read_stream(conn, "s", 2, 20, batch_rows=4, timeout=5,
+                                          arguments={"x-stream-filter": ["us"], "x-stream-end-offset": 20})
+                   for o in b.offset]
+            assert got == [3, 6, 9, 12, 15, 18]
+            # the connection reads on: the same range unfiltered ends at its last offset as usual
+            assert [o for b in read_stream(conn, "s", 2, 20, timeout=5) for o in b.offset] == list(range(2, 20))
+    finally:
+        standin.close()
