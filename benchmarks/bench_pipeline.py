@@ -11,8 +11,10 @@ windows), then times three Spark jobs on ``--master``:
 * sink         -- ``spark.range`` rows written with ``df.write.format("sansmq")`` (publisher confirms,
   ``x-producer``/``x-publishing-id`` per row) into a second stream.
 
-The options printed with each result are the Kafka-source-style options used. Needs a broker that
-serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and the spark extra.
+The options printed with each result are the Kafka-source-style options used, then the CPU time per
+row of the broker (``--broker-pid``), the Spark JVM and its Python workers, and the load average (``--only``
+picks the jobs). Needs a broker that serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and
+the spark extra.
 """
 
 from __future__ import annotations
@@ -36,6 +38,40 @@ def fill(url: str, stream: str, rows: int, body: bytes) -> float:
     return time.perf_counter() - t0
 
 
+def _stat(pid: int) -> tuple[int, str, float]:
+    """(parent pid, command name, CPU seconds of the process and its waited-for children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    name = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), name, sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(broker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far: the broker (``--broker-pid``), this process's Spark JVM, and the Python
+    workers it runs (every live descendant of the JVM; a worker that exited is counted in its parent)."""
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                procs[int(entry)] = _stat(int(entry))
+            except (OSError, ValueError):
+                pass
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"broker": procs[broker_pid][2]} if broker_pid in procs else {}
+    jvms = [p for p in children.get(os.getpid(), []) if procs[p][1] == "java"]
+    out["spark JVM"] = sum(procs[p][2] for p in jvms)
+    todo, workers = [c for j in jvms for c in children.get(j, [])], 0.0
+    while todo:
+        pid = todo.pop()
+        workers += procs[pid][2]
+        todo += children.get(pid, [])
+    out["python workers"] = workers
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -46,6 +82,8 @@ def main() -> None:
     ap.add_argument("--max-records-per-trigger", default="500000")
     ap.add_argument("--prefetch", default="2000")
     ap.add_argument("--confirm-window", default="1000")
+    ap.add_argument("--broker-pid", type=int, help="report the broker's CPU per row too")
+    ap.add_argument("--only", nargs="*", default=["batch", "stream", "sink"], help="which jobs to time")
     a = ap.parse_args()
 
     src, dst = f"bench-pipeline-{os.getpid()}", f"bench-pipeline-out-{os.getpid()}"
@@ -60,11 +98,15 @@ def main() -> None:
                  "prefetch": a.prefetch}
 
     def timed(label: str, opts: dict[str, str], job) -> None:
+        before = cpu_split(a.broker_pid)
         t0 = time.perf_counter()
         rows = job()
         secs = time.perf_counter() - t0
+        used = {k: v - before.get(k, 0.0) for k, v in cpu_split(a.broker_pid).items()}
         shown = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "url")
-        print(f"{label:12s} {rows:>10,} rows in {secs:6.1f}s = {rows / secs:>10,.0f} rows/s   ({shown})")
+        cpu = "  CPU us/row: " + ", ".join(f"{k} {v / rows * 1e6:.1f}" for k, v in used.items())
+        print(f"{label:12s} {rows:>10,} rows in {secs:6.1f}s = {rows / secs:>10,.0f} rows/s   ({shown}){cpu}"
+              f"  load {os.getloadavg()[0]:.1f}", flush=True)
 
     def batch_read() -> int:
         reader = spark.read.format("sansmq")
@@ -90,9 +132,12 @@ def main() -> None:
          .option("confirmWindow", a.confirm_window).mode("append").save())
         return a.rows
 
-    timed("batch read", read_opts, batch_read)
-    timed("stream read", {**read_opts, "maxRecordsPerTrigger": a.max_records_per_trigger}, stream_read)
-    timed("sink", {"stream": dst, "confirmWindow": a.confirm_window}, sink)
+    if "batch" in a.only:
+        timed("batch read", read_opts, batch_read)
+    if "stream" in a.only:
+        timed("stream read", {**read_opts, "maxRecordsPerTrigger": a.max_records_per_trigger}, stream_read)
+    if "sink" in a.only:
+        timed("sink", {"stream": dst, "confirmWindow": a.confirm_window}, sink)
     spark.stop()
     with Client(a.url) as c:
         for s in (src, dst):

@@ -4,7 +4,8 @@
     register(spark)
     spark.readStream.format("sansmq").option("stream", "events").load()
 
-Talks to the broker with amqpproto's client role (``pipeline.client``); it never imports the
+Talks to the broker through the project's clients (tasks on ``sansmq_client``, the driver's probes on
+``pipeline.client``, amqpproto's client role); it never imports the
 broker (``engine``), so the same job reads sansmq's or RabbitMQ's streams, on ``local[*]`` or on a
 cluster. Needs the ``spark`` extra: ``pip install 'sansmq[spark]'``.
 """

@@ -19,7 +19,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import amqpproto
+import sansmq_client
 from amqpproto import spec
+from sansmq_client._tls import TLS_PARAMS, Tls, tls_from_query
 
 __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
            "ConsumerCancelled", "StreamNotFound", "retriable",
@@ -74,29 +76,10 @@ def retriable(exc: BaseException) -> bool:
     answer: a refused log-in, a missing stream, a protocol error are final."""
     if isinstance(exc, BrokerUnreachable):
         return exc.retriable
-    if isinstance(exc, ChannelError):
+    if isinstance(exc, ChannelError | sansmq_client.BrokerClosedConnection):
         return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
-    return isinstance(exc, ConnectionLost | ConnectionError)
-
-
-@dataclass(frozen=True, slots=True)
-class Tls:
-    """amqps:// settings, from the URL's query as RabbitMQ's URI spec names them."""
-
-    cacertfile: str | None = None  # default: the system's CAs
-    certfile: str | None = None
-    keyfile: str | None = None
-    verify: bool = True  # verify=verify_none turns checking the broker's certificate off
-    server_name: str | None = None  # server_name_indication (the name checked); default the host
-
-    def context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.cacertfile)
-        if not self.verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if self.certfile:
-            ctx.load_cert_chain(self.certfile, self.keyfile)
-        return ctx
+    # sansmq_client's (the reader's and writer's client): the transport went away, its outcome unknown
+    return isinstance(exc, ConnectionLost | ConnectionError | sansmq_client.ConnectionLost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +99,6 @@ class Endpoint:
         return self.hosts[0][1]
 
 
-_TLS_PARAMS = ("cacertfile", "certfile", "keyfile", "verify", "server_name_indication")
-
-
 def _host_port(text: str, default: int, url: str) -> tuple[str, int]:
     parts = urlsplit(f"//{text}")
     if not parts.hostname:
@@ -131,18 +111,14 @@ def _host_port(text: str, default: int, url: str) -> tuple[str, int]:
 
 def _tls(query: str, scheme: str, url: str) -> Tls | None:
     params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-    unknown = set(params) - set(_TLS_PARAMS)
+    unknown = set(params) - set(TLS_PARAMS)
     if unknown:
-        raise ValueError(f"url has unknown parameters {sorted(unknown)} (known: {', '.join(_TLS_PARAMS)}): {url!r}")
+        raise ValueError(f"url has unknown parameters {sorted(unknown)} (known: {', '.join(TLS_PARAMS)}): {url!r}")
     if scheme == "amqp":
         if params:
             raise ValueError(f"url parameters {sorted(params)} are for amqps:// only: {url!r}")
         return None
-    verify = params.get("verify", "verify_peer")
-    if verify not in ("verify_peer", "verify_none"):
-        raise ValueError(f"url parameter verify must be verify_peer or verify_none, got {verify!r}")
-    return Tls(params.get("cacertfile"), params.get("certfile"), params.get("keyfile"), verify == "verify_peer",
-               params.get("server_name_indication"))
+    return tls_from_query(params, url)
 
 
 def parse_url(url: str) -> Endpoint:
@@ -216,7 +192,7 @@ class Client:
             if self._tls is not None:
                 return self._tls.wrap_socket(sock, server_hostname=host)
             assert tls is not None
-            return tls.context().wrap_socket(sock, server_hostname=tls.server_name or host)
+            return tls.wrap(sock, host)
         except BaseException:
             sock.close()
             raise
@@ -341,11 +317,6 @@ class Client:
     def declare_exchange(self, exchange: str, kind: str = "topic", durable: bool = True) -> None:
         self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
                    spec.ExchangeDeclareOk)
-
-    def exchange_exists(self, exchange: str) -> None:
-        """exchange.declare(passive); ``ChannelError`` 404 if there is no such exchange."""
-        if exchange:  # the default exchange always exists (and cannot be declared)
-            self._call(spec.ExchangeDeclare(exchange=exchange, passive=True, channel=CH), spec.ExchangeDeclareOk)
 
     def delete(self, queue: str) -> None:
         self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from .client import Client
+from sansmq_client import sync
+
 from .options import OptionError, ReadOptions, WriteOptions
 from .retry import with_retries
 from .sink import BatchWriter, StreamWriter, check_target
@@ -15,8 +16,8 @@ __all__ = ["SansmqDataSource"]
 
 
 def _check_target(opts: WriteOptions) -> None:
-    with Client(opts.url, timeout=opts.timeout) as client:
-        check_target(client, opts)
+    with sync.connect(opts.url, connect_timeout=opts.timeout, name="sansmq pipeline") as conn:
+        check_target(conn, opts)
 
 
 class SansmqDataSource(DataSource):

@@ -20,6 +20,8 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from sansmq_client import sync
+
 from .client import Client, ConsumerCancelled, StreamNotFound
 
 __all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of", "offset_at_time",
@@ -30,7 +32,7 @@ __all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_ran
 STAMP_HEADER = "x-stream-timestamp"
 
 
-def stamp_arguments(client: Client) -> dict[str, object]:
+def stamp_arguments(client: Client | sync.Connection) -> dict[str, object]:
     """The consumer arguments that make the broker stamp deliveries with their append time, if it can."""
     return {STAMP_HEADER: True} if client.capabilities.get("stream_timestamp") is True else {}
 

@@ -6,8 +6,8 @@ the next instead of a TCP and AMQP handshake per task per batch. A task takes a 
 the pool (no other thread can use it meanwhile) and gives it back only if it finished its work
 with the channel in a known state (the range reader cancels its consumer and settles what came
 after); on any error, or if the task stops early, the connection is closed instead. A connection
-the broker dropped while idle fails on its next use, which the reader's retries answer with a
-new one.
+the broker dropped while idle reconnects by itself (``sansmq_client``); one that fails in use is
+closed, and the reader's retries answer with a new one.
 
 The pool is per process by nature (that is what outlives a task): ``EXECUTOR_POOL``.
 """
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .client import Client
+from sansmq_client import sync
 
 __all__ = ["ConnectionPool", "EXECUTOR_POOL"]
 
@@ -28,13 +28,13 @@ MAX_IDLE = 2
 
 class ConnectionPool:
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, float], list[Client]] = {}
+        self._idle: dict[tuple[str, float], list[sync.Connection]] = {}
         self._lock = threading.Lock()
         #: connections this pool opened (for tests and metrics)
         self.opened = 0
 
     @contextmanager
-    def client(self, url: str, timeout: float) -> Iterator[Client]:
+    def client(self, url: str, timeout: float) -> Iterator[sync.Connection]:
         """A connection to ``url`` for one piece of work: an idle one if there is, else a new one;
         back to the pool when the work returns, closed if it raises (or the generator using it
         is closed early)."""
@@ -43,7 +43,7 @@ class ConnectionPool:
             idle = self._idle.get(key)
             client = idle.pop() if idle else None
         if client is None:
-            client = Client(url, timeout=timeout)
+            client = sync.connect(url, connect_timeout=timeout, name="sansmq pipeline")
             with self._lock:
                 self.opened += 1
         try:

@@ -8,13 +8,14 @@ whose commit it did not record) carries the same ids, and a broker with producer
 (RabbitMQ) appends them again: at-least-once.
 
 A task returns only after every publish is confirmed, so Spark commits a batch only once the
-broker holds all of it.
+broker holds all of it. Tasks publish through ``sansmq_client`` (``bulk.publish_batch``) on the
+executor's pooled connection (``pool``).
 """
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +25,12 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from amqpproto import spec
+from sansmq_client import ChannelClosed, sync
+from sansmq_client.bulk import publish_batch
 
-from .client import ChannelError, Client
+from .client import StreamNotFound
 from .options import OptionError, WriteOptions
+from .pool import EXECUTOR_POOL
 from .retry import Outage
 
 __all__ = ["BatchWriter", "StreamWriter", "Published", "publish_batches", "publishing_id", "check_target"]
@@ -56,108 +60,87 @@ def _as_bytes(value: Any) -> bytes:
     raise TypeError(f"the sansmq sink publishes binary or string bodies, not {type(value).__name__}")
 
 
-def check_target(client: Client, opts: WriteOptions) -> None:
+def check_target(conn: sync.Connection, opts: WriteOptions) -> None:
     """The stream or exchange written to exists (StreamNotFound, or OptionError for the exchange)."""
-    if opts.target_stream is not None:
-        client.declare_passive(opts.target_stream)
-        return
     try:
-        client.exchange_exists(opts.exchange)
-    except ChannelError as exc:
+        if opts.target_stream is not None:
+            conn.declare_queue(opts.target_stream, passive=True)
+        elif opts.exchange:  # the default exchange always exists (and cannot be declared)
+            conn.declare_exchange(opts.exchange, passive=True)
+    except ChannelClosed as exc:
         if exc.reply_code != spec.NOT_FOUND:
             raise
-        raise OptionError(f"option exchange: {exc}") from None
+        if opts.target_stream is not None:
+            raise StreamNotFound(exc.reply_code, exc.reply_text) from None
+        raise OptionError(f"option exchange: {exc.reply_code} {exc.reply_text}") from None
 
 
-class _Publisher:
-    """Publishes with confirms (at most ``confirm_window`` unconfirmed) and keeps what is not yet
-    confirmed: when the broker goes away, a new connection publishes that again, with the same
-    ``x-publishing-id`` headers, so sansmq's deduplication drops what had in fact been appended."""
+_ID = struct.Struct(">q")  # x-publishing-id, a signed 64-bit field value ("l") in the headers table
 
-    def __init__(self, opts: WriteOptions) -> None:
-        self.opts = opts
-        self.pending: deque[tuple[int, str, bytes, bytes]] = deque()  # (sequence, routing key, properties, body)
-        self.client: Client | None = None
-        self.outage: Outage | None = None
-        self._settle(0)  # connects
 
-    def publish(self, key: str, props: bytes, body: bytes) -> None:
-        if self.client is None:
-            self._settle(0)
-        client = self.client
-        assert client is not None
-        # mandatory: a row no queue takes comes back and fails the task (it is not lost)
-        seq = client.publish(self.opts.exchange, key, props, body, mandatory=True)
-        self.pending.append((seq, key, props, body))
-        if seq - client.confirmed >= self.opts.confirm_window:
-            self._settle(self.opts.confirm_window // 2)  # half a window stays in flight
+def _template(producer: str, content_type: str | None, headers: tuple[tuple[str, str], ...]) -> tuple[bytes, bytes]:
+    """A row's encoded properties around its publishing id: the bytes before and after the id's 8, the
+    same for every row with this content type and these headers (encoded once, not once a row)."""
+    # x-stream-* are the source broker's annotations (the offset read), not content
+    h: dict[str, Any] = {k: v for k, v in headers if not k.startswith("x-stream-")}
+    h["x-producer"] = producer
+    # two ids that differ in each of their 8 bytes (ids are >= 2**32: always "l") show where the id sits
+    one, two = (spec.encode_properties(spec.BasicProperties(content_type=content_type, delivery_mode=2,
+                                                            headers={**h, "x-publishing-id": v}))
+                for v in (0x0101010101010101, 0x0202020202020202))
+    at = next(i for i, (x, y) in enumerate(zip(one, two, strict=True)) if x != y)
+    return one[:at], one[at + _ID.size:]
 
-    def finish(self) -> None:
-        self._settle(0)
 
-    def _settle(self, in_flight: int) -> None:
-        """Wait until at most ``in_flight`` publishes are unconfirmed, reconnecting (and publishing
-        the unconfirmed ones again) while the broker is away."""
-        while True:
-            try:
-                if self.client is None:
-                    self._reconnect()
-                client = self.client
-                assert client is not None
-                client.wait_confirms(client.published - in_flight)
-                while self.pending and self.pending[0][0] <= client.confirmed:
-                    self.pending.popleft()
-                self.outage = None
-                return
-            except Exception as exc:
-                if self.client is not None:
-                    self.client.close()
-                    self.client = None
-                self.outage = self.outage or Outage(self.opts.retry_deadline, "publishing")
-                self.outage.wait(exc)
-
-    def _reconnect(self) -> None:
-        client = Client(self.opts.url, timeout=self.opts.timeout)
+def _publish(opts: WriteOptions, messages: list[tuple[str, bytes, bytes]], checked: list[bool]) -> None:
+    """Publish ``messages`` with confirms (``sansmq_client.bulk.publish_batch``: mandatory, so a row no
+    queue takes fails the task instead of vanishing). While the broker is away, what was not confirmed
+    is published again on a new connection, with the same ``x-publishing-id`` headers, so sansmq's
+    deduplication drops what had in fact been appended."""
+    done = 0
+    outage: Outage | None = None
+    while True:
         try:
-            check_target(client, self.opts)
-        except BaseException:
-            client.close()
-            raise
-        client.confirm_select()
-        again = [(client.publish(self.opts.exchange, key, props, body, mandatory=True), key, props, body)
-                 for _, key, props, body in self.pending]
-        self.pending = deque(again)
-        self.client = client
+            with EXECUTOR_POOL.client(opts.url, opts.timeout) as conn:
+                if not checked:  # once per task: the target may have been deleted since the driver looked
+                    check_target(conn, opts)
+                    checked.append(True)
+                publish_batch(conn, opts.exchange, messages[done:], window=opts.confirm_window, timeout=opts.timeout)
+            return
+        except Exception as exc:
+            done += getattr(exc, "confirmed", 0)
+            outage = outage or Outage(opts.retry_deadline, "publishing")
+            outage.wait(exc)
 
 
 def publish_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch], producer: str,
                     batch_id: int) -> int:
     """Publish every row with confirms; returns the row count."""
     row = 0
-    publisher = _Publisher(opts)
-    try:
-        for batch in batches:
-            names = batch.schema.names
-            bodies = batch.column(names.index("body")).to_pylist()
-            n = len(bodies)
-            keys = (batch.column(names.index("routing_key")).to_pylist() if opts.routing_key is None
-                    else [opts.routing_key] * n)
-            headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else [None] * n
-            ctypes = (batch.column(names.index("content_type")).to_pylist() if "content_type" in names
-                      else [None] * n)
-            for i in range(n):
-                # x-stream-* are the source broker's annotations (the offset read), not content
-                h: dict[str, Any] = {k: v for k, v in headers[i] or () if not k.startswith("x-stream-")}
-                h["x-producer"] = producer
-                h["x-publishing-id"] = publishing_id(batch_id, row)
-                props = spec.encode_properties(spec.BasicProperties(
-                    content_type=ctypes[i], headers=h, delivery_mode=2))
-                publisher.publish(keys[i] or "", props, _as_bytes(bodies[i]))
-                row += 1
-        publisher.finish()
-    finally:
-        if publisher.client is not None:
-            publisher.client.close()
+    checked: list[bool] = []
+    for batch in batches:
+        names = batch.schema.names
+        bodies = batch.column(names.index("body")).to_pylist()
+        n = len(bodies)
+        keys = (batch.column(names.index("routing_key")).to_pylist() if opts.routing_key is None
+                else [opts.routing_key] * n)
+        headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else [None] * n
+        ctypes = (batch.column(names.index("content_type")).to_pylist() if "content_type" in names
+                  else [None] * n)
+        templates: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+        first = publishing_id(batch_id, row)
+        messages = []
+        for i in range(n):
+            shape = (ctypes[i], tuple(headers[i] or ()))
+            if (template := templates.get(shape)) is None:
+                template = templates[shape] = _template(producer, *shape)
+            pre, post = template
+            messages.append((keys[i] or "", pre + _ID.pack(first + i) + post, _as_bytes(bodies[i])))
+        _publish(opts, messages, checked)
+        row += n
+    if not checked:  # no rows: the target is still checked, as a write of rows would
+        with EXECUTOR_POOL.client(opts.url, opts.timeout) as conn:
+            check_target(conn, opts)
     return row
 
 

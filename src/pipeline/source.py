@@ -80,10 +80,9 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     outage: Outage | None = None
     while start < part.end:
         try:
-            with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as client:  # the leader's node first
-                client.qos(opts.prefetch)
-                for batch in read_stream_range(client, part.stream, start, part.end, opts.batch_rows, opts.timeout,
-                                               LossPolicy(opts.fail_on_data_loss), opts.filter):
+            with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as conn:  # the leader's node first
+                for batch in read_stream_range(conn, part.stream, start, part.end, opts.prefetch, opts.batch_rows,
+                                               opts.timeout, LossPolicy(opts.fail_on_data_loss), opts.filter):
                     start = batch.column("offset")[-1].as_py() + 1  # go on after it
                     yield batch if opts.filter is None else _matching(batch, opts.filter)
                     outage = None

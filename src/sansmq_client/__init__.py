@@ -14,7 +14,9 @@ consumers restored, a stream consumer resuming after the last offset it acked; i
 fail with ``ConnectionLost`` instead of vanishing; broker refusals raise typed errors
 (``BrokerClosedConnection``, ``ChannelClosed``, ``BrokerError``) that name the code, text, method and
 channel. ``BasicProperties`` (AMQP message properties) is re-exported from amqpproto. Front-end
-modules are imported on demand (``sansmq_client.trio`` needs trio).
+modules are imported on demand (``sansmq_client.trio`` needs trio). ``amqps://`` and ``stomps://``
+speak TLS. ``sansmq_client.bulk`` reads stream ranges into columns and publishes batches with confirms
+on the sync front end (data pipelines).
 """
 
 from amqpproto.spec import BasicProperties
@@ -29,12 +31,14 @@ from ._errors import (
     ConsumerCancelled,
     NotSupported,
     PublishNacked,
+    Unroutable,
 )
 from ._model import Delivery
+from ._tls import Tls
 from ._url import Params, parse_url
 
 __all__ = [
     "ClientError", "ConnectionLost", "ConnectionClosedByUser", "BrokerClosedConnection", "ChannelClosed",
     "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "Params", "parse_url",
-    "BasicProperties",
+    "BasicProperties", "Unroutable", "Tls",
 ]

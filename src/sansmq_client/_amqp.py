@@ -8,6 +8,7 @@ fail), every consumer and every transaction gets its own channel."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 from collections import deque
@@ -24,6 +25,7 @@ from ._errors import (
     ConnectionLost,
     ConsumerCancelled,
     PublishNacked,
+    Unroutable,
 )
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
@@ -62,6 +64,8 @@ class AmqpSession(Session):
         self.held: dict[int, list[Any]] = {}  # methods waiting for their channel's open-ok
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
+        self.server_properties: dict[str, Any] = {}  # the broker's connection.start
+        self.returned: list[spec.BasicReturn] = []  # mandatory publishes returned, their confirm still to come
         self.consumers: dict[int, ConsumerRecord] = {}
         self.transactions: dict[int, TxRecord] = {}
         self.free_channels: set[int] = set()
@@ -122,6 +126,7 @@ class AmqpSession(Session):
             case amqp.ConnectionClosed():
                 self.end(ConnectionLost("the broker closed the socket"))
             case spec.ConnectionStart():
+                self.server_properties = event.server_properties or {}
                 start_ok = self.conn.start_ok(event, self.params.user, self.params.password, "sansmq_client")
                 if self.params.name:
                     start_ok.client_properties["connection_name"] = self.params.name
@@ -147,6 +152,8 @@ class AmqpSession(Session):
                     self.core.forget_consumer(consumer)
                     consumer.end(ConsumerCancelled(f"the broker cancelled consumer {consumer.tag}"))
                     self._close_channel(event.channel, "consumer cancelled by the broker")
+            case spec.BasicReturn() if event.channel == PUBLISH:  # before the confirm of the same publish
+                self.returned.append(event)
             case amqp.Heartbeat() | spec.ConnectionBlocked() | spec.ConnectionUnblocked() | spec.BasicReturn():
                 pass
             case _:
@@ -253,13 +260,30 @@ class AmqpSession(Session):
         self.confirms[self.seq] = pending if confirm else None
         return pending
 
+    def publish_encoded(self, frames: bytes, outcome: Pending[None]) -> None:
+        """Publishes already encoded as frames on the publish channel (``sansmq_client.bulk``), written
+        as they are; ``outcome`` is resolved once per confirm of one of them, or failed."""
+        self.out += frames
+        seq = self.seq
+        count = getattr(outcome, "count", 1)
+        self.confirms.update(dict.fromkeys(range(seq + 1, seq + count + 1), outcome))
+        self.seq = seq + count
+
     def _confirm(self, method: spec.BasicAck | spec.BasicNack) -> None:
-        tags = [t for t in self.confirms if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
+        upto = method.delivery_tag
+        # confirms are kept in publish order: a multiple one settles a prefix, found without scanning the rest
+        tags = list(itertools.takewhile(upto.__ge__, self.confirms)) if method.multiple else [upto]
+        # RabbitMQ sends a publish's basic.return just before its confirm: one of these was returned (which,
+        # a multiple confirm does not say), so each fails: a publish is never reported taken when it was not
+        ret, self.returned = (self.returned[0] if self.returned else None), []
         for tag in tags:
             pending = self.confirms.pop(tag, None)
             if pending is None:
                 continue
-            if isinstance(method, spec.BasicAck):
+            if ret is not None:
+                pending.fail(Unroutable(f"a publish up to #{upto} was returned: {ret.reply_code} {ret.reply_text} "
+                                        f"(exchange {ret.exchange!r}, routing key {ret.routing_key!r})"))
+            elif isinstance(method, spec.BasicAck):
                 pending.resolve(None)
             else:
                 pending.fail(PublishNacked(f"the broker nacked publish #{tag}"))
@@ -280,11 +304,17 @@ class AmqpSession(Session):
         ok.add_done_callback(lambda p: done.fail(p.error) if p.error else done.resolve(None))
         return done
 
-    def _channel_of(self, consumer: ConsumerRecord) -> int | None:
+    def channel_of(self, consumer: ConsumerRecord) -> int | None:
         return next((ch for ch, c in self.consumers.items() if c is consumer), None)
 
+    def ack_upto(self, consumer: ConsumerRecord, tag: int, now: float) -> None:
+        """Ack every delivery of ``consumer`` up to ``tag`` (one basic.ack multiple: a bulk reader's credit)."""
+        ch = self.channel_of(consumer)
+        if ch is not None:
+            self._send_on(spec.BasicAck(delivery_tag=tag, multiple=True, channel=ch), now)
+
     def cancel(self, consumer: ConsumerRecord, now: float) -> Pending[None]:
-        ch = self._channel_of(consumer)
+        ch = self.channel_of(consumer)
         if ch is None:
             return Pending.resolved(None)
         del self.consumers[ch]  # closing its channel ends it; the broker requeues what it had unacked
@@ -308,7 +338,7 @@ class AmqpSession(Session):
         consumer.on_delivery(delivery)
 
     def settle(self, delivery: Delivery, how: str, requeue: bool, tx: TxRecord | None, now: float) -> None:
-        ch = self._channel_of(delivery.consumer)
+        ch = self.channel_of(delivery.consumer)
         if ch is None:  # its consumer's channel is gone: the broker already requeued the message
             return
         tag = delivery.ack_id

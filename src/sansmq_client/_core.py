@@ -50,6 +50,7 @@ class Core:
         self.backlog: list[tuple[Op, Pending[Any]]] = []
         self.connected: Pending[None] = Pending()  # the first ready session, or why there was none
         self.final_error: BaseException | None = None
+        self.closing = False  # close() was called: no reconnect after this session
         self.failures = 0
         self.host_index = 0
         self.names = itertools.count(1)
@@ -84,8 +85,8 @@ class Core:
             return
         if session.error is None:
             session.end(error or ConnectionLost("connection lost"))
-        if session.fatal:
-            self.finish(session.error or ConnectionLost("connection lost"))
+        if session.fatal or self.closing:  # a close() that crossed the socket's loss ends it for good too
+            self.finish(session.error if session.fatal and session.error else ConnectionClosedByUser("closed"))
         elif not session.ready.done or session.ready.error is not None:
             self.connect_failed(session.error or ConnectionLost("connection lost"))
 
@@ -254,6 +255,7 @@ class Core:
             self.finish(ConnectionClosedByUser("the connection was closed"))
             return Pending.resolved(None)
         assert self.session is not None
+        self.closing = True
         done: Pending[None] = Pending()
         self.session.close(self.clock()).add_done_callback(lambda p: done.resolve(None))  # or the socket died
         return done

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["ClientError", "ConnectionLost", "BrokerClosedConnection", "ChannelClosed", "PublishNacked",
-           "BrokerError", "ConsumerCancelled", "NotSupported", "ConnectionClosedByUser"]
+           "BrokerError", "ConsumerCancelled", "NotSupported", "ConnectionClosedByUser", "Unroutable"]
 
 
 class ClientError(Exception):
@@ -58,6 +58,10 @@ class BrokerError(ClientError):
 
 class PublishNacked(ClientError):
     """The broker refused responsibility for a published message (AMQP basic.nack)."""
+
+
+class Unroutable(ClientError):
+    """A mandatory publish no queue took: the broker returned it (AMQP basic.return) instead of storing it."""
 
 
 class ConsumerCancelled(ClientError):

@@ -13,6 +13,7 @@ from ._async import AsyncConnection, AsyncSubscription, AsyncTransaction
 from ._core import Core
 from ._errors import ConnectionLost
 from ._pending import Pending
+from ._tls import Tls
 from ._url import parse_url
 
 __all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction"]
@@ -74,8 +75,8 @@ class Connection(AsyncConnection):
         while core.final_error is None:
             host, port = core.next_host()
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                        core.params.connect_timeout)
+                opening = asyncio.open_connection(host, port, **_tls_args(core.params.tls, host))
+                reader, writer = await asyncio.wait_for(opening, core.params.connect_timeout)
             except (OSError, TimeoutError) as exc:
                 core.connect_failed(exc)
             else:
@@ -108,3 +109,8 @@ class Connection(AsyncConnection):
                     continue
                 core.receive_data(data)  # b"" is EOF: the session ends itself
             self._kick()
+
+
+def _tls_args(tls: Tls | None, host: str) -> dict[str, Any]:
+    """``open_connection``'s TLS arguments for amqps:// and stomps://."""
+    return {} if tls is None else {"ssl": tls.context(), "server_hostname": tls.server_hostname(host)}

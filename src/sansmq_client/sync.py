@@ -9,11 +9,13 @@ the I/O thread, so a callback that blocks for minutes does not stop heart-beats.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import select
 import selectors
 import socket
+import ssl
 import threading
 import time
 from _thread import allocate_lock
@@ -27,17 +29,20 @@ from ._errors import ClientError, ConnectionLost
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
 from ._session import TxRecord
-from ._url import parse_url
+from ._url import Params, parse_url
 
 __all__ = ["connect", "Connection", "Subscription", "Transaction"]
 
 log = logging.getLogger("sansmq_client")
 
+_RECV = 1 << 18  # one read: a stream reader's deliveries arrive faster than 64 KiB at a time
 
-def connect(url: str) -> Connection:
+
+def connect(url: str, **options: Any) -> Connection:
     """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
-    Raises if none answers or the broker refuses the log-in."""
-    conn = Connection(Core(parse_url(url), time.monotonic))
+    Raises if none answers or the broker refuses the log-in. ``options`` override the URL's (fields of
+    ``Params``, e.g. ``connect_timeout=30``)."""
+    conn = Connection(Core(dataclasses.replace(parse_url(url), **options), time.monotonic))
     conn._thread.start()
     try:
         conn._call(lambda core: core.connected)
@@ -122,13 +127,13 @@ class Connection:
             # at most a second: a connection closed from elsewhere is noticed even without input
             if not poll.poll(1000 if timer is None else min(1000, (timer - now) * 1000 + 1)):
                 continue
-            try:
-                data = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                return  # the I/O thread sees the dead socket too, and reconnects
             with self._lock:
+                try:
+                    data = recv_ready(sock)
+                except AGAIN:
+                    continue
+                except OSError:
+                    return  # the I/O thread sees the dead socket too, and reconnects
                 core.receive_data(data)
                 self._after()
 
@@ -154,7 +159,7 @@ class Connection:
         if out and sock is not None:
             try:
                 del out[:sock.send(out)]
-            except (BlockingIOError, InterruptedError):
+            except AGAIN:
                 pass
             except OSError:
                 return False  # the socket died: the I/O thread's recv() sees it and reconnects
@@ -182,6 +187,18 @@ class Connection:
             pass  # already woken (a full pipe), or the thread is gone
 
     # -- the API -------------------------------------------------------------------------------
+    @property
+    def server_properties(self) -> dict[str, Any]:
+        """What the broker said of itself in its last connection.start (AMQP; ``{}`` for STOMP)."""
+        session = self._core.session
+        return dict(getattr(session, "server_properties", None) or {})
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The ``capabilities`` table of ``server_properties`` (e.g. ``publisher_confirms``)."""
+        caps = self.server_properties.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
     def publish(self, target: str, body: bytes, *, headers: dict[str, Any] | None = None,
                 confirm: bool = True, exchange: str | None = None, properties: Any = None) -> None:
         """Publish ``body`` to ``target`` (STOMP destination, or AMQP routing key on ``exchange``). With
@@ -301,7 +318,7 @@ class Connection:
         with self._lock:
             host, port = core.next_host()
         try:
-            sock = socket.create_connection((host, port), timeout=core.params.connect_timeout)
+            sock = _open_socket(host, port, core.params)
         except OSError as exc:
             with self._lock:
                 core.connect_failed(exc)
@@ -331,13 +348,14 @@ class Connection:
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:
-                        with self._reader:  # a caller that read meanwhile may have taken the bytes
+                        # a caller that read meanwhile may have taken the bytes; the recv is under the lock
+                        # too (it does not block): a TLS socket must not read while another thread writes
+                        with self._reader, self._lock:
                             try:
-                                data = sock.recv(65536)  # b"" is EOF: the session ends itself
-                            except (BlockingIOError, InterruptedError):
+                                data = recv_ready(sock)  # b"" is EOF: the session ends itself
+                            except AGAIN:
                                 continue
-                            with self._lock:
-                                core.receive_data(data)
+                            core.receive_data(data)
             with self._lock:
                 self._out += core.data_to_send()  # e.g. the close-ok owed to the broker's connection.close
                 out, self._sock, self._sel, self._poll = bytes(self._out), None, None, None
@@ -356,6 +374,32 @@ class Connection:
             with self._reader:  # a caller still reading lets go first (it sees the socket is no longer current)
                 sel.close()
                 sock.close()
+
+
+#: a non-blocking socket with nothing to give or take now (TLS: a record not yet whole)
+AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _open_socket(host: str, port: int, params: Params) -> socket.socket:
+    """A connected socket (TLS handshake done for amqps:// and stomps://), still blocking."""
+    sock = socket.create_connection((host, port), timeout=params.connect_timeout)
+    if params.tls is None:
+        return sock
+    try:
+        return params.tls.wrap(sock, host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def recv_ready(sock: socket.socket) -> bytes:
+    """What a readable non-blocking socket holds, with what TLS already decrypted (``pending``: bytes the
+    poll cannot see)."""
+    data = sock.recv(_RECV)
+    if data and isinstance(sock, ssl.SSLSocket):
+        while sock.pending():
+            data += sock.recv(_RECV)
+    return data
 
 
 class Subscription:

@@ -98,8 +98,11 @@ class Connection(AsyncConnection):
         host, port = core.next_host()
         try:
             with trio.fail_after(core.params.connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError) as exc:
+                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+                if (tls := core.params.tls) is not None:
+                    stream = trio.SSLStream(stream, tls.context(), server_hostname=tls.server_hostname(host))
+                    await stream.do_handshake()
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:  # the last: a failed TLS handshake
             core.connect_failed(exc)
             return
         core.attach()
@@ -116,7 +119,7 @@ class Connection(AsyncConnection):
         finally:
             core.detach()
 
-    async def _read(self, stream: trio.SocketStream) -> None:
+    async def _read(self, stream: trio.abc.Stream) -> None:
         core = self._core
         while core.session is not None and core.session.error is None:
             timer = core.get_timer()
@@ -126,10 +129,10 @@ class Connection(AsyncConnection):
             if data is None:
                 core.handle_timer()
             else:
-                core.receive_data(data)  # b"" is EOF: the session ends itself
+                core.receive_data(bytes(data))  # b"" is EOF: the session ends itself
             self._kick()
 
-    async def _write(self, stream: trio.SocketStream) -> None:
+    async def _write(self, stream: trio.abc.Stream) -> None:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()

@@ -50,6 +50,11 @@ def test_sync_worker(server: ServerProcess) -> None:
     assert lines == [f"handled {[f'job {i}' for i in range(COUNT)]}"]
 
 
+def test_bulk_stream(server: ServerProcess) -> None:
+    lines = run("bulk_stream", f"amqp://guest:guest@127.0.0.1:{server.port('amqp')}/", f"events-{uuid.uuid4().hex[:8]}")
+    assert lines == [f"offset {i}: row {i}" for i in range(COUNT)]
+
+
 def test_every_client_example_is_tested() -> None:
-    assert sorted(p.stem for p in EXAMPLES.glob("*.py")) == ["amqp_publisher_trio", "stomp_consumer_asyncio",
-                                                             "sync_worker"]
+    assert sorted(p.stem for p in EXAMPLES.glob("*.py")) == ["amqp_publisher_trio", "bulk_stream",
+                                                             "stomp_consumer_asyncio", "sync_worker"]

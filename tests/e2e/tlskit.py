@@ -8,6 +8,7 @@ import ipaddress
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -79,3 +80,14 @@ def make_pki(where: Path) -> Pki:
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)
     return paths
+
+
+def start_tls_server(kind: str, pki: Pki, where: Path) -> Any:
+    """A broker (``e2ekit.ServerProcess``) with amqps, stomps and wss listeners on free ports, asking for
+    client certificates (``--tls-verify-peer``); plain listeners as ``e2ekit.start_server`` opens them."""
+    from e2ekit import start_server
+
+    config = where / "sansmq-tls.toml"
+    config.write_text(f'[tls]\nkey = "{pki.server_key}"\nca = "{pki.ca}"\n')
+    return start_server(kind, config, "--tls-cert", str(pki.server_cert), "--tls-verify-peer",
+                        "--amqps", "127.0.0.1:0", "--stomps", "127.0.0.1:0", "--wss", "127.0.0.1:0")

@@ -4,8 +4,9 @@ the reader without a broker's own work in the way.
 It speaks amqpproto's server role up to basic.consume, then sends the deliveries from the offset
 asked for, encoded by the codec's ``send_deliver`` (byte for byte what sansmq's servers send) and
 cached per start offset, so a second read of the same range costs the server one ``sendall``.
-From then on it skips what the reader sends (acks) up to basic.cancel (answered: the connection
-serves the next consume) or connection.close (answered with close-ok).
+From then on it skips what the reader sends (acks) up to basic.cancel or the consumer's
+channel.close (answered: the connection serves the next consume) or connection.close (answered
+with close-ok).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class FakeStreamBroker:
         self.first = first
         self.gone = gone
         self.frame_max = frame_max
-        self._cache: dict[int, bytes] = {}
+        self._cache: dict[tuple[Any, ...], bytes] = {}
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
@@ -79,6 +80,8 @@ class FakeStreamBroker:
                 sock.sendall(reply)
                 if type(ev) is spec.BasicConsume:
                     sock.sendall(self._deliveries(conn, ev))
+                    if "x-stream-end-offset" in (ev.arguments or {}):  # sansmq's: the range's end cancels
+                        sock.sendall(conn.send(spec.BasicCancel(consumer_tag="ctag", channel=ev.channel)))
                     rest = self._skip_to_cancel_or_close(sock, conn)
                     if rest is None:
                         return
@@ -99,6 +102,10 @@ class FakeStreamBroker:
             return conn.send(spec.ChannelOpenOk(channel=ev.channel))
         if t is spec.BasicQos:
             return conn.send(spec.BasicQosOk(channel=ev.channel))
+        if t is spec.ConfirmSelect:  # sansmq_client puts its publishing channel in confirm mode
+            return conn.send(spec.ConfirmSelectOk(channel=ev.channel))
+        if t is spec.ChannelClose:
+            return conn.send(spec.ChannelCloseOk(channel=ev.channel))
         if t is spec.BasicConsume:
             return conn.send(spec.BasicConsumeOk(consumer_tag="ctag", channel=ev.channel))
         if t is spec.ConnectionClose:
@@ -106,18 +113,23 @@ class FakeStreamBroker:
         return None
 
     def _deliveries(self, conn: Any, consume: spec.BasicConsume) -> bytes:
-        start = max(self.first, int((consume.arguments or {}).get("x-stream-offset", 0)))
-        cached = self._cache.get(start)
+        args = consume.arguments or {}
+        start = max(self.first, int(args.get("x-stream-offset", 0)))
+        end = int(args.get("x-stream-end-offset", len(self.messages)))
+        wanted = args.get("x-stream-filter")  # sansmq's filtered read: only messages with one of these values
+        key = (start, end, tuple(wanted or ()))
+        cached = self._cache.get(key)
         if cached is None:
             out = []
-            kept = [offset for offset in range(start, len(self.messages)) if offset not in self.gone]
+            kept = [offset for offset in range(start, end) if offset not in self.gone and (
+                wanted is None or (self.messages[offset][1].headers or {}).get("x-stream-filter-value") in wanted)]
             for tag, offset in enumerate(kept, 1):
                 key, props, body = self.messages[offset]
                 headers = dict(props.headers or {})
                 headers["x-stream-offset"] = offset
                 encoded = spec.encode_properties(dataclasses.replace(props, headers=headers))
                 out.append(conn.send_deliver(consume.channel, "ctag", tag, False, "", key, encoded, body))
-            cached = self._cache[start] = b"".join(out)
+            cached = self._cache[key] = b"".join(out)
         return cached
 
     def _skip_to_cancel_or_close(self, sock: socket.socket, conn: Any) -> bytes | None:
@@ -138,6 +150,12 @@ class FakeStreamBroker:
                 if ftype == 1 and channel == 0 and method == b"\x00\x0a\x00\x32":
                     sock.sendall(_CLOSE_OK)
                     return None
+                if ftype == 1 and method == b"\x00\x14\x00\x28":  # channel.close: sansmq_client's cancel
+                    self.cancels += 1
+                    conn.receive_data(buf[pos:pos + size + 8])
+                    conn.next_event()
+                    sock.sendall(conn.send(spec.ChannelCloseOk(channel=channel)))
+                    return buf[pos + size + 8:]
                 if ftype == 1 and method == b"\x00\x3c\x00\x1e":  # basic.cancel
                     tag = buf[pos + 12:pos + 12 + buf[pos + 11]].decode()
                     self.cancels += 1

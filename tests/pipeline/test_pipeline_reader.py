@@ -55,10 +55,10 @@ def _props(content_type: str | None, ts: int | None, headers: dict[str, Any]) ->
 @given(msgs=messages, data=st.data())
 def test_rows_are_the_messages_of_the_range(msgs: list[tuple[Any, ...]], data: st.DataObject,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline.bulk
+    import sansmq_client.sync
 
     # tiny reads split frames anywhere; a 4 KiB frame_max splits bodies over several frames
-    monkeypatch.setattr(pipeline.bulk, "_RECV", data.draw(st.sampled_from([7, 101, 1 << 18])))
+    monkeypatch.setattr(sansmq_client.sync, "_RECV", data.draw(st.sampled_from([7, 101, 1 << 18])))
     broker = FakeStreamBroker([(k, _props(ct, ts, h), b) for k, ct, ts, h, b in msgs], frame_max=4096).start()
     try:
         start = data.draw(st.integers(0, len(msgs) - 1))

@@ -223,3 +223,24 @@ def test_subscribe_pattern_options() -> None:
                      ({}, 'option "stream" is required .*, or option "subscribePattern"')]:
         with pytest.raises(OptionError, match=msg):
             ReadOptions.parse(bad)
+
+
+@pytest.mark.parametrize("content_type, headers", [
+    (None, ()),
+    ("text/plain", (("kind", "a"), ("x-stream-offset", "5"))),  # the source's annotations are dropped
+    (None, (("x-publishing-id", "9"), ("z", "\x0fx-publishing-idl"))),  # the row's own id wins, in its place
+])
+def test_the_sinks_property_template_is_the_full_encoding(content_type: str | None,
+                                                          headers: tuple[tuple[str, str], ...]) -> None:
+    """The sink encodes a row's properties once per content type and headers and puts each row's
+    publishing id into the bytes: the same bytes as encoding the row's properties in full."""
+    from amqpproto import spec
+    from pipeline.sink import _ID, _template, publishing_id
+
+    pre, post = _template("producer-1", content_type, headers)
+    for batch, row in ((0, 0), (3, 77), (2**20, 2**32 - 2)):
+        h: dict[str, object] = {k: v for k, v in headers if not k.startswith("x-stream-")}
+        h["x-producer"] = "producer-1"
+        h["x-publishing-id"] = publishing_id(batch, row)
+        full = spec.encode_properties(spec.BasicProperties(content_type=content_type, headers=h, delivery_mode=2))
+        assert pre + _ID.pack(publishing_id(batch, row)) + post == full

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from e2ekit import start_server
-from tlskit import make_pki
+from tlskit import make_pki, start_tls_server
 
 from pipeline.client import Client
 from servers.management import OPS_EPHEMERAL
@@ -14,10 +14,7 @@ from servers.management import OPS_EPHEMERAL
 
 def test_amqps_with_a_client_certificate_and_several_hosts(spark, tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
-    config = tmp_path / "sansmq.toml"
-    config.write_text(f'[tls]\nkey = "{pki.server_key}"\nca = "{pki.ca}"\n')
-    srv = start_server("threads", config, "--tls-cert", str(pki.server_cert), "--tls-verify-peer",
-                       "--amqps", "127.0.0.1:0", "--stomps", "127.0.0.1:0", "--wss", "127.0.0.1:0")
+    srv = start_tls_server("threads", pki, tmp_path)
     try:
         port = srv.port("amqps")
         # the first host refuses (nothing listens on port 1): the next one is tried

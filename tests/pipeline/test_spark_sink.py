@@ -85,8 +85,8 @@ def test_an_unroutable_row_fails_the_task(spark, broker: Broker) -> None:
     rows = spark.createDataFrame([("ok", dst), ("lost", "pipe-nobody-listens")], "body string, routing_key string")
     with pytest.raises(Exception) as e:
         _write(rows.coalesce(1), broker, exchange="amq.direct")
-    assert ("pipeline.client.BrokerError: 1 publishes could not be routed to any queue (the first: 312 NO_ROUTE: "
-            "exchange 'amq.direct' routing key 'pipe-nobody-listens')") in str(e.value)
+    assert "sansmq_client._errors.Unroutable: a publish up to #" in str(e.value)
+    assert "was returned: 312 NO_ROUTE (exchange 'amq.direct', routing key 'pipe-nobody-listens')" in str(e.value)
 
 
 def test_a_streaming_commit_or_abort_never_needs_the_broker(spark_available: None) -> None:
@@ -108,34 +108,44 @@ def test_a_streaming_commit_or_abort_never_needs_the_broker(spark_available: Non
 
 
 def test_the_sink_publishes_its_unconfirmed_rows_again_after_the_connection_breaks(
-        spark_available: None, broker: Broker) -> None:
+        spark_available: None, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """The connection breaks with rows published but not confirmed: a new connection publishes
     them again with the same publishing ids, and the broker's deduplication keeps each row once."""
     import socket
 
+    import pipeline.sink
     from amqpproto import spec
     from pipeline.options import WriteOptions
-    from pipeline.sink import _Publisher, publishing_id
+    from pipeline.sink import _publish, publishing_id
+    from sansmq_client import ConnectionLost
 
     dst = broker.stream("pipe-sink-break")
     opts = WriteOptions.parse({"url": broker.url, "stream": dst, "confirmWindow": "100"}, {"body": "binary"})
 
-    def props(row: int) -> bytes:
-        return spec.encode_properties(spec.BasicProperties(
-            delivery_mode=2, headers={"x-producer": f"break-{dst}", "x-publishing-id": publishing_id(0, row)}))
+    def headers(row: int) -> dict[str, object]:
+        return {"x-producer": f"break-{dst}", "x-publishing-id": publishing_id(0, row)}
 
-    publisher = _Publisher(opts)
-    first = publisher.client
-    for row in range(290):
-        publisher.publish(dst, props(row), b"%d" % row)
-    assert first is not None and publisher.pending  # some are unconfirmed (and maybe appended)
-    first.flush()
-    first.sock.shutdown(socket.SHUT_RDWR)  # the connection breaks under the publisher
-    for row in range(290, 600):
-        publisher.publish(dst, props(row), b"%d" % row)
-    publisher.finish()
-    assert publisher.client is not first
-    publisher.client.close()
+    real = pipeline.sink.publish_batch
+    calls: list[int] = []
+
+    def breaking(conn, exchange, messages, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(messages))
+        if len(calls) > 1:
+            return real(conn, exchange, messages, **kw)
+        real(conn, exchange, messages[:290], **kw)
+        for row in range(290, 400):  # appended by the broker, their confirms never read
+            conn.publish(dst, b"%d" % row, confirm=False,
+                         properties=spec.BasicProperties(delivery_mode=2, headers=headers(row)))
+        conn._sock.shutdown(socket.SHUT_RDWR)  # the connection breaks under the publisher
+        lost = ConnectionLost("broken by the test")
+        lost.confirmed = 290  # type: ignore[attr-defined]
+        raise lost
+
+    monkeypatch.setattr(pipeline.sink, "publish_batch", breaking)
+    rows = [(dst, spec.encode_properties(spec.BasicProperties(delivery_mode=2, headers=headers(row))), b"%d" % row)
+            for row in range(600)]
+    _publish(opts, rows, [])
+    assert calls == [600, 310]  # the unconfirmed rest again, on a new connection
     if broker.dedup:
         assert [b for _, b, _ in broker.read_all(dst, 600)] == [b"%d" % i for i in range(600)]
         assert broker.end(dst) == 600

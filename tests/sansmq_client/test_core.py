@@ -91,6 +91,16 @@ def test_confirms_in_flight_fail_and_operations_while_down_wait_for_the_next_con
     assert later.done and later.error is None
 
 
+def test_a_close_that_crosses_the_loss_of_the_socket_is_final() -> None:
+    """close() on a ready session, then the socket dies before the close-ok (the broker went away, or the
+    socket broke under the client): no reconnect follows (a front end would join a thread that never
+    ends), and close() is done."""
+    core, broker = connected()
+    closing = core.close()
+    core.detach(ConnectionLost("socket reset"))
+    assert closing.done and core.final_error is not None
+
+
 def test_a_nack_and_a_multiple_ack_settle_the_right_publishes() -> None:
     core, broker = connected()
     p = [core.publish("q", str(i).encode(), {}, {}, True) for i in range(4)]

@@ -22,11 +22,23 @@ def test_defaults_per_protocol() -> None:
     assert parse_url("amqp://").hosts == (("127.0.0.1", 5672),)
 
 
+def test_tls_urls_take_rabbitmqs_parameters() -> None:
+    p = parse_url("amqps://u:p@n1,n2:5700/v?cacertfile=/ca.pem&certfile=/c.pem&keyfile=/k.pem&heartbeat=5")
+    assert (p.protocol, p.hosts, p.vhost, p.heartbeat) == ("amqp", (("n1", 5671), ("n2", 5700)), "v", 5.0)
+    assert p.tls is not None and (p.tls.cacertfile, p.tls.certfile, p.tls.keyfile, p.tls.verify) == (
+        "/ca.pem", "/c.pem", "/k.pem", True)
+    tls = parse_url("stomps://h?verify=verify_none&server_name_indication=broker.example").tls
+    assert tls is not None and (tls.verify, tls.server_hostname("h")) == (False, "broker.example")
+    assert parse_url("stomps://h").hosts == (("h", 61614),) and parse_url("amqp://h").tls is None
+
+
 @pytest.mark.parametrize("url, why", [
-    ("http://h/", "amqp:// or stomp://"),
+    ("http://h/", "amqp://, amqps://, stomp:// or stomps://"),
     ("amqp://h/?hartbeat=1", "unknown URL options"),
     ("amqp://h:notaport/", "invalid literal"),
     ("amqp://:5672/", "empty host"),
+    ("amqp://h/?cacertfile=/ca.pem", "are for amqps:// and stomps:// only"),
+    ("amqps://h/?verify=maybe", "verify must be verify_peer or verify_none"),
 ])
 def test_bad_urls(url: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
