@@ -19,6 +19,7 @@ modules are imported on demand (``sansmq_client.trio`` needs trio).
 
 from amqpproto.spec import BasicProperties
 
+from ._bulk import Batch, OnConfirm
 from ._errors import (
     BrokerClosedConnection,
     BrokerError,
@@ -36,5 +37,5 @@ from ._url import Params, parse_url
 __all__ = [
     "ClientError", "ConnectionLost", "ConnectionClosedByUser", "BrokerClosedConnection", "ChannelClosed",
     "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "Params", "parse_url",
-    "BasicProperties",
+    "BasicProperties", "Batch", "OnConfirm",
 ]

@@ -11,12 +11,13 @@ import dataclasses
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import amqpproto as amqp
 from amqpproto import spec
 
+from ._bulk import BatchSink, BurstConfirms, OnConfirm
 from ._errors import (
     BrokerClosedConnection,
     ChannelClosed,
@@ -62,6 +63,7 @@ class AmqpSession(Session):
         self.held: dict[int, list[Any]] = {}  # methods waiting for their channel's open-ok
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
+        self.bursts = BurstConfirms()  # confirms of publish_burst: ranges, not one Pending per message
         self.consumers: dict[int, ConsumerRecord] = {}
         self.transactions: dict[int, TxRecord] = {}
         self.free_channels: set[int] = set()
@@ -230,6 +232,7 @@ class AmqpSession(Session):
             self.close_pending.fail(error)
 
     def _fail_confirms(self, error: BaseException) -> None:
+        self.bursts.fail_all(error)
         confirms, self.confirms = self.confirms, {}
         for pending in confirms.values():
             if pending is not None:
@@ -238,9 +241,7 @@ class AmqpSession(Session):
     # -- publishing -------------------------------------------------------------------------
     def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
                 confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]:
-        props = options.get("properties") or spec.BasicProperties()
-        if headers:  # on a copy: the caller's properties may be shared by many publishes
-            props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
+        props = _properties(headers, options)
         if tx is not None and tx.error is not None:
             raise tx.error
         channel = tx.channel if tx is not None else PUBLISH
@@ -253,7 +254,26 @@ class AmqpSession(Session):
         self.confirms[self.seq] = pending if confirm else None
         return pending
 
+    def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
+                      first_number: int, on_confirm: OnConfirm | None, confirm_every: int, now: float) -> Pending[None]:
+        props = spec.encode_properties(_properties(headers, options))  # once for the burst: send() takes bytes
+        exchange, publish, held = options.get("exchange", ""), spec.BasicPublish, self.held.get(PUBLISH)
+        if held is not None:  # the channel is reopening after an error: after its open-ok
+            held.extend(publish(0, exchange, target, False, False, props, body, PUBLISH) for body in bodies)
+        else:
+            send, out = self.conn.send, self.out
+            for body in bodies:
+                out += send(publish(0, exchange, target, False, False, props, body, PUBLISH))
+        first = self.seq + 1
+        self.seq += len(bodies)
+        if on_confirm is not None:  # (every publish on the channel is confirmed: confirm_every is STOMP's)
+            self.bursts.add(first, self.seq, first_number - first, on_confirm)
+        return _DONE
+
     def _confirm(self, method: spec.BasicAck | spec.BasicNack) -> None:
+        if self.bursts.ranges:
+            self.bursts.settle(method.delivery_tag, method.multiple, None if isinstance(method, spec.BasicAck)
+                               else PublishNacked(f"the broker nacked publish #{method.delivery_tag}"))
         tags = [t for t in self.confirms if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
         for tag in tags:
             pending = self.confirms.pop(tag, None)
@@ -299,6 +319,9 @@ class AmqpSession(Session):
         consumer = self.consumers.get(m.channel)
         if consumer is None:
             return
+        if consumer.batch is not None:
+            self.add_to_batch(m.channel, consumer, m, m.body, m.delivery_tag)
+            return
         headers = dict(m.properties.headers or {})
         offset = headers.get("x-stream-offset")
         delivery = Delivery(m.body, headers, consumer, m.redelivered, m.routing_key, m.exchange, m.properties,
@@ -316,6 +339,15 @@ class AmqpSession(Session):
                   spec.BasicNack(delivery_tag=tag, requeue=requeue, channel=ch) if how == "nack" else
                   spec.BasicReject(delivery_tag=tag, requeue=requeue, channel=ch))
         self._send_on(method, now)
+
+    def settle_raw(self, route: Any, sink: BatchSink, ack_id: Any, how: str, multiple: bool, requeue: bool) -> None:
+        if route in self.consumers:  # else its channel is gone, and the broker requeued the message
+            self.out += self.conn.send(spec.BasicAck(ack_id, multiple, route) if how == "ack" else
+                                       spec.BasicNack(ack_id, multiple, requeue, route))
+
+    def stream_offset(self, event: Any) -> int | None:
+        offset = (event.properties.headers or {}).get("x-stream-offset")
+        return offset if isinstance(offset, int) else None
 
     # -- declarations and transactions ---------------------------------------------------------
     def declare(self, kind: str, args: dict[str, Any], now: float) -> Pending[Any]:
@@ -350,6 +382,16 @@ class AmqpSession(Session):
         self.close_pending = Pending()
         self._send(spec.ConnectionClose(reply_code=spec.REPLY_SUCCESS, reply_text="bye"), now)
         return self.close_pending
+
+
+_DONE: Pending[None] = Pending.resolved(None)
+
+
+def _properties(headers: dict[str, Any], options: dict[str, Any]) -> spec.BasicProperties:
+    props = options.get("properties") or spec.BasicProperties()
+    if headers:  # on a copy: the caller's properties may be shared by many publishes
+        props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
+    return props
 
 
 def _requests(replies: tuple[type, ...]) -> set[type]:

@@ -5,11 +5,13 @@ It lives from the socket's first byte to its loss; the ``Core`` above it outlive
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from ._bulk import Batch, BatchSink, OnConfirm
 from ._errors import ConnectionLost
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
@@ -32,6 +34,8 @@ class Core(Protocol):
 
 
 __all__ = ["Session", "TxRecord", "SETTLE"]
+
+log = logging.getLogger("sansmq_client")
 
 #: how a delivery is settled: ack, nack (requeue as asked) or reject
 SETTLE = ("ack", "nack", "reject")
@@ -61,6 +65,7 @@ class Session(ABC):
         self.ready: Pending[None] = Pending()  # logged in and restored: user operations may run
         self.error: BaseException | None = None  # set once the session is over
         self.fatal = False  # over for good: do not reconnect (refused log-in, closed by the user, ...)
+        self.batches: dict[Any, tuple[ConsumerRecord, Batch]] = {}  # this read's, by consumer channel/id
 
     def data_to_send(self) -> bytes:
         data = bytes(self.out)
@@ -71,6 +76,8 @@ class Session(ABC):
     def receive_data(self, data: bytes, now: float) -> None:
         self.conn.receive_data(data, now=now)  # b"" (EOF) comes back as ConnectionClosed
         self._drain(now)
+        if self.batches:
+            self._hand_over_batches()
 
     def get_timer(self) -> float | None:
         timer: float | None = self.conn.get_timer()
@@ -90,6 +97,32 @@ class Session(ABC):
             if event is self.NEED_DATA:
                 return
             self._handle(event, now)
+
+    # -- batch subscriptions (``_bulk``): one callback per consumer and read -------------------------
+    def add_to_batch(self, route: Any, consumer: ConsumerRecord, event: Any, body: bytes, ack_id: Any) -> None:
+        entry = self.batches.get(route)
+        if entry is None:
+            entry = self.batches[route] = (consumer, Batch(session=self, route=route, sink=consumer.batch))
+        batch = entry[1]
+        batch.bodies.append(body)
+        batch.ack_ids.append(ack_id)
+        batch.events.append(event)
+
+    def _hand_over_batches(self) -> None:
+        batches, self.batches = self.batches, {}
+        for consumer, batch in batches.values():
+            if consumer.ended:
+                continue
+            try:
+                consumer.batch.on_batch(batch)
+            except Exception:  # the user's callback: reported as asyncio reports a callback's error, not fatal
+                log.exception("sansmq_client: the batch callback of consumer %s raised", consumer.tag)
+            if consumer.offset is not None and (offset := self.stream_offset(batch.events[-1])) is not None:
+                consumer.last_offset = offset  # handed over = processed: a reconnect resumes after it
+
+    def cumulative_settle(self, sink: BatchSink) -> bool:
+        """Whether one settle with ``multiple`` covers the earlier deliveries (AMQP: always)."""
+        return True
 
     def protocol_error(self, exc: Exception, now: float) -> None:
         """The broker sent bytes the codec refuses: the connection cannot go on."""
@@ -125,6 +158,17 @@ class Session(ABC):
                 confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]: ...
     @abstractmethod
     def subscribe(self, consumer: ConsumerRecord, now: float) -> Pending[None]: ...
+    @abstractmethod
+    def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
+                      first_number: int, on_confirm: OnConfirm | None, confirm_every: int, now: float) -> Pending[None]:
+        """Publish ``bodies`` with no ``Pending`` per message; confirmations go to ``on_confirm`` under the
+        client's numbers, ``first_number`` onwards."""
+    @abstractmethod
+    def settle_raw(self, route: Any, sink: BatchSink, ack_id: Any, how: str, multiple: bool,
+                   requeue: bool) -> None: ...
+    @abstractmethod
+    def stream_offset(self, event: Any) -> int | None:
+        """The x-stream-offset of a delivery event, None outside streams."""
     @abstractmethod
     def cancel(self, consumer: ConsumerRecord, now: float) -> Pending[None]: ...
     @abstractmethod

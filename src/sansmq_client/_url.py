@@ -28,6 +28,8 @@ class Params:
     reconnect_delay: float = 0.1   # first back-off; doubles per failed attempt
     reconnect_max_delay: float = 5.0
     name: str = ""  # AMQP connection_name: how the management API and logs list the connection
+    reconnect: bool = True  # False: a lost connection ends the client (a load generator must see it fail)
+    send_buffer: int = 0  # SO_SNDBUF of the socket in bytes; 0: the kernel's autotuning
 
 
 def parse_url(url: str) -> Params:
@@ -43,7 +45,8 @@ def parse_url(url: str) -> Params:
     hosts = tuple(_host(h, DEFAULT_PORTS[scheme]) for h in hostlist.split(",")) if hostlist else (
         ("127.0.0.1", DEFAULT_PORTS[scheme]),)
     options = dict(parse_qsl(query, strict_parsing=bool(query)))
-    unknown = set(options) - {"heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name"}
+    unknown = set(options) - {"heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name",
+                              "reconnect", "send_buffer"}
     if unknown:
         raise ValueError(f"unknown URL options {sorted(unknown)}")
     return Params(
@@ -55,7 +58,15 @@ def parse_url(url: str) -> Params:
         reconnect_delay=float(options.get("reconnect_delay", 0.1)),
         reconnect_max_delay=float(options.get("reconnect_max_delay", 5.0)),
         name=options.get("name", ""),
+        reconnect=_flag(options.get("reconnect", "true")),
+        send_buffer=int(options.get("send_buffer", 0)),
     )
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1")
 
 
 def _host(text: str, default_port: int) -> tuple[str, int]:

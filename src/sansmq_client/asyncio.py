@@ -9,13 +9,15 @@ import asyncio
 import contextlib
 from typing import Any
 
+from . import _api
 from ._async import AsyncConnection, AsyncSubscription, AsyncTransaction
+from ._async_bulk import BatchSubscription
 from ._core import Core
 from ._errors import ConnectionLost
 from ._pending import Pending
 from ._url import parse_url
 
-__all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction"]
+__all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction", "BatchSubscription"]
 
 #: bytes queued on the socket above which a publish waits for the socket to drain
 HIGH_WATER = 1 << 20
@@ -36,6 +38,7 @@ class Connection(AsyncConnection):
         super().__init__(core)
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._kick_scheduled = False
 
     async def _wait(self, pending: Pending[Any]) -> Any:
         if not pending.done:
@@ -52,6 +55,15 @@ class Connection(AsyncConnection):
         data = self._core.data_to_send()
         if data and self._writer is not None and not self._writer.is_closing():
             self._writer.write(data)
+
+    def _kick_soon(self) -> None:
+        if not self._kick_scheduled:  # one write for every ack a batch callback makes
+            self._kick_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_kick)
+
+    def _scheduled_kick(self) -> None:
+        self._kick_scheduled = False
+        self._kick()
 
     async def _flow(self) -> None:
         writer = self._writer
@@ -80,6 +92,7 @@ class Connection(AsyncConnection):
                 core.connect_failed(exc)
             else:
                 self._writer = writer
+                _api.tune_socket(writer.get_extra_info("socket"), core.params)
                 core.attach()
                 try:
                     await self._pump(reader)

@@ -309,6 +309,7 @@ class Connection:
         sock.setblocking(False)
         # a request waits for its answer: never hold a small frame back for coalescing (Nagle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _api.tune_socket(sock, core.params)
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ)
         poll = select.poll()
