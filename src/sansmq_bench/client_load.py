@@ -199,9 +199,7 @@ class ClientLoad:
             return
         multi = self.multi
         if multi == 1:
-            ack = batch.ack
-            for ack_id in batch.ack_ids:
-                ack(ack_id)
+            batch.ack_each()
             return
         for ack_id in batch.ack_ids:
             self.unacked += 1

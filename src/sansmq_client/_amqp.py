@@ -261,9 +261,9 @@ class AmqpSession(Session):
         if held is not None:  # the channel is reopening after an error: after its open-ok
             held.extend(publish(0, exchange, target, False, False, props, body, PUBLISH) for body in bodies)
         else:
-            send, out = self.conn.send, self.out
-            for body in bodies:
-                out += send(publish(0, exchange, target, False, False, props, body, PUBLISH))
+            send = self.conn.send
+            self.out += b"".join([send(publish(0, exchange, target, False, False, props, body, PUBLISH))
+                                  for body in bodies])
         first = self.seq + 1
         self.seq += len(bodies)
         if on_confirm is not None:  # (every publish on the channel is confirmed: confirm_every is STOMP's)
@@ -344,6 +344,11 @@ class AmqpSession(Session):
         if route in self.consumers:  # else its channel is gone, and the broker requeued the message
             self.out += self.conn.send(spec.BasicAck(ack_id, multiple, route) if how == "ack" else
                                        spec.BasicNack(ack_id, multiple, requeue, route))
+
+    def ack_each(self, route: Any, ack_ids: list[Any]) -> None:
+        if route in self.consumers:
+            send, ack = self.conn.send, spec.BasicAck
+            self.out += b"".join([send(ack(tag, False, route)) for tag in ack_ids])
 
     def stream_offset(self, event: Any) -> int | None:
         offset = (event.properties.headers or {}).get("x-stream-offset")

@@ -100,6 +100,13 @@ class Batch:
     def nack(self, ack_id: Any, multiple: bool = False, requeue: bool = True) -> None:
         self._settle(ack_id, "nack", multiple, requeue)
 
+    def ack_each(self) -> None:
+        """Ack every delivery of this batch with an ack of its own (as a consumer acking one by one does)."""
+        session = self.session
+        if session.error is None and self.ack_ids:
+            session.ack_each(self.route, self.ack_ids)
+            self.sink.wake()
+
     def ack_all(self) -> None:
         """Ack every delivery of this batch (one frame where the protocol allows it)."""
         if not self.ack_ids:
@@ -107,8 +114,7 @@ class Batch:
         if self.session is not None and self.session.cumulative_settle(self.sink):
             self._settle(self.ack_ids[-1], "ack", True, False)
         else:
-            for ack_id in self.ack_ids:
-                self._settle(ack_id, "ack", False, False)
+            self.ack_each()
 
     def _settle(self, ack_id: Any, how: str, multiple: bool, requeue: bool) -> None:
         session = self.session

@@ -167,6 +167,9 @@ class Session(ABC):
     def settle_raw(self, route: Any, sink: BatchSink, ack_id: Any, how: str, multiple: bool,
                    requeue: bool) -> None: ...
     @abstractmethod
+    def ack_each(self, route: Any, ack_ids: list[Any]) -> None:
+        """One ack per delivery, as ``settle_raw`` would send them, in one call."""
+    @abstractmethod
     def stream_offset(self, event: Any) -> int | None:
         """The x-stream-offset of a delivery event, None outside streams."""
     @abstractmethod

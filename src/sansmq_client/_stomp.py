@@ -90,15 +90,17 @@ class StompSession(Session):
     def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
                       first_number: int, on_confirm: OnConfirm | None, confirm_every: int, now: float) -> Pending[None]:
         send_headers = _send_headers(target, headers, options)  # one dict for every SEND of the burst
-        send, out, last = self.conn.send, self.out, len(bodies) - 1
-        for i, body in enumerate(bodies):
-            number = first_number + i
-            if on_confirm is not None and (number % confirm_every == 0 if confirm_every else i == last):
-                # the broker handles a connection's frames in order: this receipt covers every earlier SEND
-                self._send(stomp.Send(dict(send_headers), body), now, receipt=True).add_done_callback(
-                    _receipted(on_confirm, number))
-            else:
-                out += send(stomp.Send(send_headers, body))
+        send, frame, start = self.conn.send, stomp.Send, 0
+        # the publishes that ask for a receipt: the broker handles a connection's frames in order, so a
+        # receipt covers every earlier SEND
+        receipted = [] if on_confirm is None else [len(bodies) - 1] if not confirm_every else range(
+            -first_number % confirm_every, len(bodies), confirm_every)
+        for i in receipted:
+            self.out += b"".join([send(frame(send_headers, body)) for body in bodies[start:i]])
+            self._send(frame(dict(send_headers), bodies[i]), now, receipt=True).add_done_callback(
+                _receipted(on_confirm, first_number + i))  # type: ignore[arg-type]
+            start = i + 1
+        self.out += b"".join([send(frame(send_headers, body)) for body in bodies[start:]])
         return _DONE
 
     def subscribe(self, consumer: ConsumerRecord, now: float) -> Pending[None]:
@@ -152,6 +154,11 @@ class StompSession(Session):
         if route in self.subscriptions:  # else unsubscribed: the broker already requeued what was unacked
             self.out += self.conn.send(stomp.Ack({"id": ack_id}) if how == "ack" else
                                        stomp.Nack({"id": ack_id, "requeue": "true" if requeue else "false"}))
+
+    def ack_each(self, route: Any, ack_ids: list[Any]) -> None:
+        if route in self.subscriptions:
+            send, ack = self.conn.send, stomp.Ack
+            self.out += b"".join([send(ack({"id": ack_id})) for ack_id in ack_ids])
 
     def cumulative_settle(self, sink: BatchSink) -> bool:
         return sink.cumulative
