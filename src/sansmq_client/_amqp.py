@@ -54,6 +54,7 @@ def method_name(class_id: int, method_id: int) -> str:
 class AmqpSession(Session):
     NEED_DATA = amqp.NEED_DATA
     REMOTE_ERROR = amqp.RemoteProtocolError
+    DELIVERY = spec.BasicDeliver
 
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
@@ -113,8 +114,6 @@ class AmqpSession(Session):
 
     def _handle(self, event: Any, now: float) -> None:
         match event:
-            case spec.BasicDeliver():
-                self._deliver(event)
             case spec.BasicAck() | spec.BasicNack() if event.channel == PUBLISH:
                 self._confirm(event)
             case amqp.HeartbeatDue():

@@ -55,6 +55,7 @@ class Session(ABC):
     #: the codec's NEED_DATA sentinel and RemoteProtocolError class
     NEED_DATA: ClassVar[object]
     REMOTE_ERROR: ClassVar[type[Exception]]
+    DELIVERY: ClassVar[type]  # the codec's event for a delivered message, handled by ``_deliver``
     conn: Any  # the codec's client-role Connection
 
     def __init__(self, core: Core) -> None:
@@ -88,15 +89,19 @@ class Session(ABC):
         self._drain(now)
 
     def _drain(self, now: float) -> None:
+        next_event, need_data, delivery, deliver = self.conn.next_event, self.NEED_DATA, self.DELIVERY, self._deliver
         while self.error is None:
             try:
-                event = self.conn.next_event()
+                event = next_event()
             except self.REMOTE_ERROR as exc:
                 self.protocol_error(exc, now)
                 return
-            if event is self.NEED_DATA:
+            if type(event) is delivery:  # the most frequent event by far: straight to its handler
+                deliver(event)
+            elif event is need_data:
                 return
-            self._handle(event, now)
+            else:
+                self._handle(event, now)
 
     # -- batch subscriptions (``_bulk``): one callback per consumer and read -------------------------
     def add_to_batch(self, route: Any, consumer: ConsumerRecord, event: Any, body: bytes, ack_id: Any) -> None:
@@ -151,6 +156,8 @@ class Session(ABC):
     # -- what each protocol implements --------------------------------------------------
     @abstractmethod
     def _handle(self, event: Any, now: float) -> None: ...
+    @abstractmethod
+    def _deliver(self, event: Any) -> None: ...
     @abstractmethod
     def fail_in_flight(self, error: BaseException) -> None: ...
     @abstractmethod

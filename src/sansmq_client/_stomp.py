@@ -21,6 +21,7 @@ __all__ = ["StompSession"]
 class StompSession(Session):
     NEED_DATA = stomp.NEED_DATA
     REMOTE_ERROR = stomp.RemoteProtocolError
+    DELIVERY = stomp.Message
 
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
@@ -46,8 +47,6 @@ class StompSession(Session):
     # -- input ----------------------------------------------------------------------------
     def _handle(self, event: Any, now: float) -> None:
         match event:
-            case stomp.Message():
-                self._deliver(event)
             case stomp.Receipt():
                 command, pending = self.receipts.pop(event.headers.get("receipt-id", ""), ("", None))
                 if pending is not None:
