@@ -48,16 +48,19 @@ class AsyncBulk:
 
     async def subscribe_batches(self, source: str, on_batch: Callable[[Batch], None], *,
                                 prefetch: int = 0, auto_ack: bool = False, cumulative: bool = False,
+                                events: bool = False,
                                 offset: int | str | None = None, arguments: dict[str, Any] | None = None,
                                 on_end: Callable[[BaseException | None], None] | None = None
                                 ) -> BatchSubscription:
         """Consume from ``source`` (as ``subscribe``), the deliveries of each socket read handed to
         ``on_batch(batch)`` at once, on the connection's I/O task (so it must not block; what it settles is
         written when it returns). ``cumulative`` (STOMP): subscribe with ack:client, so one ACK settles every
-        earlier delivery. ``on_end(error)`` runs once when the subscription ends: None when cancelled or the
+        earlier delivery. ``events``: keep each message's codec event (headers, properties, redelivered) in
+        ``Batch.events``; off by default, as objects kept past the read cost garbage-collector time.
+        ``on_end(error)`` runs once when the subscription ends: None when cancelled or the
         connection was closed, else the broker's or the connection's error. A stream subscription resumes,
         after a reconnect, after the last delivery handed to ``on_batch``."""
-        sink = BatchSink(on_batch, self._kick_soon, cumulative)
+        sink = BatchSink(on_batch, self._kick_soon, cumulative, events)
         consumer, pending = self._core.subscribe(source, prefetch, auto_ack, offset, arguments or {}, _unused,
                                                  on_end or _ignore, batch=sink)
         await self._do(pending)

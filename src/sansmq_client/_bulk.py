@@ -71,6 +71,7 @@ class BatchSink:
     on_batch: Callable[[Batch], None]
     wake: Callable[[], None]  # the front end's: write what settling queued, soon
     cumulative: bool = False  # STOMP: subscribe with ack:client, so one ACK settles every earlier delivery
+    events: bool = False  # keep the codec's events in ``Batch.events``
 
 
 @dataclass(slots=True, eq=False)
@@ -78,10 +79,11 @@ class Batch:
     """The deliveries of one subscription that arrived in one socket read, in order.
 
     ``bodies[i]`` and ``ack_ids[i]`` belong to the same message (AMQP delivery tag, STOMP ack header);
-    ``events`` are the codec's own events (``amqpproto.spec.BasicDeliver`` / ``stompproto.Message``) for
-    whatever else a message carries (properties, headers, redelivered). Settle with ``ack``/``nack``
-    (``multiple``: every unsettled delivery up to that one, AMQP's basic.ack multiple; over STOMP only for a
-    ``cumulative`` subscription). A batch of a connection that is gone settles nothing: the broker
+    ``events`` (for a subscription made with ``events=True``, else empty) are the codec's own events
+    (``amqpproto.spec.BasicDeliver`` / ``stompproto.Message``) for whatever else a message carries
+    (properties, headers, redelivered); ``last_offset`` is a stream's offset of the last delivery. Settle
+    with ``ack``/``nack`` (``multiple``: every unsettled delivery up to that one, AMQP's basic.ack
+    multiple; over STOMP only for a ``cumulative`` subscription). A batch of a connection that is gone settles nothing: the broker
     requeued its messages when the connection died."""
 
     bodies: list[bytes] = field(default_factory=list)
@@ -90,6 +92,7 @@ class Batch:
     session: Any = field(default=None, repr=False)  # the session it arrived on
     route: Any = field(default=None, repr=False)    # its consumer's channel (AMQP) or subscription (STOMP)
     sink: Any = field(default=None, repr=False)
+    last_offset: int | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)

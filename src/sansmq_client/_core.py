@@ -132,7 +132,7 @@ class Core:
         if self.session is not None and self.session.error is None:
             self.session.handle_timer(self.clock())
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self) -> bytes | bytearray:
         return self.session.data_to_send() if self.session is not None else b""
 
     # -- operations (the user's side, already on the I/O side) -----------------------------------

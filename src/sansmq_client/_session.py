@@ -68,9 +68,12 @@ class Session(ABC):
         self.fatal = False  # over for good: do not reconnect (refused log-in, closed by the user, ...)
         self.batches: dict[Any, tuple[ConsumerRecord, Batch]] = {}  # this read's, by consumer channel/id
 
-    def data_to_send(self) -> bytes:
-        data = bytes(self.out)
-        self.out.clear()
+    def data_to_send(self) -> bytes | bytearray:
+        """The output so far, handed over whole (no copy): the session starts a new buffer."""
+        data = self.out
+        if not data:
+            return b""
+        self.out = bytearray()
         return data
 
     # -- bytes in, events handled (the codecs share these calls) ---------------------------------
@@ -111,7 +114,10 @@ class Session(ABC):
         batch = entry[1]
         batch.bodies.append(body)
         batch.ack_ids.append(ack_id)
-        batch.events.append(event)
+        if consumer.batch.events:  # kept only when asked: objects held past the read cost the GC's time
+            batch.events.append(event)
+        if consumer.offset is not None:
+            batch.last_offset = self.stream_offset(event)
 
     def _hand_over_batches(self) -> None:
         batches, self.batches = self.batches, {}
@@ -122,8 +128,8 @@ class Session(ABC):
                 consumer.batch.on_batch(batch)
             except Exception:  # the user's callback: reported as asyncio reports a callback's error, not fatal
                 log.exception("sansmq_client: the batch callback of consumer %s raised", consumer.tag)
-            if consumer.offset is not None and (offset := self.stream_offset(batch.events[-1])) is not None:
-                consumer.last_offset = offset  # handed over = processed: a reconnect resumes after it
+            if batch.last_offset is not None:
+                consumer.last_offset = batch.last_offset  # handed over = processed: a reconnect resumes after it
 
     def cumulative_settle(self, sink: BatchSink) -> bool:
         """Whether one settle with ``multiple`` covers the earlier deliveries (AMQP: always)."""

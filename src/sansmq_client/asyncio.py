@@ -21,6 +21,8 @@ __all__ = ["connect", "Connection", "AsyncSubscription", "AsyncTransaction", "Ba
 
 #: bytes queued on the socket above which a publish waits for the socket to drain
 HIGH_WATER = 1 << 20
+#: the most one read takes: what the transport reads at once, so the reader's buffer is taken whole
+READ_SIZE = 1 << 18
 
 
 async def connect(url: str) -> Connection:
@@ -116,7 +118,7 @@ class Connection(AsyncConnection):
                 self._kick()
                 timeout = None if timer is None else timer - clock()
                 try:
-                    data = await asyncio.wait_for(reader.read(65536), timeout)
+                    data = await asyncio.wait_for(reader.read(READ_SIZE), timeout)
                 except TimeoutError:
                     continue
                 core.receive_data(data)  # b"" is EOF: the session ends itself
