@@ -81,10 +81,10 @@ class Batch:
     ``bodies[i]`` and ``ack_ids[i]`` belong to the same message (AMQP delivery tag, STOMP ack header);
     ``events`` (for a subscription made with ``events=True``, else empty) are the codec's own events
     (``amqpproto.spec.BasicDeliver`` / ``stompproto.Message``) for whatever else a message carries
-    (properties, headers, redelivered); ``last_offset`` is a stream's offset of the last delivery. Settle
-    with ``ack``/``nack`` (``multiple``: every unsettled delivery up to that one, AMQP's basic.ack
-    multiple; over STOMP only for a ``cumulative`` subscription). A batch of a connection that is gone settles nothing: the broker
-    requeued its messages when the connection died."""
+    (properties, headers, redelivered); ``last_offset`` is a stream's offset of the last delivery.
+    Settle with ``ack``/``nack`` (``multiple``: every unsettled delivery up to that one, AMQP's
+    basic.ack multiple; over STOMP only for a ``cumulative`` subscription). A batch of a connection
+    that is gone settles nothing: the broker requeued its messages when the connection died."""
 
     bodies: list[bytes] = field(default_factory=list)
     ack_ids: list[Any] = field(default_factory=list)
