@@ -41,6 +41,7 @@ class Connection(AsyncConnection):
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._kick_scheduled = False
+        self._in_read = False  # the pump is feeding a read: it writes right after
 
     async def _wait(self, pending: Pending[Any]) -> Any:
         if not pending.done:
@@ -59,7 +60,8 @@ class Connection(AsyncConnection):
             self._writer.write(data)
 
     def _kick_soon(self) -> None:
-        if not self._kick_scheduled:  # one write for every ack a batch callback makes
+        # one write for every ack a batch callback makes; none while the pump feeds a read (it writes next)
+        if not self._kick_scheduled and not self._in_read:
             self._kick_scheduled = True
             asyncio.get_running_loop().call_soon(self._scheduled_kick)
 
@@ -121,5 +123,9 @@ class Connection(AsyncConnection):
                     data = await asyncio.wait_for(reader.read(READ_SIZE), timeout)
                 except TimeoutError:
                     continue
-                core.receive_data(data)  # b"" is EOF: the session ends itself
+                self._in_read = True
+                try:
+                    core.receive_data(data)  # b"" is EOF: the session ends itself
+                finally:
+                    self._in_read = False
             self._kick()
