@@ -65,6 +65,7 @@ class AmqpSession(Session):
         self.confirms: dict[int, Pending[None] | None] = {}
         self.seq = 0
         self.bursts = BurstConfirms()  # confirms of publish_burst: ranges, not one Pending per message
+        self.unconfirmed_channel: int | None = None  # bursts nobody confirms: no confirm mode, nothing back
         self.consumers: dict[int, ConsumerRecord] = {}
         self.transactions: dict[int, TxRecord] = {}
         self.free_channels: set[int] = set()
@@ -219,6 +220,8 @@ class AmqpSession(Session):
             tx = self.transactions.pop(ch, None)
             if tx is not None:  # whatever the transaction does next raises this, not a codec complaint
                 tx.error = error
+            if ch == self.unconfirmed_channel:  # the next burst opens another
+                self.unconfirmed_channel = None
             self._free(ch)
 
     def fail_in_flight(self, error: BaseException) -> None:
@@ -256,18 +259,28 @@ class AmqpSession(Session):
     def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
                       first_number: int, on_confirm: OnConfirm | None, confirm_every: int, now: float) -> Pending[None]:
         props = spec.encode_properties(_properties(headers, options))  # once for the burst: send() takes bytes
-        exchange, publish, held = options.get("exchange", ""), spec.BasicPublish, self.held.get(PUBLISH)
-        if held is not None:  # the channel is reopening after an error: after its open-ok
-            held.extend(publish(0, exchange, target, False, False, props, body, PUBLISH) for body in bodies)
+        channel = PUBLISH if on_confirm is not None else self._unconfirmed(now)
+        exchange, publish, held = options.get("exchange", ""), spec.BasicPublish, self.held.get(channel)
+        if held is not None:  # the channel is (re)opening: after its open-ok
+            held.extend(publish(0, exchange, target, False, False, props, body, channel) for body in bodies)
         else:
             send = self.conn.send
-            self.out += b"".join([send(publish(0, exchange, target, False, False, props, body, PUBLISH))
+            self.out += b"".join([send(publish(0, exchange, target, False, False, props, body, channel))
                                   for body in bodies])
+        if on_confirm is None:
+            return _DONE
         first = self.seq + 1
         self.seq += len(bodies)
-        if on_confirm is not None:  # (every publish on the channel is confirmed: confirm_every is STOMP's)
-            self.bursts.add(first, self.seq, first_number - first, on_confirm)
+        self.bursts.add(first, self.seq, first_number - first, on_confirm)  # (confirm_every is STOMP's)
         return _DONE
+
+    def _unconfirmed(self, now: float) -> int:
+        """The channel of bursts published without on_confirm, opened on first use: not in confirm mode, so
+        the broker sends nothing back for them (no reads, no work on either side)."""
+        if self.unconfirmed_channel is None:
+            self.unconfirmed_channel = self._take_channel()
+            self._open_channel(self.unconfirmed_channel, now)
+        return self.unconfirmed_channel
 
     def _confirm(self, method: spec.BasicAck | spec.BasicNack) -> None:
         if self.bursts.ranges:

@@ -152,9 +152,34 @@ def test_amqp_nack_requeues_and_a_raising_callback_is_logged(broker: Broker, kin
         await sub.cancel()
         await conn.declare_queue(dest, passive=True)  # the connection lives on
         await conn.close()
+
     with caplog.at_level(logging.ERROR, logger="sansmq_client"):
         run_async(kind, scenario)
     assert "batch callback" in caplog.text and "a bug in the callback" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ASYNC)
+def test_amqp_bursts_without_on_confirm_use_a_channel_without_confirms(broker: Broker, kind: str) -> None:
+    """Nothing comes back for them (the confirm channel's tags are untouched); a channel error there (an
+    unknown exchange) costs that channel only, and the next burst opens another."""
+    async def scenario(io: Io) -> None:
+        conn = await io.client.connect(broker.url("amqp"))
+        dest = await where(conn, "amqp")
+        await conn.publish_burst(dest, [b"1", b"2"])
+        session = conn._core.session
+        first_channel = session.unconfirmed_channel
+        assert first_channel is not None and session.seq == 0
+        await conn.publish_burst(dest, [b"lost"], exchange="no-such-exchange")  # 404 closes that channel
+        await until(io, lambda: session.unconfirmed_channel is None, what="the channel closed")
+        await conn.publish_burst(dest, [b"3"])
+        got: list[bytes] = []
+        sub = await conn.subscribe_batches(dest, lambda b: (got.extend(b.bodies), b.ack_all()), prefetch=10)
+        await until(io, lambda: len(got) >= 3, what="three messages")
+        assert got == [b"1", b"2", b"3"] and session.seq == 0
+        assert session.unconfirmed_channel is not None
+        await sub.cancel()
+        await conn.close()
+    run_async(kind, scenario)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
