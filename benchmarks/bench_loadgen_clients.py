@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import sansmq_bench
@@ -85,6 +87,10 @@ async def on_client(url: str, protocol: str, n: int) -> tuple[float, float]:
     return n / (t1 - t0), (c1 - c0) / n * 1e6
 
 
+def run_on_client(url: str, protocol: str, n: int) -> tuple[float, float]:
+    return asyncio.run(on_client(url, protocol, n))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20000)
@@ -93,33 +99,44 @@ def main() -> None:
     args = parser.parse_args()
     if args.baseline:
         return compare_trees(args)
-    data = tempfile.mkdtemp(prefix="bench-loadgen-")
-    srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--amqp", "127.0.0.1:0",
-                         "--ws", "127.0.0.1:0", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0",
-                         "--data", data], "threads")
+    srv = start_server()
     try:
         print(f"{args.messages} messages of {len(BODY)} B, 1 -> 1, {args.rounds} alternated rounds, threads server")
         print("| protocol | msg/s (sansmq bench / on sansmq_client) | ratio | client CPU us/msg (bench / client) |")
         print("|---|---|---|---|")
         for protocol in ("amqp", "stomp"):
             url = f"{protocol}://guest:guest@127.0.0.1:{srv.port(protocol)}/"
-            a, b = [], []
-            for _ in range(args.rounds):
-                a.append(bench_tool(url, protocol, args.messages))
-                b.append(asyncio.run(on_client(url, protocol, args.messages)))
-            ra, ua = (statistics.median(x[i] for x in a) for i in (0, 1))
-            rb, ub = (statistics.median(x[i] for x in b) for i in (0, 1))
+            (ra, ua), (rb, ub) = alternated(args.rounds, protocol, partial(bench_tool, url, protocol, args.messages),
+                                            partial(run_on_client, url, protocol, args.messages))
             print(f"| {protocol} | {ra:,.0f} / {rb:,.0f} | {rb / ra:.2f} | {ua:.1f} / {ub:.1f} |")
     finally:
         srv.terminate()
 
 
+def alternated(rounds: int, what: str, first: Callable[[], tuple[float, float]],
+               second: Callable[[], tuple[float, float]]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(msg/s, CPU us/msg) medians of both, run in turns so drift in the machine's load hits both."""
+    a: list[tuple[float, float]] = []
+    b: list[tuple[float, float]] = []
+    for _ in range(rounds):
+        a.append(first())
+        b.append(second())
+        print(f"  {what} round: {a[-1][0]:,.0f} msg/s {a[-1][1]:.1f} us, then {b[-1][0]:,.0f} msg/s {b[-1][1]:.1f} us",
+              file=sys.stderr, flush=True)
+    return ((statistics.median(x[0] for x in a), statistics.median(x[1] for x in a)),
+            (statistics.median(x[0] for x in b), statistics.median(x[1] for x in b)))
+
+
+def start_server() -> ServerProcess:
+    data = tempfile.mkdtemp(prefix="bench-loadgen-")
+    return ServerProcess([sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--amqp", "127.0.0.1:0",
+                          "--ws", "127.0.0.1:0", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0",
+                          "--data", data], "threads")
+
+
 def compare_trees(args: argparse.Namespace) -> None:
     here = str(Path(__file__).resolve().parents[1] / "src")
-    data = tempfile.mkdtemp(prefix="bench-loadgen-")
-    srv = ServerProcess([sys.executable, "-m", "servers", "serve", "--stomp", "127.0.0.1:0", "--amqp", "127.0.0.1:0",
-                         "--ws", "127.0.0.1:0", "--http", "127.0.0.1:0", "--prometheus", "127.0.0.1:0",
-                         "--data", data], "threads")
+    srv = start_server()
     try:
         print(f"{args.messages} messages of {len(BODY)} B, 1 -> 1, {args.rounds} alternated rounds, threads server, "
               f"load {os.getloadavg()[0]:.1f}")
@@ -127,14 +144,9 @@ def compare_trees(args: argparse.Namespace) -> None:
         print("|---|---|---|---|---|")
         for protocol in ("amqp", "stomp"):
             url = f"{protocol}://guest:guest@127.0.0.1:{srv.port(protocol)}/"
-            a, b = [], []
-            for _ in range(args.rounds):
-                a.append(bench_tool_in(args.baseline, url, protocol, args.messages))
-                b.append(bench_tool_in(here, url, protocol, args.messages))
-                print(f"  {protocol} round: baseline {a[-1][0]:,.0f} msg/s {a[-1][1]:.1f} us, "
-                      f"this {b[-1][0]:,.0f} msg/s {b[-1][1]:.1f} us", file=sys.stderr, flush=True)
-            ra, ua = (statistics.median(x[i] for x in a) for i in (0, 1))
-            rb, ub = (statistics.median(x[i] for x in b) for i in (0, 1))
+            (ra, ua), (rb, ub) = alternated(args.rounds, protocol,
+                                            partial(bench_tool_in, args.baseline, url, protocol, args.messages),
+                                            partial(bench_tool_in, here, url, protocol, args.messages))
             print(f"| {protocol} | {ra:,.0f} / {rb:,.0f} | {rb / ra:.2f} | {ua:.1f} / {ub:.1f} | {ub / ua:.2f} |")
         print(f"load {os.getloadavg()[0]:.1f} at the end")
     finally:
