@@ -42,6 +42,7 @@ class Connection(AsyncConnection):
         self._writer: asyncio.StreamWriter | None = None
         self._kick_scheduled = False
         self._in_read = False  # the pump is feeding a read: it writes right after
+        self._timer: asyncio.TimerHandle | None = None  # the codec's next timer, while a session runs
 
     async def _wait(self, pending: Pending[Any]) -> Any:
         if not pending.done:
@@ -111,21 +112,44 @@ class Connection(AsyncConnection):
                 await asyncio.sleep(core.backoff())
 
     async def _pump(self, reader: asyncio.StreamReader) -> None:
-        core, clock = self._core, self._core.clock
-        while core.session is not None and core.session.error is None:
-            timer = core.get_timer()
-            if timer is not None and timer <= clock():
-                core.handle_timer()
-            else:
+        core = self._core
+        try:
+            while core.session is not None and core.session.error is None:
                 self._kick()
-                timeout = None if timer is None else timer - clock()
-                try:
-                    data = await asyncio.wait_for(reader.read(READ_SIZE), timeout)
-                except TimeoutError:
-                    continue
+                self._arm_timer()
+                data = await reader.read(READ_SIZE)
                 self._in_read = True
                 try:
                     core.receive_data(data)  # b"" is EOF: the session ends itself
                 finally:
                     self._in_read = False
             self._kick()
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm_timer(self) -> None:
+        """Wake at the codec's timer (heart-beats) by a loop timer of its own, so that a read needs none: armed
+        only when there is none yet or the codec's is sooner. Activity moves the codec's timer later, so one
+        that fires early finds nothing due and arms the next."""
+        timer = self._core.get_timer()
+        if timer is None or (self._timer is not None and self._timer.when() <= timer):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(timer, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        core = self._core
+        if core.session is None or core.session.error is not None:
+            return
+        timer = core.get_timer()
+        if timer is not None and timer <= core.clock():
+            core.handle_timer()  # a heart-beat to send, or the broker's silence: the session ends
+            self._kick()
+        if core.session.error is None:
+            self._arm_timer()
+        elif self._writer is not None:
+            self._writer.close()  # the pump's read returns, and it sees the session is over
