@@ -212,14 +212,14 @@ class ClientLoad:
 
     # -- closing -----------------------------------------------------------------------------
     async def close(self, timeout: float = 5.0) -> None:
-        if self.failure is not None or self.conn is None:
+        if self.conn is None:
             return
-        if self.last is not None:  # cumulative: covers the rest
+        if self.last is not None and self.failure is None:  # cumulative: covers the rest
             batch, ack_id = self.last
             batch.ack(ack_id, multiple=True)
             self.last = None
         self.closing = True
-        try:
+        try:  # (after a failure too: a channel error leaves the connection open)
             await asyncio.wait_for(self.conn.close(), timeout)
         except (ClientError, TimeoutError):
             pass
