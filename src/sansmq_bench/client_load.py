@@ -4,7 +4,8 @@ A producer publishes each burst with one ``publish_burst`` (encoded and written 
 send stamp of every publish still unconfirmed; confirms come back as ``(number, multiple, error)``. A
 consumer takes each socket read's deliveries in one ``subscribe_batches`` callback, stamped with one
 arrival time (the latency is arrival minus the stamp in the body). The bench wants a failure to show,
-so the client does not reconnect (``reconnect=false``) and heart-beats are off, as a run is never idle.
+so the client does not reconnect (``reconnect=false``); it asks for no heart-beats (a run is never idle:
+STOMP has none then, AMQP the broker's interval, as a 0 from one side leaves the choice to the other).
 
 Routing: AMQP producers publish to the default exchange with the queue name as routing key (queue mode)
 or to ``amq.topic`` with the topic as key (fanout mode, which is what RabbitMQ's STOMP ``/topic/NAME``
@@ -37,7 +38,7 @@ _MASK = 0xFFFFFFFF  # stamps are microseconds mod 2**32
 
 
 def client_url(opts: Options) -> str:
-    """The bench's connection as a sansmq_client URL: no reconnect, no heart-beats, its send buffer."""
+    """The bench's connection as a sansmq_client URL: no reconnect, heart-beats 0, its send buffer."""
     vhost = "" if opts.vhost == "/" else quote(opts.vhost, safe="")
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     query = "heartbeat=0&reconnect=false" + (f"&send_buffer={opts.send_buffer}" if opts.send_buffer else "")
