@@ -98,8 +98,10 @@ class Connection:
         try:
             with self._lock:
                 if reading:
-                    self._caller_reads = True
-                    self._register()
+                    if not self._caller_reads:  # a streak begins: the I/O thread must look again within LEND
+                        self._caller_reads = True
+                        self._register()
+                        self._wake()
                 else:
                     self._waiters += 1
                 make(self._core).add_done_callback(finished)
