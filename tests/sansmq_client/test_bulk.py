@@ -235,7 +235,7 @@ def test_url_reconnect_and_send_buffer() -> None:
 def test_send_buffer_is_set_on_the_socket(broker: Broker) -> None:
     async def scenario(io: Io) -> int:
         conn = await io.client.connect(broker.url("stomp", "send_buffer=32768"))
-        size = conn._writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        size = conn._sock.transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         await conn.close()
         return int(size)
     sync = sansmq_client.sync.connect(broker.url("amqp", "send_buffer=32768"))
