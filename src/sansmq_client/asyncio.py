@@ -1,7 +1,9 @@
 """The asyncio front end: ``conn = await sansmq_client.asyncio.connect("amqp://guest:guest@host/")``.
 
-One background task owns the socket: it reads, answers heart-beats on the codec's timer, writes, and
-reconnects (back-off, next host) when the connection is lost. User coroutines only queue work for it."""
+One background task owns the connection: it opens the socket and reconnects (back-off, next host) when it
+is lost. Meanwhile the socket's reads go straight from its protocol to the core, whose answers are written
+at once, and a loop timer answers heart-beats on the codec's timer: none of it waits for user code. User
+coroutines only queue work and wait for its outcome."""
 
 from __future__ import annotations
 
