@@ -4,7 +4,7 @@ Every producer and consumer has its own connection; all share one asyncio loop (
 clock for the latency stamps). Consumers are set up first, so a fanout run loses nothing to a
 subscription that does not exist yet. Producers publish in bursts of at most BURST messages,
 then yield to the loop so deliveries and confirms are read; a burst never exceeds the confirm
-window, the rate schedule, the message count, or the socket's write buffer (``pause_writing``).
+window, the rate schedule or the message count, and waits while the socket's write buffer is full.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from .amqp_client import AmqpClient
+from .client_load import ClientLoad
 from .options import Options
 from .payload import Payload
 from .report import Sample, exit_code, problems, progress_line, write_summary
 from .stats import Stats
-from .stomp_client import StompClient
-from .transport import BrokerError
+from .transport import BenchConnection, BrokerError
 from .ws_client import WsStompClient
 
 __all__ = ["run", "run_sync", "main"]
 
 BURST = 64
-CLIENTS: dict[str, type[Any]] = {"amqp": AmqpClient, "stomp": StompClient, "ws": WsStompClient}
+#: AMQP and STOMP load runs on sansmq_client; it has no WebSocket transport, so WS keeps its own connection
+CLIENTS: dict[str, type[Any]] = {"amqp": ClientLoad, "stomp": ClientLoad, "ws": WsStompClient}
 
 
 class Run:
@@ -64,7 +64,7 @@ class Run:
                     queues[i % len(queues)])
             except BrokerError:
                 pass  # recorded in stats.errors by the client
-            except OSError as exc:
+            except OSError as exc:  # (WebSocket; ClientLoad reports its own)
                 self.stats.error(f"{c.name}: cannot connect to {self.opts.host}:{self.opts.port}: {exc}")
                 c.failure = BrokerError(str(exc))
 
@@ -94,12 +94,8 @@ class Run:
                     await _wait_or(stop, 1.0, c.progress)
                     continue
                 n = min(n, room)
-            if not c.writable:
-                await c.wait_writable()
-                continue
-            c.publish(n)
+            await c.publish(n)  # and yields to the loop (waiting while the socket is behind)
             sent += n
-            await asyncio.sleep(0)
 
     def _expected(self) -> int:
         """Deliveries the consumers should see for what was published."""
@@ -167,8 +163,8 @@ class Run:
         ticker.cancel()
         await asyncio.gather(*(c.close() for c in self.consumers + self.producers),
                              return_exceptions=True)
-        for c in self.consumers + self.producers:
-            if c.transport is not None and not c.transport.is_closing():
+        for c in self.consumers + self.producers:  # a WebSocket connection whose close gave up
+            if isinstance(c, BenchConnection) and c.transport is not None and not c.transport.is_closing():
                 c.abort()
         st.roll()
         return self._summary(started, end)

@@ -21,6 +21,7 @@ on the sync front end (data pipelines).
 
 from amqpproto.spec import BasicProperties
 
+from ._bulk import Batch, OnConfirm
 from ._errors import (
     BrokerClosedConnection,
     BrokerError,
@@ -40,5 +41,5 @@ from ._url import Params, parse_url
 __all__ = [
     "ClientError", "ConnectionLost", "ConnectionClosedByUser", "BrokerClosedConnection", "ChannelClosed",
     "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "Params", "parse_url",
-    "BasicProperties", "Unroutable", "Tls",
+    "BasicProperties", "Unroutable", "Tls", "Batch", "OnConfirm",
 ]

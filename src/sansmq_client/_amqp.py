@@ -12,12 +12,13 @@ import itertools
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import amqpproto as amqp
 from amqpproto import spec
 
+from ._bulk import BatchSink, BurstConfirms, OnConfirm
 from ._errors import (
     BrokerClosedConnection,
     ChannelClosed,
@@ -55,6 +56,7 @@ def method_name(class_id: int, method_id: int) -> str:
 class AmqpSession(Session):
     NEED_DATA = amqp.NEED_DATA
     REMOTE_ERROR = amqp.RemoteProtocolError
+    DELIVERY = spec.BasicDeliver
 
     def __init__(self, core: Any, now: float) -> None:
         super().__init__(core)
@@ -66,6 +68,8 @@ class AmqpSession(Session):
         self.seq = 0
         self.server_properties: dict[str, Any] = {}  # the broker's connection.start
         self.returned: list[spec.BasicReturn] = []  # mandatory publishes returned, their confirm still to come
+        self.bursts = BurstConfirms()  # confirms of publish_burst: ranges, not one Pending per message
+        self.unconfirmed_channel: int | None = None  # bursts nobody confirms: no confirm mode, nothing back
         self.consumers: dict[int, ConsumerRecord] = {}
         self.transactions: dict[int, TxRecord] = {}
         self.free_channels: set[int] = set()
@@ -115,8 +119,6 @@ class AmqpSession(Session):
 
     def _handle(self, event: Any, now: float) -> None:
         match event:
-            case spec.BasicDeliver():
-                self._deliver(event)
             case spec.BasicAck() | spec.BasicNack() if event.channel == PUBLISH:
                 self._confirm(event)
             case amqp.HeartbeatDue():
@@ -225,6 +227,8 @@ class AmqpSession(Session):
             tx = self.transactions.pop(ch, None)
             if tx is not None:  # whatever the transaction does next raises this, not a codec complaint
                 tx.error = error
+            if ch == self.unconfirmed_channel:  # the next burst opens another
+                self.unconfirmed_channel = None
             self._free(ch)
 
     def fail_in_flight(self, error: BaseException) -> None:
@@ -237,6 +241,7 @@ class AmqpSession(Session):
             self.close_pending.fail(error)
 
     def _fail_confirms(self, error: BaseException) -> None:
+        self.bursts.fail_all(error)
         confirms, self.confirms = self.confirms, {}
         for pending in confirms.values():
             if pending is not None:
@@ -245,9 +250,7 @@ class AmqpSession(Session):
     # -- publishing -------------------------------------------------------------------------
     def publish(self, target: str, body: bytes, headers: dict[str, Any], options: dict[str, Any],
                 confirm: bool, tx: TxRecord | None, now: float) -> Pending[None]:
-        props = options.get("properties") or spec.BasicProperties()
-        if headers:  # on a copy: the caller's properties may be shared by many publishes
-            props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
+        props = _properties(headers, options)
         if tx is not None and tx.error is not None:
             raise tx.error
         channel = tx.channel if tx is not None else PUBLISH
@@ -269,8 +272,37 @@ class AmqpSession(Session):
         self.confirms.update(dict.fromkeys(range(seq + 1, seq + count + 1), outcome))
         self.seq = seq + count
 
+    def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
+                      first_number: int, on_confirm: OnConfirm | None, confirm_every: int, now: float) -> Pending[None]:
+        props = spec.encode_properties(_properties(headers, options))  # once for the burst: send() takes bytes
+        channel = PUBLISH if on_confirm is not None else self._unconfirmed(now)
+        exchange, publish, held = options.get("exchange", ""), spec.BasicPublish, self.held.get(channel)
+        if held is not None:  # the channel is (re)opening: after its open-ok
+            held.extend(publish(0, exchange, target, False, False, props, body, channel) for body in bodies)
+        else:
+            send = self.conn.send
+            self.out += b"".join([send(publish(0, exchange, target, False, False, props, body, channel))
+                                  for body in bodies])
+        if on_confirm is None:
+            return _DONE
+        first = self.seq + 1
+        self.seq += len(bodies)
+        self.bursts.add(first, self.seq, first_number - first, on_confirm)  # (confirm_every is STOMP's)
+        return _DONE
+
+    def _unconfirmed(self, now: float) -> int:
+        """The channel of bursts published without on_confirm, opened on first use: not in confirm mode, so
+        the broker sends nothing back for them (no reads, no work on either side)."""
+        if self.unconfirmed_channel is None:
+            self.unconfirmed_channel = self._take_channel()
+            self._open_channel(self.unconfirmed_channel, now)
+        return self.unconfirmed_channel
+
     def _confirm(self, method: spec.BasicAck | spec.BasicNack) -> None:
         upto = method.delivery_tag
+        if self.bursts.ranges:
+            self.bursts.settle(method.delivery_tag, method.multiple, None if isinstance(method, spec.BasicAck)
+                               else PublishNacked(f"the broker nacked publish #{method.delivery_tag}"))
         # confirms are kept in publish order: a multiple one settles a prefix, found without scanning the rest
         tags = list(itertools.takewhile(upto.__ge__, self.confirms)) if method.multiple else [upto]
         # RabbitMQ sends a publish's basic.return just before its confirm: one of these was returned (which,
@@ -329,6 +361,9 @@ class AmqpSession(Session):
         consumer = self.consumers.get(m.channel)
         if consumer is None:
             return
+        if consumer.batch is not None:
+            self.add_to_batch(m.channel, consumer, m, m.body, m.delivery_tag)
+            return
         headers = dict(m.properties.headers or {})
         offset = headers.get("x-stream-offset")
         delivery = Delivery(m.body, headers, consumer, m.redelivered, m.routing_key, m.exchange, m.properties,
@@ -346,6 +381,20 @@ class AmqpSession(Session):
                   spec.BasicNack(delivery_tag=tag, requeue=requeue, channel=ch) if how == "nack" else
                   spec.BasicReject(delivery_tag=tag, requeue=requeue, channel=ch))
         self._send_on(method, now)
+
+    def settle_raw(self, route: Any, sink: BatchSink, ack_id: Any, how: str, multiple: bool, requeue: bool) -> None:
+        if route in self.consumers:  # else its channel is gone, and the broker requeued the message
+            self.out += self.conn.send(spec.BasicAck(ack_id, multiple, route) if how == "ack" else
+                                       spec.BasicNack(ack_id, multiple, requeue, route))
+
+    def ack_each(self, route: Any, ack_ids: list[Any]) -> None:
+        if route in self.consumers:
+            send, ack = self.conn.send, spec.BasicAck
+            self.out += b"".join([send(ack(tag, False, route)) for tag in ack_ids])
+
+    def stream_offset(self, event: Any) -> int | None:
+        offset = (event.properties.headers or {}).get("x-stream-offset")
+        return offset if isinstance(offset, int) else None
 
     # -- declarations and transactions ---------------------------------------------------------
     def declare(self, kind: str, args: dict[str, Any], now: float) -> Pending[Any]:
@@ -380,6 +429,16 @@ class AmqpSession(Session):
         self.close_pending = Pending()
         self._send(spec.ConnectionClose(reply_code=spec.REPLY_SUCCESS, reply_text="bye"), now)
         return self.close_pending
+
+
+_DONE: Pending[None] = Pending.resolved(None)
+
+
+def _properties(headers: dict[str, Any], options: dict[str, Any]) -> spec.BasicProperties:
+    props = options.get("properties") or spec.BasicProperties()
+    if headers:  # on a copy: the caller's properties may be shared by many publishes
+        props = dataclasses.replace(props, headers={**(props.headers or {}), **headers})
+    return props
 
 
 def _requests(replies: tuple[type, ...]) -> set[type]:

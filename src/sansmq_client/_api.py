@@ -3,9 +3,18 @@ Core's operations, so asyncio, trio and sync differ only in how they wait."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-__all__ = ["queue_args", "exchange_args", "bind_args", "publish_options"]
+from ._url import Params
+
+__all__ = ["queue_args", "exchange_args", "bind_args", "publish_options", "tune_socket"]
+
+
+def tune_socket(sock: Any, params: Params) -> None:
+    """The URL's socket options, on every front end's socket (a trio stream forwards setsockopt)."""
+    if params.send_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, params.send_buffer)
 
 
 def queue_args(name: str, durable: bool, exclusive: bool, auto_delete: bool, passive: bool,

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from . import _api
+from ._async_bulk import AsyncBulk
 from ._core import Core
 from ._errors import ClientError
 from ._model import ConsumerRecord, Delivery
@@ -20,7 +21,7 @@ __all__ = ["AsyncConnection", "AsyncSubscription", "AsyncTransaction"]
 _END = object()
 
 
-class AsyncConnection(ABC):
+class AsyncConnection(AsyncBulk, ABC):
     """A client connection (AMQP or STOMP) for async code. Every call runs on the connection's I/O task;
     heart-beats are answered there, so a consumer that awaits for minutes does not lose the connection."""
 
@@ -33,6 +34,10 @@ class AsyncConnection(ABC):
     @abstractmethod
     def _kick(self) -> None:
         """Make the I/O task write what the core has to send."""
+    def _kick_soon(self) -> None:
+        """``_kick`` for calls that come in bunches (a batch callback's acks): a front end may merge them."""
+        self._kick()
+
     @abstractmethod
     def _inbox(self) -> Any:
         """A queue with ``put_nowait(item)``, ``qsize()`` and ``async get()``."""

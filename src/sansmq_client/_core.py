@@ -7,13 +7,14 @@ operations issued while no connection is ready, picks the next host and the back
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import amqpproto
 import stompproto
 
 from ._amqp import AmqpSession
+from ._bulk import BatchSink, OnConfirm
 from ._errors import ClientError, ConnectionClosedByUser, ConnectionLost, NotSupported
 from ._model import ConsumerRecord, Delivery
 from ._pending import Pending
@@ -54,6 +55,7 @@ class Core:
         self.failures = 0
         self.host_index = 0
         self.names = itertools.count(1)
+        self.published = 0  # publish_burst's numbers so far (they go on across reconnects)
 
     # -- the connection's life ---------------------------------------------------------------
     def next_host(self) -> tuple[str, int]:
@@ -87,6 +89,8 @@ class Core:
             session.end(error or ConnectionLost("connection lost"))
         if session.fatal or self.closing:  # a close() that crossed the socket's loss ends it for good too
             self.finish(session.error if session.fatal and session.error else ConnectionClosedByUser("closed"))
+        elif not self.params.reconnect and session.ready.done and session.ready.error is None:
+            self.finish(session.error or ConnectionLost("connection lost"))
         elif not session.ready.done or session.ready.error is not None:
             self.connect_failed(session.error or ConnectionLost("connection lost"))
 
@@ -131,7 +135,7 @@ class Core:
         if self.session is not None and self.session.error is None:
             self.session.handle_timer(self.clock())
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self) -> bytes | bytearray:
         return self.session.data_to_send() if self.session is not None else b""
 
     # -- operations (the user's side, already on the I/O side) -----------------------------------
@@ -161,6 +165,19 @@ class Core:
             return self._in_tx(tx, lambda s: s.publish(target, body, headers, options, confirm, tx, self.clock()))
         return self.run(lambda s: s.publish(target, body, headers, options, confirm, None, self.clock()))
 
+    def publish_burst(self, target: str, bodies: Sequence[bytes], headers: dict[str, Any], options: dict[str, Any],
+                      on_confirm: OnConfirm | None, confirm_every: int) -> tuple[int, Pending[None]]:
+        """Number ``bodies`` and publish them (now, or after a reconnect); the outcome fails at once for a
+        call that cannot run (the caller raises it), later ones reach ``on_confirm``."""
+        first = self.published + 1
+        self.published += len(bodies)
+        pending = self.run(lambda s: s.publish_burst(target, bodies, headers, options, first, on_confirm,
+                                                     confirm_every, self.clock()))
+        if on_confirm is not None and not pending.done:  # held for a reconnect, which may never come
+            last = self.published
+            pending.add_done_callback(lambda p: p.error is not None and on_confirm(last, True, p.error))
+        return first, pending
+
     def declare(self, kind: str, args: dict[str, Any]) -> Pending[Any]:
         key = _topology_key(kind, args)
 
@@ -181,9 +198,10 @@ class Core:
 
     def subscribe(self, source: str, prefetch: int, auto_ack: bool, offset: int | str | None,
                   arguments: dict[str, Any], on_delivery: Callable[[Delivery], None],
-                  on_end: Callable[[BaseException | None], None]) -> tuple[ConsumerRecord, Pending[None]]:
+                  on_end: Callable[[BaseException | None], None], batch: BatchSink | None = None
+                  ) -> tuple[ConsumerRecord, Pending[None]]:
         consumer = ConsumerRecord(f"sansmq-client-{next(self.names)}", source, prefetch, auto_ack, offset,
-                                  arguments, on_delivery, on_end)
+                                  arguments, on_delivery, on_end, batch=batch)
         self.consumers[consumer.tag] = consumer
 
         def started(p: Pending[None]) -> None:

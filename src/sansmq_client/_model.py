@@ -27,6 +27,7 @@ class ConsumerRecord:
     on_end: Callable[[BaseException | None], None]
     last_offset: int | None = None
     ended: bool = False
+    batch: Any = None  # a ``_bulk.BatchSink``: deliveries go to it once per read instead of ``on_delivery``
 
     def resume_offset(self) -> int | str | None:
         return self.offset if self.last_offset is None else self.last_offset + 1

@@ -13,7 +13,8 @@ from ._tls import TLS_PARAMS, Tls, tls_from_query
 __all__ = ["Params", "parse_url"]
 
 DEFAULT_PORTS = {"amqp": 5672, "stomp": 61613, "amqps": 5671, "stomps": 61614}
-_OPTIONS = ("heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name")
+_OPTIONS = ("heartbeat", "connect_timeout", "reconnect_delay", "reconnect_max_delay", "name", "reconnect",
+            "send_buffer")
 #: heart-beat defaults: AMQP in seconds (as tune), STOMP in milliseconds (as the heart-beat header)
 DEFAULT_HEARTBEAT = {"amqp": 60.0, "stomp": 10.0}
 
@@ -33,6 +34,8 @@ class Params:
     reconnect_max_delay: float = 5.0
     name: str = ""  # AMQP connection_name: how the management API and logs list the connection
     tls: Tls | None = None  # amqps:// and stomps://
+    reconnect: bool = True  # False: a lost connection ends the client (a load generator must see it fail)
+    send_buffer: int = 0  # SO_SNDBUF of the socket in bytes; 0: the kernel's autotuning
 
 
 def parse_url(url: str) -> Params:
@@ -65,7 +68,15 @@ def parse_url(url: str) -> Params:
         reconnect_max_delay=float(options.get("reconnect_max_delay", 5.0)),
         name=options.get("name", ""),
         tls=None if protocol == scheme else tls_from_query(tls_options, url),
+        reconnect=_flag(options.get("reconnect", "true")),
+        send_buffer=int(options.get("send_buffer", 0)),
     )
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1")
 
 
 def _host(text: str, default_port: int) -> tuple[str, int]:

@@ -37,6 +37,11 @@ log = logging.getLogger("sansmq_client")
 
 _RECV = 1 << 18  # one read: a stream reader's deliveries arrive faster than 64 KiB at a time
 
+#: how long input stays with the callers after the last call that read it (see ``_caller_reads``): what
+#: arrives meanwhile for no caller (a delivery, a heart-beat) waits at most this long
+LEND = 0.005
+
+
 
 def connect(url: str, **options: Any) -> Connection:
     """Connect to the first reachable host of ``url`` (``amqp://`` or ``stomp://``, hosts comma-separated).
@@ -68,7 +73,12 @@ class Connection:
         self._sel: selectors.BaseSelector | None = None  # the I/O thread's selector, while it has a socket
         self._events = 0  # what the socket is registered for in it (0: not registered)
         self._flush_due = False  # settles are queued and the I/O thread was woken to write them
-        self._caller_reads = False  # a caller holds the reader role: the I/O thread does not watch for input
+        #: input is left to callers: the I/O thread does not watch for it. Set by a caller that reads its answer
+        #: and kept after it returns while calls keep coming (the I/O thread takes input back LEND after the
+        #: last one): an epoll_ctl pair per call saved
+        self._caller_reads = False
+        self._lent_at = 0.0  # when the last reading caller let go of the socket
+        self._waiters = 0  # callers waiting for an answer someone else reads
         self._poll: select.poll | None = None  # the reading caller's wait for input on the socket
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -94,8 +104,12 @@ class Connection:
         try:
             with self._lock:
                 if reading:
-                    self._caller_reads = True
-                    self._register()
+                    if not self._caller_reads:  # a streak begins: the I/O thread must look again within LEND
+                        self._caller_reads = True
+                        self._register()
+                        self._wake()
+                else:
+                    self._waiters += 1
                 make(self._core).add_done_callback(finished)
                 self._after()
             if reading and not box:
@@ -103,10 +117,15 @@ class Connection:
         finally:
             if reading:
                 with self._lock:
-                    self._caller_reads = False
-                    self._register()
+                    self._lent_at = time.monotonic()
+                    if self._waiters:  # others wait for answers: the I/O thread reads them now
+                        self._caller_reads = False
+                        self._register()
                 self._reader.release()
         done.acquire()
+        if not reading:
+            with self._lock:
+                self._waiters -= 1
         return box[0].result()
 
     def _read_until(self, box: list[Pending[Any]]) -> None:
@@ -313,6 +332,17 @@ class Connection:
         except BlockingIOError:
             pass
 
+    def _take_input_back(self) -> None:
+        """Watch for input again once callers have stopped reading it for LEND (none reads right now)."""
+        if not self._reader.acquire(blocking=False):
+            return  # a caller reads: it is not over
+        try:
+            with self._lock:
+                if self._caller_reads and time.monotonic() - self._lent_at >= LEND:
+                    self._caller_reads = False  # the loop's next _register() watches for input again
+        finally:
+            self._reader.release()
+
     def _connect_once(self) -> None:
         core = self._core
         with self._lock:
@@ -326,6 +356,7 @@ class Connection:
         sock.setblocking(False)
         # a request waits for its answer: never hold a small frame back for coalescing (Nagle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _api.tune_socket(sock, core.params)
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ)
         poll = select.poll()
@@ -344,7 +375,13 @@ class Connection:
                     if timer is not None and timer <= now:
                         core.handle_timer()
                         continue
-                for key, mask in sel.select(None if timer is None else timer - now):
+                    wait = None if timer is None else timer - now
+                    if self._caller_reads:  # lent to callers: look again LEND later
+                        wait = LEND if wait is None else min(wait, LEND)
+                events = sel.select(wait)
+                if self._caller_reads:
+                    self._take_input_back()
+                for key, mask in events:
                     if key.fileobj is self._wake_r:
                         self._drain_wake()
                     elif mask & selectors.EVENT_READ:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from . import _api
 from ._async import AsyncConnection, AsyncSubscription, AsyncTransaction
 from ._core import Core
 from ._errors import ConnectionLost
@@ -105,6 +106,7 @@ class Connection(AsyncConnection):
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:  # the last: a failed TLS handshake
             core.connect_failed(exc)
             return
+        _api.tune_socket(stream, core.params)
         core.attach()
         self._kick()  # the protocol header / CONNECT frame
         try:

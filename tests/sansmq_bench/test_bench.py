@@ -24,11 +24,14 @@ import pika
 import pytest
 
 import stompproto
+from sansmq_bench.client_load import ClientLoad
 from sansmq_bench.options import parse_options
 from sansmq_bench.payload import HEADER_SIZE, Payload
 from sansmq_bench.report import Sample, progress_line
 from sansmq_bench.stats import Histogram, Stats
-from sansmq_bench.stomp_client import StompClient
+from sansmq_bench.ws_client import WsStompClient
+from sansmq_client import Batch
+from sansmq_client._bulk import BatchSink
 from servers.cli import build_parser
 from servers.management import OPS_EPHEMERAL
 
@@ -186,28 +189,56 @@ class FakeTransport:
 
 
 def test_stomp_message_after_our_disconnect_is_neither_acked_nor_counted() -> None:
-    """The broker may still deliver after our DISCONNECT; STOMP forbids an ACK then."""
-    async def go() -> tuple[Stats, FakeTransport]:
+    """The broker may still deliver after our DISCONNECT; STOMP forbids an ACK then (WebSocket client)."""
+    async def go() -> tuple[Stats, list[Any]]:
         stats = Stats()
         payload = Payload(32)
-        c = StompClient(stats, "consumer-1", parse_options(["-P", "stomp"]), payload)
-        t = FakeTransport()
-        c.connection_made(t)  # type: ignore[arg-type]
+        c = WsStompClient(stats, "consumer-1", parse_options(["-P", "ws"]), payload)
+        sent: list[Any] = []
+
+        def send_frame(frame: Any) -> None:  # the STOMP codec's side, without the WebSocket framing
+            c.conn.send(frame)
+            sent.append(frame)
+        c.send_frame = send_frame  # type: ignore[method-assign]
+        c.connection_made(FakeTransport())  # type: ignore[arg-type]
         c.send_frame(stompproto.Connect({"accept-version": "1.2", "host": "/"}))
-        c.data_received(b"CONNECTED\nversion:1.2\n\n\x00")
+        c.feed_stomp(b"CONNECTED\nversion:1.2\n\n\x00")
         c.ack_header = "client-individual"
         msg = (b"MESSAGE\nsubscription:1\nmessage-id:m1\nack:a1\ndestination:/queue/q\n"
                b"content-length:32\n\n" + payload.body() + b"\x00")
-        c.data_received(msg)
+        c.feed_stomp(msg)
         c.closing = True
         c.send_frame(stompproto.Disconnect({"receipt": "bye"}))
-        c.data_received(msg.replace(b"a1", b"a2"))
-        await asyncio.sleep(0)  # the batched write goes out
-        return stats, t
+        c.feed_stomp(msg.replace(b"a1", b"a2"))
+        return stats, sent
 
-    stats, t = asyncio.run(go())
+    stats, sent = asyncio.run(go())
     assert stats.errors == [] and stats.received == 1
-    assert b"ACK\nid:a1" in t.data and b"a2" not in t.data
+    assert [f.headers for f in sent if isinstance(f, stompproto.Ack)] == [{"id": "a1"}]
+
+
+def test_client_load_ignores_deliveries_after_its_close() -> None:
+    """The same on sansmq_client (AMQP and STOMP): a batch after our close is neither counted nor acked."""
+    async def go() -> Stats:
+        stats = Stats()
+        payload = Payload(32)
+        c = ClientLoad(stats, "consumer-1", parse_options(["-P", "stomp"]), payload)
+        settled: list[Any] = []
+
+        class Session:
+            error = None
+
+            def ack_each(self, route: str, ack_ids: list[str]) -> None:
+                settled.extend(ack_ids)
+        batch = Batch([payload.body()], ["a1"], [None], Session(), "sub", BatchSink(lambda b: None, lambda: None))
+        c._on_batch(batch)
+        c.closing = True
+        c._on_batch(Batch([payload.body()], ["a2"], [None], Session(), "sub", batch.sink))
+        assert settled == ["a1"]
+        return stats
+
+    stats = asyncio.run(go())
+    assert stats.errors == [] and stats.received == 1
 
 
 # -- end to end ------------------------------------------------------------------------------------
