@@ -1,6 +1,7 @@
-"""The compact per-queue index of the segment store: parallel ``array('Q')`` of message ids and
-packed positions (``segment << 32 | offset``, 0 = removed) plus sparse delivery counts and
-per-queue expiries; and a queue's page: the ready messages the broker keeps out of memory."""
+"""The compact per-queue index of the segment store: blocks of message ids and packed positions
+(``segment << 32 | offset``, 0 = removed), most of them packed to a few bytes (``_blocks``), plus
+sparse delivery counts and per-queue expiries; and a queue's page: the ready messages the broker
+keeps out of memory."""
 
 from __future__ import annotations
 
@@ -9,75 +10,158 @@ from array import array
 from collections.abc import Iterator
 
 from ...store import QueueDef
+from ._blocks import BLOCK, WarmBlocks, _Block
 
 
 class _QIndex:
     """One durable queue: the compact index of its persistent messages, and its definition when it
     is not a plain one (durable, no auto-delete, no arguments: ``qdef`` None, the store knows its
-    vhost and name). An idle plain queue has no _QIndex at all (see ``SegmentStore._qs``)."""
+    vhost and name). An idle plain queue has no _QIndex at all (see ``SegmentStore._qs``).
 
-    __slots__ = ("qid", "qdef", "ids", "pos", "live", "counts", "exp")
+    The entries are in blocks of up to ``BLOCK`` (see ``_blocks``), ``firsts`` the first id of each
+    (a bisect finds an id's block); the last block is open, the others sealed and mostly packed."""
 
-    def __init__(self, qid: int, qdef: QueueDef | None = None) -> None:
+    __slots__ = ("qid", "qdef", "warm", "blocks", "firsts", "cur", "last_id", "live", "counts", "exp")
+
+    def __init__(self, qid: int, warm: WarmBlocks, qdef: QueueDef | None = None) -> None:
         self.qid = qid
         self.qdef = qdef
-        self.ids: array[int] | None = None
-        self.pos: array[int] | None = None
+        self.warm = warm
+        self.blocks: list[_Block] | None = None  # None: no entries (an idle queue holds no arrays)
+        self.firsts: array[int] | None = None
+        self.cur: _Block | None = None  # the sealed block last used (touched in ``warm`` on a change)
+        self.last_id = 0  # the largest id ever added (ids grow with enqueue order)
         self.live = 0
         self.counts: dict[int, int] | None = None
         #: message id -> this queue's expiry of it (x-message-ttl), when it has one
         self.exp: dict[int, float] | None = None
 
     def add(self, msg_id: int, pos: int) -> None:
-        if self.ids is None or self.pos is None:
-            self.ids, self.pos = array("Q", (msg_id,)), array("Q", (pos,))
-        elif not self.ids or self.ids[-1] < msg_id:
-            self.ids.append(msg_id)
-            self.pos.append(pos)
-        else:  # not expected (ids grow with enqueue order); keep the arrays sorted anyway
-            i = bisect.bisect_left(self.ids, msg_id)
-            if i < len(self.ids) and self.ids[i] == msg_id:
-                return
-            self.ids.insert(i, msg_id)
-            self.pos.insert(i, pos)
+        blocks = self.blocks
+        if blocks is None or self.firsts is None:
+            self.blocks = [_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1)]
+            self.firsts = array("Q", (msg_id,))
+        elif msg_id > self.last_id:
+            b = blocks[-1]
+            if b.blob is None and b.ids is not None and b.pos is not None and len(b.ids) < BLOCK:
+                b.ids.append(msg_id)
+                b.pos.append(pos)
+                b.live += 1
+            else:  # the open block is full: seal it (the cache packs it when it gets old)
+                if b.blob is None:
+                    self.warm.use(b)
+                blocks.append(_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1))
+                self.firsts.append(msg_id)
+        else:  # not expected (ids grow with enqueue order); keep the blocks sorted anyway
+            k = max(0, bisect.bisect_right(self.firsts, msg_id) - 1)
+            b = blocks[k]
+            ids, poss = self._arrays(b)
+            i = bisect.bisect_left(ids, msg_id)
+            if i < len(ids) and ids[i] == msg_id:
+                if poss[i]:
+                    return
+                poss[i] = pos
+            else:
+                ids.insert(i, msg_id)
+                poss.insert(i, pos)
+            self.firsts[k] = min(self.firsts[k], msg_id)
+            b.live += 1
+            b.dirty = True
+        self.last_id = max(self.last_id, msg_id)
         self.live += 1
 
-    def find(self, msg_id: int) -> int:
-        ids = self.ids
-        if not ids:
-            return -1
-        i = bisect.bisect_left(ids, msg_id)
-        if i < len(ids) and ids[i] == msg_id and self.pos[i]:  # type: ignore[index]
-            return i
-        return -1
+    def _arrays(self, b: _Block) -> tuple[array[int], array[int]]:
+        """Block ``b``'s arrays, unpacking it if need be."""
+        if b.ids is not None and b.pos is not None and (b.blob is None or b is self.cur):
+            return b.ids, b.pos  # the open block, or the sealed one in use: no cache bookkeeping
+        self.cur = b
+        return self.warm.use(b)
 
-    def take(self, i: int) -> int:
-        """Remove slot ``i``; returns its position. Compacts once half the slots are dead."""
-        assert self.ids is not None and self.pos is not None
-        p = self.pos[i]
-        self.pos[i] = 0
+    def _slot(self, msg_id: int) -> tuple[int, int]:
+        """(block, slot) of live entry ``msg_id``, or (-1, -1)."""
+        firsts = self.firsts
+        if not firsts or self.blocks is None:
+            return -1, -1
+        k = bisect.bisect_right(firsts, msg_id) - 1
+        if k < 0:
+            return -1, -1
+        ids, pos = self._arrays(self.blocks[k])
+        i = bisect.bisect_left(ids, msg_id)
+        if i < len(ids) and ids[i] == msg_id and pos[i]:
+            return k, i
+        return -1, -1
+
+    def get(self, msg_id: int) -> int:
+        """The position of live entry ``msg_id``, or 0."""
+        k, i = self._slot(msg_id)
+        return self.blocks[k].pos[i] if k >= 0 else 0  # type: ignore[index]
+
+    def __contains__(self, msg_id: int) -> bool:
+        return self._slot(msg_id)[0] >= 0
+
+    def pop(self, msg_id: int) -> int:
+        """Remove entry ``msg_id``; returns its position (0: it was not there). A block goes when
+        its last entry does; an unpacked one is compacted once half its slots are dead."""
+        k, i = self._slot(msg_id)
+        if k < 0:
+            return 0
+        assert self.blocks is not None and self.firsts is not None
+        b = self.blocks[k]
+        assert b.ids is not None and b.pos is not None
+        p = b.pos[i]
+        b.pos[i] = 0
+        b.live -= 1
+        b.dirty = True
         self.live -= 1
         if self.counts is not None:
-            self.counts.pop(self.ids[i], None)
+            self.counts.pop(msg_id, None)
             if not self.counts:
                 self.counts = None
         if self.exp is not None:
-            self.exp.pop(self.ids[i], None)
+            self.exp.pop(msg_id, None)
             if not self.exp:
                 self.exp = None
         if not self.live:
-            self.ids = self.pos = None
-        elif self.live * 2 < len(self.ids) and len(self.ids) > 32:
-            ids, pos = self.ids, self.pos
-            self.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
-            self.pos = array("Q", (q for q in pos if q))
+            self.clear()
+        elif not b.live:
+            del self.blocks[k]
+            del self.firsts[k]
+            self.warm.forget(b)
+            if b is self.cur:
+                self.cur = None
+        elif b.live * 2 < len(b.ids) and len(b.ids) > 32:
+            ids, pos = b.ids, b.pos
+            b.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
+            b.pos = array("Q", (q for q in pos if q))
         return p
 
+    def clear(self) -> None:
+        """Drop every entry (the queue is empty, or deleted)."""
+        for b in self.blocks or ():
+            self.warm.forget(b)
+        self.blocks = self.firsts = self.cur = None
+        self.live = 0
+
+    def last_live(self) -> int:
+        """The largest id of a live entry (0: none)."""
+        for b in reversed(self.blocks or ()):
+            ids, pos = b.unpack()
+            for j in range(len(ids) - 1, -1, -1):  # dead entries at the end are rare
+                if pos[j]:
+                    return ids[j]
+        return 0
+
     def entries(self) -> Iterator[tuple[int, int]]:
-        """Live (message id, position) pairs, lazily (a list of a big queue's pairs costs ~100 B each)."""
-        if not self.ids or not self.pos:
-            return iter(())
-        return ((m, q) for m, q in zip(self.ids, self.pos, strict=False) if q)
+        """Live (message id, position) pairs, lazily: a packed block is unpacked for the walk only
+        (a list of a big queue's pairs costs ~100 B each)."""
+        for b in list(self.blocks or ()):
+            ids, pos = b.unpack()
+            yield from ((m, q) for m, q in zip(ids, pos, strict=False) if q)
+
+    def positions(self) -> Iterator[int]:
+        """Live entries' positions."""
+        for b in self.blocks or ():
+            yield from (q for q in b.unpack()[1] if q)
 
 
 #: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;

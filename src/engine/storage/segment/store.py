@@ -15,9 +15,10 @@ records the journal does not cover yet (``_recovery``). The journal is rewritten
 from the live state on start and whenever it grows well past it (write tmp, fsync, rename, fsync
 dir). A segment file is deleted once no queue refers to any message in it.
 
-In memory each durable queue keeps two parallel ``array('Q')``: message ids (ascending: the model
-allocates ids in enqueue order), packed positions ``segment << 32 | offset`` (0 = removed); a
-sparse dict holds delivery counts of redelivered messages. An idle queue holds no arrays at all.
+In memory each durable queue keeps message ids (ascending: the model allocates ids in enqueue
+order) and packed positions ``segment << 32 | offset`` (0 = removed) in blocks of 4096, all but a
+few store-wide packed to a few bytes (``_blocks``); a sparse dict holds delivery counts of
+redelivered messages. An idle queue holds no arrays at all.
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
 ``sync`` (a worker thread) writes the buffers with ``pwrite`` at known offsets under ``_lock``, then
@@ -58,6 +59,7 @@ from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreE
 from ...streams._files import FileStreams
 from ._compaction import Compaction
 from ._files import FLUSH_AT, _File, zero_ahead
+from ._blocks import WarmBlocks
 from ._index import _Page, _QIndex
 from ._paging import Paging
 from ._queuedefs import _IDLE, queue_def
@@ -153,6 +155,8 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self.recover_window = max(1, recover_window)
         #: (vhost, queue) -> its paged ready messages (durable or not)
         self._pages: dict[tuple[str, str], _Page] = {}
+        #: the few sealed index blocks kept unpacked, store-wide (see ``_blocks``)
+        self._warm = WarmBlocks()
         #: paged records that could not be read back (torn, or a failed write that never recovered)
         self.dropped_paged = 0
         fs.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
@@ -190,7 +194,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if v is None:
             v = self._qs[qdef.vhost] = {}
         plain = qdef.durable and not qdef.auto_delete and not qdef.args
-        x = v[qdef.name] = _IDLE if plain else _QIndex(qid, qdef)
+        x = v[qdef.name] = _IDLE if plain else _QIndex(qid, self._warm, qdef)
         return x
 
     def _qget(self, vhost: str, name: str) -> _QIndex | None:
@@ -203,7 +207,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """An idle plain queue's first message: a qid and a _QIndex (journalled as a new ADD_Q)."""
         qid = self._next_qid
         self._next_qid += 1
-        qi = v[name] = _QIndex(qid)
+        qi = v[name] = _QIndex(qid, self._warm)
         self._meta(meta_queue(qid, QueueDef(vhost, name)))
         return qi
 
@@ -335,8 +339,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if v is not None and not v:
             del self._qs[vhost]
         if qi is not None and type(qi) is not int:
-            for _, pos in qi.entries():  # type: ignore[union-attr]
+            for pos in qi.positions():  # type: ignore[union-attr]
                 self._unref(pos >> 32)
+            qi.clear()  # type: ignore[union-attr]
         self._forget_queue_bindings(vhost, name)
         self._meta(encode_meta(OP_DEL_Q, vhost, name))
 
@@ -376,7 +381,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
         self.enqueue(vhost, queue, msg)
         qi = self._qget(vhost, queue)
-        if qi is None or qi.find(msg.id) < 0:
+        if qi is None or msg.id not in qi:
             return
         if qi.exp is None:
             qi.exp = {}
@@ -430,10 +435,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         qi = self._qget(vhost, queue)
         if qi is None:
             return
-        i = qi.find(msg_id)
-        if i < 0:
+        pos = qi.pop(msg_id)
+        if not pos:
             return
-        pos = qi.take(i)
         self._journal(_REM.pack(K_REM, qi.qid, msg_id))
         self._unref(pos >> 32)
         self._j_live_hint -= 1
@@ -445,7 +449,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         qi = self._qget(vhost, queue)
-        if qi is None or qi.find(msg_id) < 0:
+        if qi is None or msg_id not in qi:
             return
         if qi.counts is None:
             qi.counts = {}
