@@ -15,7 +15,6 @@ import engine.storage.segment._compaction as compaction_mod
 import engine.storage.segment.store as seg_mod
 from engine._message import Message
 from engine.segment_store import SegmentStore
-from engine.storage.segment._blocks import WarmBlocks
 from engine.storage.segment._records import JRN_MAGIC
 from engine.store import BindingDef, ExchangeDef, QueueDef, StoreError
 
@@ -126,7 +125,7 @@ def test_journal_is_compacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_index_stays_compact() -> None:
-    qi = seg_mod._QIndex(1, WarmBlocks(), QueueDef("/", "q"))
+    qi = seg_mod._QIndex(1, QueueDef("/", "q"))
     assert qi.blocks is None  # idle queue: no arrays
     for i in range(1, 1001):
         qi.add(i, (1 << 32) | (8 + i))

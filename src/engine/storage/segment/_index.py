@@ -10,7 +10,7 @@ from array import array
 from collections.abc import Iterator
 
 from ...store import QueueDef
-from ._blocks import BLOCK, WarmBlocks, _Block
+from ._blocks import BLOCK, WARM, _Block
 
 
 class _QIndex:
@@ -19,17 +19,17 @@ class _QIndex:
     vhost and name). An idle plain queue has no _QIndex at all (see ``SegmentStore._qs``).
 
     The entries are in blocks of up to ``BLOCK`` (see ``_blocks``), ``firsts`` the first id of each
-    (a bisect finds an id's block); the last block is open, the others sealed and mostly packed."""
+    (a bisect finds an id's block); the last block is open, the sealed ones packed but for the
+    ``WARM`` in ``warm`` (least recently used first)."""
 
-    __slots__ = ("qid", "qdef", "warm", "blocks", "firsts", "cur", "last_id", "live", "counts", "exp")
+    __slots__ = ("qid", "qdef", "blocks", "firsts", "warm", "last_id", "live", "counts", "exp")
 
-    def __init__(self, qid: int, warm: WarmBlocks, qdef: QueueDef | None = None) -> None:
+    def __init__(self, qid: int, qdef: QueueDef | None = None) -> None:
         self.qid = qid
         self.qdef = qdef
-        self.warm = warm
         self.blocks: list[_Block] | None = None  # None: no entries (an idle queue holds no arrays)
         self.firsts: array[int] | None = None
-        self.cur: _Block | None = None  # the sealed block last used (touched in ``warm`` on a change)
+        self.warm: list[_Block] | None = None
         self.last_id = 0  # the largest id ever added (ids grow with enqueue order)
         self.live = 0
         self.counts: dict[int, int] | None = None
@@ -43,13 +43,13 @@ class _QIndex:
             self.firsts = array("Q", (msg_id,))
         elif msg_id > self.last_id:
             b = blocks[-1]
-            if b.blob is None and b.ids is not None and b.pos is not None and len(b.ids) < BLOCK:
+            if not b.sealed and b.ids is not None and b.pos is not None and len(b.ids) < BLOCK:
                 b.ids.append(msg_id)
                 b.pos.append(pos)
                 b.live += 1
-            else:  # the open block is full: seal it (the cache packs it when it gets old)
-                if b.blob is None:
-                    self.warm.use(b)
+            else:
+                if not b.sealed:
+                    self._seal(b)
                 blocks.append(_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1))
                 self.firsts.append(msg_id)
         else:  # not expected (ids grow with enqueue order); keep the blocks sorted anyway
@@ -70,12 +70,33 @@ class _QIndex:
         self.last_id = max(self.last_id, msg_id)
         self.live += 1
 
+    def _seal(self, b: _Block) -> None:
+        """The open block is full: packed now, unless consumers are acking in it already."""
+        b.sealed = True
+        if b.live == len(b.ids or ()):
+            b.pack()
+        else:
+            self._warm_up(b)
+
+    def _warm_up(self, b: _Block) -> None:
+        """``b`` becomes the most recently used unpacked sealed block (the least recent is packed)."""
+        warm = self.warm
+        if warm is None:
+            warm = self.warm = []
+        elif b in warm:
+            warm.remove(b)
+        warm.append(b)
+        if len(warm) > WARM:
+            warm.pop(0).pack()
+
     def _arrays(self, b: _Block) -> tuple[array[int], array[int]]:
         """Block ``b``'s arrays, unpacking it if need be."""
-        if b.ids is not None and b.pos is not None and (b.blob is None or b is self.cur):
-            return b.ids, b.pos  # the open block, or the sealed one in use: no cache bookkeeping
-        self.cur = b
-        return self.warm.use(b)
+        if not b.sealed or (self.warm and self.warm[-1] is b):
+            assert b.ids is not None and b.pos is not None
+            return b.ids, b.pos  # the open block, or the sealed one in use
+        arrays = b.thaw()
+        self._warm_up(b)
+        return arrays
 
     def _slot(self, msg_id: int) -> tuple[int, int]:
         """(block, slot) of live entry ``msg_id``, or (-1, -1)."""
@@ -126,9 +147,8 @@ class _QIndex:
         elif not b.live:
             del self.blocks[k]
             del self.firsts[k]
-            self.warm.forget(b)
-            if b is self.cur:
-                self.cur = None
+            if self.warm is not None and b in self.warm:
+                self.warm.remove(b)
         elif b.live * 2 < len(b.ids) and len(b.ids) > 32:
             ids, pos = b.ids, b.pos
             b.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
@@ -137,9 +157,7 @@ class _QIndex:
 
     def clear(self) -> None:
         """Drop every entry (the queue is empty, or deleted)."""
-        for b in self.blocks or ():
-            self.warm.forget(b)
-        self.blocks = self.firsts = self.cur = None
+        self.blocks = self.firsts = self.warm = None
         self.live = 0
 
     def last_live(self) -> int:

@@ -36,7 +36,7 @@ def _prefix_sums(deltas: bytes | bytearray, n: int) -> array[int]:
 
 def pack(*columns: array[int]) -> bytes:
     """Equal-length columns of u64s as one compressed blob (see ``unpack``)."""
-    planes = []
+    planes: list[bytes] = []
     for col in columns:
         d = _deltas(col)
         planes.extend(d[k::8] for k in range(8))

@@ -13,7 +13,6 @@ from ..._message import Message
 from ...fs import FileSystem
 from ...store import BindingDef, ExchangeDef, QueueDef
 from ._files import _File
-from ._blocks import WarmBlocks
 from ._index import _Page, _QIndex
 
 __all__ = ["StoreParts"]
@@ -53,7 +52,6 @@ class StoreParts:
     recover_window: int
     _pages: dict[tuple[str, str], _Page]
     dropped_paged: int
-    _warm: WarmBlocks
 
     if TYPE_CHECKING:  # defined by SegmentStore or one of the parts
         def _pwrite(self, fd: int, data: bytearray | memoryview, offset: int) -> int: ...

@@ -286,7 +286,7 @@ class Recovery(StoreParts):
         qi = by_qid.get(qid)
         if qi is None and qid in self._idle_names:
             qname = self._idle_names.pop(qid)
-            qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid, self._warm)
+            qi = by_qid[qid] = self._qs[self._idle_vhosts.pop(qid)][qname] = _QIndex(qid)
         if qi is not None:
             qi.add(mid, pos)
 

@@ -16,8 +16,8 @@ from the live state on start and whenever it grows well past it (write tmp, fsyn
 dir). A segment file is deleted once no queue refers to any message in it.
 
 In memory each durable queue keeps message ids (ascending: the model allocates ids in enqueue
-order) and packed positions ``segment << 32 | offset`` (0 = removed) in blocks of 4096, all but a
-few store-wide packed to a few bytes (``_blocks``); a sparse dict holds delivery counts of
+order) and packed positions ``segment << 32 | offset`` (0 = removed) in blocks of 4096, all but
+the open one and a few in use packed to a few bytes (``_blocks``); a sparse dict holds delivery counts of
 redelivered messages. An idle queue holds no arrays at all.
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
@@ -59,7 +59,6 @@ from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreE
 from ...streams._files import FileStreams
 from ._compaction import Compaction
 from ._files import FLUSH_AT, _File, zero_ahead
-from ._blocks import WarmBlocks
 from ._index import _Page, _QIndex
 from ._paging import Paging
 from ._queuedefs import _IDLE, queue_def
@@ -155,8 +154,6 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         self.recover_window = max(1, recover_window)
         #: (vhost, queue) -> its paged ready messages (durable or not)
         self._pages: dict[tuple[str, str], _Page] = {}
-        #: the few sealed index blocks kept unpacked, store-wide (see ``_blocks``)
-        self._warm = WarmBlocks()
         #: paged records that could not be read back (torn, or a failed write that never recovered)
         self.dropped_paged = 0
         fs.makedirs(os.path.join(self.path, "segments"), exist_ok=True)
@@ -194,7 +191,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if v is None:
             v = self._qs[qdef.vhost] = {}
         plain = qdef.durable and not qdef.auto_delete and not qdef.args
-        x = v[qdef.name] = _IDLE if plain else _QIndex(qid, self._warm, qdef)
+        x = v[qdef.name] = _IDLE if plain else _QIndex(qid, qdef)
         return x
 
     def _qget(self, vhost: str, name: str) -> _QIndex | None:
@@ -207,7 +204,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         """An idle plain queue's first message: a qid and a _QIndex (journalled as a new ADD_Q)."""
         qid = self._next_qid
         self._next_qid += 1
-        qi = v[name] = _QIndex(qid, self._warm)
+        qi = v[name] = _QIndex(qid)
         self._meta(meta_queue(qid, QueueDef(vhost, name)))
         return qi
 
