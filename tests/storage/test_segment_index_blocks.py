@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 from array import array
+from collections import Counter
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -51,8 +52,9 @@ def test_index_answers_like_a_dict_under_any_operations(ops: list[tuple[str, int
         next_id = 1
         for op, x in ops:
             if op == "a":  # enqueue order: the next id
-                qi.add(next_id, (next_id << 8) | 1)
-                model[next_id] = (next_id << 8) | 1
+                pos = (1 + next_id // 50) << 32 | next_id  # a new segment every 50 messages
+                qi.add(next_id, pos)
+                model[next_id] = pos
                 next_id += 1
             elif op == "o":  # an id below the last (not expected, but kept sorted)
                 mid = 1 + x % max(1, next_id - 1)
@@ -67,6 +69,7 @@ def test_index_answers_like_a_dict_under_any_operations(ops: list[tuple[str, int
             assert sum(1 for b in qi.blocks or () if b.sealed and b.ids is not None) <= WARM
         assert list(qi.entries()) == sorted(model.items())
         assert sorted(qi.positions()) == sorted(model.values())
+        assert qi.segment_counts() == Counter(p >> 32 for p in model.values())
         assert qi.last_live() == max(model, default=0)
         if not model:
             assert qi.blocks is None

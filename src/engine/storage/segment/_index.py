@@ -6,8 +6,11 @@ keeps out of memory."""
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
+from collections import Counter
 from collections.abc import Iterator
+from itertools import repeat
 
 from ...store import QueueDef
 from ._blocks import BLOCK, WARM, _Block
@@ -38,6 +41,16 @@ class _QIndex:
 
     def add(self, msg_id: int, pos: int) -> None:
         blocks = self.blocks
+        if blocks is not None and msg_id > self.last_id:  # the common case: append to the open block
+            b = blocks[-1]
+            ids = b.ids
+            if ids is not None and len(ids) < BLOCK and not b.sealed:
+                ids.append(msg_id)
+                b.pos.append(pos)  # type: ignore[union-attr]
+                b.live += 1
+                self.last_id = msg_id
+                self.live += 1
+                return
         if blocks is None or self.firsts is None:
             self.blocks = [_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1)]
             self.firsts = array("Q", (msg_id,))
@@ -180,6 +193,15 @@ class _QIndex:
         """Live entries' positions."""
         for b in self.blocks or ():
             yield from (q for q in b.unpack()[1] if q)
+
+    def segment_counts(self) -> Counter[int]:
+        """Segment number -> live entries in it (counted in C: a map and a Counter, no Python loop
+        per entry)."""
+        out: Counter[int] = Counter()
+        for b in self.blocks or ():
+            out.update(map(operator.rshift, b.unpack()[1], repeat(32)))
+        out.pop(0, None)  # removed entries (segment numbers start at 1)
+        return out
 
 
 #: a page slot with this bit holds ``TRANSIENT | position`` of a record only the page refers to;

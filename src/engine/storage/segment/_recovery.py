@@ -82,8 +82,8 @@ class Recovery(StoreParts):
         # segment references, and the files they keep
         refs = self._refs
         for qi in by_qid.values():
-            for pos in qi.positions():
-                refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+            for seg, n in qi.segment_counts().items():
+                refs[seg] = refs.get(seg, 0) + n
         for no in existing:
             if no in refs:
                 fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
