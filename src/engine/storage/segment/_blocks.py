@@ -21,14 +21,14 @@ WARM = 3
 
 
 class _Block:
-    __slots__ = ("ids", "pos", "blob", "n", "live", "dirty", "sealed")
+    __slots__ = ("ids", "pos", "blob", "n", "dead", "dirty", "sealed")
 
-    def __init__(self, ids: array[int], pos: array[int], live: int) -> None:
+    def __init__(self, ids: array[int], pos: array[int]) -> None:
         self.ids: array[int] | None = ids
         self.pos: array[int] | None = pos
         self.blob: bytes | None = None  # the packed entries (kept while unpacked until one changes)
         self.n = 0  # entries in ``blob``
-        self.live = live
+        self.dead = 0  # removed entries in the arrays (a packed block holds none)
         self.dirty = True  # the arrays differ from ``blob``
         self.sealed = False
 
@@ -51,9 +51,10 @@ class _Block:
         """Drop the arrays, packing them first if they changed (removed entries are left out)."""
         if self.dirty and self.ids is not None and self.pos is not None:
             ids, pos = self.ids, self.pos
-            if self.live < len(ids):
+            if self.dead:
                 ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
                 pos = array("Q", (q for q in pos if q))
             self.blob, self.n = _packed.pack(ids, pos), len(ids)
+            self.dead = 0
         self.ids = self.pos = None
         self.dirty = False

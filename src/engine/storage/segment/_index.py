@@ -22,51 +22,49 @@ class _QIndex:
     vhost and name). An idle plain queue has no _QIndex at all (see ``SegmentStore._qs``).
 
     The entries are in blocks of up to ``BLOCK`` (see ``_blocks``), ``firsts`` the first id of each
-    (a bisect finds an id's block); the last block is open, the sealed ones packed but for the
-    ``WARM`` in ``warm`` (least recently used first)."""
+    (a bisect finds an id's block); the last block is open (``tail``, appended to), the sealed ones
+    packed but for the ``WARM`` in ``warm`` (least recently used first)."""
 
-    __slots__ = ("qid", "qdef", "blocks", "firsts", "warm", "last_id", "live", "counts", "exp")
+    __slots__ = ("qid", "qdef", "blocks", "firsts", "tail", "warm", "live", "counts", "exp")
 
     def __init__(self, qid: int, qdef: QueueDef | None = None) -> None:
         self.qid = qid
         self.qdef = qdef
         self.blocks: list[_Block] | None = None  # None: no entries (an idle queue holds no arrays)
         self.firsts: array[int] | None = None
+        self.tail: _Block | None = None
         self.warm: list[_Block] | None = None
-        self.last_id = 0  # the largest id ever added (ids grow with enqueue order)
         self.live = 0
         self.counts: dict[int, int] | None = None
         #: message id -> this queue's expiry of it (x-message-ttl), when it has one
         self.exp: dict[int, float] | None = None
 
     def add(self, msg_id: int, pos: int) -> None:
-        blocks = self.blocks
-        if blocks is not None and msg_id > self.last_id:  # the common case: append to the open block
-            b = blocks[-1]
+        b = self.tail
+        if b is not None:  # the common case: a new id appended to the open block
             ids = b.ids
-            if ids is not None and len(ids) < BLOCK and not b.sealed:
+            assert ids is not None
+            if len(ids) < BLOCK and msg_id > ids[-1]:
                 ids.append(msg_id)
                 b.pos.append(pos)  # type: ignore[union-attr]
-                b.live += 1
-                self.last_id = msg_id
                 self.live += 1
                 return
-        if blocks is None or self.firsts is None:
-            self.blocks = [_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1)]
-            self.firsts = array("Q", (msg_id,))
-        elif msg_id > self.last_id:
-            b = blocks[-1]
-            if not b.sealed and b.ids is not None and b.pos is not None and len(b.ids) < BLOCK:
-                b.ids.append(msg_id)
-                b.pos.append(pos)
-                b.live += 1
-            else:
-                if not b.sealed:
-                    self._seal(b)
-                blocks.append(_Block(array("Q", (msg_id,)), array("Q", (pos,)), 1))
-                self.firsts.append(msg_id)
+        self._add(msg_id, pos)
+
+    def _add(self, msg_id: int, pos: int) -> None:
+        """``add`` when there is no open block, it is full, or ``msg_id`` is not the largest."""
+        blocks, firsts = self.blocks, self.firsts
+        if blocks is None or firsts is None:
+            self.tail = _Block(array("Q", (msg_id,)), array("Q", (pos,)))
+            self.blocks, self.firsts = [self.tail], array("Q", (msg_id,))
+        elif msg_id > self.top():
+            if self.tail is not None:
+                self._seal(self.tail)
+            self.tail = _Block(array("Q", (msg_id,)), array("Q", (pos,)))
+            blocks.append(self.tail)
+            firsts.append(msg_id)
         else:  # not expected (ids grow with enqueue order); keep the blocks sorted anyway
-            k = max(0, bisect.bisect_right(self.firsts, msg_id) - 1)
+            k = max(0, bisect.bisect_right(firsts, msg_id) - 1)
             b = blocks[k]
             ids, poss = self._arrays(b)
             i = bisect.bisect_left(ids, msg_id)
@@ -74,22 +72,27 @@ class _QIndex:
                 if poss[i]:
                     return
                 poss[i] = pos
+                b.dead -= 1
             else:
                 ids.insert(i, msg_id)
                 poss.insert(i, pos)
-            self.firsts[k] = min(self.firsts[k], msg_id)
-            b.live += 1
+            firsts[k] = min(firsts[k], msg_id)
             b.dirty = True
-        self.last_id = max(self.last_id, msg_id)
         self.live += 1
+
+    def top(self) -> int:
+        """The largest id in the blocks (live or not)."""
+        assert self.blocks
+        return self.blocks[-1].unpack()[0][-1]
 
     def _seal(self, b: _Block) -> None:
         """The open block is full: packed now, unless consumers are acking in it already."""
         b.sealed = True
-        if b.live == len(b.ids or ()):
-            b.pack()
-        else:
+        self.tail = None
+        if b.dead:
             self._warm_up(b)
+        else:
+            b.pack()
 
     def _warm_up(self, b: _Block) -> None:
         """``b`` becomes the most recently used unpacked sealed block (the least recent is packed)."""
@@ -141,10 +144,11 @@ class _QIndex:
             return 0
         assert self.blocks is not None and self.firsts is not None
         b = self.blocks[k]
-        assert b.ids is not None and b.pos is not None
-        p = b.pos[i]
-        b.pos[i] = 0
-        b.live -= 1
+        ids, pos = b.ids, b.pos
+        assert ids is not None and pos is not None
+        p = pos[i]
+        pos[i] = 0
+        b.dead += 1
         b.dirty = True
         self.live -= 1
         if self.counts is not None:
@@ -157,20 +161,22 @@ class _QIndex:
                 self.exp = None
         if not self.live:
             self.clear()
-        elif not b.live:
+        elif b.dead == len(ids):
             del self.blocks[k]
             del self.firsts[k]
-            if self.warm is not None and b in self.warm:
+            if b is self.tail:
+                self.tail = None
+            elif self.warm is not None and b in self.warm:
                 self.warm.remove(b)
-        elif b.live * 2 < len(b.ids) and len(b.ids) > 32:
-            ids, pos = b.ids, b.pos
+        elif b.dead * 2 > len(ids) and len(ids) > 32:
             b.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
             b.pos = array("Q", (q for q in pos if q))
+            b.dead = 0
         return p
 
     def clear(self) -> None:
         """Drop every entry (the queue is empty, or deleted)."""
-        self.blocks = self.firsts = self.warm = None
+        self.blocks = self.firsts = self.tail = self.warm = None
         self.live = 0
 
     def last_live(self) -> int:

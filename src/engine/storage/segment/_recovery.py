@@ -102,7 +102,7 @@ class Recovery(StoreParts):
                 if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
                     self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
                 continue
-            max_id = max(max_id, qi.last_id)
+            max_id = max(max_id, qi.top())
             budget = self._materialise((vname, qname), qi, rec, decoded, budget)
         rec.max_message_id = max_id
         # the queues' definitions are made as they are read: a million idle queues need not be a
