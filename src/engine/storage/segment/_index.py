@@ -122,7 +122,10 @@ class _QIndex:
         k = bisect.bisect_right(firsts, msg_id) - 1
         if k < 0:
             return -1, -1
-        ids, pos = self._arrays(self.blocks[k])
+        b = self.blocks[k]
+        ids, pos = b.ids, b.pos
+        if ids is None or pos is None or (b.sealed and self.warm and self.warm[-1] is not b):
+            ids, pos = self._arrays(b)
         i = bisect.bisect_left(ids, msg_id)
         if i < len(ids) and ids[i] == msg_id and pos[i]:
             return k, i
@@ -138,7 +141,7 @@ class _QIndex:
 
     def pop(self, msg_id: int) -> int:
         """Remove entry ``msg_id``; returns its position (0: it was not there). A block goes when
-        its last entry does; an unpacked one is compacted once half its slots are dead."""
+        its last entry does; the open one is compacted once half its slots are dead."""
         k, i = self._slot(msg_id)
         if k < 0:
             return 0
@@ -168,7 +171,8 @@ class _QIndex:
                 self.tail = None
             elif self.warm is not None and b in self.warm:
                 self.warm.remove(b)
-        elif b.dead * 2 > len(ids) and len(ids) > 32:
+        elif b is self.tail and b.dead * 2 > len(ids) and len(ids) > 32:  # (a sealed one is packed
+            # without its dead entries, or dropped when all are)
             b.ids = array("Q", (m for m, q in zip(ids, pos, strict=False) if q))
             b.pos = array("Q", (q for q in pos if q))
             b.dead = 0
