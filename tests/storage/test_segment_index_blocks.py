@@ -77,6 +77,23 @@ def test_index_answers_like_a_dict_under_any_operations(ops: list[tuple[str, int
         index_mod.BLOCK = orig
 
 
+def test_a_queue_emptying_its_open_block_never_unpacks_the_packed_ones(monkeypatch) -> None:
+    """Old entries left in a packed block while messages come and go one at a time (every ack
+    empties the open block): no add or ack unpacks the old block."""
+    unpacks = []
+    real = _packed.unpack
+    monkeypatch.setattr(_packed, "unpack", lambda *a: unpacks.append(a) or real(*a))
+    qi = index_mod._QIndex(1)
+    for i in range(1, BLOCK + 1):
+        qi.add(i, 1 << 32 | i)
+    for mid in range(BLOCK + 1, BLOCK + 1001):  # the first add seals the full block: packed
+        qi.add(mid, 2 << 32 | mid)
+        assert qi.pop(mid) == 2 << 32 | mid
+    assert qi.blocks is not None and qi.blocks[0].ids is None and qi.live == BLOCK
+    assert not unpacks
+    assert qi.pop(7) == 1 << 32 | 7 and len(unpacks) == 1  # an ack in it: unpacked (and kept)
+
+
 def _traced(fn) -> int:
     gc.collect()
     tracemalloc.start()

@@ -25,7 +25,7 @@ class _QIndex:
     (a bisect finds an id's block); the last block is open (``tail``, appended to), the sealed ones
     packed but for the ``WARM`` in ``warm`` (least recently used first)."""
 
-    __slots__ = ("qid", "qdef", "blocks", "firsts", "tail", "warm", "live", "counts", "exp")
+    __slots__ = ("qid", "qdef", "blocks", "firsts", "tail", "warm", "top_id", "live", "counts", "exp")
 
     def __init__(self, qid: int, qdef: QueueDef | None = None) -> None:
         self.qid = qid
@@ -34,6 +34,7 @@ class _QIndex:
         self.firsts: array[int] | None = None
         self.tail: _Block | None = None
         self.warm: list[_Block] | None = None
+        self.top_id = 0  # the largest id of a sealed or emptied open block (``top``)
         self.live = 0
         self.counts: dict[int, int] | None = None
         #: message id -> this queue's expiry of it (x-message-ttl), when it has one
@@ -81,14 +82,15 @@ class _QIndex:
         self.live += 1
 
     def top(self) -> int:
-        """The largest id in the blocks (live or not)."""
-        assert self.blocks
-        return self.blocks[-1].unpack()[0][-1]
+        """The largest id added (live or not), without unpacking a block."""
+        t = self.tail
+        return t.ids[-1] if t is not None and t.ids else self.top_id
 
     def _seal(self, b: _Block) -> None:
         """The open block is full: packed now, unless consumers are acking in it already."""
         b.sealed = True
         self.tail = None
+        self.top_id = max(self.top_id, b.ids[-1])  # type: ignore[index]
         if b.dead:
             self._warm_up(b)
         else:
@@ -169,6 +171,7 @@ class _QIndex:
             del self.firsts[k]
             if b is self.tail:
                 self.tail = None
+                self.top_id = max(self.top_id, ids[-1])
             elif self.warm is not None and b in self.warm:
                 self.warm.remove(b)
         elif b is self.tail and b.dead * 2 > len(ids) and len(ids) > 32:  # (a sealed one is packed
