@@ -16,8 +16,9 @@ from . import _packed
 
 #: entries per block (an unpacked block is 16 B each: 64 KiB)
 BLOCK = 4096
-#: sealed blocks a queue keeps unpacked (reads, acks lagging behind them, and a boundary between)
-WARM = 3
+#: sealed blocks a queue keeps unpacked (where it is read, acks lagging behind in one or two places,
+#: and a block boundary between)
+WARM = 4
 
 
 class _Block:
