@@ -126,14 +126,14 @@ def test_journal_is_compacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_index_stays_compact() -> None:
     qi = seg_mod._QIndex(1, QueueDef("/", "q"))
-    assert qi.ids is None and qi.pos is None  # idle queue: no arrays
+    assert qi.blocks is None  # idle queue: no arrays
     for i in range(1, 1001):
         qi.add(i, (1 << 32) | (8 + i))
     for i in range(1, 990):
-        qi.take(qi.find(i))
-    assert qi.live == 11 and len(qi.ids) < 100  # tombstones compacted away
+        assert qi.pop(i) == (1 << 32) | (8 + i)
+    assert qi.live == 11 and qi.blocks is not None and len(qi.blocks[0].ids) < 100  # tombstones compacted away
     assert [m for m, _ in qi.entries()] == list(range(990, 1001))
-    assert qi.find(5) == -1
+    assert 5 not in qi and qi.pop(5) == 0
 
 
 @given(st.lists(st.tuples(st.sampled_from("erc"), st.integers(1, 30), st.integers(0, 5)), max_size=60),

@@ -33,7 +33,7 @@ class Paging(StoreParts):
             page = self._pages[key] = _Page()
         if stored:
             qi = self._qget(*key)
-            if qi is not None and qi.find(msg.id) >= 0:  # already a record + index entry: just its id
+            if qi is not None and msg.id in qi:  # already a record + index entry: just its id
                 page.add_stored(msg.id)
                 return
         # a transient record: never journalled, so never recovered; fsynced only along with others
@@ -62,11 +62,11 @@ class Paging(StoreParts):
             count, expires = extra if extra is not None else (0, msg.expires_at)
             return msg, count, expires
         qi = self._qget(*key)
-        i = qi.find(e) if qi is not None else -1
-        if i < 0:
+        pos = qi.get(e) if qi is not None else 0
+        if not pos:
             return None
-        assert qi is not None and qi.pos is not None
-        msg = self._read_message(qi.pos[i])
+        assert qi is not None
+        msg = self._read_message(pos)
         if msg is None or msg.id != e:
             if take:
                 self.remove(key[0], key[1], e)
@@ -86,8 +86,7 @@ class Paging(StoreParts):
             if e & TRANSIENT:
                 positions.append(e & ~TRANSIENT)
             else:
-                i = qi.find(e) if qi is not None else -1
-                positions.append(qi.pos[i] if i >= 0 else 0)  # type: ignore[union-attr,index]
+                positions.append(qi.get(e) if qi is not None else 0)
         payloads = self._read_records(positions)  # one pread per run of nearby records
         extra = page.extra
         for (slot, e), pos, p in zip(items, positions, payloads, strict=False):

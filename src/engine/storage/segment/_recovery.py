@@ -82,10 +82,8 @@ class Recovery(StoreParts):
         # segment references, and the files they keep
         refs = self._refs
         for qi in by_qid.values():
-            if qi.pos is not None:
-                for pos in qi.pos:
-                    if pos:
-                        refs[pos >> 32] = refs.get(pos >> 32, 0) + 1
+            for seg, n in qi.segment_counts().items():
+                refs[seg] = refs.get(seg, 0) + n
         for no in existing:
             if no in refs:
                 fd = self._fs.open(self._seg_path(no), os.O_RDONLY)
@@ -104,8 +102,7 @@ class Recovery(StoreParts):
                 if qi.qdef is None:  # emptied plain queue: idle again (not at run time, where a queue
                     self._qs[vname][qname] = _IDLE  # emptied by every ack would journal an ADD_Q per message)
                 continue
-            assert qi.ids is not None
-            max_id = max(max_id, qi.ids[-1])
+            max_id = max(max_id, qi.top())
             budget = self._materialise((vname, qname), qi, rec, decoded, budget)
         rec.max_message_id = max_id
         # the queues' definitions are made as they are read: a million idle queues need not be a
@@ -142,16 +139,14 @@ class Recovery(StoreParts):
         """Read the first ``recover_window`` messages of a queue into ``rec`` (a message shared by
         queues is decoded once, via ``decoded``; bodies past the ``budget`` of bytes stay on disk),
         page the rest unread, and forget records that are missing or torn. Returns the budget left."""
-        assert qi.ids is not None and qi.pos is not None
         refs = self._refs
         stored: list[StoredMessage] = []
         bad: list[int] = []
-        i, n = 0, len(qi.ids)
-        while i < n and len(stored) < self.recover_window:
-            mid, pos = qi.ids[i], qi.pos[i]
-            i += 1
-            if not pos:
-                continue
+        entries = qi.entries()
+        nxt = next(entries, None)
+        while nxt is not None and len(stored) < self.recover_window:
+            mid, pos = nxt
+            nxt = next(entries, None)
             if pos in decoded:
                 msg = decoded[pos]
             else:
@@ -174,24 +169,20 @@ class Recovery(StoreParts):
             stored.append(StoredMessage(msg, (qi.counts or {}).get(mid, 0), (qi.exp or {}).get(mid)))
         if stored:
             rec.messages[key] = stored
-        if i < n:
+        if nxt is not None:
             page = _Page()
-            paged = 0
-            tail = n - i
-            if qi.live - len(stored) - len(bad) == tail and qi.ids[-1] - qi.ids[i] == tail - 1:
-                page.add_range(qi.ids[i], tail)  # no dead slots, consecutive ids: a few runs
-                paged = tail
+            tail = qi.live - len(stored) - len(bad)
+            if qi.last_live() - nxt[0] == tail - 1:
+                page.add_range(nxt[0], tail)  # consecutive ids: a few runs, no walk of the entries
             else:
-                for m, q in zip(qi.ids[i:], qi.pos[i:], strict=False):
-                    if q:
-                        page.add_stored(m)
-                        paged += 1
-            if paged:
-                self._pages[key] = page
-                rec.paged[key] = paged
+                page.add_stored(nxt[0])
+                for m, _ in entries:
+                    page.add_stored(m)
+            self._pages[key] = page
+            rec.paged[key] = tail
         for mid in bad:  # never confirmed: forget them (the journal is rewritten below)
             self.dropped_on_recovery += 1
-            pos = qi.take(qi.find(mid))
+            pos = qi.pop(mid)
             left = refs[pos >> 32] - 1
             if left:
                 refs[pos >> 32] = left
@@ -245,19 +236,19 @@ class Recovery(StoreParts):
                 elif kind == K_REM:
                     _, qid, mid = _REM.unpack(p)
                     qi = by_qid.get(qid)
-                    if qi is not None and (i := qi.find(mid)) >= 0:
-                        qi.take(i)
+                    if qi is not None:
+                        qi.pop(mid)
                 elif kind == K_CNT:
                     _, qid, mid, count = _CNT.unpack(p)
                     qi = by_qid.get(qid)
-                    if qi is not None and qi.find(mid) >= 0:
+                    if qi is not None and mid in qi:
                         if qi.counts is None:
                             qi.counts = {}
                         qi.counts[mid] = count
                 elif kind == K_EXP:
                     _, qid, mid, when = _EXP.unpack(p)
                     qi = by_qid.get(qid)
-                    if qi is not None and qi.find(mid) >= 0:
+                    if qi is not None and mid in qi:
                         if qi.exp is None:
                             qi.exp = {}
                         qi.exp[mid] = when
@@ -325,7 +316,7 @@ class Recovery(StoreParts):
                 if is_expiry_marker(p):  # follows its enqueue marker: the message is known by now
                     _, qid, mid, when = _EXP.unpack(p)
                     qi = by_qid.get(qid)
-                    if qi is not None and qi.find(mid) >= 0 and (qi.exp is None or mid not in qi.exp):
+                    if qi is not None and mid in qi and (qi.exp is None or mid not in qi.exp):
                         if qi.exp is None:
                             qi.exp = {}
                         qi.exp[mid] = when
@@ -399,6 +390,7 @@ class Recovery(StoreParts):
         x = (v.get(name) if keep_place else v.pop(name, None)) if v is not None else None
         if type(x) is _QIndex:
             by_qid.pop(x.qid, None)
+            x.clear()
         elif isinstance(x, int) and x:  # idle with a qid (while loading, see _apply_meta)
             self._idle_names.pop(x, None)
             self._idle_vhosts.pop(x, None)

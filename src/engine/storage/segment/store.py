@@ -15,9 +15,10 @@ records the journal does not cover yet (``_recovery``). The journal is rewritten
 from the live state on start and whenever it grows well past it (write tmp, fsync, rename, fsync
 dir). A segment file is deleted once no queue refers to any message in it.
 
-In memory each durable queue keeps two parallel ``array('Q')``: message ids (ascending: the model
-allocates ids in enqueue order), packed positions ``segment << 32 | offset`` (0 = removed); a
-sparse dict holds delivery counts of redelivered messages. An idle queue holds no arrays at all.
+In memory each durable queue keeps message ids (ascending: the model allocates ids in enqueue
+order) and packed positions ``segment << 32 | offset`` (0 = removed) in blocks of 4096, all but
+the open one and a few in use packed to a few bytes (``_blocks``); a sparse dict holds delivery counts of
+redelivered messages. An idle queue holds no arrays at all.
 
 Writes only append to in-memory buffers on the loop thread (a large buffer is written out early);
 ``sync`` (a worker thread) writes the buffers with ``pwrite`` at known offsets under ``_lock``, then
@@ -335,8 +336,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         if v is not None and not v:
             del self._qs[vhost]
         if qi is not None and type(qi) is not int:
-            for _, pos in qi.entries():  # type: ignore[union-attr]
+            for pos in qi.positions():  # type: ignore[union-attr]
                 self._unref(pos >> 32)
+            qi.clear()  # type: ignore[union-attr]
         self._forget_queue_bindings(vhost, name)
         self._meta(encode_meta(OP_DEL_Q, vhost, name))
 
@@ -376,7 +378,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
     def enqueue_expiring(self, vhost: str, queue: str, msg: Message, expires: float) -> None:
         self.enqueue(vhost, queue, msg)
         qi = self._qget(vhost, queue)
-        if qi is None or qi.find(msg.id) < 0:
+        if qi is None or msg.id not in qi:
             return
         if qi.exp is None:
             qi.exp = {}
@@ -430,10 +432,9 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
         qi = self._qget(vhost, queue)
         if qi is None:
             return
-        i = qi.find(msg_id)
-        if i < 0:
+        pos = qi.pop(msg_id)
+        if not pos:
             return
-        pos = qi.take(i)
         self._journal(_REM.pack(K_REM, qi.qid, msg_id))
         self._unref(pos >> 32)
         self._j_live_hint -= 1
@@ -445,7 +446,7 @@ class SegmentStore(Recovery, Paging, Compaction, Store):
 
     def update_delivery(self, vhost: str, queue: str, msg_id: int, delivery_count: int) -> None:
         qi = self._qget(vhost, queue)
-        if qi is None or qi.find(msg_id) < 0:
+        if qi is None or msg_id not in qi:
             return
         if qi.counts is None:
             qi.counts = {}
