@@ -15,6 +15,7 @@ import amqpproto
 from amqpproto import spec
 
 from .._message import Entry, Message
+from .._mypyc import interpreted_class
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.origin import session_origin
@@ -110,6 +111,7 @@ class GetHolder(Consumer):
 
 
 
+@interpreted_class
 class ChannelBase:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",

@@ -15,6 +15,7 @@ from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 
 from .. import oplog
 from .._message import Entry, Message
+from .._mypyc import interpreted_class
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
 from ..model.security import UserAccess, UserRecord, client_id_of
@@ -75,6 +76,7 @@ _CODE_NAMES = {
 }
 
 
+@interpreted_class
 class AmqpSession(Session):
     PROTOCOL = "amqp"
     __slots__ = ("conn", "vhost", "user", "access", "channels", "client_properties", "closing", "exclusive",

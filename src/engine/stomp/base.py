@@ -8,12 +8,14 @@ The handlers live in modules of their own (``sending``, ``subscribe``, ``transac
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from stompproto import SERVER, Connection, Error, Frame, LocalProtocolError, Receipt, RemoteProtocolError
 
 from .. import oplog
 from .._message import Entry
+from .._mypyc import interpreted_class
 from .._session import Host, Session
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.objects import QUORUM_FLAG, STREAM_FLAG
@@ -48,6 +50,7 @@ class Tx:
         self.size = 0
 
 
+@interpreted_class
 class StompBase(Session):
     __slots__ = (
         "conn", "vhost", "user", "access", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
@@ -111,7 +114,8 @@ class StompBase(Session):
         headers = {"receipt-id": receipt}
         if extra:
             headers.update(extra)
-        self.after_sync(wrote, lambda: self.send(Receipt(headers)))
+        # a bound partial, not a closure: mypyc cannot compile closures in a plain (mixin) class's methods
+        self.after_sync(wrote, partial(self.send, Receipt(headers)))
 
     def _parse(self, destination: str | None) -> Destination:
         dests = self._dests

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._message import Entry, Message, SharedMessage
+from .._mypyc import interpreted_class
 from ..model import Consumer
 from .base import DESTS_MAX, StompBase
 from .destinations import destination_for
@@ -18,6 +19,7 @@ __all__ = ["DeliveryMethods"]
 _TIMED_OUT_MEMORY = 1024
 
 
+@interpreted_class
 class DeliveryMethods(StompBase):
     __slots__ = ()
 
