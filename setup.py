@@ -22,12 +22,13 @@ COMPILED_PACKAGES = ("stompproto", "amqpproto", "wsframe")
 NOT_COMPILED = {"__init__.py", "_mask_build.py"}
 #: The engine's per-message path (chosen by profiling bench_amqp_engine.py and bench_engine_stomp.py):
 #: the broker, the sessions' publish and deliver, the model's routing, queues and delivery, the
-#: segment store's index and segment files, the stream log. Left interpreted, with the reason:
-#: ``_message`` and ``records`` (a recovered message's lazy body is a property over ``Message``'s
-#: slot: compiled callers would read the slot past it); the segment store's mixin parts (closures in a
-#: mixin's methods crash mypyc 2.4); everything off the per-message path (config, admin, cluster,
-#: PostgreSQL, simulation: compile time for nothing). Classes mypyc cannot make native are marked in
-#: the source (engine/_mypyc.py).
+#: segment store's index and segment files. Left interpreted, with the reason: ``_message`` and
+#: ``records`` (a recovered message's lazy body is a property over ``Message``'s slot: compiled
+#: callers would read the slot past it); ``model.state`` (``Model`` extends it and tests patch its
+#: methods); the stream logs (tests subclass and patch ``FileStreamLog``); the segment store's mixin
+#: parts (closures in a mixin's methods crash mypyc 2.4); everything off the per-message path (config,
+#: admin, cluster, PostgreSQL, simulation: compile time for nothing). Classes mypyc cannot make
+#: native are marked in the source (engine/_mypyc.py).
 ENGINE_COMPILED = (
     "engine/_actions.py", "engine/_broker.py", "engine/_props.py", "engine/_session.py",
     "engine/amqp/acks.py", "engine/amqp/base.py", "engine/amqp/channel.py", "engine/amqp/consume.py",
@@ -35,13 +36,12 @@ ENGINE_COMPILED = (
     "engine/amqp/session.py", "engine/amqp/topology.py",
     "engine/model/delivery.py", "engine/model/light.py", "engine/model/objects.py", "engine/model/paging.py",
     "engine/model/publish.py", "engine/model/routers.py", "engine/model/routing.py",
-    "engine/model/security.py", "engine/model/state.py",
+    "engine/model/security.py",
     "engine/stomp/base.py", "engine/stomp/delivery.py", "engine/stomp/permissions.py",
     "engine/stomp/sending.py", "engine/stomp/session.py", "engine/stomp/subscribe.py",
     "engine/stomp/subscriptions.py", "engine/stomp/transactions.py", "engine/stomp/wire.py",
     "engine/ws/session.py",
     "engine/storage/segment/_files.py", "engine/storage/segment/_index.py",
-    "engine/streams/_files.py", "engine/streams/_log.py",
 )
 #: ``pip install -e`` (setuptools' editable_wheel; develop for the legacy path)
 EDITABLE = bool({"editable_wheel", "develop"} & set(sys.argv))

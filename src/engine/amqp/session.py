@@ -182,12 +182,13 @@ class AmqpSession(Session):
                 raise AmqpConnectionError(spec.COMMAND_INVALID, f"unexpected {getattr(cls, 'NAME', cls.__name__)}",
                                        cls)
             handler(self, event)
-        except ChannelError as exc:
-            self._channel_error(event.channel, exc)
-        except AmqpConnectionError as exc:
-            self.close_with(exc.code, exc.text, exc.method)
-        except StoreError as exc:
-            self.close_with(spec.INTERNAL_ERROR, f"store failure: {exc}")
+        # one name per except clause: mypyc gives a reused name the first clause's type
+        except ChannelError as chan_exc:
+            self._channel_error(event.channel, chan_exc)
+        except AmqpConnectionError as conn_exc:
+            self.close_with(conn_exc.code, conn_exc.text, conn_exc.method)
+        except StoreError as store_exc:
+            self.close_with(spec.INTERNAL_ERROR, f"store failure: {store_exc}")
 
     # -- errors -----------------------------------------------------------------------------------
     def _remote_error(self, exc: A.RemoteProtocolError) -> None:

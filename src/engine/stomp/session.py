@@ -81,8 +81,9 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         try:
             feed(*args)
             self._pump()
-        except RemoteProtocolError as exc:
-            self._fail_remote(exc)
+        # one name per except clause: mypyc gives a reused name the first clause's type
+        except RemoteProtocolError as remote:
+            self._fail_remote(remote)
         except StompError as exc:
             self._fail(exc.message, exc.detail, exc.receipt)
 
@@ -101,10 +102,10 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             try:
                 try:
                     handler(self, event)
-                except ModelError as exc:
-                    raise StompError(model_error_title(exc), exc.text) from exc
-                except StoreError as exc:  # e.g. a full disk: the SEND is refused, not confirmed
-                    raise StompError("store failure", str(exc)) from exc
+                except ModelError as refused:
+                    raise StompError(model_error_title(refused), refused.text) from refused
+                except StoreError as failed:  # e.g. a full disk: the SEND is refused, not confirmed
+                    raise StompError("store failure", str(failed)) from failed
             except StompError as exc:
                 if isinstance(event, Frame):  # so the client knows which frame failed
                     exc.receipt = event.headers.get("receipt")
