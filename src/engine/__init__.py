@@ -47,8 +47,8 @@ from .store import (
     StoreError,
 )
 
-#: True when the engine's per-message modules are the mypyc-compiled build (``pip install .`` with a C
-#: compiler; setup.py's ENGINE_COMPILED), False when they run as pure Python (docs: testing, "Compiled").
+#: True when the engine's per-message modules (setup.py's ENGINE_COMPILED) are the mypyc-compiled build
+#: (``pip install .`` with a C compiler), False when they run as pure Python (docs/testing.md).
 COMPILED: bool = not (_hot_module.__file__ or "").endswith(".py")
 
 __all__ = [

@@ -11,8 +11,6 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from .._mypyc import mypyc_attr
-
 __all__ = [
     "Router",
     "DirectRouter",
@@ -40,7 +38,6 @@ def args_key(args: dict[str, Any] | None) -> ArgsKey:
     return tuple(sorted((k, v if isinstance(v, (str, int, float, bool)) else repr(v)) for k, v in args.items()))
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by interpreted code
 class Router:
     """Base: keeps the binding list (for listing/removal); subclasses index it for routing."""
 

@@ -27,6 +27,7 @@ class DeliveryMethods(StompBase):
         """``consumer``: one of this session's subscriptions, a ``StompSubscription`` or a
         ``StompLightSubscription`` (the model hands either as its consumer)."""
         msg = entry.msg
+        tail: bytes | None  # None: not in the tail cache (the compiled build checks the declared type)
         try:
             wire = consumer.wire
             if wire is None:
