@@ -10,6 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from engine import Config, Limits
+from engine.model import Exchange, VHost
 from engine.model.light import LightConsumer
 from engine.model.routers import TopicRouter
 from engine.stomp.session import StompLightSubscription, StompSubscription
@@ -294,7 +295,9 @@ class _Owner:
 
 
 def _light(key, prefix=False):
-    return LightConsumer(_Owner(), None, key, prefix, 0, True)  # type: ignore[arg-type]
+    # a real exchange: the compiled build checks the declared argument types
+    return LightConsumer(_Owner(), Exchange(VHost("/"), "amq.topic", "topic", True, False, False, None),  # type: ignore[arg-type]
+                         key, prefix, 0, True)
 
 
 def _route(router, key):
