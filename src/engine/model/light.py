@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .._message import GONE, READY, UNACKED, Entry, Message
-from .._mypyc import interpreted_class
 from .objects import ConsumerOwner, Exchange
 from .routers import PREFIX_ARG, TopicRouter
 from .state import ModelState
@@ -81,8 +80,6 @@ def _order(entry: Entry) -> tuple[int, int]:
     return -entry.msg.priority, entry.seq
 
 
-# plain Python: it stands in for a Queue and a Consumer (duck-typed), and sessions subclass it
-@interpreted_class
 class LightConsumer:
     """A subscription that is its own (unnamed, non-durable, exclusive, auto-delete) queue.
 

@@ -59,7 +59,6 @@ class StompSubscription(Consumer):
 _INDIVIDUAL = FIRST_FREE_FLAG
 
 
-@interpreted_class  # as LightConsumer
 class StompLightSubscription(LightConsumer):
     """A non-durable topic subscription without a queue of its own (see ``engine.model.light``)."""
 
