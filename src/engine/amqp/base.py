@@ -15,7 +15,7 @@ import amqpproto
 from amqpproto import spec
 
 from .._message import Entry, Message
-from .._mypyc import interpreted_class
+from .._mypyc import interpreted_class, mypyc_attr
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.origin import session_origin
@@ -74,7 +74,7 @@ class ChannelOwner(ConsumerOwner, Protocol):
         """Close ``chan`` with ``exc`` outside the handling of a method (a timer, a peer's answer)."""
 
 
-@interpreted_class  # as Consumer
+@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator extends it
 class AmqpConsumer(Consumer):
     __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")
 
@@ -101,7 +101,6 @@ class AmqpConsumer(Consumer):
         return self.channel.trace_origin()
 
 
-@interpreted_class  # as Consumer
 class GetHolder(Consumer):
     """Holds basic.get deliveries awaiting ack (never registered on the queue)."""
 

@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from .._message import READY, Entry
-from .._mypyc import interpreted_class
+from .._mypyc import interpreted_class, mypyc_attr
 from .errors import PreconditionFailed
 from .origin import session_origin
 from .routers import Router, router_for
@@ -86,8 +86,7 @@ class Exchange:
         return f"Exchange({self.name!r}, {self.type})"
 
 
-# plain Python: consumers are duck-typed (a LightConsumer stands in for a Consumer; subclasses elsewhere)
-@interpreted_class
+@mypyc_attr(allow_interpreted_subclasses=True)  # sessions, the simulator and tests extend it
 class Consumer:
     """One consumer on one queue. Sessions subclass it to add their own fields (keep ``__slots__``)."""
 

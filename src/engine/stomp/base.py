@@ -191,7 +191,7 @@ class StompBase(Session):
     def consumer_cancelled(self, consumer: Consumer) -> None:
         raise NotImplementedError
 
-    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+    def delivery_timed_out(self, consumer: Any, tag: int) -> None:  # a Consumer or a LightConsumer
         raise NotImplementedError
 
 

@@ -86,7 +86,7 @@ class DeliveryMethods(StompBase):
         if self.subs.get(consumer.id) is consumer:
             del self.subs[consumer.id]
 
-    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+    def delivery_timed_out(self, consumer: Any, tag: int) -> None:  # a Consumer or a LightConsumer
         if self.timed_out is None:
             self.timed_out = {}
         self.timed_out[tag] = None

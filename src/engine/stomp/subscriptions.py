@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._mypyc import interpreted_class
 from ..model import Consumer, ConsumerOwner, Queue
 from ..model.light import AUTO_ACK, FIRST_FREE_FLAG, LightConsumer
 from .wire import Wire
@@ -19,7 +18,6 @@ _ACK_MODES_BY_BITS = ("auto", "client", "client-individual")
 _OWNS_QUEUE = 4
 
 
-@interpreted_class  # as Consumer
 class StompSubscription(Consumer):
     """A subscription consuming from a queue. Idle ones are small (96 bytes): the ack mode and
     "owns its queue" are bits, and a ``/queue/<its queue's name>`` destination is not kept but
