@@ -168,7 +168,7 @@ class Delivery:
         if consumer.queue.stream:  # nothing goes back into a stream
             self.streams.detach(consumer)
             return
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         consumer.unacked = None
         if not unacked:
             return
@@ -220,7 +220,7 @@ class Delivery:
 
     def _take(self, consumer: Settled, tag: int, multiple: bool) -> list[Entry] | None:
         state = self.state
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         if unacked is None or tag not in unacked:
             return None
         if not multiple:
@@ -345,7 +345,7 @@ class Delivery:
 
     def on_ack_timeout(self, arg: tuple[Settled, int], now: float) -> None:
         consumer, tag = arg
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         if unacked is None or tag not in unacked:
             return
         entry = unacked.pop(tag)
