@@ -56,7 +56,7 @@ def test_flag_says_which_build_is_loaded(package):
 def test_every_listed_module_is_of_the_expected_build():
     modules = _compiled_modules()
     assert {"amqpproto._receiving", "amqpproto.spec", "stompproto._readers", "stompproto._events",
-            "wsframe._readers", "engine._broker", "engine.model.publish", "engine.model.delivery",
+            "wsframe._readers", "engine._broker", "engine.model.light", "engine.model.objects",
             "engine.amqp.publish", "engine.stomp.sending"} <= set(modules)
     wrong = [name for name in modules if _is_extension(name) is not EXPECT_COMPILED]
     assert not wrong, f"expected {'compiled' if EXPECT_COMPILED else 'pure-Python'} modules: {wrong}"
