@@ -45,6 +45,11 @@ ENGINE_COMPILED = (
     "engine/ws/session.py",
     "engine/storage/segment/_files.py", "engine/storage/segment/_index.py",
 )
+#: The engine is compiled only on request (``SANSMQ_COMPILED_ENGINE=1`` at build time): measured, it is
+#: slower compiled than interpreted while its hot classes (sessions, channels, Queue, Message, Broker)
+#: stay plain Python classes, whose attributes compiled code reads through the generic C API where
+#: CPython 3.11's interpreter has inline caches (docs/benchmarks.md, "Compiled engine").
+COMPILE_ENGINE = bool(os.environ.get("SANSMQ_COMPILED_ENGINE"))
 #: ``pip install -e`` (setuptools' editable_wheel; develop for the legacy path)
 EDITABLE = bool({"editable_wheel", "develop"} & set(sys.argv))
 
@@ -96,11 +101,12 @@ def _mypyc_extensions() -> list:
     # mypy reads its configuration (the codecs' strict settings) from pyproject.toml; relative
     # paths there (mypy_path) are relative to the project root.
     os.chdir(ROOT)
-    codecs, engine = _codec_sources(), _engine_sources()
-    # One mypy run, two groups: two C libraries that build_ext compiles in parallel (setup() below),
-    # and engine code calls the codecs natively.
-    return mypycify(["--no-warn-unused-configs", *codecs, *engine], opt_level="3",
-                    separate=[(codecs, "sansmq_codecs"), (engine, "sansmq_engine")])
+    groups = [(_codec_sources(), "sansmq_codecs")]
+    if COMPILE_ENGINE:
+        # one mypy run, two groups: two C libraries that build_ext compiles in parallel (setup() below)
+        groups.append((_engine_sources(), "sansmq_engine"))
+    return mypycify(["--no-warn-unused-configs", *(path for paths, _ in groups for path in paths)], opt_level="3",
+                    separate=groups)
 
 
 def _mask_extension() -> list:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the wheel as `pip install .` does (mypyc-compiled codecs and engine hot path; needs a C
-# compiler), installs it into a scratch directory and runs test suites against that install instead
-# of the sources. By default: the codec suites (hypothesis and fuzz-harness tests included), the
+# Builds the wheel as `pip install .` does (mypyc-compiled codecs, and the engine's hot path with
+# SANSMQ_COMPILED_ENGINE=1 in the environment; needs a C compiler), installs it into a scratch
+# directory and runs test suites against that install instead of the sources. By default: the codec suites (hypothesis and fuzz-harness tests included), the
 # engine suite (determinism and the simulator included), the segment store's durability suites
 # (crash, power cut) and the protocol e2e suites (real clients over sockets): what the compiled
 # modules serve, chosen against CI time (docs/testing.md, "Compiled codecs (mypyc)").
