@@ -21,7 +21,7 @@ SRC = ROOT / "src"
 COMPILED_PACKAGES = ("stompproto", "amqpproto", "wsframe")
 NOT_COMPILED = {"__init__.py", "_mask_build.py"}
 #: The engine's per-message path (chosen by profiling bench_amqp_engine.py and bench_engine_stomp.py):
-#: the broker, the sessions' publish and deliver, the model's routing, queues and delivery, the
+#: the broker, the sessions' publish and deliver, the model's queues, light topics, paging and routing, the
 #: segment store's index and segment files. Left interpreted, with the reason: ``_message`` and
 #: ``records`` (a recovered message's lazy body is a property over ``Message``'s slot: compiled
 #: callers would read the slot past it); ``model.routers`` (delayed exchanges make router classes at
