@@ -43,8 +43,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # tests are listed at the end: where CI time goes.
 SANSMQ_REQUIRE_BROWSER=1 .venv/bin/python -m pytest --durations=30 "$@"
 
-# The codec suites again, on the mypyc-compiled wheel `pip install .` builds (the run above is on the
-# pure-Python sources): about a CPU-minute of compiling, then the codec tests.
+# The codec, engine, durability and protocol e2e suites again, on the mypyc-compiled wheel `pip install .`
+# builds (the run above is on the pure-Python sources): 2-3 minutes of compiling, then ~4 minutes of tests.
 PYTHON=.venv/bin/python bash scripts/test-compiled.sh -q
 
 FUZZ_RUNS=${FUZZ_RUNS:-20000}

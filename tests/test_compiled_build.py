@@ -1,4 +1,4 @@
-"""Which build of the codecs the tests import: the sources (pure Python; what the suite runs by
+"""Which build of the codecs and the engine the tests import: the sources (pure Python; what the suite runs by
 default, PYTHONPATH=src) or the mypyc-compiled install (scripts/test-compiled.sh sets
 SANSMQ_EXPECT_COMPILED=1). A run meant for one build that imports the other fails here instead of
 silently testing the wrong code."""
@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 import amqpproto
+import engine
 import stompproto
 import wsframe
 
 EXPECT_COMPILED = os.environ.get("SANSMQ_EXPECT_COMPILED") == "1"
 ROOT = Path(__file__).resolve().parents[1]
-CODECS = [stompproto, amqpproto, wsframe]
+PACKAGES = [stompproto, amqpproto, wsframe, engine]
 
 
 def _setup_module():
@@ -38,6 +39,8 @@ def _compiled_modules() -> list[str]:
             rel = f"{package}/{path.name}"
             if path.name not in consts["NOT_COMPILED"] and rel not in consts["NOT_COMPILED"]:
                 names.append(f"{package}.{path.stem}")
+    if consts["COMPILE_ENGINE"]:  # SANSMQ_COMPILED_ENGINE=1, at build time and here
+        names += [rel.removesuffix(".py").replace("/", ".") for rel in consts["ENGINE_COMPILED"]]
     return names
 
 
@@ -46,9 +49,10 @@ def _is_extension(module_name: str) -> bool:
     return module.__file__ is not None and module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
-@pytest.mark.parametrize("codec", CODECS, ids=lambda m: m.__name__)
-def test_codec_flag_says_which_build_is_loaded(codec):
-    assert codec.COMPILED is EXPECT_COMPILED, (codec.__file__, sys.path[:3])
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda m: m.__name__)
+def test_flag_says_which_build_is_loaded(package):
+    expected = EXPECT_COMPILED and (package is not engine or bool(_setup_module()["COMPILE_ENGINE"]))
+    assert package.COMPILED is expected, (package.__file__, sys.path[:3])
 
 
 def test_every_listed_module_is_of_the_expected_build():

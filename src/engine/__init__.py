@@ -16,6 +16,7 @@ Layout, top down (a module imports only those below it; tests/engine/test_engine
     _message, _timers, _props, config   messages, the timer queue, header mapping, settings
 """
 
+from . import _broker as _hot_module
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
 from ._broker import Broker
 from ._message import Entry, Message
@@ -46,7 +47,12 @@ from .store import (
     StoreError,
 )
 
+#: True when the engine's per-message modules (setup.py's ENGINE_COMPILED) are the mypyc-compiled build
+#: (``pip install .`` with a C compiler), False when they run as pure Python (docs/testing.md).
+COMPILED: bool = not (_hot_module.__file__ or "").endswith(".py")
+
 __all__ = [
+    "COMPILED",
     "Broker", "Config", "Limits", "User",
     "Action", "Write", "Close", "PauseReading", "ResumeReading", "Sync",
     "Store", "MemoryStore", "StoreError", "ExchangeDef", "QueueDef", "BindingDef", "StoredMessage", "Recovered",

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import oplog
 from ._actions import Action, Close, PauseReading, ResumeReading, Sync, Write
+from ._mypyc import interpreted_class
 from ._session import SUBSCRIPTION_BYTES, Session
 from ._timers import TimerKey, TimerQueue
 from .admin import Administration
@@ -71,6 +72,9 @@ def _without_traceback(exc: BaseException) -> BaseException:
     return exc
 
 
+# plain Python: a native class cannot extend a Python one (Administration), and the STOMP tail caches
+# hold the broker by weak reference
+@interpreted_class
 class Broker(Administration):
     """All broker state behind the synchronous driver contract (see DESIGN.md section 2).
 

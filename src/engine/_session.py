@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import oplog
+from ._mypyc import interpreted_class
 from ._timers import TimerKey
 from .config import Config
 from .model import Consumer, Model
@@ -116,6 +117,7 @@ class Carrier(Protocol):
         """A pause reason of the nested session changed: pause or resume the socket."""
 
 
+@interpreted_class
 class Session:
     __slots__ = (
         "host", "model", "conn_id", "peer", "blocked", "closed", "outbound", "timer_key", "timer_deadline",

@@ -40,7 +40,7 @@ def publish(c: AmqpSimClient, key: str, body: bytes, ch: int = 1, **props: Any) 
 
 
 def declare(c: AmqpSimClient, name: str, ch: int = 1, **args: Any) -> Any:
-    return c.call(spec.QueueDeclare(queue=name, arguments=args or None, channel=ch))
+    return c.call(spec.QueueDeclare(queue=name, arguments=args or {}, channel=ch))
 
 
 def net_with(**limits: Any) -> SimNetwork:

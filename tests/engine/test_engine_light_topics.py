@@ -9,7 +9,9 @@ from enginetest_helpers import ack, bodies, connected, errors, messages, nack, n
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import stompproto
 from engine import Config, Limits
+from engine.model import Exchange, VHost
 from engine.model.light import LightConsumer
 from engine.model.routers import TopicRouter
 from engine.stomp.session import StompLightSubscription, StompSubscription
@@ -294,7 +296,9 @@ class _Owner:
 
 
 def _light(key, prefix=False):
-    return LightConsumer(_Owner(), None, key, prefix, 0, True)  # type: ignore[arg-type]
+    # a real exchange: the compiled build checks the declared argument types
+    return LightConsumer(_Owner(), Exchange(VHost("/"), "amq.topic", "topic", True, False, False, None),  # type: ignore[arg-type]
+                         key, prefix, 0, True)
 
 
 def _route(router, key):
@@ -445,6 +449,8 @@ def test_prefix_lengths_stay_ordered_as_prefixes_come_and_go():
     assert _route(router, "xy") == [subs["x"]]
 
 
+# patches a codec instance's method: not possible on the compiled build (the pure suite runs it)
+@pytest.mark.skipif(stompproto.COMPILED, reason="patches a codec instance: not possible compiled")
 def test_a_delivery_that_breaks_the_session_closes_it_cleanly(monkeypatch):
     net = new_net(strict=False)
     a, b, p = connected(net), connected(net), connected(net)

@@ -8,6 +8,7 @@ from typing import Any
 
 from amqpproto import spec
 
+from .._mypyc import interpreted_class
 from ..model import Consumer
 from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
@@ -32,6 +33,7 @@ class _TxSettle:
         self.chan._settle(self.items, self.requeue)
 
 
+@interpreted_class
 class AckMethods(ChannelBase):
     __slots__ = ()
 
@@ -133,7 +135,7 @@ class AckMethods(ChannelBase):
         before = model.store_writes
         for fn in work:
             fn()
-        self.session.after_sync(model.store_writes != before, lambda: self._commit_ok())
+        self.session.after_sync(model.store_writes != before, self._commit_ok)
 
     def _commit_ok(self) -> None:
         if self.session.channels.get(self.id) is self:

@@ -15,6 +15,7 @@ import amqpproto
 from amqpproto import spec
 
 from .._message import Entry, Message
+from .._mypyc import interpreted_class, mypyc_attr
 from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.origin import session_origin
@@ -73,6 +74,7 @@ class ChannelOwner(ConsumerOwner, Protocol):
         """Close ``chan`` with ``exc`` outside the handling of a method (a timer, a peer's answer)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator extends it
 class AmqpConsumer(Consumer):
     __slots__ = ("channel", "tag", "exclusive", "priority", "timeout")
 
@@ -110,6 +112,7 @@ class GetHolder(Consumer):
 
 
 
+@interpreted_class
 class ChannelBase:
     __slots__ = ("session", "id", "consumers", "unacked", "next_tag", "prefetch", "global_prefetch",
                  "confirm", "pub_seq", "tx", "getters", "flow_paused", "timeout_key", "ack_upto",

@@ -19,6 +19,7 @@ from typing import Any
 
 from amqpproto import spec
 
+from .._mypyc import interpreted_class
 from ..model import ModelError
 from .acks import AckMethods
 from .base import REPLY_TO, AmqpConsumer, ChannelOwner
@@ -32,6 +33,7 @@ __all__ = ["AmqpChannel", "AmqpConsumer", "ChannelError", "AmqpConnectionError",
            "props_bytes"]
 
 
+@interpreted_class
 class AmqpChannel(TopologyMethods, ConsumeMethods, AckMethods, PublishMethods):
     __slots__ = ()
 

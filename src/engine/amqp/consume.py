@@ -4,12 +4,14 @@ re-armed at the earliest deadline when it fires, so a delivery costs no timer of
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from amqpproto import spec
 from amqpproto.spec import encode_properties
 
 from .._message import Entry
+from .._mypyc import interpreted_class
 from ..model import Queue
 from ..model.streams import check_not_stream_consumer
 from .base import REPLY_TO, AmqpConsumer, ChannelBase, GetHolder
@@ -21,6 +23,7 @@ from .stream_consume import refuse_get, stream_start
 __all__ = ["ConsumeMethods"]
 
 
+@interpreted_class
 class ConsumeMethods(ChannelBase):
     __slots__ = ()
 
@@ -150,8 +153,7 @@ class ConsumeMethods(ChannelBase):
             self._get_ok(q, holder, *got, q.count)
         elif q.leader is not None and model.relays is not None and not self.session.relay:  # led by another
             # node: ask it (not for a peer's get: the leases moved and both would ask each other)
-            model.relays.get(q, m.no_ack, lambda fetched, failure: self._got_remote(q, holder, m.no_ack, fetched,
-                                                                                    failure))
+            model.relays.get(q, m.no_ack, partial(self._got_remote, q, holder, m.no_ack))
         else:
             self.send(spec.BasicGetEmpty())
 
@@ -207,8 +209,10 @@ class ConsumeMethods(ChannelBase):
 
     def _arm(self, deadline: float) -> None:
         # the timer's argument is the session, so the broker guards the call as a session's
-        self.timeout_key = self.session.host.arm_timer(
-            deadline, lambda session, now: self._check_timeouts(now), self.session)
+        self.timeout_key = self.session.host.arm_timer(deadline, self._timeouts_due, self.session)
+
+    def _timeouts_due(self, session: object, now: float) -> None:
+        self._check_timeouts(now)
 
     def _check_timeouts(self, now: float) -> None:
         self.timeout_key = None

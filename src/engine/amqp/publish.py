@@ -4,9 +4,12 @@ routing through the model, basic.return for unroutable mandatory messages, and p
 
 from __future__ import annotations
 
+from functools import partial
+
 from amqpproto import spec
 
 from .._message import Message
+from .._mypyc import interpreted_class
 from .._props import props_to_headers
 from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue, VHost
 from ..model.security import check_topic_access
@@ -56,6 +59,7 @@ class Confirm:
             chan.nack(self.seq, self.n > 1)
 
 
+@interpreted_class
 class PublishMethods(ChannelBase):
     __slots__ = ()
 
@@ -111,7 +115,7 @@ class PublishMethods(ChannelBase):
                 stream = session.model.sole_stream(vhost, x, msg)  # per-queue priority, a peer's relay
             self._route(x, msg, mandatory, seq, key, stream)
         else:
-            self.tx.append(lambda: self._route(x, msg, mandatory, seq, key))
+            self.tx.append(partial(self._route, x, msg, mandatory, seq, key))
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, key: str | None = None,
                stream: Queue | None = None) -> None:

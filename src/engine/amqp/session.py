@@ -15,6 +15,7 @@ from amqpproto import AWAIT_HEADER, AWAIT_START, spec
 
 from .. import oplog
 from .._message import Entry, Message
+from .._mypyc import interpreted_class
 from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
 from ..model.security import UserAccess, UserRecord, client_id_of
@@ -78,6 +79,7 @@ _CODE_NAMES = {
 }
 
 
+@interpreted_class
 class AmqpSession(Session):
     PROTOCOL = "amqp"
     __slots__ = ("conn", "vhost", "user", "access", "channels", "client_properties", "closing", "exclusive",
@@ -183,12 +185,13 @@ class AmqpSession(Session):
                 raise AmqpConnectionError(spec.COMMAND_INVALID, f"unexpected {getattr(cls, 'NAME', cls.__name__)}",
                                        cls)
             handler(self, event)
-        except ChannelError as exc:
-            self._channel_error(event.channel, exc)
-        except AmqpConnectionError as exc:
-            self.close_with(exc.code, exc.text, exc.method)
-        except StoreError as exc:
-            self.close_with(spec.INTERNAL_ERROR, f"store failure: {exc}")
+        # one name per except clause: mypyc gives a reused name the first clause's type
+        except ChannelError as chan_exc:
+            self._channel_error(event.channel, chan_exc)
+        except AmqpConnectionError as conn_exc:
+            self.close_with(conn_exc.code, conn_exc.text, conn_exc.method)
+        except StoreError as store_exc:
+            self.close_with(spec.INTERNAL_ERROR, f"store failure: {store_exc}")
 
     # -- errors -----------------------------------------------------------------------------------
     def _remote_error(self, exc: A.RemoteProtocolError) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from amqpproto import spec
 
+from .._mypyc import interpreted_class
 from ..model import Exchange, Queue
 from ..model.objects import inequivalent, term
 from ..model.queue_types import comparison_order
@@ -25,6 +26,7 @@ _NUMERIC_ARGS = frozenset(("x-expires", "x-message-ttl", "x-max-length", "x-max-
                            "x-delivery-limit", "x-consumer-timeout"))
 
 
+@interpreted_class
 class TopologyMethods(ChannelBase):
     __slots__ = ()
 

@@ -7,6 +7,7 @@ their ``ConsumerOwner`` interface."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._message import GONE, READY, UNACKED, Entry
 from .errors import ResourceLocked
@@ -22,6 +23,10 @@ from .topology import Topology
 
 __all__ = ["Delivery"]
 
+
+#: whose deliveries are settled: a Consumer, or a LightConsumer standing in for one (duck-typed, which
+#: the type checker cannot follow; Any also keeps the compiled build from checking for a Consumer)
+Settled = Any
 
 class Delivery:
     __slots__ = ("state", "pager", "light", "topology", "publisher", "retries", "streams")
@@ -118,7 +123,7 @@ class Delivery:
             q.vhost.trace.delivered(q, entry, holder.trace_origin())
         return tag
 
-    def cancel(self, consumer: Consumer | LightConsumer, requeue: bool = True,
+    def cancel(self, consumer: Settled, requeue: bool = True,
                keep_unacked: bool = False) -> None:
         """Remove the consumer; its unacked messages go back in delivery order (``keep_unacked``:
         they stay with it, to be acked or returned later, as AMQP's basic.cancel leaves them). An
@@ -159,11 +164,11 @@ class Delivery:
         if q.consumers is None and relays is not None and q._x is not None and q._x.leader is not None:
             relays.unconsumed(q)
 
-    def return_unacked(self, consumer: Consumer, requeue: bool = True) -> None:
+    def return_unacked(self, consumer: Settled, requeue: bool = True) -> None:
         if consumer.queue.stream:  # nothing goes back into a stream
             self.streams.detach(consumer)
             return
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         consumer.unacked = None
         if not unacked:
             return
@@ -171,7 +176,7 @@ class Delivery:
         for entry in reversed(list(unacked.values())):  # newest first: each goes back at the head
             self._return(q, entry, requeue)
 
-    def ack(self, consumer: Consumer, tag: int, multiple: bool = False) -> bool:
+    def ack(self, consumer: Settled, tag: int, multiple: bool = False) -> bool:
         """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
         if not multiple and consumer.queue.stream:
             return self.streams.ack_one(consumer, tag)
@@ -191,7 +196,7 @@ class Delivery:
             state.forget(q, entry)
         return True
 
-    def nack(self, consumer: Consumer, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
+    def nack(self, consumer: Settled, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
         """A consumer rejects ``tag`` (and every earlier one if ``multiple``): requeued, or dead
         (``requeue=False``); a queue with ``x-retry-delays`` retries it later either way."""
         taken = self._take(consumer, tag, multiple)
@@ -210,12 +215,12 @@ class Delivery:
             self._return(q, entry, requeue)
         return True
 
-    def has_tag(self, consumer: Consumer, tag: int) -> bool:
+    def has_tag(self, consumer: Settled, tag: int) -> bool:
         return consumer.unacked is not None and tag in consumer.unacked
 
-    def _take(self, consumer: Consumer, tag: int, multiple: bool) -> list[Entry] | None:
+    def _take(self, consumer: Settled, tag: int, multiple: bool) -> list[Entry] | None:
         state = self.state
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         if unacked is None or tag not in unacked:
             return None
         if not multiple:
@@ -338,9 +343,9 @@ class Delivery:
             i = j
         return None
 
-    def on_ack_timeout(self, arg: tuple[Consumer, int], now: float) -> None:
+    def on_ack_timeout(self, arg: tuple[Settled, int], now: float) -> None:
         consumer, tag = arg
-        unacked = consumer.unacked
+        unacked: dict[int, Entry] | None = consumer.unacked
         if unacked is None or tag not in unacked:
             return
         entry = unacked.pop(tag)

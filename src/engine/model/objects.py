@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from .._message import READY, Entry
+from .._mypyc import interpreted_class, mypyc_attr
 from .errors import PreconditionFailed
 from .origin import session_origin
 from .routers import Router, router_for
@@ -85,6 +86,7 @@ class Exchange:
         return f"Exchange({self.name!r}, {self.type})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # sessions, the simulator and tests extend it
 class Consumer:
     """One consumer on one queue. Sessions subclass it to add their own fields (keep ``__slots__``)."""
 
@@ -186,6 +188,8 @@ STREAM_FLAG = 4
 QUORUM_FLAG = 8
 
 
+# plain Python: its flags and extras are properties made by _flag/_extra (class-level descriptors)
+@interpreted_class
 class Queue:
     """A queue. Idle queues are small: containers are created on first use and dropped when empty,
     and the rarely used fields (exclusive owner, arguments, priority levels, bindings, paged bytes)

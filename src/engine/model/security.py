@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._mypyc import mypyc_attr
 from ..store import Store
 from .errors import AccessRefused, NotFound, PreconditionFailed
 from .objects import amqp_type_name
@@ -307,6 +308,7 @@ class Security:
 _CACHE_SIZE = 64
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the cluster link's peer access extends it
 class UserAccess:
     """One connection's view of its user's permissions in its vhost, with the answers cached (a
     publish asks for the same exchange again and again; a permission change drops the cache)."""

@@ -8,12 +8,14 @@ The handlers live in modules of their own (``sending``, ``subscribe``, ``transac
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from stompproto import SERVER, Connection, Error, Frame, LocalProtocolError, Receipt, RemoteProtocolError
 
 from .. import oplog
 from .._message import Entry
+from .._mypyc import interpreted_class
 from .._session import Host, Session
 from ..model import Consumer, ModelError, Queue, VHost
 from ..model.objects import QUORUM_FLAG, STREAM_FLAG
@@ -49,6 +51,7 @@ class Tx:
         self.size = 0
 
 
+@interpreted_class
 class StompBase(Session):
     __slots__ = (
         "conn", "vhost", "user", "access", "version", "subs", "txs", "temp", "timed_out", "_disconnecting",
@@ -112,7 +115,8 @@ class StompBase(Session):
         headers = {"receipt-id": receipt}
         if extra:
             headers.update(extra)
-        self.after_sync(wrote, lambda: self.send(Receipt(headers)))
+        # a bound partial, not a closure: mypyc cannot compile closures in a plain (mixin) class's methods
+        self.after_sync(wrote, partial(self.send, Receipt(headers)))
 
     def _parse(self, destination: str | None) -> Destination:
         dests = self._dests
@@ -188,7 +192,7 @@ class StompBase(Session):
     def consumer_cancelled(self, consumer: Consumer) -> None:
         raise NotImplementedError
 
-    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+    def delivery_timed_out(self, consumer: Any, tag: int) -> None:  # a Consumer or a LightConsumer
         raise NotImplementedError
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._message import Entry, Message, SharedMessage
+from .._mypyc import interpreted_class
 from ..model import Consumer
 from .base import DESTS_MAX, StompBase
 from .destinations import destination_for
@@ -18,6 +19,7 @@ __all__ = ["DeliveryMethods"]
 _TIMED_OUT_MEMORY = 1024
 
 
+@interpreted_class
 class DeliveryMethods(StompBase):
     __slots__ = ()
 
@@ -25,6 +27,7 @@ class DeliveryMethods(StompBase):
         """``consumer``: one of this session's subscriptions, a ``StompSubscription`` or a
         ``StompLightSubscription`` (the model hands either as its consumer)."""
         msg = entry.msg
+        tail: bytes | None  # None: not in the tail cache (the compiled build checks the declared type)
         try:
             wire = consumer.wire
             if wire is None:
@@ -83,7 +86,7 @@ class DeliveryMethods(StompBase):
         if self.subs.get(consumer.id) is consumer:
             del self.subs[consumer.id]
 
-    def delivery_timed_out(self, consumer: Consumer, tag: int) -> None:
+    def delivery_timed_out(self, consumer: Any, tag: int) -> None:  # a Consumer or a LightConsumer
         if self.timed_out is None:
             self.timed_out = {}
         self.timed_out[tag] = None

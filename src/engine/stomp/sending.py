@@ -7,6 +7,7 @@ from __future__ import annotations
 from stompproto import Frame
 
 from .._message import Message
+from .._mypyc import interpreted_class
 from ..model import ModelError
 from ..model.origin import session_origin
 from .base import StompBase, num
@@ -22,6 +23,7 @@ _TRANSPORT_HEADERS = frozenset(("destination", "receipt", "transaction", "conten
 _STEERING = frozenset(("priority", "expires", "ttl", "expiration", "ack-timeout"))
 
 
+@interpreted_class
 class SendMethods(StompBase):
     __slots__ = ()
 

@@ -8,6 +8,7 @@ model (unacked messages, subscriptions, temporary queues) is released first.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from stompproto import (
@@ -34,6 +35,7 @@ from stompproto import (
 )
 
 from .. import oplog
+from .._mypyc import interpreted_class
 from .._session import SERVER_NAME, is_loopback
 from ..model import Consumer, ModelError
 from ..model.security import UserAccess, UserRecord
@@ -57,6 +59,7 @@ def _requested_heartbeat(value: str | None) -> tuple[int, int]:
     return int(cx), int(cy)
 
 
+@interpreted_class
 class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
     """One STOMP connection: the codec's input, CONNECT and its authentication, heart-beats,
     DISCONNECT and the connection's end; the frame handlers come from the classes it is made of."""
@@ -78,8 +81,9 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         try:
             feed(*args)
             self._pump()
-        except RemoteProtocolError as exc:
-            self._fail_remote(exc)
+        # one name per except clause: mypyc gives a reused name the first clause's type
+        except RemoteProtocolError as remote:
+            self._fail_remote(remote)
         except StompError as exc:
             self._fail(exc.message, exc.detail, exc.receipt)
 
@@ -98,10 +102,10 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
             try:
                 try:
                     handler(self, event)
-                except ModelError as exc:
-                    raise StompError(model_error_title(exc), exc.text) from exc
-                except StoreError as exc:  # e.g. a full disk: the SEND is refused, not confirmed
-                    raise StompError("store failure", str(exc)) from exc
+                except ModelError as refused:
+                    raise StompError(model_error_title(refused), refused.text) from refused
+                except StoreError as failed:  # e.g. a full disk: the SEND is refused, not confirmed
+                    raise StompError("store failure", str(failed)) from failed
             except StompError as exc:
                 if isinstance(event, Frame):  # so the client knows which frame failed
                     exc.receipt = event.headers.get("receipt")
@@ -256,15 +260,13 @@ class StompSession(SendMethods, SubscribeMethods, TxMethods, DeliveryMethods):
         self._disconnecting = True
         self.close_reason = "client sent DISCONNECT"
         self.teardown()
-        receipt = frame.headers.get("receipt")
-
-        def finish() -> None:
-            if receipt is not None:
-                self.send(Receipt({"receipt-id": receipt}))
-            self.close()
-
         # the receipt promises every earlier frame took effect: wait for whatever is unsynced
-        self.after_sync(True, finish)
+        self.after_sync(True, partial(self._disconnected, frame.headers.get("receipt")))
+
+    def _disconnected(self, receipt: str | None) -> None:
+        if receipt is not None:
+            self.send(Receipt({"receipt-id": receipt}))
+        self.close()
 
 
 _HANDLERS: dict[type, Callable[[StompSession, Any], None]] = {

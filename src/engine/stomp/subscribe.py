@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from stompproto import Ack, Frame, Subscribe, Unsubscribe
 
+from .._mypyc import interpreted_class
 from ..model import ModelError, Queue
 from ..model.routers import PREFIX_ARG
 from ..model.streams import check_not_stream_consumer
@@ -19,6 +20,7 @@ from .subscriptions import ACK_MODES, StompLightSubscription, StompSubscription
 __all__ = ["SubscribeMethods"]
 
 
+@interpreted_class
 class SubscribeMethods(StompBase):
     __slots__ = ()
 

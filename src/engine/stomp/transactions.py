@@ -8,12 +8,14 @@ from collections.abc import Callable
 
 from stompproto import Abort, Ack, Begin, Commit, Frame, Nack, Send
 
+from .._mypyc import interpreted_class
 from .base import StompBase, Tx
 from .errors import StompError
 
 __all__ = ["TxMethods"]
 
 
+@interpreted_class
 class TxMethods(StompBase):
     __slots__ = ()
 

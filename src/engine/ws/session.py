@@ -65,6 +65,7 @@ from wsframe import (
 )
 
 from .. import oplog
+from .._mypyc import interpreted_class
 from .._session import Host, Session
 from ..amqp import AmqpSession
 from ..model import Consumer
@@ -96,6 +97,7 @@ def _internal(hint: CloseConnection | RejectConnection | None) -> bool:
     return isinstance(hint, RejectConnection) and hint.status == 500
 
 
+@interpreted_class
 class WsSession(Session):
     """The carrier: a WebSocket connection around an inner STOMP or AMQP session (created on upgrade)."""
 
