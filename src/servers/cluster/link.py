@@ -17,8 +17,8 @@ from engine.amqp.properties import message_props
 from engine.cluster.link import RELAY_HEADER, relay_header
 from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
-from pipeline.client import BrokerError, Client
 
+from .client import BrokerError, Client
 from .forwarders import Forwarders
 from .gets import GetLinks
 from .peer import connect_peer

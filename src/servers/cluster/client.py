@@ -1,4 +1,8 @@
-"""A small blocking AMQP 0-9-1 client on amqpproto's client role: what the Spark connector needs.
+"""A small blocking AMQP 0-9-1 client on amqpproto's client role: the cluster's node-to-node link.
+
+Why not ``sansmq_client.sync`` (see docs/operator/cluster.md): every call here must fail within the
+cluster lease and never reconnect (a failed link is the signal to re-route), it speaks TLS with the
+node's own ``ssl.SSLContext``, and it needs basic.get and raw pipelined publishes with confirms.
 
 One connection, one channel (1), a plain socket. Deliveries that arrive while the client waits for
 a method reply are kept in order and handed out by ``next_delivery``; publisher confirms are
@@ -16,16 +20,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import amqpproto
-import sansmq_client
 from amqpproto import spec
-from sansmq_client._tls import TLS_PARAMS, Tls, tls_from_query
+from sansmq_client import Tls, parse_url
 
 __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
-           "ConsumerCancelled", "StreamNotFound", "retriable",
-           "parse_url", "Endpoint", "Tls"]
+           "ConsumerCancelled"]
 
 CH = 1
 _FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
@@ -40,10 +41,6 @@ class BrokerError(Exception):
 
 class BrokerUnreachable(BrokerError):
     """No AMQP connection could be made (refused, timed out, bad credentials)."""
-
-    def __init__(self, message: str, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable  # every host failed at the network: the broker may come back
 
 
 class ConnectionLost(BrokerError):
@@ -67,76 +64,6 @@ class ConsumerCancelled(BrokerError):
         self.consumer_tag = consumer_tag
 
 
-class StreamNotFound(ChannelError):
-    """queue.declare(passive) answered 404: the stream does not exist."""
-
-
-def retriable(exc: BaseException) -> bool:
-    """Whether ``exc`` is the broker going away (a restart, a node failing over) rather than an
-    answer: a refused log-in, a missing stream, a protocol error are final."""
-    if isinstance(exc, BrokerUnreachable):
-        return exc.retriable
-    if isinstance(exc, ChannelError | sansmq_client.BrokerClosedConnection):
-        return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
-    # sansmq_client's (the reader's and writer's client): the transport went away, its outcome unknown
-    return isinstance(exc, ConnectionLost | ConnectionError | sansmq_client.ConnectionLost)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    hosts: tuple[tuple[str, int], ...]  # tried in order (a cluster's nodes)
-    user: str
-    password: str
-    vhost: str
-    tls: Tls | None = None
-
-    @property
-    def host(self) -> str:
-        return self.hosts[0][0]
-
-    @property
-    def port(self) -> int:
-        return self.hosts[0][1]
-
-
-def _host_port(text: str, default: int, url: str) -> tuple[str, int]:
-    parts = urlsplit(f"//{text}")
-    if not parts.hostname:
-        raise ValueError(f"url has no host: {url!r}")
-    try:
-        return parts.hostname, parts.port or default
-    except ValueError as exc:
-        raise ValueError(f"url has a bad port: {url!r}") from exc
-
-
-def _tls(query: str, scheme: str, url: str) -> Tls | None:
-    params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-    unknown = set(params) - set(TLS_PARAMS)
-    if unknown:
-        raise ValueError(f"url has unknown parameters {sorted(unknown)} (known: {', '.join(TLS_PARAMS)}): {url!r}")
-    if scheme == "amqp":
-        if params:
-            raise ValueError(f"url parameters {sorted(params)} are for amqps:// only: {url!r}")
-        return None
-    return tls_from_query(params, url)
-
-
-def parse_url(url: str) -> Endpoint:
-    """``amqp[s]://user:pass@host:port[,host2:port2...]/vhost[?tls options]`` as RabbitMQ's URI spec
-    (vhost URL-encoded, ``%2F`` = ``/``); several hosts (a cluster's nodes) are tried in order; for
-    amqps, ``cacertfile``, ``certfile``, ``keyfile``, ``verify`` and ``server_name_indication``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("amqp", "amqps"):
-        raise ValueError(f"url must start with amqp:// or amqps:// (got {url!r})")
-    default = 5671 if parts.scheme == "amqps" else 5672
-    userinfo, _, hostlist = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    hosts = tuple(_host_port(h, default, url) for h in hostlist.split(","))
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    return Endpoint(hosts, unquote(user or "guest"), unquote(password or "guest"), unquote(path) if path else "/",
-                    _tls(parts.query, parts.scheme, url))
-
-
 @dataclass(slots=True)
 class Delivery:
     consumer_tag: str
@@ -154,7 +81,7 @@ class Client:
     def __init__(self, url: str, *, timeout: float = 30.0, frame_max: int = 131072,
                  tls: ssl.SSLContext | None = None) -> None:
         """``tls``: speak TLS with this context whatever the URL says (a cluster node's link)."""
-        self.endpoint = ep = parse_url(url)
+        self.endpoint = ep = parse_url(url)  # sansmq_client's parser: one for the project
         self.timeout = timeout
         self._tls = tls
         self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
@@ -166,7 +93,6 @@ class Client:
         self._settled: set[int] = set()
         self._out: list[bytes] = []
         failures = []
-        transient = True
         for host, port in ep.hosts:  # a cluster's nodes, in order: the first that takes us
             try:
                 self.sock = self._connect(host, port, ep.tls)
@@ -179,9 +105,8 @@ class Client:
             except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
                 self.sock.close()
                 failures.append(f"AMQP handshake with {host}:{port} vhost {ep.vhost!r} failed: {exc}")
-                transient = transient and retriable(exc)
                 self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
-        raise BrokerUnreachable("; ".join(failures), transient)
+        raise BrokerUnreachable("; ".join(failures))
 
     def _connect(self, host: str, port: int, tls: Tls | None) -> socket.socket:
         sock = socket.create_connection((host, port), timeout=self.timeout)
@@ -265,8 +190,7 @@ class Client:
             elif t is spec.ChannelClose:
                 self._send(spec.ChannelCloseOk(channel=CH))
                 self.flush()
-                cls = StreamNotFound if ev.reply_code == spec.NOT_FOUND else ChannelError
-                raise cls(ev.reply_code, ev.reply_text)
+                raise ChannelError(ev.reply_code, ev.reply_text)
             elif t is spec.ConnectionClose:
                 self._send(spec.ConnectionCloseOk())
                 self.flush()
@@ -291,7 +215,7 @@ class Client:
         self.server_properties: dict[str, Any] = start.server_properties or {}
         caps = start.server_properties.get("capabilities")
         self.capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
-        self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq pipeline"))
+        self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq cluster link"))
         tune = self._pump(spec.ConnectionTune, deadline)
         self._send(self.conn.tune_ok(tune))
         self._send(spec.ConnectionOpen(ep.vhost))
@@ -436,7 +360,7 @@ class Client:
         """Orderly connection.close; never raises."""
         try:
             if self.conn.state is amqpproto.OPEN:
-                self._send(spec.ConnectionClose(200, "closed by the pipeline"))
+                self._send(spec.ConnectionClose(200, "closed by the cluster link"))
                 self._pump(spec.ConnectionCloseOk, time.monotonic() + min(self.timeout, 5.0))
         except (BrokerError, OSError, TimeoutError, amqpproto.LocalProtocolError):
             pass
