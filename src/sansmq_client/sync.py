@@ -248,6 +248,12 @@ class Connection:
         args = _api.bind_args(queue, exchange, routing_key, arguments)
         self._call(lambda core: core.declare("bind", args))
 
+    def unbind_queue(self, queue: str, exchange: str, routing_key: str = "",
+                     arguments: dict[str, Any] | None = None) -> None:
+        """queue.unbind (AMQP); the binding is no longer restored after a reconnect."""
+        args = _api.bind_args(queue, exchange, routing_key, arguments)
+        self._call(lambda core: core.declare("unbind", args))
+
     def delete_queue(self, name: str) -> None:
         self._call(lambda core: core.declare("delete_queue", {"queue": name}))
 

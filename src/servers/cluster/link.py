@@ -1,5 +1,5 @@
 """``Links``: this node's connections to its peers' link listeners (``engine.cluster.link``), one
-per (peer, vhost), on our own AMQP client (``pipeline.client``, amqpproto's client role).
+per (peer, vhost), on the cluster's own blocking AMQP client (``client``, amqpproto's client role).
 
 ``send`` runs on a leader's sender thread (``forwarders``, fed by the store's sync): it publishes a leader's
 messages in confirm mode and returns once the leader confirmed every one, i.e. after the leader's
