@@ -149,8 +149,8 @@ def test_cap_total_takes_at_most_the_limit(ranges: dict[str, tuple[int, int]], l
 def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeline.retry
     from pipeline.driver import BrokerUnreachable
-    from sansmq_client import BrokerClosedConnection, ChannelClosed, ConnectionLost
     from pipeline.retry import with_retries
+    from sansmq_client import BrokerClosedConnection, ChannelClosed, ConnectionLost
 
     clock = [0.0]
     monkeypatch.setattr(pipeline.retry.time, "monotonic", lambda: clock[0])
