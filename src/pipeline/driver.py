@@ -22,6 +22,9 @@ __all__ = ["Driver", "StreamNotFound", "BrokerUnreachable", "retriable", "endpoi
 class StreamNotFound(ChannelClosed):
     """queue.declare(passive) or basic.consume answered 404: the stream does not exist."""
 
+    def __str__(self) -> str:  # what a Spark user reads: the broker's words, no channel plumbing
+        return f"{self.reply_code} {self.reply_text}"
+
     @classmethod
     def of(cls, exc: ChannelClosed) -> ChannelClosed:
         """``exc`` as a StreamNotFound if it is a 404, else unchanged."""
@@ -54,10 +57,9 @@ def retriable(exc: BaseException) -> bool:
 def endpoint(url: str) -> Params:
     """``amqp[s]://user:pass@host:port[,host2:port2...]/vhost[?tls options]`` (sansmq_client's parser;
     the pipeline speaks AMQP only)."""
-    params = sansmq_client.parse_url(url)
-    if params.protocol != "amqp":
+    if url.partition("://")[0] not in ("amqp", "amqps"):
         raise ValueError(f"url must start with amqp:// or amqps:// (got {url!r})")
-    return params
+    return sansmq_client.parse_url(url)
 
 
 class Driver:
