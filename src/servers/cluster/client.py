@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +27,6 @@ __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelErr
            "ConsumerCancelled"]
 
 CH = 1
-_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
-_CONTENT_HEAD = struct.Struct(">HHQ")  # class, weight, body size (the property list follows)
 _NEED_DATA = amqpproto.NEED_DATA
 _RECV = 1 << 18
 
@@ -223,36 +219,6 @@ class Client:
         self._send(spec.ChannelOpen(channel=CH))
         self._pump(spec.ChannelOpenOk, deadline)
 
-    def reopen_channel(self) -> None:
-        """Open channel 1 again after the broker closed it (e.g. a passive declare's 404)."""
-        self._call(spec.ChannelOpen(channel=CH), spec.ChannelOpenOk)
-
-    # -- queues and consumers ----------------------------------------------------------------------
-    def declare_passive(self, queue: str) -> spec.QueueDeclareOk:
-        """The queue's declare-ok; ``StreamNotFound`` if it does not exist (the channel is gone then)."""
-        ok: spec.QueueDeclareOk = self._call(spec.QueueDeclare(queue=queue, passive=True, channel=CH),
-                                             spec.QueueDeclareOk)
-        return ok
-
-    def declare(self, queue: str, arguments: dict[str, Any] | None = None, durable: bool = True) -> None:
-        self._call(spec.QueueDeclare(queue=queue, durable=durable, arguments=arguments or {}, channel=CH),
-                   spec.QueueDeclareOk)
-
-    def declare_exchange(self, exchange: str, kind: str = "topic", durable: bool = True) -> None:
-        self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
-                   spec.ExchangeDeclareOk)
-
-    def delete(self, queue: str) -> None:
-        self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)
-
-    def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        self._call(spec.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
-                   spec.QueueBindOk)
-
-    def unbind(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        self._call(spec.QueueUnbind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
-                   spec.QueueUnbindOk)
-
     def qos(self, prefetch: int) -> None:
         self._call(spec.BasicQos(prefetch_count=prefetch, channel=CH), spec.BasicQosOk)
 
@@ -260,9 +226,6 @@ class Client:
         ok = self._call(spec.BasicConsume(queue=queue, consumer_tag=consumer_tag,
                                           arguments=arguments or {}, channel=CH), spec.BasicConsumeOk)
         return str(ok.consumer_tag)
-
-    def cancel(self, consumer_tag: str) -> None:
-        self._call(spec.BasicCancel(consumer_tag=consumer_tag, channel=CH), spec.BasicCancelOk)
 
     def next_delivery(self, timeout: float | None = None) -> Delivery | None:
         """The next delivery, waiting up to ``timeout`` seconds (None: the client's timeout)."""
@@ -302,31 +265,6 @@ class Client:
                                      properties, body, CH))  # type: ignore[arg-type]
         self.published += 1
         return self.published
-
-    def publish_bodies(self, exchange: str, routing_key: str, properties: bytes, bodies: Iterable[bytes],
-                       window: int = 5000) -> None:
-        """Publish every body with the same encoded properties and wait for all confirms (confirm
-        mode on): the method frame is encoded once, each message's header and body frames are
-        packed directly, and a window of messages goes out in one write (filling a stream fast)."""
-        head = self.conn.send(spec.BasicPublish(0, exchange, routing_key, False, False,
-                                                properties, b"", CH))  # type: ignore[arg-type]
-        method = head[:_FRAME_HEAD.unpack_from(head, 0)[2] + 8]  # the first frame: basic.publish
-        max_body = self.conn.frame_max - 8
-        pending: list[bytes] = []
-        for body in bodies:
-            n = len(body)
-            pending += (method, _FRAME_HEAD.pack(2, CH, 12 + len(properties)), _CONTENT_HEAD.pack(60, 0, n),
-                        properties, b"\xce")
-            for at in range(0, n, max_body):
-                chunk = body[at:at + max_body]
-                pending += (_FRAME_HEAD.pack(3, CH, len(chunk)), chunk, b"\xce")
-            self.published += 1
-            if self.published % window == 0:
-                self._out.append(b"".join(pending))
-                pending.clear()
-                self.wait_confirms(self.published - window // 2)  # half a window stays in flight
-        self._out.append(b"".join(pending))
-        self.wait_confirms(self.published)
 
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
         if nack:
