@@ -16,20 +16,32 @@ from pipeline.options import OptionError, ReadOptions, WriteOptions
 SRC = Path(__file__).resolve().parents[2] / "src" / "pipeline"
 
 
+def _absolute_imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module or "")
+    return names
+
+
 def test_pipeline_never_imports_the_engine_or_the_servers() -> None:
     """The connector is a client: it must run on Spark executors that have no broker code."""
     files = sorted(SRC.rglob("*.py"))
     assert files
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] if node.level == 0 else []
-            else:
-                continue
-            for name in names:
-                assert name.split(".")[0] not in {"engine", "servers", "pika"}, f"{path.name} imports {name}"
+        for name in _absolute_imports(path):
+            assert name.split(".")[0] not in {"engine", "servers", "pika"}, f"{path.name} imports {name}"
+
+
+def test_the_cluster_link_does_not_import_the_pipeline() -> None:
+    """The node-to-node link has its own client (servers/cluster/client.py): a broker without the spark
+    extra's code paths must not load the pipeline package."""
+    files = sorted((SRC.parent / "servers" / "cluster").rglob("*.py"))
+    assert files
+    for path in files:
+        assert not [n for n in _absolute_imports(path) if n.split(".")[0] == "pipeline"], path.name
 
 
 def test_parse_url() -> None:
