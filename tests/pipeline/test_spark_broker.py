@@ -34,7 +34,7 @@ def _free_port() -> int:
     import socket
 
     with socket.socket() as s:
-        s.bind_queue(("127.0.0.1", 0))
+        s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
