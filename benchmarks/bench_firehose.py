@@ -55,15 +55,15 @@ def _server() -> Iterator[tuple[ServerProcess, str]]:
 def socket_runner(messages: int) -> Iterator[Callable[[bool], float]]:
     """A server with the stream declared; the callable runs one bench round (the stream bound to
     the firehose when asked) and returns the server's CPU microseconds per message."""
-    from pipeline.client import Client
+    from sansmq_client import sync
 
     with _server() as (srv, url):
-        with Client(url) as c:
-            c.declare(STREAM, {"x-queue-type": "stream"})
+        with sync.connect(url) as c:
+            c.declare_queue(STREAM, durable=True, arguments={"x-queue-type": "stream"})
 
         def one(trace: bool) -> float:
-            with Client(url) as c:
-                (c.bind if trace else c.unbind)(STREAM, "amq.rabbitmq.trace", "#")
+            with sync.connect(url) as c:
+                (c.bind_queue if trace else c.unbind_queue)(STREAM, "amq.rabbitmq.trace", "#")
             before = _cpu_seconds(srv.proc.pid)
             out = subprocess.run([sys.executable, "-m", "servers", "bench", "-U", url, "-u", "bench-firehose",
                                   "-s", "1024", "-C", str(messages), "--quiet"], capture_output=True, text=True,

@@ -27,8 +27,9 @@ import statistics
 import time
 
 from amqpproto import spec
-from pipeline.client import Client
 from pipeline.session import make_session
+from sansmq_client import sync
+from sansmq_client.bulk import publish_batch
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -64,14 +65,13 @@ def tree_cpu(root: int) -> float:
 
 def fill(url: str, stream: str, rows: int, body: bytes, values: int, run: int) -> float:
     t0 = time.perf_counter()
-    with Client(url, timeout=120) as c:
-        c.confirm_select()
+    with sync.connect(url) as c:
         done, i = 0, 0
         while done < rows:
             n = min(run, rows - done)
             props = spec.encode_properties(spec.BasicProperties(
                 delivery_mode=2, headers={"x-stream-filter-value": f"v{i % values:03d}"}))
-            c.publish_bodies("", stream, props, (body for _ in range(n)))
+            publish_batch(c, "", [(stream, props, body)] * n, timeout=120)
             done += n
             i += 1
     return time.perf_counter() - t0
@@ -91,8 +91,8 @@ def main() -> None:
     a = ap.parse_args()
 
     stream = f"bench-filter-{os.getpid()}"
-    with Client(a.url) as c:
-        c.declare(stream, {"x-queue-type": "stream"})
+    with sync.connect(a.url) as c:
+        c.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
     secs = fill(a.url, stream, a.rows, b"x" * a.body, a.values, a.run)
     print(f"fill: {a.rows:,} rows of {a.body} B, {a.values} values in runs of {a.run}, in {secs:.1f}s")
 
@@ -144,8 +144,8 @@ def main() -> None:
     print(f"  filtered/all: rows/s x{med['filtered'][0] / med['all'][0]:.1f}, broker CPU x{med['filtered'][1] / med['all'][1]:.2f}, "
           f"spark CPU x{med['filtered'][2] / med['all'][2]:.2f}")
     spark.stop()
-    with Client(a.url) as c:
-        c.delete(stream)
+    with sync.connect(a.url) as c:
+        c.delete_queue(stream)
 
 
 if __name__ == "__main__":

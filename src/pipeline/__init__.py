@@ -4,9 +4,9 @@
     register(spark)
     spark.readStream.format("sansmq").option("stream", "events").load()
 
-Talks to the broker through the project's clients (tasks on ``sansmq_client``, the driver's probes on
-``pipeline.client``, amqpproto's client role); it never imports the
-broker (``engine``), so the same job reads sansmq's or RabbitMQ's streams, on ``local[*]`` or on a
+Talks to the broker through the project's client, ``sansmq_client`` (tasks: ``sansmq_client.bulk``; the
+driver's probes: ``pipeline.driver`` on ``sansmq_client.sync``); it never imports the broker (``engine``),
+so the same job reads sansmq's or RabbitMQ's streams, on ``local[*]`` or on a
 cluster. Needs the ``spark`` extra: ``pip install 'sansmq[spark]'``.
 """
 

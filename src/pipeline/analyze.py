@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .client import BrokerError, Client, StreamNotFound, parse_url
+from sansmq_client import ClientError
+
+from .driver import Driver, StreamNotFound, endpoint
 from .options import DEFAULT_URL
 
 __all__ = ["add_arguments", "command", "analyze", "DESCRIPTION"]
@@ -53,14 +55,15 @@ def analyze(spark: Any, url: str, stream: str, out: Path, starting: str = "earli
         # microsecond timestamps: Spark reads no nanosecond Parquet timestamps
         frame.to_parquet(out / "tables" / f"{name}.parquet", index=False, coerce_timestamps="us",
                          allow_truncated_timestamps=True)
-    ep = parse_url(url)
-    return render(frames, out, f"{ep.host}:{ep.port} vhost {ep.vhost} stream {stream}",
+    ep = endpoint(url)
+    host, port = ep.hosts[0]
+    return render(frames, out, f"{host}:{port} vhost {ep.vhost} stream {stream}",
                   spark.conf.get("spark.sql.session.timeZone"))
 
 
 def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
-        parse_url(args.url)
+        endpoint(args.url)
         for spec in (args.starting_offsets, args.ending_offsets):
             if spec not in ("earliest", "latest"):
                 json.loads(spec)
@@ -72,13 +75,13 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ImportError as exc:  # depends on the install
         parser.error(f"sansmq analyze needs the spark extra (pip install 'sansmq[spark]'): {exc}")
     try:  # the broker and the streams, checked before Spark starts: a one-line error, no traceback
-        with Client(args.url, timeout=10) as client:
+        with Driver(args.url, 10) as client:
             for stream in args.stream.split(","):
-                client.declare_passive(stream.strip())
+                client.status(stream.strip())
     except StreamNotFound as exc:
         print(f"sansmq analyze: error: stream {args.stream!r}: {exc}", file=sys.stderr)
         return 1
-    except BrokerError as exc:
+    except ClientError as exc:  # unreachable, log-in refused, another channel error
         print(f"sansmq analyze: error: {exc}", file=sys.stderr)
         return 1
     from .session import make_session

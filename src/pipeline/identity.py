@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .client import Client
+from .driver import Driver
 from .offsets import record_time
 
 __all__ = ["STAMPS_KEY", "split", "join", "stamps_for", "moved_on"]
@@ -39,7 +39,7 @@ def join(offsets: Mapping[str, int], stamps: Mapping[str, int]) -> dict[str, Any
     return out
 
 
-def stamps_for(client: Client, offsets: Mapping[str, int], known: tuple[Mapping[str, int], Mapping[str, int]]
+def stamps_for(client: Driver, offsets: Mapping[str, int], known: tuple[Mapping[str, int], Mapping[str, int]]
                ) -> dict[str, int]:
     """The append time of the record below each offset, read from the broker except where
     ``known`` (offsets, times) has it for the same offset already."""
@@ -56,7 +56,7 @@ def stamps_for(client: Client, offsets: Mapping[str, int], known: tuple[Mapping[
     return out
 
 
-def moved_on(client: Client, stream: str, offset: int, stamp: int | None) -> int | None:
+def moved_on(client: Driver, stream: str, offset: int, stamp: int | None) -> int | None:
     """The append time of the record at ``offset - 1`` now if it differs from ``stamp`` (the
     stream is not the one the offset was taken from), else None."""
     if stamp is None or offset <= 0:

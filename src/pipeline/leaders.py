@@ -20,7 +20,9 @@ import urllib.request
 from base64 import b64encode
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from .client import BrokerError, Client, parse_url
+from sansmq_client import ClientError
+
+from .driver import Driver, endpoint
 
 __all__ = ["leader_urls"]
 
@@ -38,18 +40,14 @@ def _with_first(url: str, first: int) -> str:
 
 def _nodes(url: str, timeout: float) -> tuple[dict[str, int], tuple[str, int] | None]:
     """node name -> index of its host in ``url``; one node's management API address."""
-    ep = parse_url(url)
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    scheme = parts.scheme
+    ep = endpoint(url)
     nodes: dict[str, int] = {}
     api = None
     for i, (host, port) in enumerate(ep.hosts):
-        one = urlunsplit(parts._replace(netloc=f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"))
         try:
-            with Client(one, timeout=timeout) as client:
+            with Driver(url, timeout, hosts=((host, port),)) as client:
                 props = client.server_properties
-        except (BrokerError, OSError) as exc:
+        except ClientError as exc:
             log.info("stream leaders: node at %s:%d not reached (%s)", host, port, exc)
             continue
         node, http = props.get("node"), props.get("management_port")
@@ -57,7 +55,7 @@ def _nodes(url: str, timeout: float) -> tuple[dict[str, int], tuple[str, int] | 
             node = bytes(node).decode()
         if isinstance(node, str):
             nodes[node] = i
-        if api is None and isinstance(http, int) and scheme == "amqp":
+        if api is None and isinstance(http, int) and ep.tls is None:
             api = (host, http)
     return nodes, api
 
@@ -65,7 +63,7 @@ def _nodes(url: str, timeout: float) -> tuple[dict[str, int], tuple[str, int] | 
 def leader_urls(url: str, streams: tuple[str, ...], timeout: float) -> dict[str, str]:
     """stream -> ``url`` with the host of the node leading it first, for the streams whose leader
     is one of ``url``'s hosts (the others read through ``url`` as given)."""
-    ep = parse_url(url)
+    ep = endpoint(url)
     if len(ep.hosts) < 2:
         return {}
     nodes, api = _nodes(url, timeout)

@@ -16,19 +16,21 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote, urlsplit
 
-from .client import BrokerUnreachable, Endpoint
+from sansmq_client import Params
+
+from .driver import BrokerUnreachable
 
 __all__ = ["matching_streams", "default_management_url"]
 
 PAGE_SIZE = 500  # the API's largest page
 
 
-def default_management_url(endpoint: Endpoint) -> str:
+def default_management_url(endpoint: Params) -> str:
     scheme = "https" if endpoint.tls is not None else "http"
-    return f"{scheme}://{endpoint.host}:15672"
+    return f"{scheme}://{endpoint.hosts[0][0]}:15672"
 
 
-def matching_streams(management_url: str, endpoint: Endpoint, pattern: str, timeout: float) -> tuple[str, ...]:
+def matching_streams(management_url: str, endpoint: Params, pattern: str, timeout: float) -> tuple[str, ...]:
     """The streams of the endpoint's vhost whose names match ``pattern`` in full, sorted by name."""
     regex = re.compile(pattern)
     base = management_url.rstrip("/")

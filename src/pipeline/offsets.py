@@ -16,13 +16,15 @@ one round trip replaces the probe (a sansmq extension).
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from sansmq_client import sync
+from sansmq_client import ConsumerCancelled, Delivery, sync
 
-from .client import Client, ConsumerCancelled, StreamNotFound
+from .driver import Driver, StreamNotFound
 
 __all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of", "offset_at_time",
            "record_time", "stamp_arguments", "STAMP_HEADER"]
@@ -32,7 +34,7 @@ __all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_ran
 STAMP_HEADER = "x-stream-timestamp"
 
 
-def stamp_arguments(client: Client | sync.Connection) -> dict[str, object]:
+def stamp_arguments(client: Driver | sync.Connection) -> dict[str, object]:
     """The consumer arguments that make the broker stamp deliveries with their append time, if it can."""
     return {STAMP_HEADER: True} if client.capabilities.get("stream_timestamp") is True else {}
 
@@ -46,27 +48,25 @@ def offset_of(headers: Mapping[str, object] | None) -> int:
     return value
 
 
-def stream_end(client: Client, stream: str, probe_ms: int) -> int:
+def stream_end(client: Driver, stream: str, probe_ms: int) -> int:
     """The offset the next message appended to ``stream`` will get (0 for a never-written stream)."""
-    ok = client.declare_passive(stream)  # StreamNotFound if it does not exist
+    status = client.status(stream)  # StreamNotFound if it does not exist
     if client.capabilities.get("stream_end_offset") is True:
-        return int(ok.message_count)
-    client.qos(2000)
-    tag = client.consume(stream, {"x-stream-offset": "last"})
+        return status.message_count
+    sub = client.subscribe(stream, "last", 2000)
     last = -1
     pause = probe_ms / 1000.0
     # while producers keep appending, deliveries never pause: stop after a few pauses' worth of time;
     # any offset reached is a true (if not the newest) end
     deadline = time.monotonic() + PROBE_SPAN * pause
-    while (left := deadline - time.monotonic()) > 0 and (d := client.next_delivery(min(pause, left))) is not None:
-        last = max(last, offset_of(d.properties.headers))
-        client.ack(d.delivery_tag)
-    client.cancel(tag)
-    client.deliveries.clear()  # any that raced the cancel are acked by nobody; the channel keeps no state
+    while (left := deadline - time.monotonic()) > 0 and (d := sub.get(min(pause, left))) is not None:
+        last = max(last, offset_of(d.headers))
+        client.conn.ack(d)
+    sub.cancel()  # any deliveries that raced it are requeued with its channel
     return last + 1
 
 
-def stream_first(client: Client, stream: str, end: int) -> int:
+def stream_first(client: Driver, stream: str, end: int) -> int:
     """The first offset retention kept in ``stream`` whose end is ``end`` (``end`` if it holds
     nothing). AMQP 0-9-1 reports no such thing either; a consumer at ``x-stream-offset: first`` is
     handed the first retained message at once (retention never removes the segment being written,
@@ -74,37 +74,32 @@ def stream_first(client: Client, stream: str, end: int) -> int:
     client's timeout, the stream counts as empty)."""
     if end <= 0:
         return 0
-    client.qos(1)
-    tag = client.consume(stream, {"x-stream-offset": "first"})
-    d = client.next_delivery()
-    first = end if d is None else offset_of(d.properties.headers)
-    if d is not None:
-        client.ack(d.delivery_tag)
-    client.cancel(tag)
-    client.deliveries.clear()
-    return min(first, end)
+    sub = client.subscribe(stream, "first", 1)
+    try:
+        d = sub.get(client.timeout)
+    finally:
+        sub.cancel()
+    return min(end if d is None else offset_of(d.headers), end)
 
 
-def record_time(client: Client, stream: str, offset: int) -> int | None:
+def record_time(client: Driver, stream: str, offset: int) -> int | None:
     """The append time (ms) of the record at ``offset``: None if the broker does not stamp
     deliveries or the record is not there (removed by retention, past the end)."""
     stamps = stamp_arguments(client)
     if not stamps:
         return None
-    client.qos(1)
-    tag = client.consume(stream, {"x-stream-offset": offset, **stamps})
+    sub = client.subscribe(stream, offset, 1, stamps)
     try:
-        d = client.next_delivery()
+        d = sub.get(client.timeout)
     finally:
-        client.cancel(tag)
-        client.deliveries.clear()
-    if d is None or offset_of(d.properties.headers) != offset:
+        sub.cancel()
+    if d is None or offset_of(d.headers) != offset:
         return None
-    stamp = (d.properties.headers or {}).get(STAMP_HEADER)
+    stamp = d.headers.get(STAMP_HEADER)
     return stamp if isinstance(stamp, int) else None
 
 
-def offset_at_time(client: Client, stream: str, ms: int, end: int, wait: float) -> int | None:
+def offset_at_time(client: Driver, stream: str, ms: int, end: int, wait: float) -> int | None:
     """The first offset of ``stream`` (whose end is ``end``) appended at or after ``ms`` (ms since
     the epoch), None if none is. The broker seeks with ``x-stream-offset`` as an AMQP timestamp
     (whole seconds, RabbitMQ's form); with append times on the deliveries (sansmq) the records of
@@ -117,54 +112,69 @@ def offset_at_time(client: Client, stream: str, ms: int, end: int, wait: float) 
         last = record_time(client, stream, end - 1)
         if last is None or last < ms:
             return None
-    client.qos(2000)
-    tag = client.consume(stream, {"x-stream-offset": datetime.fromtimestamp(ms // 1000, UTC), **stamps})
+    sub = client.subscribe(stream, datetime.fromtimestamp(ms // 1000, UTC), 2000, stamps)
     found = None
     try:
-        while (d := client.next_delivery(None if stamps else wait)) is not None:
-            offset = offset_of(d.properties.headers)
-            client.ack(d.delivery_tag)
-            stamp = (d.properties.headers or {}).get(STAMP_HEADER)
+        # with stamps the record at end - 1 is known to be there: a delivery is due (the timeout: a bug)
+        while (d := sub.get(client.timeout if stamps else wait)) is not None:
+            offset = offset_of(d.headers)
+            client.conn.ack(d)
+            stamp = d.headers.get(STAMP_HEADER)
             if not stamps or (isinstance(stamp, int) and stamp >= ms):
                 found = offset
                 break
             if offset >= end - 1:
                 break
     finally:
-        client.cancel(tag)
-        client.deliveries.clear()
+        sub.cancel()
     return found
 
 
-def wait_for_new(client: Client, start: Mapping[str, int], timeout: float) -> bool:
+def wait_for_new(client: Driver, start: Mapping[str, int], timeout: float) -> bool:
     """Block until any stream has a message at or after its ``start`` offset (True), or ``timeout``
     seconds pass (False). The broker pushes to a consumer parked at the end of each stream, so an
     idle query sleeps here instead of probing again and again."""
-    client.qos(1)
-    tags: dict[str, int] = {}
-    found = False
+    news: queue.SimpleQueue[Delivery | BaseException] = queue.SimpleQueue()
+    subs: dict[str, sync.Subscription] = {}
     try:
         for s, off in start.items():
-            tags[client.consume(s, {"x-stream-offset": off})] = off
-        deadline = time.monotonic() + timeout
+            subs[s] = client.subscribe(s, off, 1)
+    except StreamNotFound:  # deleted before its consumer started: news too (the next probe says what)
+        _cancel(subs.values())
+        return True
+    for sub in subs.values():  # one thread each hands its deliveries (or its end) to this one
+        threading.Thread(target=_forward, args=(sub, news), daemon=True, name="pipeline wait_for_new").start()
+    found = False
+    deadline = time.monotonic() + timeout
+    try:
         while not found and (left := deadline - time.monotonic()) > 0:
-            d = client.next_delivery(left)
-            if d is None:
+            try:
+                item = news.get(timeout=left)
+            except queue.Empty:
                 break
+            if isinstance(item, BaseException):
+                if isinstance(item, ConsumerCancelled):  # a stream was deleted: news too
+                    return True
+                raise item
             # a chunk may start before the offset asked for: only a message at or after it counts
-            found = offset_of(d.properties.headers) >= tags.get(d.consumer_tag, 0)
-            client.ack(d.delivery_tag)
-    except ConsumerCancelled as gone:  # a stream was deleted: news too (the next probe says what)
-        tags.pop(gone.consumer_tag, None)
-        found = True
-    except StreamNotFound:  # deleted before its consumer started: the 404 closed the channel and them all
-        client.reopen_channel()
-        tags.clear()
-        found = True
-    for tag in tags:
-        client.cancel(tag)
-    client.deliveries.clear()
+            found = offset_of(item.headers) >= start.get(item.consumer.source, 0)
+            client.conn.ack(item)
+    finally:
+        _cancel(subs.values())
     return found
+
+
+def _forward(sub: sync.Subscription, to: queue.SimpleQueue[Delivery | BaseException]) -> None:
+    try:
+        for d in sub:
+            to.put(d)
+    except Exception as exc:  # the broker ended the consumer: the waiter decides
+        to.put(exc)
+
+
+def _cancel(subs: Iterable[sync.Subscription]) -> None:
+    for sub in subs:
+        sub.cancel()  # one the broker cancelled already is a no-op
 
 
 def cap_total(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> dict[str, int]:

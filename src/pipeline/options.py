@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .client import parse_url
+from .driver import endpoint
 from .listing import check_management_url, default_management_url
 
 __all__ = ["ReadOptions", "WriteOptions", "OptionError", "parse_offsets_spec", "check_offsets_spec",
@@ -102,7 +102,7 @@ def _duration(options: Mapping[str, str], name: str, default: float) -> float:
 def _management_url(options: Mapping[str, str]) -> str:
     raw = options.get("managementUrl")
     if raw is None:
-        return default_management_url(parse_url(_url(options)))
+        return default_management_url(endpoint(_url(options)))
     try:
         return check_management_url(raw)
     except ValueError as exc:
@@ -116,7 +116,7 @@ def _retry_deadline(options: Mapping[str, str]) -> float:
 def _url(options: Mapping[str, str]) -> str:
     url = options.get("url", DEFAULT_URL)
     try:
-        parse_url(url)
+        endpoint(url)
     except ValueError as exc:
         raise OptionError(f"option url: {exc}") from None
     return url

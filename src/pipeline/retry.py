@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from .client import retriable
+from .driver import retriable
 
 __all__ = ["Outage", "with_retries"]
 

@@ -28,7 +28,7 @@ from amqpproto import spec
 from sansmq_client import ChannelClosed, sync
 from sansmq_client.bulk import publish_batch
 
-from .client import StreamNotFound
+from .driver import StreamNotFound
 from .options import OptionError, WriteOptions
 from .pool import EXECUTOR_POOL
 from .retry import Outage
@@ -71,7 +71,7 @@ def check_target(conn: sync.Connection, opts: WriteOptions) -> None:
         if exc.reply_code != spec.NOT_FOUND:
             raise
         if opts.target_stream is not None:
-            raise StreamNotFound(exc.reply_code, exc.reply_text) from None
+            raise StreamNotFound.of(exc) from None
         raise OptionError(f"option exchange: {exc.reply_code} {exc.reply_text}") from None
 
 

@@ -37,9 +37,9 @@ from pyspark.sql.streaming.datasource import (
 
 from . import identity
 from .bulk import read_stream_range
-from .client import Client, StreamNotFound, parse_url
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
+from .driver import Driver, StreamNotFound, endpoint
 from .leaders import leader_urls
 from .listing import matching_streams
 from .metrics import SKIPPED_KEY, log_lag
@@ -123,7 +123,7 @@ class Bounds:
     end: int
 
 
-def bounds(client: Client, opts: ReadOptions) -> dict[str, Bounds]:
+def bounds(client: Driver, opts: ReadOptions) -> dict[str, Bounds]:
     out = {}
     for s in opts.streams:
         end = stream_end(client, s, opts.probe_ms)
@@ -141,38 +141,37 @@ def _resolve(spec: OffsetsSpec, streams: tuple[str, ...], missing: int, seen: Ma
     return out
 
 
-def partitions_from(client: Client, name: str, first: int) -> list[str]:
+def partitions_from(client: Driver, name: str, first: int) -> list[str]:
     """The partitions ``NAME-<first>``, ``NAME-<first + 1>``, ... of a partitioned stream that exist."""
     out: list[str] = []
     while True:
         try:
-            client.declare_passive(f"{name}-{first + len(out)}")
+            client.status(f"{name}-{first + len(out)}")
         except StreamNotFound:
-            client.reopen_channel()
             return out
         out.append(f"{name}-{first + len(out)}")
 
 
-def resolve_streams(client: Client, names: tuple[str, ...]) -> tuple[str, ...]:
+def resolve_streams(client: Driver, names: tuple[str, ...]) -> tuple[str, ...]:
     """Each name as itself if it is a queue, else as a partitioned stream's partitions NAME-0,
     NAME-1, ... (what the partitioned-stream command creates); StreamNotFound if neither."""
     out: list[str] = []
     for name in names:
         try:
-            client.declare_passive(name)
+            client.status(name)
             out.append(name)
             continue
         except StreamNotFound as missing:
-            client.reopen_channel()
             error = missing
         parts = len(found := partitions_from(client, name, 0))
         out.extend(found)
         if not parts:
-            raise StreamNotFound(error.reply_code, f"{error.reply_text} (nor a partitioned stream {name}-0..)")
+            raise StreamNotFound(error.reply_code, f"{error.reply_text} (nor a partitioned stream {name}-0..)",
+                                 error.method, error.channel)
     return tuple(out)
 
 
-def starting_offsets(client: Client, opts: ReadOptions, seen: Mapping[str, Bounds]) -> dict[str, int]:
+def starting_offsets(client: Driver, opts: ReadOptions, seen: Mapping[str, Bounds]) -> dict[str, int]:
     """Where a query starts: startingOffsets, or for the streams a starting time names, the first
     offset appended at or after it (none: an error, as Kafka's default strategy)."""
     start = _resolve(opts.starting, opts.streams, -2, seen)
@@ -190,7 +189,7 @@ def starting_offsets(client: Client, opts: ReadOptions, seen: Mapping[str, Bound
     return start
 
 
-def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
+def resolved(client: Driver, opts: ReadOptions) -> ReadOptions:
     """``opts`` with partitioned streams expanded (or the streams subscribePattern matches found)
     and the offsets options checked against them."""
     streams = matching(opts, opts.pattern) if opts.pattern is not None else resolve_streams(client, opts.streams)
@@ -202,7 +201,7 @@ def resolved(client: Client, opts: ReadOptions) -> ReadOptions:
 
 
 def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
-    return matching_streams(opts.management_url, parse_url(opts.url), pattern, opts.timeout)
+    return matching_streams(opts.management_url, endpoint(opts.url), pattern, opts.timeout)
 
 
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
@@ -238,7 +237,7 @@ class BatchReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         def plan_range() -> tuple[ReadOptions, dict[str, int], dict[str, int]]:
-            with Client(opts.url, timeout=opts.timeout) as client:
+            with Driver(opts.url, opts.timeout) as client:
                 full = resolved(client, opts)
                 seen = bounds(client, full)
                 return (full, *batch_range(full, seen, starting_offsets(client, full, seen)))
@@ -282,7 +281,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self._given = opts
         self._resolved: ReadOptions | None = None
-        self._client: Client | None = None
+        self._client: Driver | None = None
         self._target: dict[str, int] | None = None  # availableNow: ends fixed when the query began
         self._latest_seen: dict[str, int] | None = None  # each stream's end, as the last trigger saw it
         self._last_batch: float | None = None  # when the last batch was let through (minOffsetsPerTrigger)
@@ -302,9 +301,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_client"] = None
         return state
 
-    def _driver_client(self) -> Client:
+    def _driver_client(self) -> Driver:
         if self._client is None:
-            self._client = Client(self._given.url, timeout=self._given.timeout)
+            self._client = Driver(self._given.url, self._given.timeout)
         return self._client
 
     def _on_driver(self, work: Any) -> Any:
@@ -321,13 +320,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ends(self, start: Mapping[str, int]) -> dict[str, int]:
         """Each stream's end; a deleted stream is data loss (with failOnDataLoss=false: skipped, its
         end taken as ``start``)."""
-        def ends(client: Client) -> dict[str, int]:
+        def ends(client: Driver) -> dict[str, int]:
             out = {}
             for s in self.opts.streams:
                 try:
                     out[s] = start.get(s, 0) if s in self._gone else stream_end(client, s, self.opts.probe_ms)
                 except StreamNotFound as gone:
-                    client.reopen_channel()
                     self._policy.deleted(s, str(gone))
                     self._gone.add(s)
                     out[s] = start.get(s, 0)
@@ -335,7 +333,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         result: dict[str, int] = self._on_driver(ends)
         return result
 
-    def _discover(self, client: Client) -> None:
+    def _discover(self, client: Driver) -> None:
         """Partitions added to a partitioned stream while the query runs join it, and so do new
         streams subscribePattern matches; they are read from their first offset, as Kafka's source
         reads new partitions from earliest."""
@@ -366,7 +364,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         opts = self.opts
-        def initial(client: Client) -> dict[str, Any]:
+        def initial(client: Driver) -> dict[str, Any]:
             start = starting_offsets(client, opts, bounds(client, opts))
             return identity.join(start, identity.stamps_for(client, start, ({}, {})))
         offsets: dict[str, Any] = self._on_driver(initial)
@@ -436,7 +434,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stop = identity.split(end)[0]
         return plan(self.opts, self._on_driver(lambda client: self._readable(client, begin, stop, stamps)), stop)
 
-    def _readable(self, client: Client, start: Mapping[str, int], end: Mapping[str, int],
+    def _readable(self, client: Driver, start: Mapping[str, int], end: Mapping[str, int],
                   stamps: Mapping[str, int]) -> dict[str, int]:
         """Where each stream's range really begins: its start, unless the offsets there are gone
         or belong to another stream (then DataLossError, or with failOnDataLoss=false the stream's
@@ -459,7 +457,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self._policy.removed(s, lo, first)
                         lo = first
             except StreamNotFound as gone:  # deleted since its end was probed
-                client.reopen_channel()
                 self._policy.deleted(s, str(gone))
                 self._gone.add(s)
                 lo = hi

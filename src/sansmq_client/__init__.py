@@ -34,12 +34,13 @@ from ._errors import (
     PublishNacked,
     Unroutable,
 )
-from ._model import Delivery
+from ._model import Delivery, QueueStatus
 from ._tls import Tls
 from ._url import Params, parse_url
 
 __all__ = [
     "ClientError", "ConnectionLost", "ConnectionClosedByUser", "BrokerClosedConnection", "ChannelClosed",
-    "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "Params", "parse_url",
+    "BrokerError", "PublishNacked", "ConsumerCancelled", "NotSupported", "Delivery", "QueueStatus", "Params",
+    "parse_url",
     "BasicProperties", "Unroutable", "Tls", "Batch", "OnConfirm",
 ]

@@ -93,6 +93,11 @@ class AsyncConnection(AsyncBulk, ABC):
         """queue.bind (AMQP); restored after a reconnect."""
         await self._do(self._core.declare("bind", _api.bind_args(queue, exchange, routing_key, arguments)))
 
+    async def unbind_queue(self, queue: str, exchange: str, routing_key: str = "",
+                           arguments: dict[str, Any] | None = None) -> None:
+        """queue.unbind (AMQP); the binding is no longer restored after a reconnect."""
+        await self._do(self._core.declare("unbind", _api.bind_args(queue, exchange, routing_key, arguments)))
+
     async def delete_queue(self, name: str) -> None:
         await self._do(self._core.declare("delete_queue", {"queue": name}))
 

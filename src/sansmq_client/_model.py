@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Delivery", "ConsumerRecord"]
+__all__ = ["Delivery", "ConsumerRecord", "QueueStatus"]
 
 
 @dataclass(slots=True, eq=False)
@@ -53,3 +53,13 @@ class Delivery:
     offset: int | None = None      # stream offset (x-stream-offset), None outside streams
     ack_id: Any = field(default=None, repr=False)   # delivery tag (AMQP) or ack header (STOMP)
     generation: int = field(default=0, repr=False)  # the connection it arrived on
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """A passive queue.declare's answer: the queue exists and holds ``message_count`` messages (a stream
+    on sansmq: its end offset, the offset the next message will get) for ``consumer_count`` consumers."""
+
+    queue: str
+    message_count: int
+    consumer_count: int

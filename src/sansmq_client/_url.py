@@ -87,4 +87,8 @@ def _host(text: str, default_port: int) -> tuple[str, int]:
         host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
     if not host:
         raise ValueError(f"empty host in {text!r}")
-    return host, int(port) if port else default_port
+    if not port:
+        return host, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad port in {text!r}")
+    return host, int(port)

@@ -26,7 +26,7 @@ from typing import Any
 from . import _api
 from ._core import Core
 from ._errors import ClientError, ConnectionLost
-from ._model import ConsumerRecord, Delivery
+from ._model import ConsumerRecord, Delivery, QueueStatus
 from ._pending import Pending
 from ._session import TxRecord
 from ._url import Params, parse_url
@@ -231,6 +231,12 @@ class Connection:
         args = _api.queue_args(name, durable, exclusive, auto_delete, passive, arguments)
         return str(self._call(lambda core: core.declare("queue", args)).queue)
 
+    def queue_status(self, name: str) -> QueueStatus:
+        """A passive queue.declare (AMQP): how many messages and consumers queue ``name`` has. A queue that
+        does not exist raises ``ChannelClosed`` with reply code 404; the connection stays usable."""
+        ok = self._call(lambda core: core.declare("queue", _api.queue_args(name, False, False, False, True, None)))
+        return QueueStatus(str(ok.queue), int(ok.message_count), int(ok.consumer_count))
+
     def declare_exchange(self, name: str, type: str = "direct", *, durable: bool = False,
                          auto_delete: bool = False, passive: bool = False,
                          arguments: dict[str, Any] | None = None) -> None:
@@ -241,6 +247,12 @@ class Connection:
                    arguments: dict[str, Any] | None = None) -> None:
         args = _api.bind_args(queue, exchange, routing_key, arguments)
         self._call(lambda core: core.declare("bind", args))
+
+    def unbind_queue(self, queue: str, exchange: str, routing_key: str = "",
+                     arguments: dict[str, Any] | None = None) -> None:
+        """queue.unbind (AMQP); the binding is no longer restored after a reconnect."""
+        args = _api.bind_args(queue, exchange, routing_key, arguments)
+        self._call(lambda core: core.declare("unbind", args))
 
     def delete_queue(self, name: str) -> None:
         self._call(lambda core: core.declare("delete_queue", {"queue": name}))
@@ -461,6 +473,22 @@ class Subscription:
         while (delivery := self._conn._core.take(self._inbox.get(), self._inbox.put, StopIteration)) is None:
             pass
         return delivery
+
+    def get(self, timeout: float | None = None) -> Delivery | None:
+        """The next delivery, or None if none arrives within ``timeout`` seconds (None: wait as long as it
+        takes) or the subscription ended cleanly; raises the broker's error if the broker ended it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                item = self._inbox.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            try:
+                delivery = self._conn._core.take(item, self._inbox.put, StopIteration)
+            except StopIteration:
+                return None
+            if delivery is not None:
+                return delivery
 
     def _dispatch(self, callback: Callable[[Delivery], Any]) -> None:
         try:

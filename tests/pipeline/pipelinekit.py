@@ -7,8 +7,10 @@ import os
 from dataclasses import dataclass
 
 from amqpproto import spec
-from pipeline.client import Client
+from pipeline.driver import Driver
 from pipeline.offsets import offset_of
+from sansmq_client import sync
+from sansmq_client.bulk import publish_batch
 
 _ids = itertools.count()
 
@@ -24,40 +26,38 @@ class Broker:
     def stream(self, prefix: str, **arguments: object) -> str:
         """A fresh stream with a unique name (and queue ``arguments`` such as retention)."""
         name = f"{prefix}-{os.getpid()}-{next(_ids)}"
-        with Client(self.url) as c:
-            c.declare(name, {"x-queue-type": "stream", **arguments})
+        with sync.connect(self.url) as c:
+            c.declare_queue(name, durable=True, arguments={"x-queue-type": "stream", **arguments})
         return name
 
     def publish(self, stream: str, bodies: list[bytes], headers: dict[str, object] | None = None) -> None:
-        with Client(self.url, timeout=120) as c:
-            c.confirm_select()
-            c.publish_bodies("", stream, spec.encode_properties(
-                spec.BasicProperties(headers=headers, content_type="text/plain")), bodies)
+        props = spec.encode_properties(spec.BasicProperties(headers=headers, content_type="text/plain"))
+        with sync.connect(self.url) as c:
+            publish_batch(c, "", [(stream, props, body) for body in bodies], timeout=120)
 
     def read_all(self, stream: str, expect: int, timeout: float = 30.0) -> list[tuple[int, bytes, dict]]:
         """(offset, body, headers) of the stream's first ``expect`` messages; fails if fewer arrive."""
         out: list[tuple[int, bytes, dict]] = []
-        with Client(self.url, timeout=timeout) as c:
-            c.qos(1000)
-            c.consume(stream, {"x-stream-offset": "first"})
+        with sync.connect(self.url) as c:
+            sub = c.subscribe(stream, prefetch=1000, offset="first")
             while len(out) < expect:
-                d = c.next_delivery()
+                d = sub.get(timeout)
                 assert d is not None, f"only {len(out)} of {expect} messages in {stream}"
-                c.ack(d.delivery_tag)
-                out.append((offset_of(d.properties.headers), d.body, d.properties.headers or {}))
+                c.ack(d)
+                out.append((offset_of(d.headers), d.body, d.headers))
         return out
 
     def first(self, stream: str) -> int:
         """The first offset retention kept."""
         from pipeline.offsets import stream_first
 
-        with Client(self.url) as c:
+        with Driver(self.url, 30.0) as c:
             return stream_first(c, stream, self.end(stream))
 
     def end(self, stream: str) -> int:
         from pipeline.offsets import stream_end
 
-        with Client(self.url) as c:
+        with Driver(self.url, 30.0) as c:
             return stream_end(c, stream, 300)
 
 
@@ -98,40 +98,39 @@ class TrafficRecorder:
         """Publish ``messages`` to amq.topic, consume them all; returns counts for the assertions."""
         q = self.queues
         counts = {"published": 0, "redelivered": 0, "dead_letters": 0}
-        with Client(self.broker.url) as c:
+        published = []
+        with sync.connect(self.broker.url) as c:
             if self.broker.firehose:
-                c.bind(self.trace, "amq.rabbitmq.trace", "#")
-            c.declare(q["orders"], durable=False)
-            c.declare(q["billing"], durable=False)
-            c.declare(q["parked"], durable=False)
-            c.declare(q["retry"], {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q["parked"]},
-                      durable=False)
-            c.bind(q["orders"], "amq.topic", f"orders.{self.tag}.*")
-            c.bind(q["billing"], "amq.topic", f"billing.{self.tag}")
-            c.bind(q["retry"], "amq.topic", f"retry.{self.tag}")
-            c.confirm_select()
+                c.bind_queue(self.trace, "amq.rabbitmq.trace", "#")
+            c.declare_queue(q["orders"])
+            c.declare_queue(q["billing"])
+            c.declare_queue(q["parked"])
+            c.declare_queue(q["retry"], arguments={"x-dead-letter-exchange": "",
+                                                    "x-dead-letter-routing-key": q["parked"]})
+            c.bind_queue(q["orders"], "amq.topic", f"orders.{self.tag}.*")
+            c.bind_queue(q["billing"], "amq.topic", f"billing.{self.tag}")
+            c.bind_queue(q["retry"], "amq.topic", f"retry.{self.tag}")
             for i in range(messages):
                 kind = ("orders", "orders", "orders", "billing", "retry")[i % 5]
                 rk = f"orders.{self.tag}.{('eu', 'us', 'asia')[i % 3]}" if kind == "orders" else f"{kind}.{self.tag}"
                 body = b"x" * (16 << (i % 7))
                 mid = f"m-{self.tag}-{i}"
-                c.publish("amq.topic", rk, spec.BasicProperties(message_id=mid), body)
+                published.append((rk, spec.encode_properties(spec.BasicProperties(message_id=mid)), body))
                 self._record("publish.amq.topic", {"exchange_name": "amq.topic", "routing_keys": [rk],
                                                    "properties": {"message_id": mid},
                                                    "routed_queues": [q[kind]]}, body)
                 counts["published"] += 1
-            c.wait_confirms(c.published)
-            c.qos(100)
+            publish_batch(c, "amq.topic", published)
             for name in ("orders", "billing", "retry"):
                 self._drain(c, name, counts)
             self._drain(c, "parked", counts)
         return counts
 
-    def _drain(self, c: Client, name: str, counts: dict[str, int]) -> None:
+    def _drain(self, c: sync.Connection, name: str, counts: dict[str, int]) -> None:
         queue = self.queues[name]
-        tag = c.consume(queue)
+        sub = c.subscribe(queue, prefetch=100)
         first_deliveries = 0
-        while (d := c.next_delivery(1.0)) is not None:
+        while (d := sub.get(1.0)) is not None:
             p = d.properties
             mid = p.message_id or ""
             props: dict[str, object] = {"message_id": mid}
@@ -142,28 +141,26 @@ class TrafficRecorder:
             counts["redelivered"] += d.redelivered
             first_deliveries += not d.redelivered
             if name == "orders" and not d.redelivered and first_deliveries % 10 == 1:
-                c.reject(d.delivery_tag, requeue=True)  # every 10th order comes back redelivered
+                c.reject(d, requeue=True)  # every 10th order comes back redelivered
             elif name == "retry":
-                c.reject(d.delivery_tag, requeue=False)  # dead-lettered to parked
+                c.reject(d, requeue=False)  # dead-lettered to parked
                 counts["dead_letters"] += 1
                 self._record("publish.amq.default", {
                     "exchange_name": "", "routing_keys": [self.queues["parked"]],
                     "properties": {"message_id": mid, "headers": {"x-first-death-queue": queue}}}, d.body)
             else:
-                c.ack(d.delivery_tag, multiple=False)
-        c.cancel(tag)
+                c.ack(d)
+        sub.cancel()
 
     def flush(self) -> None:
         """Append the records to the trace stream (stop tracing into it, with the broker's firehose)."""
         if self.broker.firehose:
-            with Client(self.broker.url) as c:
-                c.unbind(self.trace, "amq.rabbitmq.trace", "#")
+            with sync.connect(self.broker.url) as c:
+                c.unbind_queue(self.trace, "amq.rabbitmq.trace", "#")
             return
         exchange = f"firehose-{self.tag}"  # stands for amq.rabbitmq.trace
-        with Client(self.broker.url) as c:
-            c.declare_exchange(exchange, "topic", durable=False)
-            c.bind(self.trace, exchange, "#")
-            c.confirm_select()
-            for rk, headers, body in self.records:
-                c.publish(exchange, rk, spec.BasicProperties(headers=headers), body)
-            c.wait_confirms(c.published)
+        with sync.connect(self.broker.url) as c:
+            c.declare_exchange(exchange, "topic")
+            c.bind_queue(self.trace, exchange, "#")
+            publish_batch(c, exchange, [(rk, spec.encode_properties(spec.BasicProperties(headers=headers)), body)
+                                        for rk, headers, body in self.records])

@@ -9,11 +9,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.client import parse_url
+from pipeline.driver import endpoint as parse_url
 from pipeline.offsets import cap_total, split_range
 from pipeline.options import OptionError, ReadOptions, WriteOptions
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pipeline"
+
+
+def _absolute_imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module or "")
+    return names
 
 
 def test_pipeline_never_imports_the_engine_or_the_servers() -> None:
@@ -21,23 +31,27 @@ def test_pipeline_never_imports_the_engine_or_the_servers() -> None:
     files = sorted(SRC.rglob("*.py"))
     assert files
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] if node.level == 0 else []
-            else:
-                continue
-            for name in names:
-                assert name.split(".")[0] not in {"engine", "servers", "pika"}, f"{path.name} imports {name}"
+        for name in _absolute_imports(path):
+            assert name.split(".")[0] not in {"engine", "servers", "pika"}, f"{path.name} imports {name}"
+
+
+def test_the_cluster_link_does_not_import_the_pipeline() -> None:
+    """The node-to-node link has its own client (servers/cluster/client.py): a broker without the spark
+    extra's code paths must not load the pipeline package."""
+    files = sorted((SRC.parent / "servers" / "cluster").rglob("*.py"))
+    assert files
+    for path in files:
+        assert not [n for n in _absolute_imports(path) if n.split(".")[0] == "pipeline"], path.name
 
 
 def test_parse_url() -> None:
     ep = parse_url("amqp://u%40x:p%2Fw@broker:5673/%2F")
-    assert (ep.host, ep.port, ep.user, ep.password, ep.vhost) == ("broker", 5673, "u@x", "p/w", "/")
+    assert (ep.hosts, ep.user, ep.password, ep.vhost) == ((("broker", 5673),), "u@x", "p/w", "/")
     assert parse_url("amqp://h/v").vhost == "v" and parse_url("amqp://h").vhost == "/"
     with pytest.raises(ValueError, match="amqp:// or amqps://"):
         parse_url("http://h")
+    with pytest.raises(ValueError, match="amqp:// or amqps://"):  # sansmq_client's parser, AMQP only
+        parse_url("stomp://h")
 
 
 def test_parse_url_with_tls_and_several_hosts() -> None:
@@ -50,9 +64,9 @@ def test_parse_url_with_tls_and_several_hosts() -> None:
     tls = parse_url("amqps://h?verify=verify_none&server_name_indication=broker.example").tls
     assert tls is not None and (tls.verify, tls.server_name) == (False, "broker.example")
     assert parse_url("amqp://a:1,b:2").tls is None and parse_url("amqp://a:1,b").hosts == (("a", 1), ("b", 5672))
-    for bad, msg in [("amqp://h?cacertfile=/x", "for amqps:// only"), ("amqps://h?verify=maybe", "verify_peer"),
-                     ("amqps://h?heartbeat=5", "unknown parameters"), ("amqp://a,,b", "no host"),
-                     ("amqp://a:99999,b", "bad port")]:
+    for bad, msg in [("amqp://h?cacertfile=/x", "amqps:// and stomps:// only"),
+                     ("amqps://h?verify=maybe", "verify_peer"), ("amqps://h?nosuch=5", "unknown URL options"),
+                     ("amqp://a,,b", "empty host"), ("amqp://a:99999,b", "bad port"), ("amqp://a:x", "bad port")]:
         with pytest.raises(ValueError, match=msg):
             parse_url(bad)
 
@@ -146,8 +160,9 @@ def test_cap_total_takes_at_most_the_limit(ranges: dict[str, tuple[int, int]], l
 
 def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeline.retry
-    from pipeline.client import BrokerUnreachable, ChannelError, ConnectionLost
+    from pipeline.driver import BrokerUnreachable
     from pipeline.retry import with_retries
+    from sansmq_client import BrokerClosedConnection, ChannelClosed, ConnectionLost
 
     clock = [0.0]
     monkeypatch.setattr(pipeline.retry.time, "monotonic", lambda: clock[0])
@@ -163,10 +178,11 @@ def test_retries_ride_out_network_failures_only_until_the_deadline(monkeypatch: 
         return work
 
     down = [ConnectionLost("closed"), BrokerUnreachable("refused", retriable=True), ConnectionResetError(),
-            ChannelError(320, "CONNECTION_FORCED - shutdown")]
+            BrokerClosedConnection(320, "CONNECTION_FORCED - shutdown", "", None)]
     assert with_retries(flaky(down), 10.0, "x") == "ok"
     assert [round(b - a, 1) for a, b in zip(calls, calls[1:], strict=False)] == [0.2, 0.4, 0.8, 1.6]  # doubling
-    for final in (ChannelError(403, "ACCESS_REFUSED"), BrokerUnreachable("403 log-in refused"), TimeoutError()):
+    for final in (BrokerClosedConnection(403, "ACCESS_REFUSED", "", None), ChannelClosed(404, "NOT_FOUND", "", 1),
+                  BrokerUnreachable("403 from the management API"), TimeoutError()):
         calls.clear()
         with pytest.raises(type(final)):
             with_retries(flaky([final]), 10.0, "x")

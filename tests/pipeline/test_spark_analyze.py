@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from pipelinekit import Broker, TrafficRecorder
 
-from amqpproto import spec
-from pipeline.client import Client
+from sansmq_client import sync
 from servers.cli import main as servers_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,40 +114,37 @@ def _operator_traffic(broker: Broker, trace: str, tag: str) -> dict[str, str]:
 
     q = {name: f"{name}-{tag}" for name in ("big", "small", "slow", "retry", "parked")}
     nowhere = f"nobody-binds-{tag}"
-    with Client(broker.url) as c:
-        c.bind(trace, "amq.rabbitmq.trace", "#")
+    with sync.connect(broker.url) as c:
+        c.bind_queue(trace, "amq.rabbitmq.trace", "#")
         try:
             for name in ("big", "small", "slow", "parked"):
-                c.declare(q[name], durable=False)
-            c.declare(q["retry"], {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q["parked"]},
-                      durable=False)
-            c.declare_exchange(nowhere, "direct", durable=False)
-            c.confirm_select()
+                c.declare_queue(q[name])
+            c.declare_queue(q["retry"], arguments={"x-dead-letter-exchange": "",
+                                                   "x-dead-letter-routing-key": q["parked"]})
+            c.declare_exchange(nowhere, "direct")
             for name, n in (("big", 1000), ("small", 3), ("slow", 20), ("retry", 4)):
                 for i in range(n):  # distinct bodies: the analysis pairs a delivery with its publish by body
-                    c.publish("", q[name], spec.BasicProperties(), f"{name}-{tag}-{i}".encode())
+                    c.publish(q[name], f"{name}-{tag}-{i}".encode(), exchange="")
             for i in range(7):
-                c.publish("amq.direct", f"no-such-key-{tag}", spec.BasicProperties(), f"lost-{tag}-{i}".encode())
+                c.publish(f"no-such-key-{tag}", f"lost-{tag}-{i}".encode(), exchange="amq.direct")
             for i in range(3):
-                c.publish(nowhere, "eu", spec.BasicProperties(), f"unbound-{tag}-{i}".encode())
-            c.wait_confirms(c.published)  # every backlog is complete before any consumer starts
-            c.qos(100)
+                c.publish("eu", f"unbound-{tag}-{i}".encode(), exchange=nowhere)
+            # (each publish returned confirmed: every backlog is complete before any consumer starts)
             for name in ("big", "small", "retry", "parked"):
-                tag_ = c.consume(q[name])
-                while (d := c.next_delivery(1.0)) is not None:
+                sub = c.subscribe(q[name], prefetch=100)
+                while (d := sub.get(1.0)) is not None:
                     if name == "retry":
-                        c.reject(d.delivery_tag, requeue=False)
+                        c.reject(d, requeue=False)
                     else:
-                        c.ack(d.delivery_tag, multiple=False)
-                c.cancel(tag_)
-            c.qos(1)
-            tag_ = c.consume(q["slow"])
-            while (d := c.next_delivery(1.0)) is not None:
+                        c.ack(d)
+                sub.cancel()
+            sub = c.subscribe(q["slow"], prefetch=1)
+            while (d := sub.get(1.0)) is not None:
                 time.sleep(0.1)  # the slow consumer: the 20th message waits for 19 of these
-                c.ack(d.delivery_tag, multiple=False)
-            c.cancel(tag_)
+                c.ack(d)
+            sub.cancel()
         finally:
-            c.unbind(trace, "amq.rabbitmq.trace", "#")
+            c.unbind_queue(trace, "amq.rabbitmq.trace", "#")
     return {**q, "nowhere": nowhere}
 
 
@@ -178,7 +174,7 @@ def test_analyze_summary_names_what_is_wrong_worst_first(spark, broker: Broker, 
     consumers = tables["consumers"]
     slowest = consumers.iloc[0]  # worst first
     assert slowest.queue == q["slow"] and slowest.deliveries == 20 and slowest.p99 >= 1500
-    assert slowest.consumer.endswith(" channel 1") and "127.0.0.1" in slowest.consumer
+    assert re.fullmatch(r"127\.0\.0\.1:\d+ channel \d+", slowest.consumer)  # sansmq_client: a channel each
 
     page = (out / "index.html").read_text()
     summary = page[page.index('id="summary"'):page.index("<h2>Messages per second")]
@@ -227,7 +223,7 @@ def test_analyze_fails_in_one_line_for_a_bad_broker_or_stream(broker: Broker, tm
 
     p = run("--url", "amqp://guest:guest@127.0.0.1:1/%2F")
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [
-        "sansmq analyze: error: cannot connect to the broker at 127.0.0.1:1: [Errno 111] Connection refused"]
+        "sansmq analyze: error: could not connect to any of [('127.0.0.1', 1)]: [Errno 111] Connection refused"]
     p = run("--url", broker.url, "--stream", "pipe-no-such-trace")
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
     assert "stream 'pipe-no-such-trace': 404 NOT_FOUND" in p.stderr
@@ -251,15 +247,17 @@ def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path
     stream under a fresh name; the report counts exactly the traffic the bench runs report."""
     if not broker.firehose:
         pytest.skip("RabbitMQ 3.10 appends no firehose records to a stream queue (see the README)")
-    from pipeline.client import Client, parse_url
+    from pipeline.driver import endpoint
+    from sansmq_client import sync
 
-    ep = parse_url(broker.url)
+    ep = endpoint(broker.url)
+    host, port = ep.hosts[0]
     trace = f"readme-trace-{os.getpid()}"
     create, *benches, analyze = _readme_analytics_commands()
     assert [c[1:3] for c in (create, *benches)] == [["streams", "create"]] + [["bench", "-u"], ["bench", "-t"]]
     assert analyze[1] == "analyze" and create[3] == "trace" and analyze[analyze.index("--stream") + 1] == "trace"
     run = [sys.executable, "-m", "servers"]
-    created = subprocess.run([*run, *create[1:3], trace, *create[4:], "--amqp", f"{ep.host}:{ep.port}"],
+    created = subprocess.run([*run, *create[1:3], trace, *create[4:], "--amqp", f"{host}:{port}"],
                              capture_output=True, text=True, timeout=60)
     assert created.returncode == 0, created.stderr
     try:
@@ -268,8 +266,8 @@ def test_the_readme_analytics_commands_run(spark, broker: Broker, tmp_path: Path
                  for b in benches]
         results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     finally:
-        with Client(broker.url) as c:  # the rest of the suite is not traced into it
-            c.unbind(trace, "amq.rabbitmq.trace", "#")
+        with sync.connect(broker.url) as c:  # the rest of the suite is not traced into it
+            c.unbind_queue(trace, "amq.rabbitmq.trace", "#")
     assert all(r["errors"] == [] and r["sent"] > 0 for r in results), results
     queued, fanned = results
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from e2ekit import start_server
 from tlskit import make_pki, start_tls_server
 
-from pipeline.client import Client
+from sansmq_client import sync
 from servers.management import OPS_EPHEMERAL
 
 
@@ -20,8 +20,8 @@ def test_amqps_with_a_client_certificate_and_several_hosts(spark, tmp_path: Path
         # the first host refuses (nothing listens on port 1): the next one is tried
         url = (f"amqps://guest:guest@127.0.0.1:1,localhost:{port}/%2F?cacertfile={pki.ca}"
                f"&certfile={pki.client_cert}&keyfile={pki.client_key}")
-        with Client(url) as c:
-            c.declare("pipe-tls", {"x-queue-type": "stream"})
+        with sync.connect(url) as c:
+            c.declare_queue("pipe-tls", durable=True, arguments={"x-queue-type": "stream"})
         rows = spark.createDataFrame([(f"secret {i}",) for i in range(200)], "body string").repartition(2)
         rows.write.format("sansmq").option("url", url).option("stream", "pipe-tls").mode("append").save()
         got = spark.read.format("sansmq").option("url", url).option("stream", "pipe-tls").load()
@@ -95,9 +95,9 @@ def test_executors_reuse_one_connection_across_tasks_and_batches(spark, tmp_path
         broker = Broker(f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/%2F", dedup=True, name="sansmq")
         stream = broker.stream("pipe-reuse")
         broker.publish(stream, [b"%04d" % i for i in range(4000)])
-        with Client(broker.url) as events:
-            events.declare("connections-opened", durable=False)
-            events.bind("connections-opened", "amq.rabbitmq.event", "connection.created")
+        with sync.connect(broker.url) as events:
+            events.declare_queue("connections-opened")
+            events.bind_queue("connections-opened", "amq.rabbitmq.event", "connection.created")
             q = (spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream)
                  .option("maxRecordsPerTrigger", "1000").option("maxRecordsPerPartition", "250").load()
                  .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
@@ -105,11 +105,10 @@ def test_executors_reuse_one_connection_across_tasks_and_batches(spark, tmp_path
             q.awaitTermination(300)
             assert q.exception() is None, q.exception()
             assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [1000] * 4
-            events.qos(100)
-            events.consume("connections-opened")
+            sub = events.subscribe("connections-opened", prefetch=100)
             opened = 0
-            while (d := events.next_delivery(2.0)) is not None:
-                events.ack(d.delivery_tag)
+            while (d := sub.get(2.0)) is not None:
+                events.ack(d)
                 opened += 1
         assert 1 <= opened <= 5, opened  # the driver's, one per Python worker (2 slots), a spare
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pipelinekit import Broker
 
-from pipeline.client import Client
+from sansmq_client import sync
 
 #: small segments with a byte limit: retention removes old segments as the stream grows
 RETAINED = {"x-stream-max-segment-size-bytes": 4000, "x-max-length-bytes": 20000}
@@ -72,9 +72,9 @@ def _recreated(spark, broker: Broker, tmp_path: Path, prefix: str, old: int, new
     broker.publish(stream, [b"old %d" % i for i in range(old)])
     out, ck = tmp_path / "out", tmp_path / "ck"
     _copy(spark, broker, stream, out, ck)
-    with Client(broker.url) as c:
-        c.delete(stream)
-        c.declare(stream, {"x-queue-type": "stream"})
+    with sync.connect(broker.url) as c:
+        c.delete_queue(stream)
+        c.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
     broker.publish(stream, [b"new %d" % i for i in range(new)])
     with pytest.raises(Exception) as e:
         _copy(spark, broker, stream, out, ck)
@@ -150,8 +150,8 @@ def test_a_stream_deleted_while_the_query_runs(spark, broker: Broker, fail: bool
     try:
         wait_until(lambda: spark.sql(f"select count(*) c from {name}").first().c == 20 or q.exception(), 120,
                    "the first 20 rows")
-        with Client(broker.url) as c:
-            c.delete(a)
+        with sync.connect(broker.url) as c:
+            c.delete_queue(a)
         if fail:
             wait_until(lambda: q.exception() is not None, 120, "the query to fail")
             assert f"pipeline.dataloss.DataLossError: stream {a!r} no longer exists (404 NOT_FOUND" in str(q.exception())

@@ -8,14 +8,14 @@ import os
 from e2ekit import wait_until
 from pipelinekit import Broker
 
-from pipeline.client import Client
+from sansmq_client import sync
 
 
 def test_a_partition_added_while_the_query_runs_is_read_from_its_first_offset(spark, broker: Broker) -> None:
     name = f"pipe-parts-{os.getpid()}"
-    with Client(broker.url) as c:
+    with sync.connect(broker.url) as c:
         for i in range(2):
-            c.declare(f"{name}-{i}", {"x-queue-type": "stream"})
+            c.declare_queue(f"{name}-{i}", durable=True, arguments={"x-queue-type": "stream"})
     broker.publish(f"{name}-0", [b"p0"] * 5)
     broker.publish(f"{name}-1", [b"p1"] * 7)
     table = name.replace("-", "_")
@@ -27,8 +27,8 @@ def test_a_partition_added_while_the_query_runs_is_read_from_its_first_offset(sp
 
     try:
         wait_until(lambda: rows() == {f"{name}-0": 5, f"{name}-1": 7} or q.exception(), 120, "the two partitions")
-        with Client(broker.url) as c:
-            c.declare(f"{name}-2", {"x-queue-type": "stream"})
+        with sync.connect(broker.url) as c:
+            c.declare_queue(f"{name}-2", durable=True, arguments={"x-queue-type": "stream"})
         broker.publish(f"{name}-2", [b"p2"] * 4)
         broker.publish(f"{name}-0", [b"p0"] * 1)
         wait_until(lambda: rows() == {f"{name}-0": 6, f"{name}-1": 7, f"{name}-2": 4} or q.exception(), 120,
@@ -52,10 +52,10 @@ def test_subscribe_pattern_reads_the_matching_streams_and_those_created_later(sp
     try:
         broker = Broker(f"amqp://guest:guest@127.0.0.1:{srv.port('amqp')}/%2F", dedup=True, name="sansmq")
         tag = os.getpid()
-        with Client(broker.url) as c:
+        with sync.connect(broker.url) as c:
             for name in (f"orders-{tag}-eu", f"orders-{tag}-us", f"audit-{tag}", f"orders-{tag}-eu-x"):
-                c.declare(name, {"x-queue-type": "stream"})
-            c.declare(f"orders-{tag}-classic")  # matches, but no stream
+                c.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            c.declare_queue(f"orders-{tag}-classic", durable=True)  # matches, but no stream
         for name in (f"orders-{tag}-eu", f"orders-{tag}-us", f"audit-{tag}", f"orders-{tag}-eu-x"):
             broker.publish(name, [name.encode()] * 3)
         table = f"pattern_{tag}"
@@ -70,8 +70,8 @@ def test_subscribe_pattern_reads_the_matching_streams_and_those_created_later(sp
         try:
             want = {f"orders-{tag}-eu": 3, f"orders-{tag}-us": 3}
             wait_until(lambda: rows() == want or q.exception(), 120, "the matching streams")
-            with Client(broker.url) as c:
-                c.declare(f"orders-{tag}-asia", {"x-queue-type": "stream"})
+            with sync.connect(broker.url) as c:
+                c.declare_queue(f"orders-{tag}-asia", durable=True, arguments={"x-queue-type": "stream"})
             broker.publish(f"orders-{tag}-asia", [b"asia"] * 2)
             wait_until(lambda: rows() == {**want, f"orders-{tag}-asia": 2} or q.exception(), 120, "the new stream")
             assert q.exception() is None, q.exception()

@@ -78,10 +78,10 @@ def test_an_unroutable_row_fails_the_task(spark, broker: Broker) -> None:
     """Publishes are mandatory: a row whose routing key no queue is bound for comes back
     (basic.return) and fails the write instead of vanishing."""
     dst = broker.stream("pipe-sink-route")
-    from pipeline.client import Client
+    from sansmq_client import sync
 
-    with Client(broker.url) as c:
-        c.bind(dst, "amq.direct", dst)
+    with sync.connect(broker.url) as c:
+        c.bind_queue(dst, "amq.direct", dst)
     rows = spark.createDataFrame([("ok", dst), ("lost", "pipe-nobody-listens")], "body string, routing_key string")
     with pytest.raises(Exception) as e:
         _write(rows.coalesce(1), broker, exchange="amq.direct")

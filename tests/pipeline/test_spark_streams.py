@@ -133,11 +133,11 @@ def _run(df, checkpoint: Path) -> None:
 
 def test_clear_errors(spark, broker: Broker, tmp_path: Path) -> None:
     nowhere = "amqp://guest:guest@127.0.0.1:1/%2F"
-    refused = "pipeline.client.BrokerUnreachable: cannot connect to the broker at 127.0.0.1:1: "
+    refused = "sansmq_client._errors.ConnectionLost: could not connect to any of [('127.0.0.1', 1)]: "
     # a refused connection is retried for retryDeadlineMs (60 s by default, three minutes over the
     # three cases here); 1 s gives the same error (test_pipeline_units covers the retrying)
     gave_up = "gave up after retrying for 1s (option retryDeadlineMs)"
-    missing = "pipeline.client.StreamNotFound: 404 NOT_FOUND - no queue 'pipe-no-such-stream' in vhost '/'"
+    missing = "pipeline.driver.StreamNotFound: 404 NOT_FOUND - no queue 'pipe-no-such-stream' in vhost '/'"
     for reader in (lambda: spark.read, lambda: spark.readStream):  # batch: in load(); stream: when it starts
         with pytest.raises(Exception) as e:
             _run(reader().format("sansmq").option("url", nowhere).option("stream", "x")
@@ -224,12 +224,12 @@ def test_an_idle_reader_waits_for_the_broker_instead_of_polling(broker: Broker) 
     import threading
     import time
 
-    from pipeline.client import Client
+    from pipeline.driver import Driver
     from pipeline.offsets import stream_end, wait_for_new
 
     quiet, busy = broker.stream("pipe-idle-a"), broker.stream("pipe-idle-b")
     broker.publish(busy, [b"old"] * 5)
-    with Client(broker.url) as c:
+    with Driver(broker.url, 30.0) as c:
         t0 = time.monotonic()
         assert wait_for_new(c, {quiet: 0, busy: 5}, 1.5) is False  # the 5 old ones do not count
         assert time.monotonic() - t0 >= 1.4
@@ -274,7 +274,7 @@ def test_the_end_probe_returns_while_producers_keep_appending(broker: Broker) ->
     import threading
     import time
 
-    from pipeline.client import Client
+    from pipeline.driver import Driver
     from pipeline.offsets import PROBE_SPAN, stream_end
 
     stream = broker.stream("pipe-busy")
@@ -288,7 +288,7 @@ def test_the_end_probe_returns_while_producers_keep_appending(broker: Broker) ->
     t = threading.Thread(target=produce)
     t.start()
     try:
-        with Client(broker.url) as c:
+        with Driver(broker.url, 30.0) as c:
             t0 = time.monotonic()
             end = stream_end(c, stream, 100)
             took = time.monotonic() - t0
@@ -303,19 +303,18 @@ def test_a_partitioned_stream_is_read_as_its_partitions(spark, broker: Broker) -
     """NAME-0..N-1 bound to a direct exchange NAME (what a partitioned stream is): option stream NAME
     reads every partition; offsets JSON names the partitions."""
     from amqpproto import spec
-    from pipeline.client import Client
+    from sansmq_client import sync
+    from sansmq_client.bulk import publish_batch
 
     base = broker.stream("pipe-super")  # a plain stream to get a unique name; the partitions hang off it
     name = f"{base}-p"
-    with Client(broker.url) as c:
-        c.declare_exchange(name, "direct")
+    with sync.connect(broker.url) as c:
+        c.declare_exchange(name, "direct", durable=True)
         for i in range(3):
-            c.declare(f"{name}-{i}", {"x-queue-type": "stream"})
-            c.bind(f"{name}-{i}", name, str(i))
-        c.confirm_select()
-        for j in range(90):
-            c.publish(name, str(j % 3), spec.BasicProperties(), b"%d" % j)
-        c.wait_confirms(c.published)
+            c.declare_queue(f"{name}-{i}", durable=True, arguments={"x-queue-type": "stream"})
+            c.bind_queue(f"{name}-{i}", name, str(i))
+        publish_batch(c, name, [(str(j % 3), spec.encode_properties(spec.BasicProperties()), b"%d" % j)
+                                for j in range(90)])
     df = spark.read.format("sansmq").option("url", broker.url).option("stream", name).load()
     counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
     assert counts == {f"{name}-{i}": 30 for i in range(3)}
@@ -354,13 +353,13 @@ def test_the_readme_example_runs(spark, broker: Broker, capsys: pytest.CaptureFi
 
 def test_the_pipeline_page_example_runs(spark, broker: Broker, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.client import Client
+    from sansmq_client import sync
 
     code = _make_session_example("docs/pipeline.md")
     events = broker.stream("pipe-readme")
     upper = f"{events}-upper"
-    with Client(broker.url) as c:
-        c.declare(upper, {"x-queue-type": "stream"})
+    with sync.connect(broker.url) as c:
+        c.declare_queue(upper, durable=True, arguments={"x-queue-type": "stream"})
     code = (code.replace('"amqp://guest:guest@127.0.0.1:5672/%2F"', repr(broker.url))
             .replace('"events-upper"', repr(upper)).replace('"events"', repr(events))
             .replace('"/tmp/ck-upper"', repr(str(tmp_path / "ck"))))
@@ -374,10 +373,11 @@ def test_the_pipeline_page_example_runs(spark, broker: Broker, tmp_path: Path,
 
 
 def test_bad_credentials_or_vhost_are_a_clear_error(broker: Broker) -> None:
-    from pipeline.client import BrokerUnreachable, Client
+    from pipeline.driver import Driver
+    from sansmq_client import BrokerClosedConnection
 
     base = broker.url.split("@", 1)[1].rsplit("/", 1)[0]
-    with pytest.raises(BrokerUnreachable, match=r"AMQP handshake with .* failed: .*403"):
-        Client(f"amqp://guest:wrong@{base}/%2F")
-    with pytest.raises(BrokerUnreachable, match=r"vhost 'no-such-vhost' failed: .*530"):
-        Client(f"amqp://guest:guest@{base}/no-such-vhost")
+    with pytest.raises(BrokerClosedConnection, match=r"403"):
+        Driver(f"amqp://guest:wrong@{base}/%2F", 10.0)
+    with pytest.raises(BrokerClosedConnection, match=r"530 .*connection.open"):
+        Driver(f"amqp://guest:guest@{base}/no-such-vhost", 10.0)

@@ -10,7 +10,7 @@ import time
 import pytest
 from pipelinekit import Broker
 
-from pipeline.client import Client
+from pipeline.driver import Driver
 from pipeline.offsets import record_time
 
 
@@ -31,7 +31,7 @@ def test_timestamp_is_the_append_time_and_a_starting_time_starts_there(spark, br
     middle = int(time.time() * 1000)
     broker.publish(stream, [b"late-%d" % i for i in range(4)])
     after = int(time.time() * 1000)
-    with Client(broker.url) as c:
+    with Driver(broker.url, 30.0) as c:
         appended = [record_time(c, stream, i) for i in range(7)]
     assert all(t is not None for t in appended)
 

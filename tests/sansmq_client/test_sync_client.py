@@ -3,14 +3,16 @@ transactions, typed errors, and the calls refused before they reach the broker."
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections import Counter
 
 import pytest
 from clientkit import Broker, free_port, name
 
 import sansmq_client.sync
-from sansmq_client import ChannelClosed, ClientError, Delivery, NotSupported
+from sansmq_client import ChannelClosed, ClientError, Delivery, NotSupported, QueueStatus, Unroutable
 
 THREADS, EACH = 6, 40
 
@@ -127,3 +129,34 @@ def test_a_refused_connect_raises_and_leaves_no_thread_behind(broker: Broker) ->
     with pytest.raises(sansmq_client.ConnectionLost, match="could not connect"):
         sansmq_client.sync.connect(f"amqp://127.0.0.1:{free_port()}/?connect_timeout=2")  # nobody listens
     assert threading.active_count() == before
+
+
+def test_queue_status_and_a_timed_get(broker: Broker) -> None:
+    """What a driver probing streams needs (and unbind_queue): a passive declare's counts, a 404 that leaves the connection
+    usable, and a wait for the next delivery that gives up after a timeout instead of blocking."""
+    with sansmq_client.sync.connect(broker.url("amqp")) as conn:
+        q = conn.declare_queue(name(), durable=True)
+        for body in (b"a", b"b", b"c"):
+            conn.publish(q, body)
+        assert conn.queue_status(q) == QueueStatus(q, 3, 0)
+        conn.bind_queue(q, "amq.direct", q)
+        conn.publish(q, b"d", exchange="amq.direct")
+        conn.unbind_queue(q, "amq.direct", q)
+        with contextlib.suppress(Unroutable):  # no queue takes it now
+            conn.publish(q, b"e", exchange="amq.direct")
+        assert conn.queue_status(q).message_count == 4
+        with pytest.raises(ChannelClosed) as info:
+            conn.queue_status(name("missing"))
+        assert info.value.reply_code == 404
+        sub = conn.subscribe(q, prefetch=10)
+        assert conn.queue_status(q).consumer_count == 1  # the connection survived the 404
+        got = [sub.get(5), sub.get(5), sub.get(5), sub.get(5)]
+        assert [d.body for d in got if d is not None] == [b"a", b"b", b"c", b"d"]
+        started = time.monotonic()
+        assert sub.get(0.3) is None  # nothing more: gives up after the timeout
+        assert 0.25 <= time.monotonic() - started < 5
+        for d in got:
+            assert d is not None
+            conn.ack(d)
+        sub.cancel()
+        assert sub.get(5) is None  # a cancelled subscription ends cleanly

@@ -35,7 +35,7 @@ def test_tls_urls_take_rabbitmqs_parameters() -> None:
 @pytest.mark.parametrize("url, why", [
     ("http://h/", "amqp://, amqps://, stomp:// or stomps://"),
     ("amqp://h/?hartbeat=1", "unknown URL options"),
-    ("amqp://h:notaport/", "invalid literal"),
+    ("amqp://h:notaport/", "bad port"), ("amqp://h:70000/", "bad port"),
     ("amqp://:5672/", "empty host"),
     ("amqp://h/?cacertfile=/ca.pem", "are for amqps:// and stomps:// only"),
     ("amqps://h/?verify=maybe", "verify must be verify_peer or verify_none"),

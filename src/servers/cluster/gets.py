@@ -19,8 +19,8 @@ from typing import Any
 from engine.cluster.relay import Fetched, GetReply
 from engine.model import Queue
 from engine.storage.postgres.cluster import ClusterStore
-from pipeline.client import BrokerError, Client
 
+from .client import BrokerError, Client
 from .peer import connect_peer, delivery_fields
 
 __all__ = ["GetLinks"]

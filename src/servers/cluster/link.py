@@ -1,5 +1,5 @@
 """``Links``: this node's connections to its peers' link listeners (``engine.cluster.link``), one
-per (peer, vhost), on our own AMQP client (``pipeline.client``, amqpproto's client role).
+per (peer, vhost), on the cluster's own blocking AMQP client (``client``, amqpproto's client role).
 
 ``send`` runs on a leader's sender thread (``forwarders``, fed by the store's sync): it publishes a leader's
 messages in confirm mode and returns once the leader confirmed every one, i.e. after the leader's
@@ -17,8 +17,8 @@ from engine.amqp.properties import message_props
 from engine.cluster.link import RELAY_HEADER, relay_header
 from engine.storage.postgres.cluster import ClusterStore
 from engine.store import StoreError
-from pipeline.client import BrokerError, Client
 
+from .client import BrokerError, Client
 from .forwarders import Forwarders
 from .gets import GetLinks
 from .peer import connect_peer

@@ -11,7 +11,8 @@ from urllib.parse import quote
 from engine._props import props_to_headers
 from engine.cluster.link import LINK_USER
 from engine.storage.postgres.cluster import ClusterStore
-from pipeline.client import BrokerError, Client, Delivery
+
+from .client import BrokerError, Client, Delivery
 
 __all__ = ["connect_peer", "delivery_fields"]
 

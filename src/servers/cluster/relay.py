@@ -20,8 +20,8 @@ from typing import Any
 from engine.cluster.relay import ACK, REQUEUE, Relay, Relays
 from engine.model.streams import STREAM_OFFSET_HEADER
 from engine.storage.postgres.cluster import ClusterStore
-from pipeline.client import BrokerError, Client
 
+from .client import BrokerError, Client
 from .peer import connect_peer, delivery_fields
 
 __all__ = ["RelayLinks", "PREFETCH"]

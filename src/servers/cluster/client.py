@@ -1,4 +1,8 @@
-"""A small blocking AMQP 0-9-1 client on amqpproto's client role: what the Spark connector needs.
+"""A small blocking AMQP 0-9-1 client on amqpproto's client role: the cluster's node-to-node link.
+
+Why not ``sansmq_client.sync`` (see docs/operator/cluster.md): every call here must fail within the
+cluster lease and never reconnect (a failed link is the signal to re-route), it speaks TLS with the
+node's own ``ssl.SSLContext``, and it needs basic.get and raw pipelined publishes with confirms.
 
 One connection, one channel (1), a plain socket. Deliveries that arrive while the client waits for
 a method reply are kept in order and handed out by ``next_delivery``; publisher confirms are
@@ -10,26 +14,19 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import amqpproto
-import sansmq_client
 from amqpproto import spec
-from sansmq_client._tls import TLS_PARAMS, Tls, tls_from_query
+from sansmq_client import Tls, parse_url
 
 __all__ = ["Client", "Delivery", "BrokerError", "BrokerUnreachable", "ChannelError", "ConnectionLost",
-           "ConsumerCancelled", "StreamNotFound", "retriable",
-           "parse_url", "Endpoint", "Tls"]
+           "ConsumerCancelled"]
 
 CH = 1
-_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size
-_CONTENT_HEAD = struct.Struct(">HHQ")  # class, weight, body size (the property list follows)
 _NEED_DATA = amqpproto.NEED_DATA
 _RECV = 1 << 18
 
@@ -40,10 +37,6 @@ class BrokerError(Exception):
 
 class BrokerUnreachable(BrokerError):
     """No AMQP connection could be made (refused, timed out, bad credentials)."""
-
-    def __init__(self, message: str, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable  # every host failed at the network: the broker may come back
 
 
 class ConnectionLost(BrokerError):
@@ -67,76 +60,6 @@ class ConsumerCancelled(BrokerError):
         self.consumer_tag = consumer_tag
 
 
-class StreamNotFound(ChannelError):
-    """queue.declare(passive) answered 404: the stream does not exist."""
-
-
-def retriable(exc: BaseException) -> bool:
-    """Whether ``exc`` is the broker going away (a restart, a node failing over) rather than an
-    answer: a refused log-in, a missing stream, a protocol error are final."""
-    if isinstance(exc, BrokerUnreachable):
-        return exc.retriable
-    if isinstance(exc, ChannelError | sansmq_client.BrokerClosedConnection):
-        return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
-    # sansmq_client's (the reader's and writer's client): the transport went away, its outcome unknown
-    return isinstance(exc, ConnectionLost | ConnectionError | sansmq_client.ConnectionLost)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    hosts: tuple[tuple[str, int], ...]  # tried in order (a cluster's nodes)
-    user: str
-    password: str
-    vhost: str
-    tls: Tls | None = None
-
-    @property
-    def host(self) -> str:
-        return self.hosts[0][0]
-
-    @property
-    def port(self) -> int:
-        return self.hosts[0][1]
-
-
-def _host_port(text: str, default: int, url: str) -> tuple[str, int]:
-    parts = urlsplit(f"//{text}")
-    if not parts.hostname:
-        raise ValueError(f"url has no host: {url!r}")
-    try:
-        return parts.hostname, parts.port or default
-    except ValueError as exc:
-        raise ValueError(f"url has a bad port: {url!r}") from exc
-
-
-def _tls(query: str, scheme: str, url: str) -> Tls | None:
-    params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-    unknown = set(params) - set(TLS_PARAMS)
-    if unknown:
-        raise ValueError(f"url has unknown parameters {sorted(unknown)} (known: {', '.join(TLS_PARAMS)}): {url!r}")
-    if scheme == "amqp":
-        if params:
-            raise ValueError(f"url parameters {sorted(params)} are for amqps:// only: {url!r}")
-        return None
-    return tls_from_query(params, url)
-
-
-def parse_url(url: str) -> Endpoint:
-    """``amqp[s]://user:pass@host:port[,host2:port2...]/vhost[?tls options]`` as RabbitMQ's URI spec
-    (vhost URL-encoded, ``%2F`` = ``/``); several hosts (a cluster's nodes) are tried in order; for
-    amqps, ``cacertfile``, ``certfile``, ``keyfile``, ``verify`` and ``server_name_indication``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("amqp", "amqps"):
-        raise ValueError(f"url must start with amqp:// or amqps:// (got {url!r})")
-    default = 5671 if parts.scheme == "amqps" else 5672
-    userinfo, _, hostlist = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    hosts = tuple(_host_port(h, default, url) for h in hostlist.split(","))
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    return Endpoint(hosts, unquote(user or "guest"), unquote(password or "guest"), unquote(path) if path else "/",
-                    _tls(parts.query, parts.scheme, url))
-
-
 @dataclass(slots=True)
 class Delivery:
     consumer_tag: str
@@ -154,7 +77,7 @@ class Client:
     def __init__(self, url: str, *, timeout: float = 30.0, frame_max: int = 131072,
                  tls: ssl.SSLContext | None = None) -> None:
         """``tls``: speak TLS with this context whatever the URL says (a cluster node's link)."""
-        self.endpoint = ep = parse_url(url)
+        self.endpoint = ep = parse_url(url)  # sansmq_client's parser: one for the project
         self.timeout = timeout
         self._tls = tls
         self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
@@ -166,7 +89,6 @@ class Client:
         self._settled: set[int] = set()
         self._out: list[bytes] = []
         failures = []
-        transient = True
         for host, port in ep.hosts:  # a cluster's nodes, in order: the first that takes us
             try:
                 self.sock = self._connect(host, port, ep.tls)
@@ -179,9 +101,8 @@ class Client:
             except (OSError, BrokerError) as exc:  # refused log-in, unknown vhost, dropped connection
                 self.sock.close()
                 failures.append(f"AMQP handshake with {host}:{port} vhost {ep.vhost!r} failed: {exc}")
-                transient = transient and retriable(exc)
                 self.conn = amqpproto.Connection(amqpproto.CLIENT, frame_max=frame_max, heartbeat=0)
-        raise BrokerUnreachable("; ".join(failures), transient)
+        raise BrokerUnreachable("; ".join(failures))
 
     def _connect(self, host: str, port: int, tls: Tls | None) -> socket.socket:
         sock = socket.create_connection((host, port), timeout=self.timeout)
@@ -265,8 +186,7 @@ class Client:
             elif t is spec.ChannelClose:
                 self._send(spec.ChannelCloseOk(channel=CH))
                 self.flush()
-                cls = StreamNotFound if ev.reply_code == spec.NOT_FOUND else ChannelError
-                raise cls(ev.reply_code, ev.reply_text)
+                raise ChannelError(ev.reply_code, ev.reply_text)
             elif t is spec.ConnectionClose:
                 self._send(spec.ConnectionCloseOk())
                 self.flush()
@@ -291,43 +211,13 @@ class Client:
         self.server_properties: dict[str, Any] = start.server_properties or {}
         caps = start.server_properties.get("capabilities")
         self.capabilities: dict[str, Any] = caps if isinstance(caps, dict) else {}
-        self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq pipeline"))
+        self._send(self.conn.start_ok(start, ep.user, ep.password, "sansmq cluster link"))
         tune = self._pump(spec.ConnectionTune, deadline)
         self._send(self.conn.tune_ok(tune))
         self._send(spec.ConnectionOpen(ep.vhost))
         self._pump(spec.ConnectionOpenOk, deadline)
         self._send(spec.ChannelOpen(channel=CH))
         self._pump(spec.ChannelOpenOk, deadline)
-
-    def reopen_channel(self) -> None:
-        """Open channel 1 again after the broker closed it (e.g. a passive declare's 404)."""
-        self._call(spec.ChannelOpen(channel=CH), spec.ChannelOpenOk)
-
-    # -- queues and consumers ----------------------------------------------------------------------
-    def declare_passive(self, queue: str) -> spec.QueueDeclareOk:
-        """The queue's declare-ok; ``StreamNotFound`` if it does not exist (the channel is gone then)."""
-        ok: spec.QueueDeclareOk = self._call(spec.QueueDeclare(queue=queue, passive=True, channel=CH),
-                                             spec.QueueDeclareOk)
-        return ok
-
-    def declare(self, queue: str, arguments: dict[str, Any] | None = None, durable: bool = True) -> None:
-        self._call(spec.QueueDeclare(queue=queue, durable=durable, arguments=arguments or {}, channel=CH),
-                   spec.QueueDeclareOk)
-
-    def declare_exchange(self, exchange: str, kind: str = "topic", durable: bool = True) -> None:
-        self._call(spec.ExchangeDeclare(exchange=exchange, type=kind, durable=durable, channel=CH),
-                   spec.ExchangeDeclareOk)
-
-    def delete(self, queue: str) -> None:
-        self._call(spec.QueueDelete(queue=queue, channel=CH), spec.QueueDeleteOk)
-
-    def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        self._call(spec.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
-                   spec.QueueBindOk)
-
-    def unbind(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        self._call(spec.QueueUnbind(queue=queue, exchange=exchange, routing_key=routing_key, channel=CH),
-                   spec.QueueUnbindOk)
 
     def qos(self, prefetch: int) -> None:
         self._call(spec.BasicQos(prefetch_count=prefetch, channel=CH), spec.BasicQosOk)
@@ -336,9 +226,6 @@ class Client:
         ok = self._call(spec.BasicConsume(queue=queue, consumer_tag=consumer_tag,
                                           arguments=arguments or {}, channel=CH), spec.BasicConsumeOk)
         return str(ok.consumer_tag)
-
-    def cancel(self, consumer_tag: str) -> None:
-        self._call(spec.BasicCancel(consumer_tag=consumer_tag, channel=CH), spec.BasicCancelOk)
 
     def next_delivery(self, timeout: float | None = None) -> Delivery | None:
         """The next delivery, waiting up to ``timeout`` seconds (None: the client's timeout)."""
@@ -379,31 +266,6 @@ class Client:
         self.published += 1
         return self.published
 
-    def publish_bodies(self, exchange: str, routing_key: str, properties: bytes, bodies: Iterable[bytes],
-                       window: int = 5000) -> None:
-        """Publish every body with the same encoded properties and wait for all confirms (confirm
-        mode on): the method frame is encoded once, each message's header and body frames are
-        packed directly, and a window of messages goes out in one write (filling a stream fast)."""
-        head = self.conn.send(spec.BasicPublish(0, exchange, routing_key, False, False,
-                                                properties, b"", CH))  # type: ignore[arg-type]
-        method = head[:_FRAME_HEAD.unpack_from(head, 0)[2] + 8]  # the first frame: basic.publish
-        max_body = self.conn.frame_max - 8
-        pending: list[bytes] = []
-        for body in bodies:
-            n = len(body)
-            pending += (method, _FRAME_HEAD.pack(2, CH, 12 + len(properties)), _CONTENT_HEAD.pack(60, 0, n),
-                        properties, b"\xce")
-            for at in range(0, n, max_body):
-                chunk = body[at:at + max_body]
-                pending += (_FRAME_HEAD.pack(3, CH, len(chunk)), chunk, b"\xce")
-            self.published += 1
-            if self.published % window == 0:
-                self._out.append(b"".join(pending))
-                pending.clear()
-                self.wait_confirms(self.published - window // 2)  # half a window stays in flight
-        self._out.append(b"".join(pending))
-        self.wait_confirms(self.published)
-
     def _on_confirm(self, tag: int, multiple: bool, nack: bool) -> None:
         if nack:
             self.nacked += 1  # any nack fails the write: the task is retried as a whole
@@ -436,7 +298,7 @@ class Client:
         """Orderly connection.close; never raises."""
         try:
             if self.conn.state is amqpproto.OPEN:
-                self._send(spec.ConnectionClose(200, "closed by the pipeline"))
+                self._send(spec.ConnectionClose(200, "closed by the cluster link"))
                 self._pump(spec.ConnectionCloseOk, time.monotonic() + min(self.timeout, 5.0))
         except (BrokerError, OSError, TimeoutError, amqpproto.LocalProtocolError):
             pass
