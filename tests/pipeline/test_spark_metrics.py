@@ -26,7 +26,9 @@ def _run_until(spark, broker: Broker, name: str, options: dict[str, str], rows: 
             wait_until(lambda w=want: spark.sql(f"select count(*) c from {name}").first().c == w or q.exception(),
                        180, f"{want} rows")
             assert q.exception() is None, q.exception()
-            want, then = (then(), None) if then is not None else (None, None)
+            final, (want, then) = want, ((then(), None) if then is not None else (None, None))
+        # the sink shows a batch's rows before Spark posts its progress: wait for the progress of every row
+        wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) == final, 60, f"progress of {final} rows")
         return [p for p in q.recentProgress if p["numInputRows"]]
     finally:
         q.stop()
