@@ -19,7 +19,8 @@ from streamtest_helpers import smsg
 from engine._message import Message
 from engine.store import StoreError
 from engine.streams import StreamSettings
-from engine.streams._files import INDEX_STRIDE, FileStreamLog
+from engine.streams._files import FileStreamLog
+from engine.streams._segment import INDEX_STRIDE
 
 T0 = 1_700_000_000.0
 

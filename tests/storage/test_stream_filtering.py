@@ -138,7 +138,7 @@ def test_a_segment_stream_written_before_filtering_is_read_and_its_old_sidecars_
     s = stores.open()
     settings = StreamSettings(segment_bytes=600)
     log = stores.log(s, settings)
-    monkeypatch.setattr(files, "_filter_field", lambda msg: (None, b""))  # records as the old format wrote them
+    monkeypatch.setattr(files, "filter_field", lambda msg: (None, b""))  # records as the old format wrote them
     chunked(s, log, [["eu"] * 5, [None] * 5, ["us"] * 5])
     s.sync(1)
     s.close()

@@ -56,13 +56,10 @@ import hashlib
 import logging
 import os
 import struct
-import sys
 import threading
-from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from functools import partial
-from struct import Struct
 from zlib import crc32
 
 from .._message import Message
@@ -70,7 +67,28 @@ from ..fs import OS_FS, FileSystem
 from ..records import _REC, MessageDecoder, MessageEncoder, _record, rewrite_unsynced, write_out
 from ..store import StoreError
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
-from .filtering import ChunkFilters, filter_value
+from ._segment import (
+    F_CHUNK,
+    F_FILTER,
+    F_PRODUCER,
+    FLUSH_AT,
+    HEAD,
+    K_MSG,
+    K_SNAP,
+    K_TRACK,
+    KIND,
+    MAGIC,
+    PROD,
+    READ_BLOCK,
+    SNAP,
+    U32,
+    Segment,
+    filter_field,
+    pack_names,
+    segment_name,
+    unpack_snapshot,
+)
+from .filtering import ChunkFilters
 
 __all__ = ["FileStreamLog", "FileStreams"]
 
@@ -78,149 +96,8 @@ log = logging.getLogger("sansmq.store")
 #: ``StreamRecord(o, ts, msg)`` without the named tuple's Python-level ``__new__`` (one per record read)
 _new_record = partial(tuple.__new__, StreamRecord)
 
-MAGIC = b"SMQSTRM1"
-_HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
-_PROD = Struct("<QH")  # publishing id, len(producer name)
-_SNAP = Struct("<II")  # consumers, producers
-_ENT = Struct("<QH")  # value, len(name)
-_U32 = Struct("<I")
-_CHUNKS = Struct("<IH")  # chunk filters in a sidecar: count, bytes each
-K_MSG, K_TRACK, K_SNAP = 1, 2, 3
-F_FILTER, F_CHUNK, F_PRODUCER = 0x20, 0x40, 0x80
-_KIND = 0x0F
-IDX_MAGIC = b"SMQSIDX2"
-_IDX = Struct("<QQQqqI")  # first, end, size, last ts, last chunk, entries
-INDEX_STRIDE = 64
-INDEX_BYTES = 64 << 10
-#: a segment's buffer is written out on the loop thread once it is this large
-FLUSH_AT = 1 << 20
-#: bytes read at once when scanning for records
-READ_BLOCK = 64 << 10
 #: positions remembered where reads stopped (offset -> segment, position)
 HINTS = 256
-
-
-class _Seg:
-    """One segment file: what is written, the buffer, and its sparse index."""
-
-    __slots__ = ("path", "fd", "first", "end", "written", "buf", "dirty", "last_ts", "chunk",
-                 "idx_off", "idx_pos", "idx_ts", "sidecar", "synced", "rewrite")
-
-    def __init__(self, path: str, fd: int, first: int, written: int) -> None:
-        self.path = path
-        self.fd = fd
-        self.first = first
-        self.end = first  # offset after its last message
-        self.written = written
-        self.buf = bytearray()
-        self.dirty = False
-        self.last_ts = -1
-        self.chunk = -1  # first offset of its last chunk
-        self.idx_off = array("Q")
-        self.idx_pos = array("Q")
-        self.idx_ts = array("q")
-        self.sidecar = False  # its index is saved next to it
-        #: what the last successful fsync covered; whether a failed fsync left pages to write again
-        self.synced = written
-        self.rewrite = False
-
-    @property
-    def idx_path(self) -> str:
-        return self.path[:-4] + ".idx"
-
-    def save_index(self, chunks: ChunkFilters) -> bytes:
-        rows = chunks.between(self.first, self.end)
-        firsts = array("Q", [r[0] for r in rows])
-        arrays = [self.idx_off, self.idx_pos, self.idx_ts, firsts]
-        if sys.byteorder != "little":
-            arrays = [array(a.typecode, a) for a in arrays]
-            for a in arrays:
-                a.byteswap()
-        body = (IDX_MAGIC + _IDX.pack(self.first, self.end, self.written, self.last_ts, self.chunk,
-                                      len(self.idx_off)) + b"".join(a.tobytes() for a in arrays[:3])
-                + _CHUNKS.pack(len(rows), chunks.nbytes) + arrays[3].tobytes()
-                + bytes(r[2] for r in rows) + b"".join(r[1] for r in rows))
-        return body + _U32.pack(crc32(body))
-
-    def load_index(self, fs: FileSystem, chunks: ChunkFilters) -> bool:
-        """Take the index (and chunk filters, into ``chunks``) from the sidecar if it is intact and
-        matches the segment's size."""
-        try:
-            data = fs.read_file(self.idx_path)
-        except FileNotFoundError:
-            return False
-        head = len(IDX_MAGIC) + _IDX.size
-        if len(data) < head + 4 or data[: len(IDX_MAGIC)] != IDX_MAGIC:
-            return False
-        if crc32(memoryview(data)[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
-            return False
-        first, end, size, last_ts, chunk, n = _IDX.unpack_from(data, len(IDX_MAGIC))
-        at = head + 24 * n
-        if first != self.first or size != fs.fsize(self.fd) or len(data) < at + _CHUNKS.size + 4:
-            return False
-        nchunks, nbytes = _CHUNKS.unpack_from(data, at)
-        at += _CHUNKS.size
-        if len(data) != at + nchunks * (9 + nbytes) + 4:
-            return False
-        firsts = array("Q")
-        for i, a in enumerate((self.idx_off, self.idx_pos, self.idx_ts)):
-            a.frombytes(data[head + 8 * n * i: head + 8 * n * (i + 1)])
-        firsts.frombytes(data[at:at + 8 * nchunks])
-        if sys.byteorder != "little":
-            for a in (self.idx_off, self.idx_pos, self.idx_ts, firsts):
-                a.byteswap()
-        flags = data[at + 8 * nchunks: at + 9 * nchunks]
-        blooms = at + 9 * nchunks
-        for i, c in enumerate(firsts):
-            chunks.load(c, data[blooms + i * nbytes: blooms + (i + 1) * nbytes], bool(flags[i]))
-        self.end, self.written, self.last_ts, self.chunk, self.sidecar = end, size, last_ts, chunk, True
-        return True
-
-    @property
-    def size(self) -> int:
-        return self.written + len(self.buf)
-
-    def index(self, offset: int, pos: int, ts: int) -> None:
-        """Note a message record (its position and time) in the sparse index when due."""
-        if (not self.idx_off or offset - self.idx_off[-1] >= INDEX_STRIDE
-                or pos - self.idx_pos[-1] >= INDEX_BYTES):
-            self.idx_off.append(offset)
-            self.idx_pos.append(pos)
-            self.idx_ts.append(ts)
-
-
-def _pack_names(entries: dict[str, int]) -> bytes:
-    out = []
-    for name, value in entries.items():
-        b = name.encode("utf-8", "surrogateescape")
-        out.append(_ENT.pack(value, len(b)))
-        out.append(b)
-    return b"".join(out)
-
-
-def _unpack_snapshot(p: memoryview) -> tuple[dict[str, int], dict[str, int]]:
-    nc, np_ = _SNAP.unpack_from(p, _HEAD.size)
-    o = _HEAD.size + _SNAP.size
-    maps: tuple[dict[str, int], dict[str, int]] = ({}, {})
-    for i in range(nc + np_):
-        value, n = _ENT.unpack_from(p, o)
-        o += _ENT.size
-        maps[0 if i < nc else 1][str(p[o:o + n], "utf-8", "surrogateescape")] = value
-        o += n
-    if o != len(p):
-        raise ValueError("snapshot length mismatch")
-    return maps
-
-
-def _filter_field(msg: Message) -> tuple[str | None, bytes]:
-    """``msg``'s filter value and its ``F_FILTER`` field."""
-    value = filter_value(msg)
-    raw = b"" if value is None else value.encode("utf-8", "surrogateescape")
-    return value, _U32.pack(len(raw)) + raw
-
-
-def _seg_name(first: int) -> str:
-    return f"{first:020d}.seg"
 
 
 class FileStreamLog(StreamLog):
@@ -240,12 +117,12 @@ class FileStreamLog(StreamLog):
         self._changed = False
         self._lock = threading.Lock()  # buffers and the segment list
         self._sync_lock = threading.Lock()
-        self._segs: list[_Seg] = []
+        self._segs: list[Segment] = []
         self._firsts: list[int] = []  # parallel to _segs, for bisect
         self._chunk_open = False
         self._dir_dirty = False
         self._failed: str | None = None
-        self._hints: dict[int, tuple[_Seg, int]] = {}
+        self._hints: dict[int, tuple[Segment, int]] = {}
         # a stream's records share their route: encoded from a template, read back from it
         self._encoder = MessageEncoder()
         self._decoder = MessageDecoder()
@@ -273,7 +150,7 @@ class FileStreamLog(StreamLog):
             if self._segs and first != self._segs[-1].end:
                 self._discard(names[i:], "does not continue the previous segment")
                 break
-            seg = _Seg(path, fs.open(path, os.O_RDWR), first, 0)
+            seg = Segment(path, fs.open(path, os.O_RDWR), first, 0)
             state = None
             if i < len(names) - 1 and seg.load_index(fs, self.chunk_filters):
                 end, torn = seg.written, False
@@ -295,7 +172,7 @@ class FileStreamLog(StreamLog):
             last = self._segs[-1]
             if state is None or last.sidecar:  # its tracking state comes from a scan
                 state = ({}, {})
-                self._scan(_Seg(last.path, last.fd, last.first, 0), state)
+                self._scan(Segment(last.path, last.fd, last.first, 0), state)
             if last.sidecar:  # it is appended to again
                 fs.unlink(last.idx_path)
                 last.sidecar = False
@@ -316,7 +193,7 @@ class FileStreamLog(StreamLog):
         """Delete segments after a torn one (never confirmed), counting their records."""
         for name in names:
             path = os.path.join(self.path, name)
-            seg = _Seg(path, self._fs.open(path, os.O_RDONLY), int(name[:-4]), 0)
+            seg = Segment(path, self._fs.open(path, os.O_RDONLY), int(name[:-4]), 0)
             self._scan(seg, ({}, {}))
             self.dropped_on_recovery += seg.end - seg.first
             self._fs.close(seg.fd)
@@ -324,7 +201,7 @@ class FileStreamLog(StreamLog):
             self._fs.unlink(path)
             self._dir_dirty = True
 
-    def _scan(self, seg: _Seg, state: tuple[dict[str, int], dict[str, int]],
+    def _scan(self, seg: Segment, state: tuple[dict[str, int], dict[str, int]],
               chunks: ChunkFilters | None = None) -> tuple[int, bool]:
         """Validate ``seg``'s records, building its index (and its chunk filters into ``chunks``)
         and replaying tracking into ``state``. Returns the end of the valid data and whether a torn
@@ -338,15 +215,15 @@ class FileStreamLog(StreamLog):
             view = memoryview(data)
             try:
                 pos, end = len(MAGIC), len(data)
-                rec, head = _REC.size, _HEAD.size
+                rec, head = _REC.size, HEAD.size
                 while pos + rec <= end:
                     n, crc = _REC.unpack_from(view, pos)
                     stop = pos + rec + n
                     if n < head or stop > end or crc32(view[pos + rec:stop]) != crc:
                         break
                     p = view[pos + rec:stop]
-                    offset, ts, kind = _HEAD.unpack_from(p, 0)
-                    k = kind & _KIND
+                    offset, ts, kind = HEAD.unpack_from(p, 0)
+                    k = kind & KIND
                     if k == K_MSG:
                         if offset != seg.end:
                             break  # not the expected offset: treat as torn
@@ -357,14 +234,14 @@ class FileStreamLog(StreamLog):
                             seg.chunk = offset
                         o = head
                         if kind & F_PRODUCER:
-                            pid, ln = _PROD.unpack_from(p, head)
-                            o = head + _PROD.size
+                            pid, ln = PROD.unpack_from(p, head)
+                            o = head + PROD.size
                             state[1][str(p[o:o + ln], "utf-8", "surrogateescape")] = pid
                             o += ln
                         if chunks is not None:
                             value = None
                             if kind & F_FILTER:
-                                ln = _U32.unpack_from(p, o)[0]
+                                ln = U32.unpack_from(p, o)[0]
                                 value = str(p[o + 4:o + 4 + ln], "utf-8", "surrogateescape") or None
                             chunks.add_value(offset, bool(kind & F_CHUNK), value, known=bool(kind & F_FILTER),
                                              segment_start=offset == seg.first)
@@ -372,7 +249,7 @@ class FileStreamLog(StreamLog):
                         state[0][str(p[head:], "utf-8", "surrogateescape")] = offset
                     elif k == K_SNAP:
                         try:
-                            consumers, producers = _unpack_snapshot(p)
+                            consumers, producers = unpack_snapshot(p)
                         except (ValueError, struct.error):
                             break
                         state[0].clear()
@@ -390,15 +267,15 @@ class FileStreamLog(StreamLog):
         return pos, pos < size
 
     # -- appending (loop thread) ------------------------------------------------------------------------
-    def _new_segment(self, first: int, ts: int) -> _Seg:
+    def _new_segment(self, first: int, ts: int) -> Segment:
         """Start a segment whose first record is the tracking snapshot (caller holds ``_lock``)."""
-        path = os.path.join(self.path, _seg_name(first))
+        path = os.path.join(self.path, segment_name(first))
         fd = self._fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg = _Seg(path, fd, first, 0)
-        snap = _SNAP.pack(len(self._consumers), len(self._producers))
+        seg = Segment(path, fd, first, 0)
+        snap = SNAP.pack(len(self._consumers), len(self._producers))
         seg.buf += MAGIC
-        seg.buf += _record(_HEAD.pack(first, ts, K_SNAP) + snap + _pack_names(self._consumers)
-                           + _pack_names(self._producers))
+        seg.buf += _record(HEAD.pack(first, ts, K_SNAP) + snap + pack_names(self._consumers)
+                           + pack_names(self._producers))
         self._segs.append(seg)
         self._firsts.append(first)
         self._dir_dirty = True
@@ -431,7 +308,7 @@ class FileStreamLog(StreamLog):
             if self._on_change is not None:
                 self._on_change(self)
 
-    def _put(self, seg: _Seg, rec: bytes) -> None:
+    def _put(self, seg: Segment, rec: bytes) -> None:
         self._changes()
         seg.buf += rec
         if len(seg.buf) >= FLUSH_AT:
@@ -447,13 +324,13 @@ class FileStreamLog(StreamLog):
         kind = K_MSG
         if producer is not None:
             name = producer.encode("utf-8", "surrogateescape")
-            prod = _PROD.pack(publishing_id, len(name)) + name
+            prod = PROD.pack(publishing_id, len(name)) + name
             kind |= F_PRODUCER
-        value, field = _filter_field(msg)
+        value, field = filter_field(msg)
         if field:
             prod += field
             kind |= F_FILTER
-        size = _REC.size + _HEAD.size + len(prod) + len(body)
+        size = _REC.size + HEAD.size + len(prod) + len(body)
         with self._lock:
             self._check_writable()
             rolled = False
@@ -471,20 +348,20 @@ class FileStreamLog(StreamLog):
             self._chunk_open = True
             self.chunk_filters.add_value(offset, chunk_start, value, segment_start=seg.first == offset)
             seg.index(offset, seg.size, ts)
-            self._put(seg, _record(_HEAD.pack(offset, ts, kind) + prod + body))
+            self._put(seg, _record(HEAD.pack(offset, ts, kind) + prod + body))
             seg.end = offset + 1
             seg.last_ts = ts
         return chunk_start, rolled
 
     def _track(self, consumer: str, offset: int, ts: int) -> None:
-        rec = _record(_HEAD.pack(offset, ts, K_TRACK) + consumer.encode("utf-8", "surrogateescape"))
+        rec = _record(HEAD.pack(offset, ts, K_TRACK) + consumer.encode("utf-8", "surrogateescape"))
         with self._lock:
             self._check_writable()
             seg = self._segs[-1] if self._segs else self._new_segment(self.tail, ts)
             self._put(seg, rec)
 
     # -- reading (loop thread) ----------------------------------------------------------------------------
-    def _read_at(self, seg: _Seg, pos: int, n: int) -> bytes:
+    def _read_at(self, seg: Segment, pos: int, n: int) -> bytes:
         """``n`` bytes (fewer at the end) at ``pos``, from the file and/or the unwritten buffer."""
         with self._lock:
             if pos + n <= seg.written:
@@ -493,7 +370,7 @@ class FileStreamLog(StreamLog):
             start = max(0, pos - seg.written)
             return head + bytes(seg.buf[start:start + n - len(head)])
 
-    def _records(self, seg: _Seg, pos: int) -> Iterator[tuple[int, memoryview]]:
+    def _records(self, seg: Segment, pos: int) -> Iterator[tuple[int, memoryview]]:
         """(position, payload) of ``seg``'s records from ``pos`` on, read in blocks."""
         rec = _REC.size
         while True:
@@ -520,7 +397,7 @@ class FileStreamLog(StreamLog):
                 return
             pos += o
 
-    def _seek(self, seg: _Seg, offset: int) -> int:
+    def _seek(self, seg: Segment, offset: int) -> int:
         hint = self._hints.get(offset)
         if hint is not None and hint[0] is seg:
             return hint[1]
@@ -538,17 +415,17 @@ class FileStreamLog(StreamLog):
             after = 0  # the position after the last record seen
             for pos, p in self._records(seg, self._seek(seg, offset)):
                 after = pos + _REC.size + len(p)
-                o, ts, kind = _HEAD.unpack_from(p, 0)
-                if kind & _KIND != K_MSG or o < offset:
+                o, ts, kind = HEAD.unpack_from(p, 0)
+                if kind & KIND != K_MSG or o < offset:
                     continue
                 if o >= end or len(out) >= max_count:
                     stop_pos = pos
                     break
-                at = _HEAD.size
+                at = HEAD.size
                 if kind & F_PRODUCER:
-                    at += _PROD.size + _PROD.unpack_from(p, _HEAD.size)[1]
+                    at += PROD.size + PROD.unpack_from(p, HEAD.size)[1]
                 if kind & F_FILTER:
-                    at += _U32.size + _U32.unpack_from(p, at)[0]
+                    at += U32.size + U32.unpack_from(p, at)[0]
                 msg = self._decoder.decode(p[at:])
                 if out and nbytes + len(msg.body) > max_bytes:
                     stop_pos = pos
@@ -565,7 +442,7 @@ class FileStreamLog(StreamLog):
                 self._hint(offset, seg, after)
         return out
 
-    def _hint(self, offset: int, seg: _Seg, pos: int) -> None:
+    def _hint(self, offset: int, seg: Segment, pos: int) -> None:
         if len(self._hints) >= HINTS:
             del self._hints[next(iter(self._hints))]
         self._hints[offset] = (seg, pos)
@@ -578,8 +455,8 @@ class FileStreamLog(StreamLog):
             return self.tail
         i = max(0, bisect_right(seg.idx_ts, ts_ms - 1) - 1)  # the last entry before ts_ms
         for _, p in self._records(seg, seg.idx_pos[i]):
-            o, ts, kind = _HEAD.unpack_from(p, 0)
-            if kind & _KIND == K_MSG and ts >= ts_ms:
+            o, ts, kind = HEAD.unpack_from(p, 0)
+            if kind & KIND == K_MSG and ts >= ts_ms:
                 return max(o, self.first)
         return self.tail
 
@@ -610,7 +487,7 @@ class FileStreamLog(StreamLog):
         return sum(s.size for s in self._segs)
 
     # -- write-out and sync ---------------------------------------------------------------------------------
-    def _write(self, seg: _Seg) -> None:
+    def _write(self, seg: Segment) -> None:
         """pwrite the buffer at its offset (caller holds _lock)."""
         write_out(seg, self._pwrite)
 
