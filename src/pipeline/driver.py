@@ -42,14 +42,19 @@ class BrokerUnreachable(Exception):
 
 
 def retriable(exc: BaseException) -> bool:
-    """Whether ``exc`` is the broker going away (a restart, a node failing over) rather than an
-    answer: a refused log-in, a missing stream, a protocol error are final."""
+    """Whether ``exc`` is the broker going away (a restart, a node failing over) or unable to store a
+    publish for now (a nack) rather than an answer: a refused log-in, a missing stream, a protocol
+    error are final."""
     if isinstance(exc, BrokerUnreachable):
         return exc.retriable
     if isinstance(exc, ChannelClosed | sansmq_client.BrokerClosedConnection):
         return exc.reply_code == spec.CONNECTION_FORCED  # 320: the broker is shutting down
     if isinstance(exc, urllib.error.HTTPError):
         return False
+    if isinstance(exc, sansmq_client.PublishNacked):
+        # the broker could not take the message now (a cluster's stream whose leader is failing
+        # over; RabbitMQ: a quorum queue without a leader): published again, deduplicated by the ids
+        return True
     # the transport went away (or never came), its outcome unknown
     return isinstance(exc, ConnectionError | sansmq_client.ConnectionLost)
 

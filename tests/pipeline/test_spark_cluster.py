@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 from clusterkit import Node, Nodes, wait_for  # noqa: E402
 from pgtest import fresh_db, throwaway_server  # noqa: E402
+from pipelinekit import Broker  # noqa: E402
 
 from pipeline.leaders import leader_urls  # noqa: E402
 
@@ -77,3 +79,39 @@ def test_the_spark_source_reads_each_partition_on_the_node_leading_it(spark: Any
     gone = leaders["spk-0"]
     gone.kill()
     assert _read(spark, url) == want
+
+
+def test_a_streaming_copy_survives_the_failover_of_its_streams_leader(spark: Any, cluster: Nodes,
+                                                                       tmp_path: Path) -> None:
+    """A query copies one stream of a three-node cluster into another; the node leading both is
+    killed mid-query. Its leases run out, the other nodes take the streams over (their records are in
+    PostgreSQL), and the query's probes, reads and publishes carry on through the URL's other hosts:
+    every row once, in order (the sink's repeats after the failover dropped by producer deduplication,
+    whose state the new leader reads from PostgreSQL)."""
+    nodes = cluster.start("a", "b", "c")
+    wait_for(lambda: sum(n["running"] for n in cluster.status()["nodes"]) == 3, what="three live nodes")
+    url = "amqp://guest:guest@" + ",".join(f"127.0.0.1:{n.amqp}" for n in nodes) + "/%2F"
+    broker = Broker(url, dedup=True, name="sansmq cluster")
+    src, dst = broker.stream("pipe-fo-src"), broker.stream("pipe-fo-dst")
+    broker.publish(src, [b"%06d" % i for i in range(2000)])
+    led = {q: cluster.leader(q) for q in (src, dst)}
+    assert all(led.values()), led
+    gone = cluster[led[src][0]]  # type: ignore[index]
+    q = (spark.readStream.format("sansmq").option("url", url).option("stream", src)
+         .option("maxRecordsPerTrigger", "200").option("idleWaitMs", "500").option("timeoutMs", "5000").load()
+         .select("body").writeStream.format("sansmq").option("url", url).option("stream", dst)
+         .option("timeoutMs", "5000").option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        wait_for(lambda: broker.end(dst) >= 400 or q.exception(), 120, "the copy under way")
+        assert q.exception() is None, q.exception()
+        gone.kill()
+        wait_for(lambda: all(cluster.leader(s) and cluster.leader(s)[0] != gone.name for s in (src, dst)),  # type: ignore[index]
+                 60, "the streams' leases taken over")
+        broker.publish(src, [b"%06d" % i for i in range(2000, 3000)])
+        wait_for(lambda: q.exception() or broker.end(dst) >= 3000, 240, "the copy after the failover")
+        assert q.exception() is None and q.isActive, q.exception()
+        time.sleep(2)  # nothing more arrives: no row was copied twice
+        assert broker.end(dst) == 3000
+        assert [b for _, b, _ in broker.read_all(dst, 3000)] == [b"%06d" % i for i in range(3000)]
+    finally:
+        q.stop()
