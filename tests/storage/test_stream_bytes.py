@@ -7,7 +7,8 @@ record."""
 from __future__ import annotations
 
 import pytest
-from streamtest_helpers import STREAM_KINDS, StreamStores, smsg
+import test_stream_contract
+from streamtest_helpers import StreamStores, smsg
 
 from engine.records import _encode_message
 from engine.streams import StreamSettings
@@ -15,15 +16,10 @@ from engine.streams._segment import INDEX_STRIDE
 from engine.streams.memory import RECORD_OVERHEAD
 
 T0 = 1_700_000_000.0
+#: the fixture: a store of each kind
+stores = test_stream_contract.stores
 #: a segment-file record's filter field (``<u32 n>``, n = 0 for unfiltered) beside the common overhead
 SEGMENT_FILTER_FIELD = 4
-
-
-@pytest.fixture(params=STREAM_KINDS)
-def stores(request: pytest.FixtureRequest, tmp_path) -> StreamStores:
-    if request.param == "postgres":
-        return StreamStores("postgres", request.getfixturevalue("pg_dsn"))
-    return StreamStores(request.param, str(tmp_path / "data"))
 
 
 def body(i: int) -> bytes:
