@@ -6,8 +6,12 @@ record."""
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 import test_stream_contract
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from streamtest_helpers import StreamStores, smsg
 
 from engine.records import _encode_message
@@ -118,3 +122,32 @@ def test_never_past_the_committed_end(stores) -> None:
     s.sync(2)
     assert log.end_within_bytes(0, 10**9) == 20
     s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=150), st.integers(600, 6000), st.data())
+def test_any_bodies_segments_starts_and_budgets_match_the_sum(sizes: list[int], segment_bytes: int,
+                                                              data: st.DataObject) -> None:
+    """Segment files and memory, random record sizes and segment sizes: the lookup equals adding
+    the records' sizes one by one (segment files: read from the files' own record framing)."""
+    for kind in ("memory", "segment"):
+        with tempfile.TemporaryDirectory() as where:
+            stores = StreamStores(kind, where)
+            s = stores.open()
+            log = stores.log(s, StreamSettings(segment_bytes=segment_bytes))
+            msgs = [smsg(i, b"z" * n) for i, n in enumerate(sizes)]
+            for i, m in enumerate(msgs):
+                log.append(m, T0 + i)
+            s.sync(1)
+            extra = SEGMENT_FILTER_FIELD if kind == "segment" else 0
+            cost = [len(_encode_message(m)) + RECORD_OVERHEAD + extra for m in msgs]
+            for _ in range(10):
+                start = data.draw(st.integers(0, len(msgs)))
+                budget = data.draw(st.integers(1, 20_000))
+                x, total = start, 0
+                while x < len(msgs) and total + cost[x] <= budget:
+                    total += cost[x]
+                    x += 1
+                want = start if start == len(msgs) else max(x, start + 1)
+                assert log.end_within_bytes(start, budget) == want, (kind, start, budget)
+            s.close()
