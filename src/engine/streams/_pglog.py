@@ -416,7 +416,11 @@ class PgStreamLog(StreamLog):
 
     def _end_within_bytes(self, start: int, end: int, budget: int) -> int:
         """A record's bytes: its payload (the encoded message) plus ``RECORD_OVERHEAD``, summed
-        in the database; ``end`` is at most the committed end, so every record is there."""
+        in the database; ``end`` is at most the committed end, so every record is there. Every
+        record takes more than ``RECORD_OVERHEAD`` bytes, so no more than ``budget //
+        (RECORD_OVERHEAD + 1)`` of them fit: the rows looked at are bounded so even when the
+        planner, without statistics yet, sorts instead of walking the primary key."""
+        end = min(end, start + budget // (RECORD_OVERHEAD + 1) + 1)
         row = self._streams.query("end_within_bytes", RECORD_OVERHEAD, self.sid, start, end, budget)
         return int(row[0][0]) if row else end
 
