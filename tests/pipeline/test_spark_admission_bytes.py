@@ -129,6 +129,36 @@ def test_a_byte_limit_cuts_available_now_into_batches_exactly_once(spark, broker
     assert sorted(r.offset for r in rows) == list(range(n))  # every record once
 
 
+def test_a_running_query_takes_new_records_in_batches_under_the_limit(spark, broker: Broker) -> None:
+    if broker.name == "rabbitmq":
+        pytest.skip("RabbitMQ cannot bound a range by bytes (refusal: test_a_broker_without_the_capability...)")
+    from e2ekit import wait_until
+
+    stream = broker.stream("pipe-bytes-live")
+    broker.publish(stream, [b"l" * BODY] * 25)
+    per_batch = _one_batch(broker, stream, BUDGET)
+    name = stream.replace("-", "_")
+    q = (spark.readStream.format("sansmq").option("url", broker.url).option("stream", stream)
+         .option("maxBytesPerTrigger", str(BUDGET)).option("idleWaitMs", "300").load()
+         .writeStream.format("memory").queryName(name).start())
+
+    def offsets() -> list[int]:
+        return [r.offset for r in spark.sql(f"select offset from {name}").collect()]
+
+    try:
+        wait_until(lambda: len(offsets()) >= 25 or q.exception(), 120, "the backlog")
+        broker.publish(stream, [b"m" * BODY] * 15)  # new records while the query runs
+        wait_until(lambda: len(offsets()) >= 40 or q.exception(), 120, "the new records")
+        assert q.exception() is None, q.exception()
+        assert sorted(offsets()) == list(range(40))  # each once
+        sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+        backlog = [per_batch] * (25 // per_batch) + ([25 % per_batch] if 25 % per_batch else [])
+        assert sizes[:len(backlog)] == backlog, sizes  # the backlog under the limit, before the new records
+        assert all(n <= per_batch for n in sizes) and sum(sizes) == 40, sizes
+    finally:
+        q.stop()
+
+
 def test_several_streams_share_the_byte_limit(spark, broker: Broker, tmp_path: Path) -> None:
     if broker.name == "rabbitmq":
         pytest.skip("RabbitMQ cannot bound a range by bytes (refusal: test_a_broker_without_the_capability...)")
