@@ -85,10 +85,11 @@ class Driver:
     def server_properties(self) -> dict[str, Any]:
         return self.conn.server_properties
 
-    def status(self, stream: str) -> QueueStatus:
-        """The stream's passive declare; StreamNotFound if it does not exist."""
+    def status(self, stream: str, arguments: dict[str, Any] | None = None) -> QueueStatus:
+        """The stream's passive declare (with ``arguments``, e.g. ``admission``'s byte-bounded
+        range); StreamNotFound if it does not exist."""
         try:
-            return self.conn.queue_status(stream)
+            return self.conn.queue_status(stream, arguments)
         except ChannelClosed as exc:
             raise StreamNotFound.of(exc) from None
 

@@ -26,6 +26,7 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 #: every option a reader takes; ``ALIASES`` maps Kafka's names onto them
 READ_OPTIONS = ("url", "stream", "startingOffsets", "endingOffsets", "failOnDataLoss", "startingTimestamp",
                 "startingOffsetsByTimestamp", "maxRecordsPerTrigger", "minRecordsPerTrigger", "maxTriggerDelay",
+                "maxBytesPerTrigger",
                 "maxRecordsPerPartition", "minPartitions", "prefetch", "batchRows", "endProbeMs", "idleWaitMs",
                 "timeoutMs", "retryDeadlineMs", "subscribePattern", "managementUrl", "filter", "filterPushdown")
 WRITE_OPTIONS = ("url", "stream", "exchange", "routingKey", "confirmWindow", "producerId", "timeoutMs",
@@ -226,6 +227,8 @@ class ReadOptions:
     max_records_per_trigger: int | None
     min_records_per_trigger: int | None
     max_trigger_delay: float  # seconds a micro-batch waits at most for min_records_per_trigger
+    #: maxBytesPerTrigger: a micro-batch's records take at most this many bytes on the broker
+    max_bytes_per_trigger: int | None
     max_records_per_partition: int
     min_partitions: int
     prefetch: int
@@ -259,6 +262,8 @@ class ReadOptions:
             min_records_per_trigger=(None if options.get("minRecordsPerTrigger") is None
                                      else _int(options, "minRecordsPerTrigger", 0)),
             max_trigger_delay=_duration(options, "maxTriggerDelay", 900.0),
+            max_bytes_per_trigger=(None if options.get("maxBytesPerTrigger") is None
+                                   else _int(options, "maxBytesPerTrigger", 0)),
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 50_000),
             min_partitions=_int(options, "minPartitions", 1),
             prefetch=_int(options, "prefetch", 2000, minimum=2),

@@ -30,12 +30,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
 from . import identity
+from .admission import cap_bytes, require_byte_ranges
 from .bulk import read_stream_range
 from .columns import ARROW_SCHEMA, flat_headers
 from .dataloss import LossPolicy
@@ -293,8 +295,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The options with partitioned streams expanded (on the driver's first call)."""
         if self._resolved is None:
             given = self._given.for_stream()  # before connecting: a bad option is named first
-            self._resolved = self._on_driver(lambda client: resolved(client, given))
+            self._resolved = self._on_driver(lambda client: resolved(client, self._checked(client, given)))
         return self._resolved
+
+    @staticmethod
+    def _checked(client: Driver, opts: ReadOptions) -> ReadOptions:
+        """``opts``, once the broker is known to serve them (maxBytesPerTrigger needs sansmq)."""
+        if opts.max_bytes_per_trigger is not None:
+            require_byte_ranges(client)
+        return opts
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -374,9 +383,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._ends({})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """PySpark 4.3 takes one limit (no composite as Kafka's): the maximum if given, else the
-        minimum; the minimum with its maxTriggerDelay is applied here whatever the limit."""
+        """PySpark 4.3 takes one limit (no composite as Kafka's): the bytes maximum if given, else
+        the rows maximum, else the minimum. Whatever the limit, both maximums are applied here
+        (``_capped``: the smaller wins), and the minimum with its maxTriggerDelay."""
         high, low = self.opts.max_records_per_trigger, self.opts.min_records_per_trigger
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
         if high is not None:
             return ReadMaxRows(high)
         return ReadAllAvailable() if low is None else ReadMinRows(low)
@@ -415,11 +427,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return dict(start)
         # an end below the start is not hidden: partitions() reports it as data loss
         ahead = {s: e for s, e in end.items() if e >= start.get(s, 0)}
-        if isinstance(limit, ReadMaxRows):
-            ahead = cap_total(start, ahead, limit.max_rows)
+        if isinstance(limit, ReadMaxRows | ReadMaxBytes):
+            ahead = self._capped(start, ahead)
         batch_end = {**end, **ahead}
         log_lag(batch_end, end, self._policy.skipped)
         return batch_end
+
+    def _capped(self, start: Mapping[str, int], ahead: dict[str, int]) -> dict[str, int]:
+        """``ahead`` within maxRecordsPerTrigger and then maxBytesPerTrigger (the broker cuts
+        each stream's rows-capped range by bytes: both limits hold)."""
+        rows, nbytes = self.opts.max_records_per_trigger, self.opts.max_bytes_per_trigger
+        if rows is not None:
+            ahead = cap_total(start, ahead, rows)
+        if nbytes is not None:
+            capped = ahead
+            ahead = self._on_driver(lambda client: cap_bytes(client, start, capped, nbytes))
+        return ahead
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Each stream's end as last seen (Spark's progress ``latestOffset``; availableNow: the ends

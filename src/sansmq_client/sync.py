@@ -231,10 +231,12 @@ class Connection:
         args = _api.queue_args(name, durable, exclusive, auto_delete, passive, arguments)
         return str(self._call(lambda core: core.declare("queue", args)).queue)
 
-    def queue_status(self, name: str) -> QueueStatus:
+    def queue_status(self, name: str, arguments: dict[str, Any] | None = None) -> QueueStatus:
         """A passive queue.declare (AMQP): how many messages and consumers queue ``name`` has. A queue that
-        does not exist raises ``ChannelClosed`` with reply code 404; the connection stays usable."""
-        ok = self._call(lambda core: core.declare("queue", _api.queue_args(name, False, False, False, True, None)))
+        does not exist raises ``ChannelClosed`` with reply code 404; the connection stays usable.
+        ``arguments`` go with the declare (sansmq reads some on a stream, e.g. a byte-bounded range's)."""
+        args = _api.queue_args(name, False, False, False, True, arguments)
+        ok = self._call(lambda core: core.declare("queue", args))
         return QueueStatus(str(ok.queue), int(ok.message_count), int(ok.consumer_count))
 
     def declare_exchange(self, name: str, type: str = "direct", *, durable: bool = False,

@@ -44,6 +44,10 @@ CAPABILITIES = {
     # sansmq: a stream consumer with argument x-stream-end-offset=N is cancelled (basic.cancel) once
     # it has been given everything below N (a bounded, possibly filtered, read knows its end)
     "stream_range_end": True,
+    # sansmq: a passive queue.declare of a stream with arguments x-stream-range-start=S and
+    # x-stream-range-bytes=B answers, as message_count, the end of a read from S whose records fit B
+    # bytes (amqp.stream_range)
+    "stream_range_bytes": True,
 }
 SERVER_PROPERTIES: dict[str, Any] = {
     "product": "sansmq",

@@ -17,6 +17,7 @@ from .base import ChannelBase
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit, permit_bind, permit_queue_declare
 from .replies import not_default
+from .stream_range import range_end
 
 __all__ = ["TopologyMethods"]
 
@@ -146,6 +147,8 @@ class TopologyMethods(ChannelBase):
         if not m.nowait:
             # a stream's message count is its end offset (sansmq: capability stream_end_offset)
             count = model.streams.visible_end(q, fresh=True) if q.stream else q.count
+            if m.passive and (bounded := range_end(self, q, m.arguments, count, type(m))) is not None:
+                count = bounded  # sansmq: capability stream_range_bytes
             self.send(spec.QueueDeclareOk(q.name, count, q.consumer_count()))
 
     def _check_equivalent_queue(self, q: Queue, m: spec.QueueDeclare, args: Any) -> None:

@@ -460,6 +460,47 @@ class FileStreamLog(StreamLog):
                 return max(o, self.first)
         return self.tail
 
+    def _end_within_bytes(self, start: int, end: int, budget: int) -> int:
+        """Bytes are the span of file the records fill (their framing, producer and filter fields,
+        and any offset-tracking records stored among them): whole segments count their size, the
+        segment the budget ends in is cut with its sparse index and a scan of at most one stride."""
+        i = bisect_right(self._firsts, start) - 1
+        seg = self._segs[i]
+        pos = self._position(seg, start)
+        left = budget
+        while seg.end <= end and seg.size - pos <= left:  # all of it fits
+            if seg.end == end or i + 1 == len(self._segs) or not self._segs[i + 1].idx_pos:
+                return seg.end
+            left -= seg.size - pos
+            i += 1
+            seg = self._segs[i]
+            start, pos = seg.first, seg.idx_pos[0]
+        return self._fitting(seg, start, pos + left, end)
+
+    def _position(self, seg: Segment, offset: int) -> int:
+        """Where the record of ``offset`` (a message in ``seg``) starts in the file."""
+        for pos, p in self._records(seg, seg.idx_pos[bisect_right(seg.idx_off, offset) - 1]):
+            o, _, kind = HEAD.unpack_from(p, 0)
+            if kind & KIND == K_MSG and o >= offset:
+                return pos
+        raise StoreError(f"stream {self.path}: offset {offset} missing from its segment")
+
+    def _fitting(self, seg: Segment, start: int, limit: int, end: int) -> int:
+        """The end of the records of ``seg`` from ``start`` below ``end`` that end at or before file
+        position ``limit``. Records before an index entry at or below ``limit`` (and ``end``) fit
+        without reading them; only the stride after that entry is scanned."""
+        lo = bisect_right(seg.idx_off, start) - 1
+        j = max(lo, min(bisect_right(seg.idx_pos, limit), bisect_right(seg.idx_off, end)) - 1)
+        fit = max(start, seg.idx_off[j])
+        for pos, p in self._records(seg, seg.idx_pos[j]):
+            o, _, kind = HEAD.unpack_from(p, 0)
+            if kind & KIND != K_MSG or o < fit:
+                continue
+            if o >= end or pos + _REC.size + len(p) > limit:
+                break
+            fit = o + 1
+        return fit
+
     # -- retention (loop thread) ------------------------------------------------------------------------
     def _segment_stats(self) -> list[SegmentStats]:
         return [SegmentStats(s.size, s.last_ts) for s in self._segs]

@@ -207,6 +207,26 @@ class StreamLog(ABC):
     def offset_at(self, ts_ms: int) -> int:
         """The first offset appended at or after ``ts_ms``; the tail if none is."""
 
+    def end_within_bytes(self, start: int, budget: int, upto: int | None = None) -> int:
+        """Where a read from ``start`` (raised to ``first``) should end so that the records in
+        between take at most ``budget`` bytes as the store holds them (the memory and PostgreSQL logs
+        count each record as its encoded message plus ``memory.RECORD_OVERHEAD``, what retention
+        counts; segment files the span of file the records fill): at least one record, so a
+        reader always progresses, and never past the committed end (nor ``upto``). ``start``
+        itself when nothing is there to read (past the end: ``start``, not the end)."""
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"a byte budget must be an integer >= 1, got {budget!r}")
+        committed = min(self.committed, self.tail)
+        lo, end = self._bounds(start, committed if upto is None else min(upto, committed))
+        if lo >= end:
+            return max(start, end)
+        return max(lo + 1, self._end_within_bytes(lo, end, budget))
+
+    @abstractmethod
+    def _end_within_bytes(self, start: int, end: int, budget: int) -> int:
+        """The largest ``x`` in [start, end] such that the records [start, x) take at most ``budget``
+        bytes (``start`` is readable and below ``end``)."""
+
     # -- retention ----------------------------------------------------------------------------------
     def apply_retention(self, now: float) -> int:
         """Remove whole old segments as the settings say; returns how many messages went."""

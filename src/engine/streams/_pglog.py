@@ -167,6 +167,13 @@ SQL = {
         'SELECT "offset", ts, payload FROM {s}.stream_records WHERE stream = %s AND "offset" >= %s'
         ' AND "offset" < %s ORDER BY "offset" LIMIT %s'
     ),
+    # the first offset whose running total of record sizes from the start passes the budget (the
+    # window streams in offset order through the primary key: the scan stops at that row)
+    "end_within_bytes": (
+        'SELECT "offset" FROM (SELECT "offset", sum(length(payload) + %s) OVER (ORDER BY "offset") AS total'
+        ' FROM {s}.stream_records WHERE stream = %s AND "offset" >= %s AND "offset" < %s) AS running'
+        ' WHERE total > %s ORDER BY "offset" LIMIT 1'
+    ),
     "offset_at": (
         'SELECT min("offset") FROM {s}.stream_records WHERE stream = %s AND ts >= %s AND "offset" >= %s'
     ),
@@ -406,6 +413,16 @@ class PgStreamLog(StreamLog):
             pending = list(self._unwritten)
         i = bisect_left([r[1] for r in pending], ts_ms)
         return pending[i][0] if i < len(pending) else self.tail
+
+    def _end_within_bytes(self, start: int, end: int, budget: int) -> int:
+        """A record's bytes: its payload (the encoded message) plus ``RECORD_OVERHEAD``, summed
+        in the database; ``end`` is at most the committed end, so every record is there. Every
+        record takes more than ``RECORD_OVERHEAD`` bytes, so no more than ``budget //
+        (RECORD_OVERHEAD + 1)`` of them fit: the rows looked at are bounded so even when the
+        planner, without statistics yet, sorts instead of walking the primary key."""
+        end = min(end, start + budget // (RECORD_OVERHEAD + 1) + 1)
+        row = self._streams.query("end_within_bytes", RECORD_OVERHEAD, self.sid, start, end, budget)
+        return int(row[0][0]) if row else end
 
     # -- retention --------------------------------------------------------------------------------------
     def _segment_stats(self) -> list[SegmentStats]:

@@ -9,7 +9,7 @@ and ``crashed()`` returns what a restart would find: only committed records and 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from .._message import Message
@@ -44,6 +44,10 @@ class MemoryStreamLog(StreamLog):
         self._guard = guard
         self._msgs: list[Message] = []  # offsets [first, tail)
         self._ts = array("q")
+        #: running total of record sizes after each record (``end_within_bytes`` bisects it), and
+        #: the total before the first one kept
+        self._sizes_to = array("q")
+        self._sizes_before = 0
         self._segs: list[_VSeg] = [_VSeg(0)]
         self._chunk_open = False
         self._durable_consumers: dict[str, int] = {}
@@ -64,6 +68,7 @@ class MemoryStreamLog(StreamLog):
         seg.last_ts = ts
         self._msgs.append(msg)
         self._ts.append(ts)
+        self._sizes_to.append((self._sizes_to[-1] if self._sizes_to else self._sizes_before) + size)
         chunk_start = not self._chunk_open or rolled
         self._chunk_open = not self.autocommit
         self.chunk_filters.add(offset, chunk_start, msg, seg.first == offset)
@@ -97,6 +102,11 @@ class MemoryStreamLog(StreamLog):
     def offset_at(self, ts_ms: int) -> int:
         return self.first + bisect_left(self._ts, ts_ms)
 
+    def _end_within_bytes(self, start: int, end: int, budget: int) -> int:
+        i = start - self.first
+        limit = (self._sizes_to[i - 1] if i else self._sizes_before) + budget
+        return self.first + bisect_right(self._sizes_to, limit, i, end - self.first)
+
     def _segment_stats(self) -> list[SegmentStats]:
         return [SegmentStats(s.size, s.last_ts) for s in self._segs]
 
@@ -106,6 +116,9 @@ class MemoryStreamLog(StreamLog):
         del self._segs[:n]
         del self._msgs[:k]
         del self._ts[:k]
+        if k:
+            self._sizes_before = self._sizes_to[k - 1]
+            del self._sizes_to[:k]
         return new_first
 
     @property
@@ -127,6 +140,7 @@ class MemoryStreamLog(StreamLog):
         log.tail = log.committed = self.committed
         log._msgs = self._msgs[:keep]
         log._ts = self._ts[:keep]
+        log._sizes_to, log._sizes_before = self._sizes_to[:keep], self._sizes_before
         log._segs = []
         for s in self._segs:
             if s.first >= self.committed and log._segs:
