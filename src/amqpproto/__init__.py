@@ -55,6 +55,7 @@ from ._events import (
     PeerTimedOut,
     ProtocolHeader,
 )
+from ._rawprops import PropertyShape, RawProperties
 from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
 from ._state import (
@@ -90,7 +91,7 @@ __all__ = [
     "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",
-    "from_timestamp", "to_timestamp",
+    "from_timestamp", "to_timestamp", "RawProperties", "PropertyShape",
     "AWAIT_HEADER", "AWAIT_START", "AWAIT_START_OK", "AWAIT_SECURE_OR_TUNE", "AWAIT_SECURE_OK",
     "AWAIT_TUNE_OK", "AWAIT_OPEN", "AWAIT_OPEN_OK", "OPEN", "CLOSING_BY_CLIENT", "CLOSING_BY_SERVER",
     "CLOSED",

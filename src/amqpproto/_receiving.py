@@ -12,6 +12,7 @@ from ._base import CACHE_MAX
 from ._channels import CHANNEL_MGMT, ChannelTracking
 from ._errors import RemoteProtocolError
 from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData
+from ._rawprops import RawProperties
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
 from ._state import CLIENT, SERVER
 
@@ -132,8 +133,14 @@ class Receiving(ChannelTracking):
                 if len(cache) >= CACHE_MAX:
                     cache.clear()
                 cache[mp] = fields
+            shapes = self._raw_shapes
+            props: spec.BasicProperties | RawProperties | None
+            if shapes is not None:  # kept as received, validated by shape
+                props = shapes.get(bytes(data[h + 19:hend]))
+                if props is None:
+                    return None
             # the common property lists, none or delivery-mode only, without the general decoder
-            if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
+            elif hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
                 props = _Properties(delivery_mode=data[h + 21])
             else:
                 props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
