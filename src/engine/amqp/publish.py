@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from functools import partial
 
-from amqpproto import spec
+from amqpproto import RawProperties, spec
 
 from .._message import Message
 from .._mypyc import interpreted_class
 from .._props import props_to_headers
+from .._raw_message import RawMessage
 from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue, VHost
 from ..model.security import check_topic_access
 from ..store import StoreError
@@ -19,6 +20,7 @@ from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit_publish
 from .properties import message_props
 from .replies import expiration_ms
+from .stream_shapes import stream_shape
 
 __all__ = ["PublishMethods", "Confirm"]
 
@@ -76,8 +78,12 @@ class PublishMethods(ChannelBase):
             check_topic_access(self.session.access, x, m.routing_key, "write")
         session = self.session
         vhost = self.vhost
-        now = session.host.now
         props = m.properties
+        if type(props) is RawProperties:  # kept as received by the codec: appended as it is if it can be
+            if self._append_raw(m, x, props):
+                return
+            props = props.decode()
+        now = session.host.now
         headers = props_to_headers(props)
         priority = 0
         expires_at = None
@@ -116,6 +122,36 @@ class PublishMethods(ChannelBase):
             self._route(x, msg, mandatory, seq, key, stream)
         else:
             self.tx.append(partial(self._route, x, msg, mandatory, seq, key))
+
+    def _append_raw(self, m: spec.BasicPublish, x: Exchange, props: RawProperties) -> bool:
+        """The stream append's fast path: ``m`` appended with its properties as published when it
+        goes to one stream by the default exchange (no firehose, transaction or cluster relay) and its
+        property shape needs nothing of the general path (``stream_shapes``). False: not taken."""
+        shape = props.shape
+        reading = shape.memo
+        if reading is None:
+            reading = shape.memo = stream_shape(shape) or False
+        if reading is False or self.tx is not None:
+            return False
+        session = self.session
+        vhost = self.vhost
+        if vhost.trace is not None or session.relay:
+            return False
+        model = session.model
+        stream = model.stream_by_key(vhost, x, m.routing_key)
+        if stream is None:
+            return False
+        pid = reading.publishing_id
+        if reading.varying:
+            pid = props.varying()
+            if pid < 0:
+                return False  # the general path refuses it
+        msg = RawMessage(model.next_message_id(), x.name, m.routing_key, props.raw, m.body, reading.persistent,
+                         reading.producer, pid, reading.filter)
+        if self.confirm:
+            self.pub_seq += 1
+        self._route(x, msg, m.mandatory, self.pub_seq if self.confirm else 0, None, stream)
+        return True
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, key: str | None = None,
                stream: Queue | None = None) -> None:
