@@ -75,6 +75,12 @@ class RawProperties:
             return spec.BasicProperties(delivery_mode=raw[2])
         return _decode(raw, 0, len(raw))
 
+    def view(self) -> spec.BasicProperties:
+        """The properties decoded, for reading only: the shape's own object when every list of the
+        shape is these bytes (nothing decoded again), else ``decode()``."""
+        shape = self.shape
+        return shape.props if shape.at < 0 else self.decode()
+
     def __repr__(self) -> str:
         return f"RawProperties({self.raw!r})"
 

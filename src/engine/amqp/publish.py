@@ -80,9 +80,10 @@ class PublishMethods(ChannelBase):
         vhost = self.vhost
         props = m.properties
         if type(props) is RawProperties:  # kept as received by the codec: appended as it is if it can be
-            if self._append_raw(m, x, props):
+            stream = session.model.stream_by_key(vhost, x, m.routing_key)
+            if stream is not None and self._append_raw(m, x, props, stream):
                 return
-            props = props.decode()
+            props = props.view()  # read here, never changed
         now = session.host.now
         headers = props_to_headers(props)
         priority = 0
@@ -123,10 +124,11 @@ class PublishMethods(ChannelBase):
         else:
             self.tx.append(partial(self._route, x, msg, mandatory, seq, key))
 
-    def _append_raw(self, m: spec.BasicPublish, x: Exchange, props: RawProperties) -> bool:
-        """The stream append's fast path: ``m`` appended with its properties as published when it
-        goes to one stream by the default exchange (no firehose, transaction or cluster relay) and its
-        property shape needs nothing of the general path (``stream_shapes``). False: not taken."""
+    def _append_raw(self, m: spec.BasicPublish, x: Exchange, props: RawProperties, stream: Queue) -> bool:
+        """The stream append's fast path: ``m`` appended to ``stream`` (the one queue it reaches, by
+        the default exchange) with its properties as published, unless the firehose, a transaction
+        or a cluster relay is on, or its property shape needs the general path (``stream_shapes``).
+        False: not taken."""
         shape = props.shape
         reading = shape.memo
         if reading is None:
@@ -138,9 +140,6 @@ class PublishMethods(ChannelBase):
         if vhost.trace is not None or session.relay:
             return False
         model = session.model
-        stream = model.stream_by_key(vhost, x, m.routing_key)
-        if stream is None:
-            return False
         pid = reading.publishing_id
         if reading.varying:
             pid = props.varying()
