@@ -54,6 +54,7 @@ from ._events import (
     OutgoingEvent,
     PeerTimedOut,
     ProtocolHeader,
+    PublishRun,
 )
 from ._rawprops import PropertyShape, RawProperties
 from ._readers import from_timestamp, read_array, read_table, read_value
@@ -88,7 +89,7 @@ __all__ = [
     "COMPILED",
     "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "AnyEvent", "OutgoingEvent",
     "ConnectionState", "ChannelState",
-    "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
+    "ProtocolHeader", "PublishRun", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",
     "from_timestamp", "to_timestamp", "RawProperties", "PropertyShape",

@@ -86,6 +86,7 @@ class ConnectionBase:
     _fast_publish: bool
     _publish_cache: dict[bytes, tuple[int, str, str, bool, bool]]
     _raw_shapes: PropertyShapes | None
+    _publish_runs: bool
     _tag_cache: dict[str, bytes]
     _route_cache: dict[tuple[str, str], bytes]
 

@@ -38,6 +38,8 @@ class Connection(Sending):
     body all buffered) carries its properties as a ``RawProperties`` (the bytes as received, and
     their shape decoded once), the general path's as ``BasicProperties``; ``varying_header`` names
     an integer header whose value may differ between publishes of one shape (a publishing id).
+    ``publish_runs`` (with ``raw_properties``): fast-path publishes that follow one another on a
+    channel with the same method frame come as one ``PublishRun`` event.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Connection(Sending):
         initial_frame_max: int | None = None,
         raw_properties: bool = False,
         varying_header: str | None = None,
+        publish_runs: bool = False,
     ) -> None:
         if role not in (CLIENT, SERVER):
             raise ValueError("role must be CLIENT or SERVER")
@@ -88,6 +91,8 @@ class Connection(Sending):
         self._fast_publish = role is SERVER
         #: a server's fast-path publishes keep their property lists as received (``_rawprops``)
         self._raw_shapes = PropertyShapes(varying_header) if raw_properties and role is SERVER else None
+        #: consecutive fast-path publishes of one method come as one ``PublishRun`` (with raw properties)
+        self._publish_runs = publish_runs
         # Per-connection caches (at most CACHE_MAX entries each) for the hot paths: a producer
         # sends the same basic.publish method payload over and over, a consumer's deliveries
         # repeat its consumer tag and a few (exchange, routing key) pairs.
