@@ -136,9 +136,10 @@ class Receiving(ChannelTracking):
                 run[0].insert(0, props)  # type: ignore[arg-type]
                 run[1].insert(0, body)
                 bend = run[2]
-                body_size = len(run[1][-1])
-                chan.size = body_size
-                chan.got = 0
+                body_size = next((len(b) for b in reversed(run[1]) if b), 0)
+                if body_size:  # as the publishes one by one leave it: the last body's size
+                    chan.size = body_size
+                    chan.got = 0
                 self._buf.pos = bend + 1
                 return PublishRun(ch, *fields, run[0], run[1])
         if body_size:
