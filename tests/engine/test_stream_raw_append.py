@@ -1,6 +1,7 @@
 """The stream append with properties as published (``amqpproto.RawProperties`` -> ``RawMessage``,
-stored with flag ``_AMQP_PROPS``) against the general path and against the codec decoding every
-publish (the path before it): whatever the properties and headers (dedup pairs valid, duplicate,
+stored with flag ``_AMQP_PROPS``; a read's publishes of one method as one ``PublishRun``) against
+the general path, against the codec decoding every publish (the path before it) and against raw
+publishes one at a time: whatever the properties and headers (dedup pairs valid, duplicate,
 bad; filter values; ids of every integer width; CC, reply-to, user-id, priority, expiration that
 need the general path), the publisher gets the same answers, the counters agree, and a consumer
 reading the stream from the start gets the same bytes, on every store (segment files read back
@@ -85,14 +86,16 @@ def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple
         c = amqp(net)
         if mode == "decoded":  # the codec decodes every publish's properties (the path before raw ones)
             net.broker.sessions[c.conn_id].conn._raw_shapes = None
+        if mode == "single":  # raw properties, one publish event at a time (no runs)
+            net.broker.sessions[c.conn_id].conn._publish_runs = False
         declare(c, "s", durable=True, arguments=STREAM)
         declare(c, "c", durable=True)
         c.call(spec.ConfirmSelect(channel=1))
         start = len(c.received)
-        for key, props, ends_read in publishes:
+        for i, (key, props, ends_read) in enumerate(publishes):
             if c.of(spec.ChannelClose):
                 break
-            publish(c, key, b"body-" + key.encode(), props=props or BasicProperties())
+            publish(c, key, b"body-%d" % i, props=props or BasicProperties())
             if ends_read:
                 net.run_until_idle()
         net.run_until_idle()
@@ -114,13 +117,18 @@ def test_raw_appends_answer_count_and_deliver_what_the_general_path_does(publish
     raw = _run(store, publishes, "raw")
     assert raw == _run(store, publishes, "general")
     assert raw == _run(store, publishes, "decoded")
+    assert raw == _run(store, publishes, "single")
 
 
-def test_a_producers_appends_take_the_raw_path_and_duplicates_are_confirmed_not_appended() -> None:
+def test_a_producers_run_takes_the_raw_path_and_duplicates_are_confirmed_not_appended() -> None:
     net = new_net()
     c = amqp(net)
     declare(c, "s", durable=True, arguments=STREAM)
     c.call(spec.ConfirmSelect(channel=1))
+    conn = net.broker.sessions[c.conn_id].conn
+    events: list[str] = []
+    next_event = conn.next_event
+    conn.next_event = lambda: events.append(type(ev := next_event()).__name__) or ev  # type: ignore[method-assign]
     appended: list[Any] = []
     streams = net.broker.model.streams
     log = streams.log(net.broker.model.vhosts["/"].queues["s"])
@@ -131,6 +139,7 @@ def test_a_producers_appends_take_the_raw_path_and_duplicates_are_confirmed_not_
                                                                               "x-publishing-id": pid}))
     net.run_until_idle()
     assert appended == ["RawMessage"] * 5
+    assert events.count("PublishRun") == 1 and "BasicPublish" not in events  # one read, one run
     assert len(log) == 3 and log.last_publishing_id("p") == 2**40 + 2
     acks = c.of(spec.BasicAck)
     assert acks and acks[-1].delivery_tag == 5 and not c.of(spec.BasicNack)

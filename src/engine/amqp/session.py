@@ -100,7 +100,7 @@ class AmqpSession(Session):
                                  initial_frame_max=max(spec.FRAME_MIN_SIZE,
                                                        host.config.limits.max_frame_size_unauthenticated),
                                  # publishes keep their properties' bytes: a stream stores them as they came
-                                 raw_properties=True, varying_header=VARYING_HEADER)
+                                 raw_properties=True, varying_header=VARYING_HEADER, publish_runs=True)
         self.vhost: VHost | None = None
         self.user: UserRecord | None = None
         self.access: UserAccess = None  # type: ignore[assignment]  # set by connection.open
