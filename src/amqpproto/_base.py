@@ -22,7 +22,7 @@ from ._events import Event
 from ._state import ChannelState, ConnectionState, Role
 
 if TYPE_CHECKING:
-    from ._rawprops import PropertyShapes
+    from ._rawprops import PublishParsing
 
 __all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "CACHE_MAX", "NO_TUNE"]
 
@@ -84,9 +84,7 @@ class ConnectionBase:
     _timed_out: bool
     _tune: spec.ConnectionTune
     _fast_publish: bool
-    _publish_cache: dict[bytes, tuple[int, str, str, bool, bool]]
-    _raw_shapes: PropertyShapes | None
-    _publish_runs: bool
+    _publishing: PublishParsing
     _tag_cache: dict[str, bytes]
     _route_cache: dict[tuple[str, str], bytes]
 

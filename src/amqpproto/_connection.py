@@ -12,7 +12,7 @@ from ._base import NO_TUNE, ChannelRecord
 from ._buffer import ReceiveBuffer
 from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
-from ._rawprops import PropertyShapes
+from ._rawprops import PropertyShapes, PublishParsing
 from ._sending import Sending
 from ._state import CLIENT, SERVER, Role
 
@@ -89,15 +89,13 @@ class Connection(Sending):
         self._tune = NO_TUNE
         #: parse basic.publish + header + body in one pass when all are buffered (server role)
         self._fast_publish = role is SERVER
-        #: a server's fast-path publishes keep their property lists as received (``_rawprops``)
-        self._raw_shapes = PropertyShapes(varying_header) if raw_properties and role is SERVER else None
-        #: consecutive fast-path publishes of one method come as one ``PublishRun`` (with raw properties)
-        self._publish_runs = publish_runs
         # Per-connection caches (at most CACHE_MAX entries each) for the hot paths: a producer
-        # sends the same basic.publish method payload over and over, a consumer's deliveries
-        # repeat its consumer tag and a few (exchange, routing key) pairs.
-        #: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate)
-        self._publish_cache: dict[bytes, tuple[int, str, str, bool, bool]] = {}
+        # sends the same basic.publish method payload over and over (and, with raw properties, a
+        # few property shapes), a consumer's deliveries repeat its consumer tag and a few
+        # (exchange, routing key) pairs.
+        #: the decoded basic.publish fields; with ``raw_properties`` the property shapes (``_rawprops``)
+        self._publishing = PublishParsing(PropertyShapes(varying_header, publish_runs)
+                                          if raw_properties and role is SERVER else None)
         #: encoded consumer tags and (exchange, routing key) pairs for send_deliver
         self._tag_cache: dict[str, bytes] = {}
         self._route_cache: dict[tuple[str, str], bytes] = {}

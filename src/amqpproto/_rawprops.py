@@ -23,7 +23,7 @@ from typing import Any
 from . import spec
 from ._base import CACHE_MAX
 
-__all__ = ["RawProperties", "PropertyShape", "PropertyShapes"]
+__all__ = ["RawProperties", "PropertyShape", "PropertyShapes", "PublishParsing"]
 
 _decode = spec.decode_properties
 #: field table integer types: the struct of the value after the type octet
@@ -87,12 +87,14 @@ class RawProperties:
 
 class PropertyShapes:
     """One connection's known shapes (at most ``CACHE_MAX``: a full cache starts over). ``varying``:
-    the name of the integer header that may differ between lists of one shape (None: none)."""
+    the name of the integer header that may differ between lists of one shape (None: none); ``runs``:
+    the connection hands out runs of publishes (``PublishRun``)."""
 
-    __slots__ = ("_key", "_exact", "_masked", "_last", "name")
+    __slots__ = ("_key", "_exact", "_masked", "_last", "name", "runs")
 
-    def __init__(self, varying: str | None) -> None:
+    def __init__(self, varying: str | None, runs: bool = False) -> None:
         self.name = varying
+        self.runs = runs
         #: what precedes a varying header's type octet in a table: its name's length and name
         self._key = b"" if varying is None else bytes([len(varying.encode())]) + varying.encode()
         self._exact: dict[bytes, PropertyShape] = {}
@@ -156,3 +158,17 @@ class PropertyShapes:
         if one != two:  # the bytes held more than that value
             return None
         return PropertyShape(one, name, at, fmt)
+
+
+class PublishParsing:
+    """A server connection's memory for parsing publishes: ``methods``, the decoded basic.publish
+    fields (ticket, exchange, routing key, mandatory, immediate) by method payload (a producer sends
+    the same one over and over; at most ``CACHE_MAX``), and ``shapes`` when it keeps properties as
+    received (else None). One attribute of the connection for both: an idle connection's attribute
+    dict stays in its smaller size."""
+
+    __slots__ = ("methods", "shapes")
+
+    def __init__(self, shapes: PropertyShapes | None) -> None:
+        self.methods: dict[bytes, tuple[int, str, str, bool, bool]] = {}
+        self.shapes = shapes

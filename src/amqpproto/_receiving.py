@@ -108,7 +108,8 @@ class Receiving(ChannelTracking):
         h, hend, body_size, bend = content
         try:
             mp = bytes(data[pos + 7:end])
-            cache = self._publish_cache
+            parsing = self._publishing
+            cache = parsing.methods
             fields = cache.get(mp)
             if fields is None:
                 m = _decode_publish(mp, ch)
@@ -116,7 +117,7 @@ class Receiving(ChannelTracking):
                 if len(cache) >= CACHE_MAX:
                     cache.clear()
                 cache[mp] = fields
-            shapes = self._raw_shapes
+            shapes = parsing.shapes
             props: spec.BasicProperties | RawProperties | None
             if shapes is not None:  # kept as received, validated by shape
                 props = shapes.get(bytes(data[h + 19:hend]))
@@ -130,7 +131,7 @@ class Receiving(ChannelTracking):
         except Exception:  # malformed: the general path reports it as it always does
             return None
         body = bytes(data[bend - body_size:bend]) if body_size else b""
-        if shapes is not None and self._publish_runs:
+        if shapes is not None and shapes.runs:
             run = self._run_after(data, bend + 1, ch, size, mp, max_payload, shapes)
             if run is not None:
                 run[0].insert(0, props)  # type: ignore[arg-type]

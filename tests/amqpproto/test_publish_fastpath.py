@@ -63,8 +63,7 @@ def _run(data: bytes, chunks: list[int], fast: bool, max_body_size: int = 3000, 
     _, s = pair(channels=(1, 2), frame_max=4096, max_body_size=max_body_size)
     s._fast_publish = fast
     if raw:  # what a server asking for raw properties gets, once decoded (checked below against the general path)
-        s._raw_shapes = PropertyShapes("x-publishing-id")
-        s._publish_runs = runs  # and runs of publishes as the publishes they stand for
+        s._publishing.shapes = PropertyShapes("x-publishing-id", runs)  # runs: as the publishes they stand for
     out: list = []
     i = 0
     for n in chunks + [len(data)]:
@@ -106,8 +105,7 @@ def test_raw_properties_decode_as_the_frame_by_frame_path(data, chunks):
 
 def test_a_run_of_publishes_comes_as_one_event():
     c, s = pair(channels=(1, 2))
-    s._raw_shapes = PropertyShapes("x-publishing-id")
-    s._publish_runs = True
+    s._publishing.shapes = PropertyShapes("x-publishing-id", runs=True)
     props = [spec.BasicProperties(delivery_mode=2, headers={"x-producer": "p", "x-publishing-id": 2**40 + i})
              for i in range(3)]
     one = [c.send(spec.BasicPublish(0, "", "q", False, False, p, b"b%d" % i, channel=1)) for i, p in enumerate(props)]

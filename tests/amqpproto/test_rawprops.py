@@ -76,7 +76,7 @@ def test_a_malformed_list_gets_no_shape_and_the_connection_reports_it():
     shapes = PropertyShapes(NAME)
     assert shapes.get(b"\x20\x00\x00\x00\x00\x09\x01kS\x00\x00\x00\x09") is None  # table overruns
     c, s = pair()
-    s._raw_shapes = shapes
+    s._publishing.shapes = shapes
     data = c.send(spec.BasicPublish(0, "", "q", False, False, spec.BasicProperties(headers={"k": "v"}), b"x",
                                     channel=1))
     at = data.index(b"\x01kS")
@@ -91,11 +91,11 @@ def test_a_malformed_list_gets_no_shape_and_the_connection_reports_it():
 
 def test_a_server_asking_for_raw_properties_gets_them_from_the_fast_path():
     c, s = pair()
-    s._raw_shapes = PropertyShapes(NAME)
+    s._publishing.shapes = PropertyShapes(NAME)
     props = spec.BasicProperties(delivery_mode=2, headers={"x-producer": "p", NAME: 2**40})
     s.receive_data(c.send(spec.BasicPublish(0, "", "q", False, False, props, b"x", channel=1)))
     ev = s.next_event()
     assert type(ev.properties) is a.RawProperties
     assert ev.properties.raw == spec.encode_properties(props) and ev.properties.varying() == 2**40
     server = a.Connection(a.SERVER, raw_properties=True, varying_header=NAME)
-    assert server._raw_shapes is not None and a.Connection(a.CLIENT, raw_properties=True)._raw_shapes is None
+    assert server._publishing.shapes is not None and a.Connection(a.CLIENT, raw_properties=True)._publishing.shapes is None

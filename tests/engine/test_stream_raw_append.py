@@ -85,9 +85,9 @@ def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple
             model.stream_by_key = lambda *_: None
         c = amqp(net)
         if mode == "decoded":  # the codec decodes every publish's properties (the path before raw ones)
-            net.broker.sessions[c.conn_id].conn._raw_shapes = None
+            net.broker.sessions[c.conn_id].conn._publishing.shapes = None
         if mode == "single":  # raw properties, one publish event at a time (no runs)
-            net.broker.sessions[c.conn_id].conn._publish_runs = False
+            net.broker.sessions[c.conn_id].conn._publishing.shapes.runs = False
         declare(c, "s", durable=True, arguments=STREAM)
         declare(c, "c", durable=True)
         c.call(spec.ConfirmSelect(channel=1))
