@@ -154,8 +154,8 @@ class PublishMethods(ChannelBase):
 
     def _append_raw(self, x: Exchange, routing_key: str, mandatory: bool, props: RawProperties, body: bytes,
                     stream: Queue) -> bool:
-        """The stream append's fast path: ``m`` appended to ``stream`` (the one queue it reaches, by
-        the default exchange) with its properties as published, unless the firehose, a transaction
+        """The stream append's fast path: a publish appended to ``stream`` (the one queue it reaches,
+        by the default exchange) with its properties as published, unless the firehose, a transaction
         or a cluster relay is on, or its property shape needs the general path (``stream_shapes``).
         False: not taken."""
         shape = props.shape
