@@ -55,8 +55,18 @@ class ConnectionClosed(Event):
     """The transport reached EOF (``receive_data(b"")``) between frames."""
 
 
+class _AsBasicPublish(Event):
+    """basic.publish's constants, for an event that stands for publishes (not in the dataclass's body:
+    mypyc makes a dataclass's class constants fields, as ``MethodBase`` says)."""
+
+    __slots__ = ()
+    CLASS_ID: ClassVar[int] = 60
+    METHOD_ID: ClassVar[int] = 40
+    NAME: ClassVar[str] = "basic.publish"
+
+
 @dataclass(slots=True)
-class PublishRun(Event):
+class PublishRun(_AsBasicPublish):
     """Publishes that arrived one after another on ``channel`` with the same basic.publish method
     (exchange, routing key, flags), each with its properties and body: what a server that asked for
     runs (``Connection(publish_runs=True)``, with ``raw_properties``) gets instead of two or more
@@ -71,10 +81,6 @@ class PublishRun(Event):
     immediate: bool = False
     properties: list[Any] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
-
-    CLASS_ID: ClassVar[int] = 60
-    METHOD_ID: ClassVar[int] = 40
-    NAME: ClassVar[str] = "basic.publish"
 
     def publishes(self) -> list[BasicPublish]:
         """The run as the ``BasicPublish`` events it stands for."""
