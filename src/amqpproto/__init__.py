@@ -54,7 +54,9 @@ from ._events import (
     OutgoingEvent,
     PeerTimedOut,
     ProtocolHeader,
+    PublishRun,
 )
+from ._rawprops import PropertyShape, RawProperties
 from ._readers import from_timestamp, read_array, read_table, read_value
 from ._sasl import amqplain_response, parse_sasl_response, plain_response
 from ._state import (
@@ -87,10 +89,10 @@ __all__ = [
     "COMPILED",
     "Connection", "Role", "CLIENT", "SERVER", "NEED_DATA", "NeedData", "Event", "AnyEvent", "OutgoingEvent",
     "ConnectionState", "ChannelState",
-    "ProtocolHeader", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
+    "ProtocolHeader", "PublishRun", "Heartbeat", "HeartbeatDue", "PeerTimedOut", "ConnectionClosed",
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
     "read_table", "read_array", "read_value", "write_table", "write_array", "write_value",
-    "from_timestamp", "to_timestamp",
+    "from_timestamp", "to_timestamp", "RawProperties", "PropertyShape",
     "AWAIT_HEADER", "AWAIT_START", "AWAIT_START_OK", "AWAIT_SECURE_OR_TUNE", "AWAIT_SECURE_OK",
     "AWAIT_TUNE_OK", "AWAIT_OPEN", "AWAIT_OPEN_OK", "OPEN", "CLOSING_BY_CLIENT", "CLOSING_BY_SERVER",
     "CLOSED",

@@ -12,7 +12,7 @@ same method, so the order changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _state as S
 from . import spec
@@ -20,6 +20,9 @@ from ._buffer import ReceiveBuffer
 from ._errors import RemoteProtocolError
 from ._events import Event
 from ._state import ChannelState, ConnectionState, Role
+
+if TYPE_CHECKING:
+    from ._rawprops import PublishParsing
 
 __all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "CACHE_MAX", "NO_TUNE"]
 
@@ -81,7 +84,7 @@ class ConnectionBase:
     _timed_out: bool
     _tune: spec.ConnectionTune
     _fast_publish: bool
-    _publish_cache: dict[bytes, tuple[int, str, str, bool, bool]]
+    _publishing: PublishParsing
     _tag_cache: dict[str, bytes]
     _route_cache: dict[tuple[str, str], bytes]
 

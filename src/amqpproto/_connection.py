@@ -12,6 +12,7 @@ from ._base import NO_TUNE, ChannelRecord
 from ._buffer import ReceiveBuffer
 from ._errors import INTERNAL_ERRORS, LocalProtocolError, RemoteProtocolError
 from ._events import Event, HeartbeatDue, NeedData, PeerTimedOut
+from ._rawprops import PropertyShapes, PublishParsing
 from ._sending import Sending
 from ._state import CLIENT, SERVER, Role
 
@@ -33,6 +34,12 @@ class Connection(Sending):
     ``initial_frame_max`` caps the frames received until connection.tune-ok has passed (None:
     ``frame_max``): a server's peer is not logged in before that, and RabbitMQ takes only small
     frames from it (FRAME_MIN_SIZE; the spec guarantees a peer at least 4096).
+    ``raw_properties`` (server role): a basic.publish parsed by the fast path (method, header and
+    body all buffered) carries its properties as a ``RawProperties`` (the bytes as received, and
+    their shape decoded once), the general path's as ``BasicProperties``; ``varying_header`` names
+    an integer header whose value may differ between publishes of one shape (a publishing id).
+    ``publish_runs`` (with ``raw_properties``): fast-path publishes that follow one another on a
+    channel with the same method frame come as one ``PublishRun`` event.
     """
 
     def __init__(
@@ -44,6 +51,9 @@ class Connection(Sending):
         heartbeat: int = 60,
         max_body_size: int = 128 * 1024 * 1024,
         initial_frame_max: int | None = None,
+        raw_properties: bool = False,
+        varying_header: str | None = None,
+        publish_runs: bool = False,
     ) -> None:
         if role not in (CLIENT, SERVER):
             raise ValueError("role must be CLIENT or SERVER")
@@ -80,10 +90,12 @@ class Connection(Sending):
         #: parse basic.publish + header + body in one pass when all are buffered (server role)
         self._fast_publish = role is SERVER
         # Per-connection caches (at most CACHE_MAX entries each) for the hot paths: a producer
-        # sends the same basic.publish method payload over and over, a consumer's deliveries
-        # repeat its consumer tag and a few (exchange, routing key) pairs.
-        #: decoded basic.publish fields (ticket, exchange, routing key, mandatory, immediate)
-        self._publish_cache: dict[bytes, tuple[int, str, str, bool, bool]] = {}
+        # sends the same basic.publish method payload over and over (and, with raw properties, a
+        # few property shapes), a consumer's deliveries repeat its consumer tag and a few
+        # (exchange, routing key) pairs.
+        #: the decoded basic.publish fields; with ``raw_properties`` the property shapes (``_rawprops``)
+        self._publishing = PublishParsing(PropertyShapes(varying_header, publish_runs)
+                                          if raw_properties and role is SERVER else None)
         #: encoded consumer tags and (exchange, routing key) pairs for send_deliver
         self._tag_cache: dict[str, bytes] = {}
         self._route_cache: dict[tuple[str, str], bytes] = {}

@@ -11,7 +11,8 @@ from . import spec
 from ._base import CACHE_MAX
 from ._channels import CHANNEL_MGMT, ChannelTracking
 from ._errors import RemoteProtocolError
-from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData
+from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData, PublishRun
+from ._rawprops import PropertyShapes, RawProperties
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
 from ._state import CLIENT, SERVER
 
@@ -89,17 +90,68 @@ class Receiving(ChannelTracking):
                 return ev
 
     def _publish_triplet(self, data: bytearray, pos: int, end: int, ch: int, size: int,
-                         max_payload: int) -> spec.BasicPublish | None:
+                         max_payload: int) -> spec.BasicPublish | PublishRun | None:
         """A server's hot path: a basic.publish whose content header and single body frame are
         all in the buffer, on a plainly open channel, parsed in one go into the same event the
         frame-by-frame path would return. None (nothing consumed) for anything else, which the
-        general path then handles, errors included."""
+        general path then handles, errors included. With ``publish_runs``, the publishes that
+        follow it with the same method frame on the channel, all buffered too, come with it as
+        one ``PublishRun``."""
         if _U32.unpack_from(data, pos + 7)[0] != _PUBLISH_IDX:
             return None
         chan = self._channels.get(ch)
         if chan is None or chan.state is not S.CH_OPEN or chan.cstate is not S.C_IDLE:
             return None
-        h = end + 1  # the content header frame
+        content = self._content_at(data, end + 1, ch, max_payload)
+        if content is None:
+            return None
+        h, hend, body_size, bend = content
+        try:
+            mp = bytes(data[pos + 7:end])
+            parsing = self._publishing
+            cache = parsing.methods
+            fields = cache.get(mp)
+            if fields is None:
+                m = _decode_publish(mp, ch)
+                fields = (m.ticket, m.exchange, m.routing_key, m.mandatory, m.immediate)
+                if len(cache) >= CACHE_MAX:
+                    cache.clear()
+                cache[mp] = fields
+            shapes = parsing.shapes
+            props: spec.BasicProperties | RawProperties | None
+            if shapes is not None:  # kept as received, validated by shape
+                props = shapes.get(bytes(data[h + 19:hend]))
+                if props is None:
+                    return None
+            # the common property lists, none or delivery-mode only, without the general decoder
+            elif hend - h == 22 and data[h + 19] == 0x10 and data[h + 20] == 0:
+                props = _Properties(delivery_mode=data[h + 21])
+            else:
+                props = _decode_properties(bytes(data[h + 7:hend]), 12, hend - h - 7)
+        except Exception:  # malformed: the general path reports it as it always does
+            return None
+        body = bytes(data[bend - body_size:bend]) if body_size else b""
+        if shapes is not None and shapes.runs:
+            run = self._run_after(data, bend + 1, ch, size, mp, max_payload, shapes)
+            if run is not None:
+                run[0].insert(0, props)  # type: ignore[arg-type]
+                run[1].insert(0, body)
+                bend = run[2]
+                body_size = next((len(b) for b in reversed(run[1]) if b), 0)
+                if body_size:  # as the publishes one by one leave it: the last body's size
+                    chan.size = body_size
+                    chan.got = 0
+                self._buf.pos = bend + 1
+                return PublishRun(ch, *fields, run[0], run[1])
+        if body_size:
+            chan.size = body_size
+            chan.got = 0
+        self._buf.pos = bend + 1
+        return _Publish(*fields, props, body, ch)
+
+    def _content_at(self, data: bytearray, h: int, ch: int, max_payload: int) -> tuple[int, int, int, int] | None:
+        """A publish's content header frame at ``h`` and its one body frame, both buffered and well
+        framed: (``h``, the header's end, the body's size, the body frame's end); None otherwise."""
         n = len(data)
         if h + 7 > n:
             return None
@@ -111,43 +163,45 @@ class Receiving(ChannelTracking):
         class_id, _weight, body_size = CONTENT_HEADER.unpack_from(data, h + 7)
         if class_id != 60 or body_size > self.max_body_size:
             return None
-        if body_size:
-            b = hend + 1
-            if b + 7 > n:
-                return None
-            btype, bch, bsize = _unpack_frame_header(data, b)
-            bend = b + 7 + bsize
-            if (btype != 3 or bch != ch or bsize != body_size or bsize > max_payload
-                    or bend >= n or data[bend] != 0xCE):
-                return None
-        else:
-            bend = hend
-        try:
-            mp = bytes(data[pos + 7:end])
-            cache = self._publish_cache
-            fields = cache.get(mp)
-            if fields is None:
-                m = _decode_publish(mp, ch)
-                fields = (m.ticket, m.exchange, m.routing_key, m.mandatory, m.immediate)
-                if len(cache) >= CACHE_MAX:
-                    cache.clear()
-                cache[mp] = fields
-            # the common property lists, none or delivery-mode only, without the general decoder
-            if hsize == 15 and data[h + 19] == 0x10 and data[h + 20] == 0:
-                props = _Properties(delivery_mode=data[h + 21])
-            else:
-                props = _decode_properties(bytes(data[h + 7:hend]), 12, hsize)
-        except Exception:  # malformed: the general path reports it as it always does
+        if not body_size:
+            return h, hend, 0, hend
+        b = hend + 1
+        if b + 7 > n:
             return None
-        if body_size:
-            body = bytes(data[bend - body_size:bend])
-            chan.size = body_size
-            chan.got = 0
-        else:
-            body = b""
-        self._buf.pos = bend + 1
-        return _Publish(*fields, props, body, ch)
+        btype, bch, bsize = _unpack_frame_header(data, b)
+        bend = b + 7 + bsize
+        if (btype != 3 or bch != ch or bsize != body_size or bsize > max_payload
+                or bend >= n or data[bend] != 0xCE):
+            return None
+        return h, hend, body_size, bend
 
+    def _run_after(self, data: bytearray, pos: int, ch: int, size: int, mp: bytes, max_payload: int,
+                   shapes: PropertyShapes) -> tuple[list[RawProperties], list[bytes], int] | None:
+        """The publishes from ``pos`` on with method frame ``mp`` on channel ``ch``, each with its
+        header and body buffered and its properties of a known or learnable shape: their
+        properties, bodies and where the last one ends (None: not one)."""
+        props: list[RawProperties] = []
+        bodies: list[bytes] = []
+        last = -1
+        n = len(data)
+        while pos + 7 <= n:
+            ftype, fch, fsize = _unpack_frame_header(data, pos)
+            end = pos + 7 + fsize
+            if ftype != 1 or fch != ch or fsize != size or end >= n or data[end] != 0xCE \
+                    or data[pos + 7:end] != mp:
+                break
+            content = self._content_at(data, end + 1, ch, max_payload)
+            if content is None:
+                break
+            h, hend, body_size, bend = content
+            rp = shapes.get(bytes(data[h + 19:hend]))
+            if rp is None:
+                break
+            props.append(rp)
+            bodies.append(bytes(data[bend - body_size:bend]) if body_size else b"")
+            last = bend
+            pos = bend + 1
+        return (props, bodies, last) if props else None
     def _on_method(self, ch: int, payload: bytes) -> Event | None:
         if len(payload) < 4:
             raise self._hard(spec.FRAME_ERROR, "method frame shorter than its ids")

@@ -4,7 +4,9 @@ explicit encoding, so stored data never executes code when it is read back).
 
 A record is ``<u32 length><u32 crc32(payload)><payload>``. A message payload is a fixed header
 (``_MSG``) then exchange, routing key, the headers as an AMQP field table (or, when a key is longer
-than a field-table key may be, a field array of alternating keys and values) and the body. Below
+than a field-table key may be, a field array of alternating keys and values; or, flag
+``_AMQP_PROPS``, an AMQP content property list as published, flag word on, which reads back as the
+headers ``props_to_headers`` makes of it: a ``RawMessage``'s) and the body. Below
 ``engine.storage`` and ``engine.streams`` both, so neither imports the other's internals for it.
 """
 
@@ -19,12 +21,14 @@ from zlib import crc32
 from amqpproto import read_array, read_table, write_array, write_table
 
 from ._message import EncodedMessage, Message
+from ._raw_message import RawMessage, headers_of
 
 _REC = Struct("<II")  # payload length, crc32(payload)
 #: message id, expires_at, ack_timeout (NaN = None), priority, flags, len(exchange), len(key), len(headers)
 _MSG = Struct("<QddBBHHI")
 _PERSISTENT = 1
 _HDR_PAIRS = 2  # headers stored as a field array of alternating keys and values
+_AMQP_PROPS = 4  # headers stored as the AMQP property list they come from (a RawMessage's)
 NAN = float("nan")
 
 
@@ -101,10 +105,12 @@ def _encode_message(msg: Message) -> bytes:
     rk = msg.routing_key.encode()
     flags = _PERSISTENT if msg.persistent else 0
     hdr = b""
-    headers = msg.headers
-    if type(msg) is EncodedMessage:  # the firehose's: encoded once when it was traced
+    if type(msg) is RawMessage:  # the properties as published: never decoded on the way in
+        hdr = msg.props
+        flags |= _AMQP_PROPS
+    elif type(msg) is EncodedMessage:  # the firehose's: encoded once when it was traced
         hdr = msg.table
-    elif headers == _PERSISTENT_ONLY:  # what an AMQP publish with delivery-mode 2 alone leaves
+    elif (headers := msg.headers) == _PERSISTENT_ONLY:  # what a publish with delivery-mode 2 alone leaves
         hdr = _PERSISTENT_TABLE
     elif headers:
         try:
@@ -137,12 +143,25 @@ class MessageEncoder:
     exchange, routing key, headers), the body last. The same bytes as ``_encode_message``
     (``tests/engine/test_records.py``), without packing and joining the constant part each time."""
 
-    __slots__ = ("_templates",)
+    __slots__ = ("_templates", "_raw_templates")
 
     def __init__(self) -> None:
         self._templates: dict[tuple[str, str, int, bool, bool], bytes] = {}
+        #: a ``RawMessage``'s: by route, length of its properties and persistence
+        self._raw_templates: dict[tuple[str, str, int, bool], bytes] = {}
 
     def encode(self, msg: Message) -> bytes:
+        if type(msg) is RawMessage:  # its template: the route's, ending with its properties' length
+            props = msg.props
+            raw_key = (msg.exchange, msg.routing_key, len(props), msg.persistent)
+            middle = self._raw_templates.get(raw_key)
+            if middle is None:
+                if len(self._raw_templates) >= _TEMPLATES_MAX:
+                    self._raw_templates.clear()
+                encoded = _encode_message(RawMessage(0, msg.exchange, msg.routing_key, props, b"", msg.persistent,
+                                                     None, None, None))
+                middle = self._raw_templates[raw_key] = encoded[_ID.size:len(encoded) - len(props)]
+            return b"".join((_ID.pack(msg.id), middle, props, msg.body))
         headers = msg.headers
         if msg.expires_at is not None or msg.ack_timeout is not None or (headers and headers != _PERSISTENT_ONLY):
             return _encode_message(msg)
@@ -243,7 +262,9 @@ def _decode_message(p: bytes | memoryview, lazy: tuple[Any, int] | None = None) 
     headers: dict[str, Any] = {}
     if lhdr:
         raw = bytes(p[o : o + lhdr])
-        if flags & _HDR_PAIRS:
+        if flags & _AMQP_PROPS:
+            headers = headers_of(raw)
+        elif flags & _HDR_PAIRS:
             items = read_array(raw, 0)[0]
             headers = dict(zip(items[::2], items[1::2], strict=False))
         else:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import amqpproto as a
 from amqpproto import spec
+from amqpproto._rawprops import PropertyShapes
 from amqpproto._writers import frame
 
 _CH = st.sampled_from([1, 1, 1, 2, 3])  # 3 is never opened
@@ -49,15 +50,20 @@ _other = st.sampled_from([
 
 @st.composite
 def _stream(draw) -> bytes:
-    data = bytearray(b"".join(draw(st.lists(_publish() | _other, min_size=1, max_size=6))))
+    # a publish repeated: a run of one method (PublishRun with publish_runs), unless a flip breaks it
+    data = bytearray(b"".join(draw(st.lists(_publish() | _other | _publish().map(lambda p: p * 3), min_size=1,
+                                            max_size=6))))
     for _ in range(draw(st.integers(1, 2)) if draw(st.integers(0, 4)) == 0 else 0):
         data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
     return bytes(data)
 
 
-def _run(data: bytes, chunks: list[int], fast: bool, max_body_size: int = 3000) -> tuple:
+def _run(data: bytes, chunks: list[int], fast: bool, max_body_size: int = 3000, raw: bool = False,
+         runs: bool = False) -> tuple:
     _, s = pair(channels=(1, 2), frame_max=4096, max_body_size=max_body_size)
     s._fast_publish = fast
+    if raw:  # what a server asking for raw properties gets, once decoded (checked below against the general path)
+        s._publishing.shapes = PropertyShapes("x-publishing-id", runs)  # runs: as the publishes they stand for
     out: list = []
     i = 0
     for n in chunks + [len(data)]:
@@ -73,7 +79,10 @@ def _run(data: bytes, chunks: list[int], fast: bool, max_body_size: int = 3000) 
                 continue
             if ev is a.NEED_DATA:
                 break
-            out.append(repr(ev))
+            for one in ev.publishes() if type(ev) is a.PublishRun else [ev]:
+                if type(getattr(one, "properties", None)) is a.RawProperties:
+                    one.properties = one.properties.decode()
+                out.append(repr(one))
         if i >= len(data):
             break
     chans = {k: (c.state, c.cstate, c.size, c.got, repr(c.method), c.chunks)
@@ -85,6 +94,28 @@ def _run(data: bytes, chunks: list[int], fast: bool, max_body_size: int = 3000) 
 @given(data=_stream(), chunks=st.lists(st.integers(1, 300), max_size=8))
 def test_fast_publish_matches_the_frame_by_frame_path(data, chunks):
     assert _run(data, chunks, True) == _run(data, chunks, False)
+
+
+@CI
+@given(data=_stream(), chunks=st.lists(st.integers(1, 300), max_size=8))
+def test_raw_properties_decode_as_the_frame_by_frame_path(data, chunks):
+    assert _run(data, chunks, True, raw=True) == _run(data, chunks, False)
+    assert _run(data, chunks, True, raw=True, runs=True) == _run(data, chunks, False)
+
+
+def test_a_run_of_publishes_comes_as_one_event():
+    c, s = pair(channels=(1, 2))
+    s._publishing.shapes = PropertyShapes("x-publishing-id", runs=True)
+    props = [spec.BasicProperties(delivery_mode=2, headers={"x-producer": "p", "x-publishing-id": 2**40 + i})
+             for i in range(3)]
+    one = [c.send(spec.BasicPublish(0, "", "q", False, False, p, b"b%d" % i, channel=1)) for i, p in enumerate(props)]
+    other = c.send(spec.BasicPublish(0, "", "other", False, False, props[0], b"o", channel=1))
+    s.receive_data(b"".join(one) + other + one[0][:-3])  # a new key ends the run; a partial one waits
+    run, single = s.next_event(), s.next_event()
+    assert type(run) is a.PublishRun and run.routing_key == "q" and run.bodies == [b"b0", b"b1", b"b2"]
+    assert [p.varying() for p in run.properties] == [2**40, 2**40 + 1, 2**40 + 2]
+    assert type(single) is spec.BasicPublish and single.routing_key == "other"
+    assert s.next_event() is a.NEED_DATA
 
 
 @pytest.mark.skipif(a.COMPILED, reason="patches a method, which a mypyc-compiled caller does not "
@@ -130,3 +161,5 @@ def test_fast_publish_edge_cases_match(data):
     for chunks in ([], [len(data) - 1], [7, 1, 30]):
         for limit in (3000, 10**6):
             assert _run(data, chunks, True, limit) == _run(data, chunks, False, limit)
+            assert _run(data, chunks, True, limit, raw=True) == _run(data, chunks, False, limit)
+            assert _run(data, chunks, True, limit, raw=True, runs=True) == _run(data, chunks, False, limit)

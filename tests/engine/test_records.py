@@ -5,7 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amqpproto import BasicProperties
+from amqpproto.spec import decode_properties, encode_properties
 from engine._message import Message
+from engine._props import props_to_headers
+from engine._raw_message import RawMessage
 from engine.records import _TEMPLATES_MAX, MessageDecoder, MessageEncoder, _decode_message, _encode_message
 
 _names = st.sampled_from(["", "s", "amq.topic", "stream-1", "é"])
@@ -70,3 +74,28 @@ def test_each_decoded_message_has_headers_of_its_own() -> None:
     second.headers["x-stream-offset"] = 1
     assert first.headers == third.headers == {"persistent": "true"}
     assert first.headers is not third.headers
+
+
+_raw_props = st.builds(
+    BasicProperties, headers=st.none() | st.dictionaries(st.text(max_size=6), st.integers(-5, 2**40) | st.text(max_size=6),
+                                                         max_size=3),
+    delivery_mode=st.none() | st.sampled_from([1, 2]), content_type=st.none() | st.text(max_size=6),
+    timestamp=st.none() | st.just(1700000000), app_id=st.none() | st.text(max_size=6))
+_raws = st.builds(lambda mid, key, props, body, persistent: RawMessage(mid, "", key, encode_properties(props), body,
+                                                                      persistent, None, None, None),
+                  st.integers(0, 2**63), st.sampled_from(["s", "t"]), _raw_props, st.binary(max_size=20), st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_raws, min_size=1, max_size=8))
+def test_a_raw_message_is_stored_with_its_properties_and_reads_back_as_the_general_paths_headers(raws) -> None:
+    encoder, decoder = MessageEncoder(), MessageDecoder()
+    for raw in raws:
+        data = encoder.encode(raw)
+        assert data == _encode_message(raw)
+        assert raw.props in data  # the bytes as published, not a table made from them
+        for msg in (decoder.decode(data), _decode_message(data)):
+            assert type(msg) is Message
+            assert msg.headers == props_to_headers(decode_properties(raw.props, 0, len(raw.props))) == raw.headers
+            assert (msg.id, msg.routing_key, msg.body, msg.persistent, msg.priority, msg.expires_at) == \
+                (raw.id, raw.routing_key, raw.body, raw.persistent, 0, None)

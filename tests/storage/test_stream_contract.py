@@ -10,8 +10,13 @@ from datetime import UTC, datetime
 import pytest
 from streamtest_helpers import STREAM_KINDS, StreamStores, smsg
 
+from amqpproto import BasicProperties
+from amqpproto.spec import encode_properties
+from engine._props import props_to_headers
+from engine._raw_message import RawMessage
 from engine.store import QueueDef
 from engine.streams import OffsetSpec, StreamSettings, parse_stream_offset, resolve_offset
+from engine.streams.filtering import StreamFilter
 
 T0 = 1_700_000_000.0
 
@@ -243,4 +248,30 @@ def test_streams_are_separate_and_deleting_the_queue_deletes_the_stream(stores) 
     s = stores.reopen(s)
     a, b = s.stream("/", "a"), s.stream("v", "a")
     assert (a.tail, a.stored_offset("c"), b.tail) == (0, None, 1)
+    s.close()
+
+
+def test_a_message_stored_with_its_amqp_properties_reads_back_as_its_headers(stores) -> None:
+    """A ``RawMessage`` (the stream append's fast path: the publish's property bytes kept) reads back,
+    before and after a restart, with the headers the general path makes of those properties, its
+    dedup id counted and its filter value indexed."""
+    props = BasicProperties(delivery_mode=2, content_type="text/plain", timestamp=1_700_000_000,
+                            headers={"x-producer": "p", "x-publishing-id": 2**40, "x-stream-filter-value": "eu",
+                                     "n": 7})
+    raw = encode_properties(props)
+    want = props_to_headers(props)
+    s = stores.open()
+    s.add_queue(QueueDef("/", "s", args={"x-queue-type": "stream"}))
+    log = stores.log(s)
+    msg = RawMessage(5, "", "s", raw, b"body", True, "p", 2**40, "eu")
+    assert log.append(msg, T0, "p", 2**40) == 0
+    assert log.append(RawMessage(6, "", "s", raw, b"again", True, "p", 2**40, "eu"), T0, "p", 2**40) is None
+    for _ in range(2):
+        [rec] = log.read(0)
+        assert (rec.message.id, rec.message.headers, rec.message.body, rec.message.persistent) == (5, want, b"body", True)
+        assert log.last_publishing_id("p") == 2**40
+        assert log.read_filtered(0, StreamFilter(frozenset({"eu"})))[0][0].offset == 0
+        assert log.read_filtered(0, StreamFilter(frozenset({"us"})))[0] == []
+        s = stores.reopen(s)
+        log = stores.log(s)
     s.close()

@@ -138,7 +138,10 @@ def test_a_segment_stream_written_before_filtering_is_read_and_its_old_sidecars_
     s = stores.open()
     settings = StreamSettings(segment_bytes=600)
     log = stores.log(s, settings)
-    monkeypatch.setattr(files, "filter_field", lambda msg: (None, b""))  # records as the old format wrote them
+    # records as the old format wrote them: no filter field, no F_FILTER flag
+    monkeypatch.setattr(files, "filter_field", lambda value: b"")
+    monkeypatch.setattr(files, "NO_FILTER", b"")
+    monkeypatch.setattr(files, "RECORD_FLAGS", 0)
     chunked(s, log, [["eu"] * 5, [None] * 5, ["us"] * 5])
     s.sync(1)
     s.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from amqpproto import spec
+from amqpproto import PublishRun, spec
 
 from .._mypyc import interpreted_class
 from ..model import ModelError
@@ -106,6 +106,7 @@ _HANDLERS: dict[type, Callable[[AmqpChannel, Any], None]] = {
     spec.BasicCancel: AmqpChannel.on_cancel,
     spec.BasicGet: AmqpChannel.on_get,
     spec.BasicPublish: AmqpChannel.on_publish,
+    PublishRun: AmqpChannel.on_publish_run,
     spec.BasicAck: AmqpChannel.on_ack,
     spec.BasicNack: AmqpChannel.on_nack,
     spec.BasicReject: AmqpChannel.on_reject,

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from functools import partial
 
-from amqpproto import spec
+from amqpproto import PublishRun, RawProperties, spec
 
 from .._message import Message
 from .._mypyc import interpreted_class
 from .._props import props_to_headers
+from .._raw_message import RawMessage
 from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue, VHost
 from ..model.security import check_topic_access
 from ..store import StoreError
@@ -19,6 +20,7 @@ from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit_publish
 from .properties import message_props
 from .replies import expiration_ms
+from .stream_shapes import stream_shape
 
 __all__ = ["PublishMethods", "Confirm"]
 
@@ -64,20 +66,53 @@ class PublishMethods(ChannelBase):
     __slots__ = ()
 
     # -- basic: publishing --------------------------------------------------------------------------
-    def on_publish(self, m: spec.BasicPublish) -> None:
+    def _target(self, m: spec.BasicPublish | PublishRun) -> Exchange:
+        """The exchange ``m`` publishes to, once the publisher may (errors as RabbitMQ's)."""
         if m.immediate:  # dropped from RabbitMQ 3.0: a hard error there too
-            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", type(m))
-        permit_publish(self.session.access, m.exchange, type(m))
-        x = self._exchange(m.exchange, type(m))
+            raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "immediate=true", spec.BasicPublish)
+        permit_publish(self.session.access, m.exchange, spec.BasicPublish)
+        x = self._exchange(m.exchange, spec.BasicPublish)
         if x.internal:
             raise ChannelError(spec.ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}' in "
-                               f"vhost '{self.vhost.name}'", type(m))
+                               f"vhost '{self.vhost.name}'", spec.BasicPublish)
         if x.type == "topic":  # the test here: a publish to any other exchange pays nothing more
             check_topic_access(self.session.access, x, m.routing_key, "write")
+        return x
+
+    def on_publish_run(self, run: PublishRun) -> None:
+        """Publishes of one method in a row (the codec's ``PublishRun``): checked once, as each of
+        them would be; each appended by the stream's raw path if it can be, else published as the
+        one ``BasicPublish`` it stands for (in order)."""
+        x = self._target(run)
+        session = self.session
+        stream = session.model.stream_by_key(self.vhost, x, run.routing_key)
+        props = run.properties
+        bodies = run.bodies
+        for i in range(len(props)):
+            if stream is None or not self._append_raw(x, run.routing_key, run.mandatory, props[i], bodies[i],
+                                                      stream):
+                self._publish(x, spec.BasicPublish(run.ticket, run.exchange, run.routing_key, run.mandatory,
+                                                   run.immediate, props[i], bodies[i], run.channel))
+            if session.channels.get(self.id) is not self:
+                return  # closed by one of them (its error): the rest go with the channel, as they would have
+
+    def on_publish(self, m: spec.BasicPublish) -> None:
+        x = self._target(m)
+        props = m.properties
+        if type(props) is RawProperties:  # kept as received by the codec: appended as it is if it can be
+            stream = self.session.model.stream_by_key(self.vhost, x, m.routing_key)
+            if stream is not None and self._append_raw(x, m.routing_key, m.mandatory, props, m.body, stream):
+                return
+        self._publish(x, m)
+
+    def _publish(self, x: Exchange, m: spec.BasicPublish) -> None:
+        """The general path of ``m`` to ``x`` (checked by ``_target``)."""
         session = self.session
         vhost = self.vhost
-        now = session.host.now
         props = m.properties
+        if type(props) is RawProperties:
+            props = props.view()  # read here, never changed
+        now = session.host.now
         headers = props_to_headers(props)
         priority = 0
         expires_at = None
@@ -116,6 +151,35 @@ class PublishMethods(ChannelBase):
             self._route(x, msg, mandatory, seq, key, stream)
         else:
             self.tx.append(partial(self._route, x, msg, mandatory, seq, key))
+
+    def _append_raw(self, x: Exchange, routing_key: str, mandatory: bool, props: RawProperties, body: bytes,
+                    stream: Queue) -> bool:
+        """The stream append's fast path: a publish appended to ``stream`` (the one queue it reaches,
+        by the default exchange) with its properties as published, unless the firehose, a transaction
+        or a cluster relay is on, or its property shape needs the general path (``stream_shapes``).
+        False: not taken."""
+        shape = props.shape
+        reading = shape.memo
+        if reading is None:
+            reading = shape.memo = stream_shape(shape) or False
+        if reading is False or self.tx is not None:
+            return False
+        session = self.session
+        vhost = self.vhost
+        if vhost.trace is not None or session.relay:
+            return False
+        model = session.model
+        pid = reading.publishing_id
+        if reading.varying:
+            pid = props.varying()
+            if pid < 0:
+                return False  # the general path refuses it
+        msg = RawMessage(model.next_message_id(), x.name, routing_key, props.raw, body, reading.persistent,
+                         reading.producer, pid, reading.filter)
+        if self.confirm:
+            self.pub_seq += 1
+        self._route(x, msg, mandatory, self.pub_seq if self.confirm else 0, None, stream)
+        return True
 
     def _route(self, x: Exchange, msg: Message, mandatory: bool, seq: int, key: str | None = None,
                stream: Queue | None = None) -> None:

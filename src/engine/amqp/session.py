@@ -23,6 +23,7 @@ from ..store import StoreError
 from .base import ChannelBase
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from .publish import Confirm
+from .stream_shapes import VARYING_HEADER
 
 __all__ = ["AmqpSession", "SERVER_PROPERTIES"]
 
@@ -101,7 +102,9 @@ class AmqpSession(Session):
                                  heartbeat=HEARTBEAT,
                                  max_body_size=host.config.limits.max_message_size,
                                  initial_frame_max=max(spec.FRAME_MIN_SIZE,
-                                                       host.config.limits.max_frame_size_unauthenticated))
+                                                       host.config.limits.max_frame_size_unauthenticated),
+                                 # publishes keep their properties' bytes: a stream stores them as they came
+                                 raw_properties=True, varying_header=VARYING_HEADER, publish_runs=True)
         self.vhost: VHost | None = None
         self.user: UserRecord | None = None
         self.access: UserAccess = None  # type: ignore[assignment]  # set by connection.open

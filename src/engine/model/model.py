@@ -59,9 +59,9 @@ class Model(ModelState):
     __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
                  "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
-                 "bind", "unbind", "publish", "sole_stream", "append_stream", "enqueue", "consume", "get", "give",
-                 "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light", "bind_light",
-                 "paged_messages", "policies", "security", "delete_vhost")
+                 "bind", "unbind", "publish", "sole_stream", "stream_by_key", "append_stream", "enqueue", "consume",
+                 "get", "give", "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light",
+                 "bind_light", "paged_messages", "policies", "security", "delete_vhost")
 
     def __init__(self, store: Store, timers: TimerQueue) -> None:
         super().__init__(store, timers)
@@ -105,6 +105,7 @@ class Model(ModelState):
         self.unbind = topology.unbind
         self.publish = publisher.publish
         self.sole_stream = publisher.sole_stream
+        self.stream_by_key = publisher.stream_by_key
         self.append_stream = publisher.append_stream
         self.enqueue = publisher.enqueue
         self.consume = delivery.consume

@@ -113,13 +113,21 @@ class Publisher:
         the default exchange (its key names the queue; no ``CC``/``BCC`` to route further): what
         ``append_stream`` takes instead of ``publish``. The caller rules out the firehose and a
         priority (which publish may zero per queue)."""
-        if x.name:
+        q = self.stream_by_key(vhost, x, msg.routing_key)
+        if q is None:
             return None
-        q = vhost.queues.get(msg.routing_key)
-        if q is None or not q._f & STREAM_FLAG or (q._x is not None and q._x.leader is not None):
-            return None  # not a stream, or one led by another cluster node (enqueue forwards it)
         headers = msg.headers
         return None if "CC" in headers or "BCC" in headers else q
+
+    def stream_by_key(self, vhost: VHost, x: Exchange, routing_key: str) -> Queue | None:
+        """The stream queue a publish to ``x`` with ``routing_key`` reaches when that is the
+        default exchange and the stream is led here (``sole_stream`` without its ``CC``/``BCC``)."""
+        if x.name:
+            return None
+        q = vhost.queues.get(routing_key)
+        if q is None or not q._f & STREAM_FLAG or (q._x is not None and q._x.leader is not None):
+            return None  # not a stream, or one led by another cluster node (enqueue forwards it)
+        return q
 
     def append_stream(self, q: Queue, msg: Message) -> int:
         """``publish`` of a message routed to the one stream ``q`` (``sole_stream``), without the

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .._message import READY, Entry, Message, SharedMessage
+from .._raw_message import RawMessage
 from ..streams import (
     STREAM_QUEUE_ARGS,
     OffsetSpec,
@@ -315,10 +316,11 @@ class Streams:
     # -- appending (called by publish) -----------------------------------------------------------
     def append(self, q: Queue, msg: Message) -> None:
         """Append ``msg`` to the stream ``q`` (deduplicated by ``x-producer``/``x-publishing-id``)."""
-        headers = msg.headers
         producer = pid = None
-        if PRODUCER_HEADER in headers or PUBLISHING_ID_HEADER in headers:
-            producer, pid = _producer(headers)
+        if type(msg) is RawMessage:  # read from its properties once per shape (``amqp.publish``)
+            producer, pid = msg.producer, msg.publishing_id
+        else:
+            producer, pid = producer_of(msg.headers)
         state = self.state
         self.logs[q].append(msg, state.now, producer, pid)
         state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
@@ -451,6 +453,14 @@ class Streams:
                 log.store_offset(reader.name, offset, self.state.now)
                 self.state.store_write()
         self.state.dirty[consumer.queue] = None
+
+
+def producer_of(headers: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """The dedup producer and publishing id of a message with these headers ((None, None): none;
+    ``PreconditionFailed`` for an invalid pair)."""
+    if PRODUCER_HEADER in headers or PUBLISHING_ID_HEADER in headers:
+        return _producer(headers)
+    return None, None
 
 
 def _producer(headers: Mapping[str, Any]) -> tuple[str, int]:

@@ -73,11 +73,14 @@ from ._segment import (
     F_PRODUCER,
     FLUSH_AT,
     HEAD,
+    INDEX_BYTES,
+    INDEX_STRIDE,
     K_MSG,
     K_SNAP,
     K_TRACK,
     KIND,
     MAGIC,
+    NO_FILTER,
     PROD,
     READ_BLOCK,
     SNAP,
@@ -88,7 +91,7 @@ from ._segment import (
     segment_name,
     unpack_snapshot,
 )
-from .filtering import ChunkFilters
+from .filtering import ChunkFilters, filter_value
 
 __all__ = ["FileStreamLog", "FileStreams"]
 
@@ -96,6 +99,9 @@ log = logging.getLogger("sansmq.store")
 #: ``StreamRecord(o, ts, msg)`` without the named tuple's Python-level ``__new__`` (one per record read)
 _new_record = partial(tuple.__new__, StreamRecord)
 
+#: flags of every message record written (F_FILTER: its filter field follows; tests clear it to write
+#: records as they were before filtering)
+RECORD_FLAGS = F_FILTER
 #: positions remembered where reads stopped (offset -> segment, position)
 HINTS = 256
 
@@ -123,6 +129,8 @@ class FileStreamLog(StreamLog):
         self._dir_dirty = False
         self._failed: str | None = None
         self._hints: dict[int, tuple[Segment, int]] = {}
+        #: producers' names encoded, for their records
+        self._names: dict[str, bytes] = {}
         # a stream's records share their route: encoded from a template, read back from it
         self._encoder = MessageEncoder()
         self._decoder = MessageDecoder()
@@ -320,25 +328,29 @@ class FileStreamLog(StreamLog):
     def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
                 publishing_id: int | None) -> tuple[bool, bool]:
         body = self._encoder.encode(msg)
-        prod = b""
-        kind = K_MSG
+        kind = K_MSG | RECORD_FLAGS
         if producer is not None:
-            name = producer.encode("utf-8", "surrogateescape")
+            name = self._names.get(producer)
+            if name is None:
+                name = self._name(producer)
             prod = PROD.pack(publishing_id, len(name)) + name
             kind |= F_PRODUCER
-        value, field = filter_field(msg)
-        if field:
-            prod += field
-            kind |= F_FILTER
-        size = _REC.size + HEAD.size + len(prod) + len(body)
+        else:
+            prod = b""
+        value = filter_value(msg)
+        field = NO_FILTER if value is None else filter_field(value)
+        head = HEAD.size + len(prod) + len(field)
+        size = _REC.size + head + len(body)
         with self._lock:
-            self._check_writable()
+            if self._failed is not None:
+                self._check_writable()
             rolled = False
-            if not self._segs:
+            segs = self._segs
+            if not segs:
                 seg = self._new_segment(offset, ts)
             else:
-                seg = self._segs[-1]
-                if seg.end > seg.first and seg.size + size > self.settings.segment_bytes:
+                seg = segs[-1]
+                if seg.end > seg.first and seg.written + len(seg.buf) + size > self.settings.segment_bytes:
                     seg = self._new_segment(offset, ts)
                     rolled = True
             chunk_start = not self._chunk_open or rolled
@@ -347,11 +359,33 @@ class FileStreamLog(StreamLog):
                 seg.chunk = offset
             self._chunk_open = True
             self.chunk_filters.add_value(offset, chunk_start, value, segment_start=seg.first == offset)
-            seg.index(offset, seg.size, ts)
-            self._put(seg, _record(HEAD.pack(offset, ts, kind) + prod + body))
+            buf = seg.buf
+            pos = seg.written + len(buf)
+            idx = seg.idx_off
+            if not idx or offset - idx[-1] >= INDEX_STRIDE or pos - seg.idx_pos[-1] >= INDEX_BYTES:
+                seg.index(offset, pos, ts)
+            if not self._changed:
+                self._changes()
+            # the record (``_record``) written in pieces: its CRC covers the payload's parts in turn
+            first = HEAD.pack(offset, ts, kind) + prod + field
+            buf += _REC.pack(head + len(body), crc32(body, crc32(first)))
+            buf += first
+            buf += body
+            if len(buf) >= FLUSH_AT:
+                try:
+                    self._write(seg)
+                except OSError as exc:
+                    self._mark_failed(exc)
             seg.end = offset + 1
             seg.last_ts = ts
         return chunk_start, rolled
+
+    def _name(self, producer: str) -> bytes:
+        """``producer``'s name as the record holds it (kept for the producer's next appends)."""
+        if len(self._names) >= HINTS:
+            self._names.clear()
+        name = self._names[producer] = producer.encode("utf-8", "surrogateescape")
+        return name
 
     def _track(self, consumer: str, offset: int, ts: int) -> None:
         rec = _record(HEAD.pack(offset, ts, K_TRACK) + consumer.encode("utf-8", "surrogateescape"))

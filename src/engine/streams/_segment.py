@@ -8,9 +8,8 @@ from array import array
 from struct import Struct
 from zlib import crc32
 
-from .._message import Message
 from ..fs import FileSystem
-from .filtering import ChunkFilters, filter_value
+from .filtering import ChunkFilters
 
 MAGIC = b"SMQSTRM1"
 HEAD = Struct("<QqB")  # offset, timestamp ms, kind | flags
@@ -144,11 +143,14 @@ def unpack_snapshot(p: memoryview) -> tuple[dict[str, int], dict[str, int]]:
     return maps
 
 
-def filter_field(msg: Message) -> tuple[str | None, bytes]:
-    """``msg``'s filter value and its ``F_FILTER`` field."""
-    value = filter_value(msg)
-    raw = b"" if value is None else value.encode("utf-8", "surrogateescape")
-    return value, U32.pack(len(raw)) + raw
+def filter_field(value: str) -> bytes:
+    """The ``F_FILTER`` field of a message with filter ``value``."""
+    raw = value.encode("utf-8", "surrogateescape")
+    return U32.pack(len(raw)) + raw
+
+
+#: the ``F_FILTER`` field of an unfiltered message
+NO_FILTER = U32.pack(0)
 
 
 def segment_name(first: int) -> str:

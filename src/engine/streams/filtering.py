@@ -27,8 +27,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from hashlib import blake2b
+from typing import Any
 
 from .._message import Message
+from .._raw_message import RawMessage
 
 __all__ = ["FILTER_VALUE_HEADER", "FILTER_ARG", "MATCH_UNFILTERED_ARG", "FILTER_SIZE_ARG", "DEFAULT_FILTER_BYTES",
            "MIN_FILTER_BYTES", "MAX_FILTER_BYTES", "StreamFilter", "ChunkFilters", "filter_value"]
@@ -50,7 +52,14 @@ GROUP_MAX = 4096
 
 def filter_value(msg: Message) -> str | None:
     """``msg``'s filter value, None when it is unfiltered."""
-    value = msg.headers.get(FILTER_VALUE_HEADER) if msg.headers else None
+    if type(msg) is RawMessage:  # read from its properties once per shape
+        return msg.filter
+    return header_filter_value(msg.headers)
+
+
+def header_filter_value(headers: dict[str, Any]) -> str | None:
+    """The filter value these message headers give (None: unfiltered)."""
+    value = headers.get(FILTER_VALUE_HEADER) if headers else None
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value).decode("utf-8", "replace")
     return value if isinstance(value, str) and value else None

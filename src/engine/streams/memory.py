@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from .._message import Message
+from .._raw_message import RawMessage
 from ..records import _encode_message
 from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
 
@@ -58,6 +59,8 @@ class MemoryStreamLog(StreamLog):
         if self._guard is not None:
             self._guard("stream append")
         size = len(_encode_message(msg)) + RECORD_OVERHEAD
+        if type(msg) is RawMessage:  # kept and read back as the plain message it stands for
+            msg = msg.plain()
         seg = self._segs[-1]
         rolled = seg.end > seg.first and seg.size + size > self.settings.segment_bytes
         if rolled:
