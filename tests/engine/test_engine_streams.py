@@ -277,7 +277,7 @@ def streams_q(net: SimNetwork, name: str) -> Any:
     return next(q for q in net.broker.model.streams.logs if q.name == name)
 
 
-def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy() -> None:
+def test_consumers_reading_the_same_records_share_one_copy_of_their_stored_bytes() -> None:
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
@@ -291,9 +291,11 @@ def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy()
     assert all(d.properties.headers == {"h": "v", "x-stream-offset": i} for ds in got for i, d in enumerate(ds))
     q = streams_q(net, "s")
     consumers = list(q.consumers)
-    held = [list(cons.unacked.values()) for cons in consumers]
-    assert all(a.msg is b.msg for a, b in zip(held[0], held[1], strict=True))  # one copy for all readers
-    assert all(e.msg.amqp_props is not None for e in held[0])  # encoded once, kept with it
+    assert [list(cons.unacked.values()) for cons in consumers] == [[0, 1, 2, 3, 4]] * 3  # offsets, no entries
+    from engine.model.streams import RAW
+
+    cache = net.broker.model.streams.caches[(q, RAW)]
+    assert sorted(cache.records) == [0, 1, 2, 3, 4]  # read once, for all readers
     for r in readers:
         r.close()
     net.run_until_idle()
@@ -309,23 +311,26 @@ def test_the_record_cache_is_bounded_and_never_serves_records_retention_removed(
         log = MemoryStreamLog()
         for i in range(count):
             log.append(_model_msg(i, size), 0.0)
-        cache = RecordCache()
-        seen = []
-        while len(seen) < count:
-            seen += [o for o, _ in cache.window(log, len(seen), 256, log.tail)]
-            assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
-            assert cache.nbytes == sum(len(m.body) for m in cache.records.values())
-        assert seen == list(range(count))
-        assert cache.records and max(cache.records) == count - 1  # the newest read stay
+        for raw in (False, True):
+            cache = RecordCache(raw=raw)
+            seen = []
+            while len(seen) < count:
+                seen += [rec[0] for rec in cache.window(log, len(seen), 256, log.tail)]
+                assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
+                assert cache.nbytes == sum(len(rec[2]) if raw else len(rec[1].body) for rec in cache.records.values())
+            assert seen == list(range(count))
+            assert cache.records and max(cache.records) == count - 1  # the newest read stay
     log = MemoryStreamLog(StreamSettings(max_bytes=40_000, segment_bytes=10_000))
     for i in range(10):
         log.append(_model_msg(i, 3000), 0.0)
-    cache = RecordCache()
-    assert [o for o, _ in cache.window(log, 0, 100, log.tail)] == list(range(10))
+    caches = [RecordCache(), RecordCache(raw=True)]
+    for cache in caches:
+        assert [rec[0] for rec in cache.window(log, 0, 100, log.tail)] == list(range(10))
     for i in range(10, 40):  # retention drops the segments of the cached records
         log.append(_model_msg(i, 3000), 0.0)
     assert log.first > 9
-    assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
+    for cache in caches:
+        assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
 
 
 def _model_msg(i: int, size: int) -> Any:
