@@ -42,6 +42,7 @@ it) once it has been given everything below N: the end of a range, even when not
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -471,17 +472,31 @@ class Streams:
         unacked.update(zip(range(first, first + k), map(itemgetter(0), window[:k]), strict=True))
         reader.offset = window[k - 1][0] + 1
 
-    def ack_one(self, consumer: Consumer, tag: int) -> bool:
-        """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream
-        delivery: a channel's multiple ack arrives here tag by tag). False if unknown."""
+    def settle(self, consumer: Consumer, tag: int, multiple: bool, acked: bool) -> int:
+        """``consumer`` acked (``acked``), nacked or rejected the delivery ``tag`` and, if
+        ``multiple``, every earlier one: taken off what it holds by count, never tag by tag (the
+        tags it holds are in delivery order); how many (0: ``tag`` unknown). Nothing goes back
+        into a stream: a nack or reject only settles, like an ack (RabbitMQ's streams)."""
         unacked = consumer.unacked
-        if unacked is None or unacked.pop(tag, None) is None:
-            return False
+        if unacked is None or tag not in unacked:
+            return 0
+        if not multiple:
+            del unacked[tag]
+            n = 1
+        elif tag == next(reversed(unacked)):  # everything it holds (the usual cumulative ack)
+            n = len(unacked)
+            unacked.clear()
+        else:
+            n = list(unacked).index(tag) + 1
+            rest = dict(islice(unacked.items(), n, None))
+            unacked.clear()
+            unacked.update(rest)
         if not unacked:
             consumer.unacked = None
-        self.state.acked += 1
-        self.settled(consumer, True)
-        return True
+        if acked:
+            self.state.acked += n
+        self.settled(consumer, acked)
+        return n
 
     def settled(self, consumer: Consumer, acked: bool) -> None:
         """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
