@@ -161,14 +161,22 @@ class Sending(Receiving):
         parts: list[bytes | memoryview] = []
         extend = parts.extend
         tag = first_tag
+        last: tuple[str, str] | None = None
+        head = route = b""
         for ex, rk, props, body in items:
-            route = routes.get((ex, rk))
-            if route is None:
-                route = _route_bytes(routes, ex, rk)
-            if not route or len(body) > maxp or len(props) + 12 > maxp:
+            if last is None or ex is not last[0] or rk is not last[1]:  # a window mostly has one route
+                last = (ex, rk)
+                route = routes.get(last) or _route_bytes(routes, ex, rk)
+                head = _DELIVER_HEAD(1, ch, 13 + len(ct) + len(route), _DELIVER_IDS) + ct
+            n = len(body)
+            if not route or n > maxp or len(props) + 12 > maxp:
                 parts.append(self.send_deliver(ch, consumer_tag, tag, False, ex, rk, props, bytes(body)))
+            elif n:
+                extend((head, _DELIVER_MID(tag, 0), route, _DELIVER_PROPS(0xCE, 2, ch, 12 + len(props), 60, 0, n),
+                        props, _END_AND_HEADER(0xCE, 3, ch, n), body, b"\xce"))
             else:
-                extend(_deliver_parts(ch, ct, tag, False, route, props, body))
+                extend((head, _DELIVER_MID(tag, 0), route, _DELIVER_PROPS(0xCE, 2, ch, 12 + len(props), 60, 0, 0),
+                        props, b"\xce"))
             tag += 1
         if now is not None:
             self._last_send = now

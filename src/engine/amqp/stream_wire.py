@@ -15,6 +15,7 @@ key/value pairs (a key too long for a table) takes the general path: decoded, ``
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from amqpproto import write_table, write_value
@@ -38,8 +39,9 @@ _OFFSET_KEY = bytes((len(STREAM_OFFSET_HEADER),)) + STREAM_OFFSET_HEADER.encode(
 _STAMP_KEY = bytes((len(STREAM_TIMESTAMP_HEADER),)) + STREAM_TIMESTAMP_HEADER.encode()
 _HEADERS_FLAG = 0x2000
 
-#: a template: (exchange, routing key, pre, table, post); None: the record takes the general path
-Template = tuple[str, str, bytes, bytes, bytes] | None
+#: a template: (exchange, routing key, pre, table, post, the properties up to the added entries by
+#: their length); None: the record takes the general path
+Template = tuple[str, str, bytes, bytes, bytes, dict[int, bytes]] | None
 #: templates by the stored bytes from the priority to the end of the headers; bounded
 _TEMPLATES: dict[bytes, Template] = {}
 _TEMPLATES_MAX = 256
@@ -60,13 +62,29 @@ def _template(payload: bytes | memoryview) -> Template:
                                              content_encoding=props.content_encoding)))
     (word,) = struct.unpack_from(">H", rest)
     pre = struct.pack(">H", word | _HEADERS_FLAG) + rest[2:lead]
-    return msg.exchange, msg.routing_key, pre, write_table(table)[4:], rest[lead:]
+    return msg.exchange, msg.routing_key, pre, write_table(table)[4:], rest[lead:], {}
 
 
 def _general(offset: int, ts: int, payload: bytes | memoryview,
              stamp: bool) -> tuple[str, str, bytes, bytes | memoryview]:
     msg = delivery_message(StreamRecord(offset, ts, _decode_message(payload)), True, stamp)
     return msg.exchange, msg.routing_key, props_bytes(msg), msg.body
+
+
+def _offset_width(offset: int) -> tuple[int, int, bytes, Callable[[int], bytes]]:
+    """The range of offsets ``write_value`` encodes as wide as ``offset`` (offsets are >= 0): its
+    bounds, the entry's key and type tag, the value's packing."""
+    low = 0
+    for top, tag, fmt in _WIDTHS:
+        if offset <= top:
+            return low, top, _OFFSET_KEY + tag, struct.Struct(">" + fmt).pack
+        low = top + 1
+    raise ValueError(f"offset {offset} does not fit a field table value")
+
+
+#: ``write_value``'s integer types for values >= 0, narrowest first: (highest value, tag, packing)
+_WIDTHS = ((0x7F, b"b", "b"), (0x7FFF, b"s", "h"), (0xFFFF, b"u", "H"), (0x7FFFFFFF, b"I", "i"),
+           (0xFFFFFFFF, b"i", "I"), (0x7FFFFFFFFFFFFFFF, b"l", "q"))
 
 
 def delivery_items(records: list[tuple[int, int, Any]],
@@ -77,10 +95,15 @@ def delivery_items(records: list[tuple[int, int, Any]],
     append = out.append
     templates = _TEMPLATES
     lengths = _LENGTHS.unpack_from
+    low = top = -1
+    entry = b""
+    pack: Callable[[int], bytes] = bytes
     for offset, ts, p in records:
         lex, lrk, lhdr = lengths(p, _LENGTHS_AT)
         at = _MSG.size + lex + lrk + lhdr
-        key = bytes(p[_KEY_AT:at])
+        key = p[_KEY_AT:at]
+        if type(key) is not bytes:
+            key = key.tobytes()
         t: Any = templates.get(key, False)
         if t is False:
             if len(templates) >= _TEMPLATES_MAX:
@@ -89,9 +112,14 @@ def delivery_items(records: list[tuple[int, int, Any]],
         if t is None:
             append(_general(offset, ts, p, stamp))
             continue
-        ex, rk, pre, table, post = t
-        added = _OFFSET_KEY + write_value(offset)
+        if not low <= offset <= top:  # offsets grow: the width rarely changes within a window
+            low, top, entry, pack = _offset_width(offset)
+        added = entry + pack(offset)
         if stamp:
             added += _STAMP_KEY + write_value(ts)
-        append((ex, rk, b"".join((pre, _U32(len(table) + len(added)), table, added, post)), p[at:]))
+        ex, rk, pre, table, post, heads = t
+        head = heads.get(len(added))
+        if head is None:  # the properties up to the added entries, per their length
+            head = heads[len(added)] = pre + _U32(len(table) + len(added)) + table
+        append((ex, rk, head + added + post, p[at:]))
     return out
