@@ -67,7 +67,7 @@ from .._message import Message
 from ..fs import OS_FS, FileSystem
 from ..records import _REC, MessageDecoder, MessageEncoder, _record, rewrite_unsynced, write_out
 from ..store import StoreError
-from ._log import READ_BYTES, READ_COUNT, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from ._log import BytesReads, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from ._segment import (
     F_CHUNK,
     F_FILTER,
@@ -101,7 +101,7 @@ _new_record = partial(tuple.__new__, StreamRecord)
 HINTS = 256
 
 
-class FileStreamLog(StreamLog):
+class FileStreamLog(BytesReads, StreamLog):
     """The log of one stream in directory ``path`` (created if missing)."""
 
     private_reads = True  # every read decodes anew
@@ -404,14 +404,6 @@ class FileStreamLog(StreamLog):
             return hint[1]
         i = bisect_right(seg.idx_off, offset) - 1
         return seg.idx_pos[i] if i >= 0 else len(MAGIC)
-
-    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-             upto: int | None = None) -> list[StreamRecord]:
-        return self._read(offset, max_count, max_bytes, upto, False)  # type: ignore[return-value]
-
-    def read_raw(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-                 upto: int | None = None) -> list[RawRecord]:
-        return self._read(offset, max_count, max_bytes, upto, True)  # type: ignore[return-value]
 
     def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
               raw: bool) -> list[StreamRecord] | list[RawRecord]:

@@ -29,7 +29,7 @@ from .._message import Message
 from ..records import MessageEncoder
 from .filtering import DEFAULT_FILTER_BYTES, ChunkFilters, StreamFilter
 
-__all__ = ["StreamLog", "StreamRecord", "RawRecord", "StreamSettings", "SegmentStats", "retained_from",
+__all__ = ["StreamLog", "StreamRecord", "RawRecord", "BytesReads", "StreamSettings", "SegmentStats", "retained_from",
            "DEFAULT_SEGMENT_BYTES"]
 
 #: ``read`` defaults: a batch is bounded by count and by bytes (of message bodies)
@@ -61,6 +61,23 @@ class StreamRecord(NamedTuple):
 #: a record as stored: (offset, append time in ms, the message in ``engine.records``' encoding).
 #: Delivering it needs no ``Message``: the protocol layer splices what it needs from the bytes
 RawRecord = tuple[int, int, "bytes | memoryview"]
+
+
+class BytesReads:
+    """``read`` and ``read_raw`` of a log that keeps every message's bytes (segment files,
+    PostgreSQL rows): one scan, ``_read``, that decodes them or not. Listed before ``StreamLog``."""
+
+    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+             upto: int | None = None) -> list[StreamRecord]:
+        return self._read(offset, max_count, max_bytes, upto, False)  # type: ignore[return-value]
+
+    def read_raw(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+                 upto: int | None = None) -> list[RawRecord]:
+        return self._read(offset, max_count, max_bytes, upto, True)  # type: ignore[return-value]
+
+    def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
+              raw: bool) -> list[StreamRecord] | list[RawRecord]:
+        raise NotImplementedError
 
 
 class SegmentStats(NamedTuple):

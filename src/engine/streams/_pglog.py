@@ -46,7 +46,7 @@ import psycopg
 from .._message import Message
 from ..records import _decode_message, _encode_message
 from ..store import StoreError
-from ._log import READ_BYTES, READ_COUNT, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from ._log import BytesReads, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from .filtering import ChunkFilters
 from .memory import RECORD_OVERHEAD, _VSeg
 
@@ -271,7 +271,7 @@ class StreamWork:
             log._committed_to(tail)
 
 
-class PgStreamLog(StreamLog):
+class PgStreamLog(BytesReads, StreamLog):
     def __init__(self, streams: PgStreams, sid: int, settings: StreamSettings | None,
                  key: tuple[str, str] = ("", "")) -> None:
         super().__init__(settings)
@@ -372,14 +372,6 @@ class PgStreamLog(StreamLog):
             self._consumers[consumer] = max(rows[0][0], self._consumers.get(consumer, -1))
 
     # -- reading (loop thread) ------------------------------------------------------------------------
-    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-             upto: int | None = None) -> list[StreamRecord]:
-        return self._read(offset, max_count, max_bytes, upto, False)  # type: ignore[return-value]
-
-    def read_raw(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-                 upto: int | None = None) -> list[RawRecord]:
-        return self._read(offset, max_count, max_bytes, upto, True)  # type: ignore[return-value]
-
     def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
               raw: bool) -> list[StreamRecord] | list[RawRecord]:
         """``read`` (decoded messages) or ``read_raw`` (the rows' payloads as they are; the records
