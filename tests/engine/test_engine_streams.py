@@ -483,3 +483,65 @@ def test_a_consumer_asking_for_append_times_gets_them_and_the_others_bytes_do_no
     other = amqp(net)
     declare(other, "q-classic")
     assert "'x-stream-timestamp'" in consume(other, queue="q-classic", **{"x-stream-timestamp": True}).reply_text
+
+
+def _held(net: SimNetwork) -> list[int]:
+    """The offsets the stream's one consumer holds unacked, in delivery order."""
+    (consumer,) = streams_q(net, "s").consumers
+    return list((consumer.unacked or {}).values())
+
+
+def test_stream_acks_settle_by_count_with_gaps_nacks_rejects_and_transactions(monkeypatch: Any) -> None:
+    """A multiple ack, nack or reject of a stream consumer settles every tag it holds up to it in one
+    model call (no walk tag by tag), around a tag settled alone before; nothing is redelivered; the
+    tracked offset is the lowest still held; a transaction's settles wait for its commit."""
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    pub(c, 12)
+    net.run_until_idle()
+    r = amqp(net)
+    consume(r, prefetch=10, **{"x-stream-offset": "first", "x-stream-consumer-name": "n"})
+    tags = [d.delivery_tag for d in r.of(spec.BasicDeliver)]
+    assert offsets(r) == list(range(10)) and _held(net) == list(range(10))
+    from engine.model.streams import Streams
+
+    streams = net.broker.model.streams
+    calls: list[tuple[int, bool, bool]] = []
+    settle = Streams.settle
+    monkeypatch.setattr(Streams, "settle", lambda self, consumer, tag, multiple, acked: calls.append(
+        (tag, multiple, acked)) or settle(self, consumer, tag, multiple, acked))
+    log = streams.log(streams_q(net, "s"))
+    r.call(spec.BasicAck(tags[3], False, channel=1))  # one tag alone: a gap in what it holds
+    r.call(spec.BasicAck(tags[6], True, channel=1))  # 0-2 and 4-6 at once
+    assert len(calls) == 2 and calls[1][1:] == (True, True)
+    assert _held(net)[:3] == [7, 8, 9] and log.stored_offset("n") == 7
+    assert offsets(r, 10) == [10, 11]  # credit for what was settled, nothing twice
+    tags = [d.delivery_tag for d in r.of(spec.BasicDeliver)]
+    r.call(spec.BasicNack(tags[8], True, True, channel=1))  # nack multiple: settles 7-8, requeues nothing
+    r.call(spec.BasicReject(tags[9], True, channel=1))
+    assert _held(net) == [10, 11] and log.stored_offset("n") == 7  # a nack or reject stores no offset
+    r.call(spec.TxSelect(channel=1))
+    r.call(spec.BasicAck(tags[11], True, channel=1))
+    assert _held(net) == [10, 11]  # held by the transaction until its commit
+    r.call(spec.TxRollback(channel=1))
+    assert _held(net) == [10, 11]
+    r.call(spec.BasicAck(tags[11], True, channel=1))
+    r.call(spec.TxCommit(channel=1))
+    assert _held(net) == [] and log.stored_offset("n") == 12
+    assert offsets(r) == list(range(12))
+
+
+def test_channel_flow_pauses_a_stream_consumer_and_resumes_where_it_stopped() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    r = amqp(net)
+    consume(r, prefetch=100, **{"x-stream-offset": "first"})
+    r.call(spec.ChannelFlow(False, channel=1))
+    pub(c, 5)
+    net.run_until_idle()
+    assert offsets(r) == []
+    r.call(spec.ChannelFlow(True, channel=1))
+    net.run_until_idle()
+    assert offsets(r) == [0, 1, 2, 3, 4]
