@@ -79,18 +79,23 @@ class AckMethods(ChannelBase):
 
     def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None, multiple: bool = False) -> None:
         model = self.session.model
-        #: a stream consumer's last tag of a multiple settle: the model settles up to it at once
         streams: dict[Consumer, int] = {}
-        # nacks go back in reverse so requeued messages keep their order at the head
-        for consumer, mtag, _ in (items if requeue is None else reversed(items)):
-            if multiple and consumer.queue.stream:
-                # its tags on this channel are in delivery order, so every one up to the last taken
-                # was taken: nothing goes back into a stream, nack and ack settle alike
-                streams[consumer] = max(mtag, streams.get(consumer, mtag))
-            elif requeue is None:
-                model.ack(consumer, mtag)
-            else:
-                model.nack(consumer, mtag, False, requeue)
+        last: dict[Consumer, int] = {}
+        if multiple:
+            # a stream consumer's tags on this channel are in delivery order, so every one up to the
+            # last taken (items are in tag order: the last one seen) was taken: the model settles
+            # them at once (nothing goes back into a stream: nack and ack settle alike)
+            last = {consumer: mtag for consumer, mtag, _ in items}
+            streams = {consumer: mtag for consumer, mtag in last.items() if consumer.queue.stream}
+        if not multiple or len(streams) < len(last):  # some are not a stream's
+            # nacks go back in reverse so requeued messages keep their order at the head
+            for consumer, mtag, _ in (items if requeue is None else reversed(items)):
+                if consumer in streams:
+                    continue
+                if requeue is None:
+                    model.ack(consumer, mtag)
+                else:
+                    model.nack(consumer, mtag, False, requeue)
         for consumer, mtag in streams.items():
             if requeue is None:
                 model.ack(consumer, mtag, True)
