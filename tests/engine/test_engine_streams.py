@@ -530,6 +530,7 @@ def test_stream_acks_settle_by_count_with_gaps_nacks_rejects_and_transactions(mo
     r.call(spec.TxCommit(channel=1))
     assert _held(net) == [] and log.stored_offset("n") == 12
     assert offsets(r) == list(range(12))
+    assert streams_q(net, "s")._x.acked == 9  # the queue's ack count (message_stats): acks, not nacks/rejects
 
 
 def test_channel_flow_pauses_a_stream_consumer_and_resumes_where_it_stopped() -> None:
