@@ -160,3 +160,33 @@ def test_a_consumer_receives_the_same_bytes_from_stored_bytes_as_from_messages(*
     assert fast == _run(**kw, general=True)
     if kw["start"] == "first" and kw["end"] is None:  # it read something: both paths were taken
         assert fast[1][0] > 0
+
+
+def _global_prefetch_run(general: bool) -> tuple[bytes, list[int]]:
+    """A stream consumer (prefetch 10) whose channel gets a global prefetch of 3 after it started
+    (``basic.qos`` global): a window of 8 records stops at the channel's limit, and goes on as
+    acks come."""
+    with _general_path(general):
+        net = new_net(store=FakeStore())
+        prod: list[bytes] = []
+        p = _client(net, prod)
+        declare(p, "s", durable=True, arguments=STREAM)
+        wire: list[bytes] = []
+        c = _client(net, wire)
+        c.call(spec.BasicQos(prefetch_count=10, channel=1))
+        c.call(spec.BasicConsume(queue="s", consumer_tag="c", arguments={"x-stream-offset": "first"}, channel=1))
+        c.call(spec.BasicQos(prefetch_count=3, global_=True, channel=1))
+        for i in range(8):
+            publish(p, "s", b"m%d" % i)
+        net.run_until_idle()
+        counts = [len(c.of(spec.BasicDeliver))]
+        while len(c.of(spec.BasicDeliver)) < 8:
+            c.call(spec.BasicAck(c.of(spec.BasicDeliver)[-1].delivery_tag, True, channel=1))
+            counts.append(len(c.of(spec.BasicDeliver)))
+        return b"".join(wire), counts
+
+
+def test_a_channels_global_prefetch_bounds_a_stream_window_as_on_the_general_path() -> None:
+    fast = _global_prefetch_run(False)
+    assert fast == _global_prefetch_run(True)
+    assert fast[1] == [3, 6, 8]
