@@ -164,12 +164,18 @@ def test_refusals_harm_nothing_else() -> None:
     assert stream(other).message_count == 0
 
 
-def test_stomp_subscribe_with_offset_forms() -> None:
+def filled(n: int) -> tuple[SimNetwork, AmqpSimClient]:
+    """A network with the stream ``s`` holding ``n`` synced messages, and the client that published them."""
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
-    pub(c, 5)
+    pub(c, n)
     net.run_until_idle()
+    return net, c
+
+
+def test_stomp_subscribe_with_offset_forms() -> None:
+    net, c = filled(5)
     s = connected(net)
     subscribe(s, "/amq/queue/s", "a", ack="client-individual", prefetch_count="10", x_stream_offset="offset=3")
     net.run_until_idle()
@@ -495,11 +501,7 @@ def test_stream_acks_settle_by_count_with_gaps_nacks_rejects_and_transactions(mo
     """A multiple ack, nack or reject of a stream consumer settles every tag it holds up to it in one
     model call (no walk tag by tag), around a tag settled alone before; nothing is redelivered; the
     tracked offset is the lowest still held; a transaction's settles wait for its commit."""
-    net = new_net(store=FakeStore())
-    c = amqp(net)
-    stream(c)
-    pub(c, 12)
-    net.run_until_idle()
+    net, _ = filled(12)
     r = amqp(net)
     consume(r, prefetch=10, **{"x-stream-offset": "first", "x-stream-consumer-name": "n"})
     tags = [d.delivery_tag for d in r.of(spec.BasicDeliver)]
