@@ -5,7 +5,8 @@ compare the ratio of each pair, and report the load average):
 
 * append rate with publisher confirms (a window of 1000 unconfirmed publishes, 100-byte bodies);
 * read rate from ``first`` by one consumer and by 10 consumers (10 channels, prefetch 1000, acks
-  every 500);
+  every 500), and (phase ``bulk``, sansmq only) by ``sansmq_client.bulk.read_stream``, the Spark
+  source's reader;
 * for every broker whose pid is known, its CPU time per message in each phase (user + system, from
   /proc: less sensitive to the machine's load than the rates);
 * with ``--rss-messages N``: the broker's RSS with an empty stream, with a stream of N messages, and
@@ -324,7 +325,21 @@ def rss_run(b: Broker, n: int, reads: int, fill: str, publishers: int) -> None:
           f"peak {peak:.1f} MB while one consumer read {reads:,} from first at {rate:,.0f}/s", flush=True)
 
 
-PHASES = (("append", "append"), ("read1", "read x1"), ("read10", "read x10"))
+PHASES = (("append", "append"), ("read1", "read x1"), ("read10", "read x10"), ("bulk", "bulk read"))
+
+
+def bulk_read(addr: tuple[str, int], name: str, n: int) -> float:
+    """Messages per second that ``sansmq_client.bulk.read_stream`` (the Spark source's reader:
+    prefetch 2,000, acks as it decodes) reads from offset 0."""
+    import sansmq_client.sync
+    from sansmq_client.bulk import read_stream
+
+    with sansmq_client.sync.connect(f"amqp://guest:guest@{addr[0]}:{addr[1]}/") as conn:
+        t0 = time.perf_counter()
+        got = sum(len(batch) for batch in read_stream(conn, name, 0, n))
+        rate = got / (time.perf_counter() - t0)
+    assert got == n, got
+    return rate
 
 
 def main() -> int:
@@ -362,7 +377,7 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 runs: tuple[tuple[str, Callable[..., float], tuple[Any, ...], int], ...] = (
                     ("append", append, (b.addr, name, n), n), ("read1", read, (b.addr, name, n, 1), n),
-                    ("read10", read, (b.addr, name, n, 10), 10 * n))
+                    ("read10", read, (b.addr, name, n, 10), 10 * n), ("bulk", bulk_read, (b.addr, name, n), n))
                 for key, fn, fn_args, count in runs:
                     if key not in args.phases.split(","):
                         continue

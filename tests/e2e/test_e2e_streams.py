@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from typing import Any
+from unittest.mock import ANY
 
 import pika
 import pytest
@@ -350,6 +351,59 @@ def test_append_times_on_request(target: Target) -> None:
     assert [h["x-stream-offset"] for h in stamps] == [0, 1]
     assert all(before <= h["x-stream-timestamp"] <= after for h in stamps)
     assert [sorted(h) for h in plain] == [["x-stream-offset"]] * 2
+
+
+def test_deliveries_keep_every_property_and_large_bodies_and_any_settle_gives_credit(target: Target) -> None:
+    """pika: records with every kind of property, header values of many types and bodies over
+    frame_max come back exactly as published, with their offset and append time (stream
+    deliveries are spliced from the stored bytes); a consumer with prefetch 3 that acks several at
+    once, nacks one and rejects one reads everything, nothing twice (a stream requeues nothing)."""
+    sansmq_only(target, "x-stream-timestamp is a sansmq extension")
+    conn = target.conn()
+    ch = conn.channel()
+    q = fresh(target, ch)
+    ch.confirm_delivery()
+    big = bytes(range(256)) * 1200  # 300 KB: several body frames at the default frame_max (128 KB)
+    sent = []
+    for i in range(9):
+        props = pika.BasicProperties(
+            content_type="application/json", content_encoding="gzip", delivery_mode=2,
+            priority=i % 4, correlation_id=f"c{i}", reply_to="r", expiration=None, message_id=f"m{i}",
+            timestamp=1_700_000_000 + i, type="t", user_id="guest", app_id="a",
+            headers={"i": i, "s": "x" * i, "big": 1 << 40, "b": True, "l": [1, "two"], "t": {"k": i}, "neg": -i})
+        body = big if i in (2, 7) else b"b%d" % i
+        ch.basic_publish("", q, body, props)
+        sent.append((props, body))
+    conn.close()
+    c = target.conn()
+    rch = c.channel()
+    rch.basic_qos(prefetch_count=3)
+    got: list[tuple[Any, bytes]] = []
+
+    def on(ch_: Any, m: Any, p: Any, b: bytes) -> None:
+        got.append((p, b))
+        n = len(got)
+        if n == 4:
+            ch_.basic_nack(m.delivery_tag, requeue=True)  # settles only: nothing goes back into a stream
+        elif n == 5:
+            ch_.basic_reject(m.delivery_tag, requeue=True)
+        elif n % 2 == 0 or n == 9:
+            ch_.basic_ack(m.delivery_tag, multiple=True)
+
+    rch.basic_consume(q, on, arguments={"x-stream-offset": "first", "x-stream-timestamp": True})
+    deadline = time.monotonic() + 20
+    while len(got) < 9 and time.monotonic() < deadline:
+        c.process_data_events(0.05)
+    c.process_data_events(0.3)  # nothing more comes
+    c.close()
+    assert [p.headers["x-stream-offset"] for p, _ in got] == list(range(9))
+    assert all(isinstance(p.headers["x-stream-timestamp"], int) for p, _ in got)
+    for (sp, sb), (gp, gb) in zip(sent, got, strict=True):
+        assert gb == sb
+        assert {**sp.headers, "x-stream-offset": ANY, "x-stream-timestamp": ANY} == gp.headers
+        for field in ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
+                      "message_id", "timestamp", "type", "user_id", "app_id"):
+            assert getattr(gp, field) == getattr(sp, field), field
 
 
 def test_producer_deduplication(target: Target) -> None:

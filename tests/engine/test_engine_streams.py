@@ -164,12 +164,18 @@ def test_refusals_harm_nothing_else() -> None:
     assert stream(other).message_count == 0
 
 
-def test_stomp_subscribe_with_offset_forms() -> None:
+def filled(n: int) -> tuple[SimNetwork, AmqpSimClient]:
+    """A network with the stream ``s`` holding ``n`` synced messages, and the client that published them."""
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
-    pub(c, 5)
+    pub(c, n)
     net.run_until_idle()
+    return net, c
+
+
+def test_stomp_subscribe_with_offset_forms() -> None:
+    net, c = filled(5)
     s = connected(net)
     subscribe(s, "/amq/queue/s", "a", ack="client-individual", prefetch_count="10", x_stream_offset="offset=3")
     net.run_until_idle()
@@ -277,7 +283,7 @@ def streams_q(net: SimNetwork, name: str) -> Any:
     return next(q for q in net.broker.model.streams.logs if q.name == name)
 
 
-def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy() -> None:
+def test_consumers_reading_the_same_records_share_one_copy_of_their_stored_bytes() -> None:
     net = new_net(store=FakeStore())
     c = amqp(net)
     stream(c)
@@ -291,9 +297,11 @@ def test_consumers_reading_the_same_records_share_one_decoded_and_encoded_copy()
     assert all(d.properties.headers == {"h": "v", "x-stream-offset": i} for ds in got for i, d in enumerate(ds))
     q = streams_q(net, "s")
     consumers = list(q.consumers)
-    held = [list(cons.unacked.values()) for cons in consumers]
-    assert all(a.msg is b.msg for a, b in zip(held[0], held[1], strict=True))  # one copy for all readers
-    assert all(e.msg.amqp_props is not None for e in held[0])  # encoded once, kept with it
+    assert [list(cons.unacked.values()) for cons in consumers] == [[0, 1, 2, 3, 4]] * 3  # offsets, no entries
+    from engine.model.streams import RAW
+
+    cache = net.broker.model.streams.caches[(q, RAW)]
+    assert sorted(cache.records) == [0, 1, 2, 3, 4]  # read once, for all readers
     for r in readers:
         r.close()
     net.run_until_idle()
@@ -309,23 +317,26 @@ def test_the_record_cache_is_bounded_and_never_serves_records_retention_removed(
         log = MemoryStreamLog()
         for i in range(count):
             log.append(_model_msg(i, size), 0.0)
-        cache = RecordCache()
-        seen = []
-        while len(seen) < count:
-            seen += [o for o, _ in cache.window(log, len(seen), 256, log.tail)]
-            assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
-            assert cache.nbytes == sum(len(m.body) for m in cache.records.values())
-        assert seen == list(range(count))
-        assert cache.records and max(cache.records) == count - 1  # the newest read stay
+        for raw in (False, True):
+            cache = RecordCache(raw=raw)
+            seen = []
+            while len(seen) < count:
+                seen += [rec[0] for rec in cache.window(log, len(seen), 256, log.tail)]
+                assert len(cache.records) <= CACHE_RECORDS and cache.nbytes <= CACHE_BYTES
+                assert cache.nbytes == sum(len(rec[2]) if raw else len(rec[1].body) for rec in cache.records.values())
+            assert seen == list(range(count))
+            assert cache.records and max(cache.records) == count - 1  # the newest read stay
     log = MemoryStreamLog(StreamSettings(max_bytes=40_000, segment_bytes=10_000))
     for i in range(10):
         log.append(_model_msg(i, 3000), 0.0)
-    cache = RecordCache()
-    assert [o for o, _ in cache.window(log, 0, 100, log.tail)] == list(range(10))
+    caches = [RecordCache(), RecordCache(raw=True)]
+    for cache in caches:
+        assert [rec[0] for rec in cache.window(log, 0, 100, log.tail)] == list(range(10))
     for i in range(10, 40):  # retention drops the segments of the cached records
         log.append(_model_msg(i, 3000), 0.0)
     assert log.first > 9
-    assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
+    for cache in caches:
+        assert cache.window(log, 0, 5, log.tail)[0][0] == log.first
 
 
 def _model_msg(i: int, size: int) -> Any:
@@ -478,3 +489,62 @@ def test_a_consumer_asking_for_append_times_gets_them_and_the_others_bytes_do_no
     other = amqp(net)
     declare(other, "q-classic")
     assert "'x-stream-timestamp'" in consume(other, queue="q-classic", **{"x-stream-timestamp": True}).reply_text
+
+
+def _held(net: SimNetwork) -> list[int]:
+    """The offsets the stream's one consumer holds unacked, in delivery order."""
+    (consumer,) = streams_q(net, "s").consumers
+    return list((consumer.unacked or {}).values())
+
+
+def test_stream_acks_settle_by_count_with_gaps_nacks_rejects_and_transactions(monkeypatch: Any) -> None:
+    """A multiple ack, nack or reject of a stream consumer settles every tag it holds up to it in one
+    model call (no walk tag by tag), around a tag settled alone before; nothing is redelivered; the
+    tracked offset is the lowest still held; a transaction's settles wait for its commit."""
+    net, _ = filled(12)
+    r = amqp(net)
+    consume(r, prefetch=10, **{"x-stream-offset": "first", "x-stream-consumer-name": "n"})
+    tags = [d.delivery_tag for d in r.of(spec.BasicDeliver)]
+    assert offsets(r) == list(range(10)) and _held(net) == list(range(10))
+    from engine.model.streams import Streams
+
+    streams = net.broker.model.streams
+    calls: list[tuple[int, bool, bool]] = []
+    settle = Streams.settle
+    monkeypatch.setattr(Streams, "settle", lambda self, consumer, tag, multiple, acked: calls.append(
+        (tag, multiple, acked)) or settle(self, consumer, tag, multiple, acked))
+    log = streams.log(streams_q(net, "s"))
+    r.call(spec.BasicAck(tags[3], False, channel=1))  # one tag alone: a gap in what it holds
+    r.call(spec.BasicAck(tags[6], True, channel=1))  # 0-2 and 4-6 at once
+    assert len(calls) == 2 and calls[1][1:] == (True, True)
+    assert _held(net)[:3] == [7, 8, 9] and log.stored_offset("n") == 7
+    assert offsets(r, 10) == [10, 11]  # credit for what was settled, nothing twice
+    tags = [d.delivery_tag for d in r.of(spec.BasicDeliver)]
+    r.call(spec.BasicNack(tags[8], True, True, channel=1))  # nack multiple: settles 7-8, requeues nothing
+    r.call(spec.BasicReject(tags[9], True, channel=1))
+    assert _held(net) == [10, 11] and log.stored_offset("n") == 7  # a nack or reject stores no offset
+    r.call(spec.TxSelect(channel=1))
+    r.call(spec.BasicAck(tags[11], True, channel=1))
+    assert _held(net) == [10, 11]  # held by the transaction until its commit
+    r.call(spec.TxRollback(channel=1))
+    assert _held(net) == [10, 11]
+    r.call(spec.BasicAck(tags[11], True, channel=1))
+    r.call(spec.TxCommit(channel=1))
+    assert _held(net) == [] and log.stored_offset("n") == 12
+    assert offsets(r) == list(range(12))
+    assert streams_q(net, "s")._x.acked == 9  # the queue's ack count (message_stats): acks, not nacks/rejects
+
+
+def test_channel_flow_pauses_a_stream_consumer_and_resumes_where_it_stopped() -> None:
+    net = new_net(store=FakeStore())
+    c = amqp(net)
+    stream(c)
+    r = amqp(net)
+    consume(r, prefetch=100, **{"x-stream-offset": "first"})
+    r.call(spec.ChannelFlow(False, channel=1))
+    pub(c, 5)
+    net.run_until_idle()
+    assert offsets(r) == []
+    r.call(spec.ChannelFlow(True, channel=1))
+    net.run_until_idle()
+    assert offsets(r) == [0, 1, 2, 3, 4]

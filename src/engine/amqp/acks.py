@@ -4,6 +4,7 @@ publishes and settles until commit (a rollback puts the settled deliveries back)
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from amqpproto import spec
@@ -20,17 +21,18 @@ class _TxSettle:
     """An ack/nack/reject held by an open transaction: run on commit; ``taken`` (channel tag ->
     delivery) is what a rollback puts back into the channel's unacked deliveries."""
 
-    __slots__ = ("chan", "items", "requeue", "taken")
+    __slots__ = ("chan", "items", "requeue", "taken", "multiple")
 
     def __init__(self, chan: AckMethods, items: list[tuple[Consumer, int, float]], requeue: bool | None,
-                 taken: dict[int, tuple[Consumer, int, float]]) -> None:
+                 taken: dict[int, tuple[Consumer, int, float]], multiple: bool) -> None:
         self.chan = chan
         self.items = items
         self.requeue = requeue
         self.taken = taken
+        self.multiple = multiple
 
     def __call__(self) -> None:
-        self.chan._settle(self.items, self.requeue)
+        self.chan._settle(self.items, self.requeue, self.multiple)
 
 
 @interpreted_class
@@ -51,6 +53,15 @@ class AckMethods(ChannelBase):
                 taken = list(unacked.values())
                 unacked.clear()
                 return taken
+            first = next(iter(unacked))
+            if tag in unacked and next(reversed(unacked)) - first == len(unacked) - 1:
+                # tags without gaps (the usual window): counted, not walked
+                n = tag - first + 1
+                taken = list(islice(unacked.values(), n))
+                rest = dict(islice(unacked.items(), n, None))
+                unacked.clear()
+                unacked.update(rest)
+                return taken
             taken = []
             keys = []
             for t, item in unacked.items():  # tag order: stop at the first later tag
@@ -66,14 +77,30 @@ class AckMethods(ChannelBase):
             raise ChannelError(spec.PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
         return [one]
 
-    def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None) -> None:
+    def _settle(self, items: list[tuple[Consumer, int, float]], requeue: bool | None, multiple: bool = False) -> None:
         model = self.session.model
-        # nacks go back in reverse so requeued messages keep their order at the head
-        for consumer, mtag, _ in (items if requeue is None else reversed(items)):
+        streams: dict[Consumer, int] = {}
+        last: dict[Consumer, int] = {}
+        if multiple:
+            # a stream consumer's tags on this channel are in delivery order, so every one up to the
+            # last taken (items are in tag order: the last one seen) was taken: the model settles
+            # them at once (nothing goes back into a stream: nack and ack settle alike)
+            last = {consumer: mtag for consumer, mtag, _ in items}
+            streams = {consumer: mtag for consumer, mtag in last.items() if consumer.queue.stream}
+        if not multiple or len(streams) < len(last):  # some are not a stream's
+            # nacks go back in reverse so requeued messages keep their order at the head
+            for consumer, mtag, _ in (items if requeue is None else reversed(items)):
+                if consumer in streams:
+                    continue
+                if requeue is None:
+                    model.ack(consumer, mtag)
+                else:
+                    model.nack(consumer, mtag, False, requeue)
+        for consumer, mtag in streams.items():
             if requeue is None:
-                model.ack(consumer, mtag)
+                model.ack(consumer, mtag, True)
             else:
-                model.nack(consumer, mtag, False, requeue)
+                model.nack(consumer, mtag, True, requeue)
         if self.global_prefetch:
             for c in self.consumers.values():
                 model.mark_dirty(c.queue)
@@ -89,14 +116,14 @@ class AckMethods(ChannelBase):
 
     def _settle_tags(self, tag: int, multiple: bool, requeue: bool | None, method: type) -> None:
         if self.tx is None:
-            self._settle(self._take(tag, multiple, method), requeue)
+            self._settle(self._take(tag, multiple, method), requeue, multiple)
             return
         # in a transaction the settle waits for tx.commit; the deliveries leave ``unacked`` now (a
         # second ack of them is an unknown tag, as RabbitMQ's) but come back on rollback
         before = self.unacked.copy()
         items = self._take(tag, multiple, method)
         taken = {t: before[t] for t in before.keys() - self.unacked.keys()}
-        self.tx.append(_TxSettle(self, items, requeue, taken))
+        self.tx.append(_TxSettle(self, items, requeue, taken, multiple))
 
     def _restore_tx_settles(self) -> None:
         """Rollback (or close) of a transaction: its acks, nacks and rejects are discarded and their
@@ -115,7 +142,7 @@ class AckMethods(ChannelBase):
             raise AmqpConnectionError(spec.NOT_IMPLEMENTED, "requeue=false", type(m))
         items = list(self.unacked.values())
         self.unacked.clear()
-        self._settle(items, True)  # RabbitMQ requeues whatever ``requeue`` says
+        self._settle(items, True, True)  # RabbitMQ requeues whatever ``requeue`` says (all: a multiple settle)
         if type(m) is spec.BasicRecover:
             self.send(spec.BasicRecoverOk())
 

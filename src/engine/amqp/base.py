@@ -20,6 +20,7 @@ from .._session import Host
 from ..model import Consumer, ConsumerOwner, Exchange, Model, Queue, VHost
 from ..model.origin import session_origin
 from ..model.security import UserAccess, UserRecord
+from ..streams import RawRecord
 from .errors import ChannelError
 
 __all__ = ["ChannelBase", "ChannelOwner", "AmqpConsumer", "GetHolder", "REPLY_TO"]
@@ -196,6 +197,9 @@ class ChannelBase:
 
     # -- what the handler classes provide (consume.ConsumeMethods, publish.PublishMethods) ----
     def deliver(self, consumer: AmqpConsumer, tag: int, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def deliver_stream(self, consumer: AmqpConsumer, first_tag: int, records: list[RawRecord], stamp: bool) -> int:
         raise NotImplementedError
 
     def consumer_cancelled(self, consumer: AmqpConsumer) -> None:

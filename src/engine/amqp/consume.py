@@ -5,6 +5,7 @@ re-armed at the earliest deadline when it fires, so a delivery costs no timer of
 from __future__ import annotations
 
 from functools import partial
+from itertools import repeat
 from typing import Any
 
 from amqpproto import spec
@@ -14,11 +15,13 @@ from .._message import Entry
 from .._mypyc import interpreted_class
 from ..model import Queue
 from ..model.streams import check_not_stream_consumer
+from ..streams import RawRecord
 from .base import REPLY_TO, AmqpConsumer, ChannelBase, GetHolder
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit
 from .properties import counted_props, message_props, props_bytes
 from .stream_consume import refuse_get, stream_start
+from .stream_wire import delivery_items
 
 __all__ = ["ConsumeMethods"]
 
@@ -133,6 +136,33 @@ class ConsumeMethods(ChannelBase):
         props = encode_properties(counted_props(msg, count)) if count and consumer.queue.quorum else props_bytes(msg)
         session.write(session.conn.send_deliver(self.id, consumer.tag, dtag, count > 0, msg.exchange,
                                                 msg.routing_key, props, msg.body, session.host.now))
+
+    def deliver_stream(self, consumer: AmqpConsumer, first_tag: int, records: list[RawRecord], stamp: bool) -> int:
+        """``deliver`` of a stream's read window from its stored bytes (model tags from
+        ``first_tag`` up), as one write: how many were delivered (the channel's global prefetch
+        may leave room for fewer)."""
+        k = len(records)
+        limit = self.global_prefetch
+        if limit:
+            k = min(k, max(0, limit - len(self.unacked)))
+            records = records[:k]
+        if not k:
+            return 0
+        items = delivery_items(records, stamp)
+        first = self.next_tag + 1
+        self.next_tag += k
+        session = self.session
+        deadline = 0.0
+        if consumer.timeout:  # as deliver: one deadline for the window, all delivered now
+            deadline = session.host.now + consumer.timeout
+            key = self.timeout_key
+            if key is None or deadline < key[0]:
+                session.host.cancel_timer(key)
+                self._arm(deadline)
+        self.unacked.update(zip(range(first, first + k),
+                                zip(repeat(consumer), range(first_tag, first_tag + k), repeat(deadline)), strict=False))
+        session.write(session.conn.send_deliveries(self.id, consumer.tag, first, items, session.host.now))
+        return k
 
     def on_get(self, m: spec.BasicGet) -> None:
         permit(self.session.access, "read", "queue", m.queue, type(m))

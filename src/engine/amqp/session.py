@@ -20,6 +20,7 @@ from .._session import SERVER_NAME, Host, Session, is_loopback
 from ..model import Consumer, Queue, VHost
 from ..model.security import UserAccess, UserRecord, client_id_of
 from ..store import StoreError
+from ..streams import RawRecord
 from .base import ChannelBase
 from .channel import AmqpChannel, AmqpConnectionError, AmqpConsumer, ChannelError
 from .publish import Confirm
@@ -375,6 +376,17 @@ class AmqpSession(Session):
         except Exception as exc:  # noqa: BLE001 - a delivery must never break dispatch for others
             self.host.internal_error(self, exc)
             self.abort("internal error")
+
+    def deliver_stream(self, consumer: Consumer, first_tag: int, records: list[RawRecord], stamp: bool) -> int:
+        """Deliver a stream's read window from the records' stored bytes (``ConsumerOwner``'s
+        optional fast path); returns how many were delivered."""
+        assert isinstance(consumer, AmqpConsumer)
+        try:
+            return consumer.channel.deliver_stream(consumer, first_tag, records, stamp)
+        except Exception as exc:  # noqa: BLE001 - as deliver's
+            self.host.internal_error(self, exc)
+            self.abort("internal error")
+            return 0
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         assert isinstance(consumer, AmqpConsumer)

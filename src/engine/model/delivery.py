@@ -178,20 +178,20 @@ class Delivery:
 
     def ack(self, consumer: Settled, tag: int, multiple: bool = False) -> bool:
         """Ack ``tag`` (and every earlier one of this consumer if ``multiple``). False if unknown."""
-        if not multiple and consumer.queue.stream:
-            return self.streams.ack_one(consumer, tag)
+        q = consumer.queue
+        if q.stream:
+            n = self.streams.settle(consumer, tag, multiple, True)
+            if n:
+                (q._x or extras(q)).acked += n
+            return n > 0
         state = self.state
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
         n = len(taken)
         state.acked += n
-        q = consumer.queue
         if type(q) is Queue:  # not a light subscription (its own queue)
             (q._x or extras(q)).acked += n
-        if q.stream:
-            self.streams.settled(consumer, True)
-            return True
         for entry in taken:
             state.forget(q, entry)
         return True
@@ -199,13 +199,12 @@ class Delivery:
     def nack(self, consumer: Settled, tag: int, multiple: bool = False, requeue: bool = True) -> bool:
         """A consumer rejects ``tag`` (and every earlier one if ``multiple``): requeued, or dead
         (``requeue=False``); a queue with ``x-retry-delays`` retries it later either way."""
+        q = consumer.queue
+        if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
+            return self.streams.settle(consumer, tag, multiple, False) > 0
         taken = self._take(consumer, tag, multiple)
         if taken is None:
             return False
-        q = consumer.queue
-        if q.stream:  # as RabbitMQ's streams: a nack or reject only settles, like an ack
-            self.streams.settled(consumer, False)
-            return True
         retries = self.retries
         if retries.delays and retries.handles(q):
             for entry in taken:  # in delivery order: they come back in it when due together

@@ -42,6 +42,8 @@ it) once it has been given everything below N: the end of a range, even when not
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import islice
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .._message import READY, Entry, Message, SharedMessage
@@ -88,6 +90,8 @@ READ_BATCH = 256
 #: other share one decoded record and its wire encoding instead of each decoding and encoding it
 CACHE_RECORDS = 2048
 CACHE_BYTES = 4 << 20
+#: the key of a stream's cache of stored bytes, beside its caches of messages (``Streams.caches``)
+RAW = "raw"
 #: how often x-max-age retention runs at most (seconds); more often for short ages
 RETENTION_PERIOD = 60.0
 
@@ -190,65 +194,81 @@ def filtered_window(log: StreamLog, reader: Reader, filt: StreamFilter, count: i
 
 
 class RecordCache:
-    """The records of one stream read last, as delivery messages (with their ``x-stream-offset``
-    header, and ``x-stream-timestamp`` in the cache of the consumers that asked for it), bounded by
-    ``CACHE_RECORDS`` and ``CACHE_BYTES``; the oldest read go first."""
+    """The records of one stream read last, bounded by ``CACHE_RECORDS`` and ``CACHE_BYTES``; the
+    oldest read go first. As delivery messages (with their ``x-stream-offset`` header, and
+    ``x-stream-timestamp`` in the cache of the consumers that asked for it), or, ``raw``, as the
+    stored bytes (``StreamLog.read_raw``) for the consumers whose owner delivers from them."""
 
-    __slots__ = ("records", "nbytes", "stamp")
+    __slots__ = ("records", "nbytes", "stamp", "raw")
 
-    def __init__(self, stamp: bool = False) -> None:
-        self.records: dict[int, SharedMessage] = {}
+    def __init__(self, stamp: bool = False, raw: bool = False) -> None:
+        self.records: dict[int, Any] = {}
         self.nbytes = 0
         self.stamp = stamp
+        self.raw = raw
 
-    def window(self, log: StreamLog, offset: int, count: int, end: int,
-               keep: bool = True) -> list[tuple[int, SharedMessage]]:
-        """Up to ``count`` (offset, message) from ``offset`` (raised to the log's first) below
-        ``end``: cached ones as they are, the rest read from the log in batches and kept if
-        ``keep`` (a stream with one consumer has nobody to share them with)."""
+    def window(self, log: StreamLog, offset: int, count: int, end: int, keep: bool = True) -> list[Any]:
+        """Up to ``count`` records from ``offset`` (raised to the log's first) below ``end``:
+        (offset, message) or, ``raw``, ``RawRecord``. Cached ones as they are, the rest read from
+        the log in batches and kept if ``keep`` (a stream with one consumer has nobody to share
+        them with)."""
         records = self.records
-        out: list[tuple[int, SharedMessage]] = []
+        out: list[Any] = []
         offset = max(offset, log.first)
         private = log.private_reads
         stamp = self.stamp
+        raw = self.raw
         while len(out) < count and offset < end:
             m = records.get(offset)
             if m is not None:
-                out.append((offset, m))
+                out.append(m)
                 offset += 1
                 continue
-            batch = log.read(offset, max_count=count - len(out), upto=end)
+            if raw:
+                batch: list[Any] = log.read_raw(offset, max_count=count - len(out), upto=end)
+                if keep:  # bytes of their own: a view would keep its whole read block
+                    batch = [(o, ts, bytes(p)) for o, ts, p in batch]
+            else:
+                batch = [(rec.offset, delivery_message(rec, private, stamp))
+                         for rec in log.read(offset, max_count=count - len(out), upto=end)]
             if not batch:
                 break
-            for rec in batch:
-                m = delivery_message(rec, private, stamp)
-                out.append((rec.offset, m))
-                if not keep:
-                    continue
-                old = records.pop(rec.offset, None)
-                if old is not None:
-                    self.nbytes -= len(old.body)
-                records[rec.offset] = m
-                self.nbytes += len(m.body)
-            offset = batch[-1].offset + 1
+            out.extend(batch)
+            offset = batch[-1][0] + 1
+            if keep:
+                self._keep(batch)
         excess = len(records) - CACHE_RECORDS
         if excess > 0 or self.nbytes > CACHE_BYTES:
             self._evict(excess)
         return out
+
+    def _size(self, item: Any) -> int:
+        return len(item[2]) if self.raw else len(item[1].body)
+
+    def _keep(self, batch: list[Any]) -> None:
+        records = self.records
+        size = self._size
+        for item in batch:
+            old = records.pop(item[0], None)
+            if old is not None:
+                self.nbytes -= size(old)
+            records[item[0]] = item
+            self.nbytes += size(item)
 
     def _evict(self, excess: int) -> None:
         """Drop the ``excess`` records read first, and more if their bodies are over
         ``CACHE_BYTES``: down to half of it (so that a stream of large records does not evict at
         every read)."""
         records = self.records
+        size = self._size
         gone: list[int] = []
         freed = 0
         keep_bytes = CACHE_BYTES // 2 if self.nbytes > CACHE_BYTES else self.nbytes
-        for offset, m in records.items():  # the oldest read first (insertion order)
+        for offset, item in records.items():  # the oldest read first (insertion order)
             if len(gone) >= excess and self.nbytes - freed <= keep_bytes:
                 break
             gone.append(offset)
-            freed += len(m.body)
+            freed += size(item)
         for offset in gone:
             del records[offset]
         self.nbytes -= freed
@@ -266,7 +286,7 @@ class Streams:
         self.uncommitted: dict[Queue, None] = {}
         #: the records read last, per stream with consumers (and (stream, True): with their append
         #: times, for the consumers that asked for them; encoded apart, so the others' bytes are unchanged)
-        self.caches: dict[Queue | tuple[Queue, bool], RecordCache] = {}
+        self.caches: dict[Queue | tuple[Queue, bool | str], RecordCache] = {}
         #: cancels a consumer that read up to its ``x-stream-end-offset`` (set by the model: the
         #: delivery layer's cancel, and the owner told)
         self.ended: Callable[[Consumer], None] = lambda consumer: None
@@ -286,9 +306,12 @@ class Streams:
         deletes its log."""
         self.logs.pop(q, None)
         self.uncommitted.pop(q, None)
-        self.caches.pop(q, None)
-        self.caches.pop((q, True), None)
+        self._drop_caches(q)
         self.state.timers.cancel(self.retention_timers.pop(q, None))
+
+    def _drop_caches(self, q: Queue) -> None:
+        for key in (q, (q, True), (q, RAW)):
+            self.caches.pop(key, None)
 
     def log(self, q: Queue) -> StreamLog:
         return self.logs[q]
@@ -366,8 +389,7 @@ class Streams:
         self.readers.pop(consumer, None)
         q = consumer.queue
         if all(c is consumer for c in q.consumers or ()):  # the last one: nobody reads its cache
-            self.caches.pop(q, None)
-            self.caches.pop((q, True), None)
+            self._drop_caches(q)
 
     def dispatch(self, q: Queue) -> None:
         """Deliver to every ready consumer of ``q`` what its prefetch has room for."""
@@ -393,7 +415,11 @@ class Streams:
             room = c.prefetch - (len(c.unacked) if c.unacked else 0) if c.prefetch else READ_BATCH
             owner = c.owner
             after = -1
-            if reader.filter is not None:
+            deliver_raw = getattr(owner, "deliver_stream", None) if trace is None else None
+            if deliver_raw is not None and reader.filter is None:
+                self._deliver_raw(q, c, reader, deliver_raw, min(room, READ_BATCH), stop, shared)
+                window: list[tuple[int, SharedMessage]] = []
+            elif reader.filter is not None:
                 window, after = filtered_window(log, reader, reader.filter, min(room, READ_BATCH), stop)
             else:
                 key = (q, True) if reader.stamp else q
@@ -426,17 +452,53 @@ class Streams:
             state.delivered += state.next_tag - tags_before
             (q._x or extras(q)).delivered += state.next_tag - tags_before
 
-    def ack_one(self, consumer: Consumer, tag: int) -> bool:
-        """``consumer`` acked the delivery ``tag`` (what delivery's ``ack`` does, for one stream
-        delivery: a channel's multiple ack arrives here tag by tag). False if unknown."""
+    def _deliver_raw(self, q: Queue, c: Consumer, reader: Reader, deliver: Callable[..., int], count: int,
+                     stop: int, shared: bool) -> None:
+        """Deliver up to ``count`` records to ``c`` from their stored bytes (its owner's
+        ``deliver_stream``): no message or entry per record; ``c`` holds each tag's offset."""
+        cache = self.caches.get((q, RAW))
+        if cache is None:
+            cache = self.caches[(q, RAW)] = RecordCache(raw=True)
+        window = cache.window(self.logs[q], reader.offset, count, stop, shared)
+        if not window:
+            return
+        state = self.state
+        first = state.next_tag + 1
+        k = deliver(c, first, window, reader.stamp)
+        if not k:
+            return
+        state.next_tag += k
+        unacked = c.unacked
+        if unacked is None:
+            unacked = c.unacked = {}
+        unacked.update(zip(range(first, first + k), map(itemgetter(0), window[:k]), strict=True))
+        reader.offset = window[k - 1][0] + 1
+
+    def settle(self, consumer: Consumer, tag: int, multiple: bool, acked: bool) -> int:
+        """``consumer`` acked (``acked``), nacked or rejected the delivery ``tag`` and, if
+        ``multiple``, every earlier one: taken off what it holds by count, never tag by tag (the
+        tags it holds are in delivery order); how many (0: ``tag`` unknown). Nothing goes back
+        into a stream: a nack or reject only settles, like an ack (RabbitMQ's streams)."""
         unacked = consumer.unacked
-        if unacked is None or unacked.pop(tag, None) is None:
-            return False
+        if unacked is None or tag not in unacked:
+            return 0
+        if not multiple:
+            del unacked[tag]
+            n = 1
+        elif tag == next(reversed(unacked)):  # everything it holds (the usual cumulative ack)
+            n = len(unacked)
+            unacked.clear()
+        else:
+            n = list(unacked).index(tag) + 1
+            rest = dict(islice(unacked.items(), n, None))
+            unacked.clear()
+            unacked.update(rest)
         if not unacked:
             consumer.unacked = None
-        self.state.acked += 1
-        self.settled(consumer, True)
-        return True
+        if acked:
+            self.state.acked += n
+        self.settled(consumer, acked)
+        return n
 
     def settled(self, consumer: Consumer, acked: bool) -> None:
         """``consumer`` acked (``acked``) or nacked deliveries: read on; an ack stores its tracked
@@ -447,7 +509,9 @@ class Streams:
         if acked and reader.name is not None:
             held = consumer.unacked
             # held is in delivery order, which is offset order: its first is the lowest
-            offset = next(iter(held.values())).offset if held else reader.offset  # type: ignore[attr-defined]
+            # an offset (delivered from stored bytes) or a StreamEntry
+            lowest: Any = next(iter(held.values())) if held else reader.offset
+            offset = lowest if type(lowest) is int else lowest.offset
             log = self.logs.get(consumer.queue)
             if log is not None and log.stored_offset(reader.name) != offset:
                 log.store_offset(reader.name, offset, self.state.now)

@@ -60,13 +60,14 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any
 from zlib import crc32
 
 from .._message import Message
 from ..fs import OS_FS, FileSystem
 from ..records import _REC, MessageDecoder, MessageEncoder, _record, rewrite_unsynced, write_out
 from ..store import StoreError
-from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from ._log import BytesReads, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from ._segment import (
     F_CHUNK,
     F_FILTER,
@@ -106,7 +107,7 @@ RECORD_FLAGS = F_FILTER
 HINTS = 256
 
 
-class FileStreamLog(StreamLog):
+class FileStreamLog(BytesReads, StreamLog):
     """The log of one stream in directory ``path`` (created if missing)."""
 
     private_reads = True  # every read decodes anew
@@ -438,11 +439,13 @@ class FileStreamLog(StreamLog):
         i = bisect_right(seg.idx_off, offset) - 1
         return seg.idx_pos[i] if i >= 0 else len(MAGIC)
 
-    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-             upto: int | None = None) -> list[StreamRecord]:
+    def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
+              raw: bool) -> list[StreamRecord] | list[RawRecord]:
+        """``read`` (decoded messages) or ``read_raw`` (their stored bytes, nothing decoded)."""
         offset, end = self._bounds(offset, upto)
-        out: list[StreamRecord] = []
+        out: list = []
         nbytes = 0
+        decode = self._decoder.decode
         while offset < end and len(out) < max_count:
             seg = self._segs[bisect_right(self._firsts, offset) - 1]
             stop_pos = None
@@ -460,12 +463,18 @@ class FileStreamLog(StreamLog):
                     at += PROD.size + PROD.unpack_from(p, HEAD.size)[1]
                 if kind & F_FILTER:
                     at += U32.size + U32.unpack_from(p, at)[0]
-                msg = self._decoder.decode(p[at:])
-                if out and nbytes + len(msg.body) > max_bytes:
+                if raw:  # the message's bytes (a bound on its body's: headers are few)
+                    item: Any = (o, ts, p[at:])
+                    size = len(p) - at
+                else:
+                    msg = decode(p[at:])
+                    item = _new_record((o, ts, msg))
+                    size = len(msg.body)
+                if out and nbytes + size > max_bytes:
                     stop_pos = pos
                     break
-                out.append(_new_record((o, ts, msg)))
-                nbytes += len(msg.body)
+                out.append(item)
+                nbytes += size
                 offset = o + 1
             if stop_pos is not None:
                 self._hint(offset, seg, stop_pos)

@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._message import Message
+from ..records import MessageEncoder
 from .filtering import DEFAULT_FILTER_BYTES, ChunkFilters, StreamFilter
 
-__all__ = ["StreamLog", "StreamRecord", "StreamSettings", "SegmentStats", "retained_from", "DEFAULT_SEGMENT_BYTES"]
+__all__ = ["StreamLog", "StreamRecord", "RawRecord", "BytesReads", "StreamSettings", "SegmentStats", "retained_from",
+           "DEFAULT_SEGMENT_BYTES"]
 
 #: ``read`` defaults: a batch is bounded by count and by bytes (of message bodies)
 READ_COUNT = 256
@@ -54,6 +56,28 @@ class StreamRecord(NamedTuple):
     offset: int
     timestamp: int  # ms since the epoch, when it was appended
     message: Message
+
+
+#: a record as stored: (offset, append time in ms, the message in ``engine.records``' encoding).
+#: Delivering it needs no ``Message``: the protocol layer splices what it needs from the bytes
+RawRecord = tuple[int, int, "bytes | memoryview"]
+
+
+class BytesReads:
+    """``read`` and ``read_raw`` of a log that keeps every message's bytes (segment files,
+    PostgreSQL rows): one scan, ``_read``, that decodes them or not. Listed before ``StreamLog``."""
+
+    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+             upto: int | None = None) -> list[StreamRecord]:
+        return self._read(offset, max_count, max_bytes, upto, False)  # type: ignore[return-value]
+
+    def read_raw(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+                 upto: int | None = None) -> list[RawRecord]:
+        return self._read(offset, max_count, max_bytes, upto, True)  # type: ignore[return-value]
+
+    def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
+              raw: bool) -> list[StreamRecord] | list[RawRecord]:
+        raise NotImplementedError
 
 
 class SegmentStats(NamedTuple):
@@ -103,6 +127,7 @@ class StreamLog(ABC):
         self.chunk_filters = ChunkFilters(self.settings.filter_bytes)
         #: records filtered reads decoded (a statistic: chunks skipped are never decoded)
         self.filter_decoded = 0
+        self._raw_encoder = MessageEncoder()
 
     # -- appending --------------------------------------------------------------------------------
     def should_append(self, producer: str, publishing_id: int) -> bool:
@@ -171,6 +196,15 @@ class StreamLog(ABC):
         """Records from ``offset`` (raised to ``first``) in order, below ``upto`` (default: the
         tail), at most ``max_count`` of them and, past the first, bodies of at most ``max_bytes``
         in all. Empty at the end of the log."""
+
+    def read_raw(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
+                 upto: int | None = None) -> list[RawRecord]:
+        """``read``, each message as its stored bytes (``max_bytes`` bounds those). This default
+        encodes what ``read`` decoded (the logs that keep messages as objects); a log that stores
+        the bytes returns them as they are."""
+        encode = self._raw_encoder.encode
+        return [(rec.offset, rec.timestamp, encode(rec.message))
+                for rec in self.read(offset, max_count, max_bytes, upto)]
 
     def read_filtered(self, offset: int, filt: StreamFilter, max_count: int = READ_COUNT,
                       upto: int | None = None, scan: int = FILTER_SCAN) -> tuple[list[StreamRecord], int]:

@@ -46,7 +46,7 @@ import psycopg
 from .._message import Message
 from ..records import _decode_message, _encode_message
 from ..store import StoreError
-from ._log import READ_BYTES, READ_COUNT, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from ._log import BytesReads, RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from .filtering import ChunkFilters
 from .memory import RECORD_OVERHEAD, _VSeg
 
@@ -278,7 +278,7 @@ class StreamWork:
             log._committed_to(tail)
 
 
-class PgStreamLog(StreamLog):
+class PgStreamLog(BytesReads, StreamLog):
     def __init__(self, streams: PgStreams, sid: int, settings: StreamSettings | None,
                  key: tuple[str, str] = ("", "")) -> None:
         super().__init__(settings)
@@ -379,8 +379,10 @@ class PgStreamLog(StreamLog):
             self._consumers[consumer] = max(rows[0][0], self._consumers.get(consumer, -1))
 
     # -- reading (loop thread) ------------------------------------------------------------------------
-    def read(self, offset: int, max_count: int = READ_COUNT, max_bytes: int = READ_BYTES,
-             upto: int | None = None) -> list[StreamRecord]:
+    def _read(self, offset: int, max_count: int, max_bytes: int, upto: int | None,
+              raw: bool) -> list[StreamRecord] | list[RawRecord]:
+        """``read`` (decoded messages) or ``read_raw`` (the rows' payloads as they are; the records
+        not written yet encoded)."""
         offset, end = self._bounds(offset, upto)
         with self._streams.store._lock:
             committed = self.committed
@@ -388,20 +390,25 @@ class PgStreamLog(StreamLog):
         rows: list[tuple[int, int, Any]] = []
         if offset < min(end, committed):
             rows = self._streams.query("read", self.sid, offset, min(end, committed), max_count)
-        out: list[StreamRecord] = []
+        out: list[Any] = []
         nbytes = 0
         for o, ts, payload in rows:
-            msg = _decode_message(memoryview(payload))
-            if out and nbytes + len(msg.body) > max_bytes:
+            item: Any
+            if raw:  # a bound on the body's size: headers are few
+                item, size = (o, ts, bytes(payload)), len(payload)
+            else:
+                msg = _decode_message(memoryview(payload))
+                item, size = StreamRecord(o, ts, msg), len(msg.body)
+            if out and nbytes + size > max_bytes:
                 return out
-            out.append(StreamRecord(o, ts, msg))
-            nbytes += len(msg.body)
+            out.append(item)
+            nbytes += size
         for o, ts, msg in pending:
-            if o < offset or (out and out[-1].offset >= o):
+            if o < offset or (out and out[-1][0] >= o):
                 continue
             if o >= end or len(out) >= max_count or (out and nbytes + len(msg.body) > max_bytes):
                 break
-            out.append(StreamRecord(o, ts, msg))
+            out.append((o, ts, _encode_message(msg)) if raw else StreamRecord(o, ts, msg))
             nbytes += len(msg.body)
         return out[:max_count]
 

@@ -1,0 +1,192 @@
+"""Stream deliveries from stored bytes (``engine.amqp.stream_wire``, ``Sending.send_deliveries``)
+against the general path (a decoded message, ``delivery_message``, ``props_bytes``,
+``send_deliver`` per record): the same bytes, whatever the properties, headers, bodies (over
+frame_max too), offsets and timestamps, on every store."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from enginetest_helpers import new_net
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_engine_amqp import declare, publish
+
+from amqpproto import BasicProperties, spec
+from engine._message import Message
+from engine.amqp.properties import props_bytes
+from engine.amqp.session import AmqpSession
+from engine.amqp.stream_wire import delivery_items
+from engine.model.streams import delivery_message
+from engine.records import _decode_message, _encode_message
+from engine.segment_store import SegmentStore
+from engine.streams import StreamRecord
+from engine.testing import AmqpSimClient, FakeStore, SimNetwork
+
+STREAM = {"x-queue-type": "stream"}
+
+_key = st.text(max_size=8) | st.sampled_from(
+    ["content-type", "content-encoding", "reply-to", "correlation-id", "message-id", "timestamp", "priority",
+     "expiration", "type", "user-id", "app-id", "persistent", "x-stream-offset", "x-stream-timestamp",
+     "x-death", "k" * 300])
+_scalar = (st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1) | st.booleans() | st.binary(max_size=8)
+           | st.floats(allow_nan=False))
+_value = _scalar | st.lists(_scalar, max_size=2) | st.dictionaries(st.text(max_size=4), _scalar, max_size=2)
+_headers = st.dictionaries(_key, _value, max_size=4)
+_x_death = st.just({"x-death": [{"count": 1, "reason": "rejected", "queue": "q", "time": 1700000000}]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(headers=_headers | _x_death, priority=st.integers(0, 255), persistent=st.booleans(),
+       route=st.tuples(st.text(max_size=6), st.text(max_size=6)), body=st.binary(max_size=40),
+       offset=st.integers(0, 2**63 - 1) | st.integers(0, 70000), ts=st.integers(0, 2**62), stamp=st.booleans())
+def test_spliced_properties_equal_the_general_encoding(headers: dict[str, Any], priority: int, persistent: bool,
+                                                        route: tuple[str, str], body: bytes, offset: int, ts: int,
+                                                        stamp: bool) -> None:
+    msg = Message(7, route[0], route[1], headers, body, priority, None, persistent)
+    try:
+        payload = _encode_message(msg)
+    except (ValueError, OverflowError):  # not storable (the stores refuse it the same way)
+        return
+    general = delivery_message(StreamRecord(offset, ts, _decode_message(payload)), True, stamp)
+    try:
+        want = (general.exchange, general.routing_key, props_bytes(general), general.body)
+    except ValueError:  # a key over 255 bytes has no AMQP encoding: the fast path fails alike
+        with pytest.raises(ValueError):
+            delivery_items([(offset, ts, payload)], stamp)
+        return
+    for stored in (payload, memoryview(payload)):  # segment files give views, PostgreSQL bytes
+        (got,) = delivery_items([(offset, ts, stored)], stamp)
+        assert (got[0], got[1], got[2], bytes(got[3])) == want
+    # a second record with the same stored headers is made from the template the first made
+    (again,) = delivery_items([(offset + 1, ts, payload)], stamp)
+    general = delivery_message(StreamRecord(offset + 1, ts, _decode_message(payload)), True, stamp)
+    assert again[2] == props_bytes(general)
+
+
+@contextmanager
+def _general_path(on: bool) -> Iterator[None]:
+    """The model delivers through ``deliver`` (a message and an entry per record) when the
+    session offers no ``deliver_stream``."""
+    if not on:
+        yield
+        return
+    saved = AmqpSession.deliver_stream
+    AmqpSession.deliver_stream = None  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        AmqpSession.deliver_stream = saved  # type: ignore[method-assign]
+
+
+def _client(net: SimNetwork, wire: list[bytes]) -> AmqpSimClient:
+    """A client with frame_max 4096 whose received bytes are kept in ``wire``."""
+    c = net.connect(protocol="amqp")
+    assert isinstance(c, AmqpSimClient)
+    c.conn.config_frame_max = 4096  # type: ignore[attr-defined]
+    feed = c._feed
+
+    def keep(data: bytes) -> None:
+        wire.append(bytes(data))
+        feed(data)
+
+    c._feed = keep  # type: ignore[method-assign]
+    assert isinstance(c.amqp_open(), spec.ConnectionOpenOk)
+    assert isinstance(c.open_channel(1), spec.ChannelOpenOk)
+    return c
+
+
+_props = st.none() | st.builds(
+    BasicProperties, headers=st.none() | st.dictionaries(st.sampled_from(["a", "x-stream-offset", "x-stream-timestamp"]),
+                                                          st.text(max_size=4) | st.integers(0, 9), max_size=2),
+    delivery_mode=st.none() | st.sampled_from([1, 2]), priority=st.none() | st.integers(0, 9),
+    content_type=st.none() | st.text(max_size=6), expiration=st.none() | st.just("60000"),
+    correlation_id=st.none() | st.text(max_size=6), timestamp=st.none() | st.just(1700000000))
+#: bodies: empty, small, and over the 4096 frame_max (split into several body frames)
+_body = st.sampled_from([b"", b"x", b"y" * 100, b"z" * 9000])
+_run_args = dict(
+    publishes=st.lists(st.tuples(_props, _body), min_size=1, max_size=12), prefetch=st.integers(1, 7),
+    stamp=st.booleans(), ack_every=st.integers(1, 5), start=st.sampled_from(["first", 3, "last", "next"]),
+    memory=st.booleans(), cancel_after=st.none() | st.integers(1, 10), end=st.none() | st.integers(0, 14))
+
+
+def _run(publishes: list[tuple[Any, bytes]], prefetch: int, stamp: bool, ack_every: int, start: Any,
+         memory: bool, cancel_after: int | None, end: int | None, general: bool) -> tuple[bytes, Any]:
+    with tempfile.TemporaryDirectory() as root, _general_path(general):
+        net = new_net(store=FakeStore() if memory else SegmentStore(root, sync=False))
+        prod: list[bytes] = []
+        p = _client(net, prod)
+        declare(p, "s", durable=True, arguments=STREAM)
+        half = len(publishes) // 2
+        for props, body in publishes[:half]:
+            publish(p, "s", body, props=props or BasicProperties())
+        net.run_until_idle()
+        wire: list[bytes] = []
+        c = _client(net, wire)
+        c.call(spec.BasicQos(prefetch_count=prefetch, channel=1))
+        args: dict[str, Any] = {"x-stream-offset": start, "x-stream-timestamp": stamp}
+        if end is not None:
+            args["x-stream-end-offset"] = end
+        c.call(spec.BasicConsume(queue="s", consumer_tag="c", arguments=args, channel=1))
+        for props, body in publishes[half:]:  # some arrive while the consumer waits at the end
+            publish(p, "s", body, props=props or BasicProperties())
+            net.run_until_idle()
+        seen = 0
+        while True:  # ack as a client does: every few deliveries, multiple
+            got = c.of(spec.BasicDeliver)
+            if len(got) == seen:
+                break
+            for d in got[seen:]:
+                seen += 1
+                if cancel_after is not None and seen == cancel_after:
+                    c.send(spec.BasicCancel("c", channel=1))
+                if seen % ack_every == 0:
+                    c.send(spec.BasicAck(d.delivery_tag, True, channel=1))
+            if got and seen % ack_every:
+                c.send(spec.BasicAck(got[-1].delivery_tag, False, channel=1))
+            net.run_until_idle()
+        state = net.broker.model.streams.state
+        return b"".join(wire), (state.delivered, state.acked)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_run_args)
+def test_a_consumer_receives_the_same_bytes_from_stored_bytes_as_from_messages(**kw: Any) -> None:
+    fast = _run(**kw, general=False)
+    assert fast == _run(**kw, general=True)
+    if kw["start"] == "first" and kw["end"] is None:  # it read something: both paths were taken
+        assert fast[1][0] > 0
+
+
+def _global_prefetch_run(general: bool) -> tuple[bytes, list[int]]:
+    """A stream consumer (prefetch 10) whose channel gets a global prefetch of 3 after it started
+    (``basic.qos`` global): a window of 8 records stops at the channel's limit, and goes on as
+    acks come."""
+    with _general_path(general):
+        net = new_net(store=FakeStore())
+        prod: list[bytes] = []
+        p = _client(net, prod)
+        declare(p, "s", durable=True, arguments=STREAM)
+        wire: list[bytes] = []
+        c = _client(net, wire)
+        c.call(spec.BasicQos(prefetch_count=10, channel=1))
+        c.call(spec.BasicConsume(queue="s", consumer_tag="c", arguments={"x-stream-offset": "first"}, channel=1))
+        c.call(spec.BasicQos(prefetch_count=3, global_=True, channel=1))
+        for i in range(8):
+            publish(p, "s", b"m%d" % i)
+        net.run_until_idle()
+        counts = [len(c.of(spec.BasicDeliver))]
+        while len(c.of(spec.BasicDeliver)) < 8:
+            c.call(spec.BasicAck(c.of(spec.BasicDeliver)[-1].delivery_tag, True, channel=1))
+            counts.append(len(c.of(spec.BasicDeliver)))
+        return b"".join(wire), counts
+
+
+def test_a_channels_global_prefetch_bounds_a_stream_window_as_on_the_general_path() -> None:
+    fast = _global_prefetch_run(False)
+    assert fast == _global_prefetch_run(True)
+    assert fast[1] == [3, 6, 8]
