@@ -1,8 +1,8 @@
 """The reading side of format "sansmq": batch and micro-batch readers over stream queues.
 
 Offsets are ``{"stream": next_offset}``, as Spark's Kafka source keeps ``{"topic": {"p": n}}``.
-A micro-batch [start, end) per stream is cut into pieces (``split_range``), one Spark partition
-each; a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
+A micro-batch [start, end) per stream is one Spark partition, cut into pieces only as options
+maxRecordsPerPartition and minPartitions ask (``plan_ranges``, Kafka's rules); a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
 acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches, decoded
 from the socket's bytes straight into columns (``bulk``, ``columns``).
 """
@@ -43,7 +43,7 @@ from .driver import Driver, StreamNotFound, endpoint
 from .leaders import leader_urls
 from .listing import matching_streams
 from .metrics import SKIPPED_KEY, log_lag
-from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
+from .offsets import cap_total, offset_at_time, plan_ranges, stream_end, stream_first, wait_for_new
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
@@ -207,9 +207,9 @@ def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
     """The tasks of a batch; each reads its stream on the cluster node that leads it, if known."""
     urls = leader_urls(opts.url, opts.streams, opts.timeout)
-    return [StreamRange(s, lo, hi, urls.get(s)) for s in opts.streams
-            for lo, hi in split_range(start.get(s, 0), end.get(s, 0), opts.max_records_per_partition,
-                                      opts.min_partitions)]
+    ranges = {s: (start.get(s, 0), end.get(s, 0)) for s in opts.streams}
+    return [StreamRange(s, lo, hi, urls.get(s))
+            for s, lo, hi in plan_ranges(ranges, opts.max_records_per_partition, opts.min_partitions)]
 
 
 def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],
