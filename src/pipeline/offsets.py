@@ -26,8 +26,8 @@ from sansmq_client import ConsumerCancelled, Delivery, sync
 
 from .driver import Driver, StreamNotFound
 
-__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "plan_ranges", "offset_of", "offset_at_time",
-           "record_time", "stamp_arguments", "STAMP_HEADER"]
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "plan_ranges", "offset_of",
+           "offset_at_time", "record_time", "stamp_arguments", "STAMP_HEADER"]
 
 #: sansmq's delivery header with the record's append time (ms), asked for with the consumer
 #: argument of the same name where the broker's capabilities say ``stream_timestamp``
@@ -224,7 +224,8 @@ def plan_ranges(ranges: Mapping[str, tuple[int, int]], max_per_partition: int | 
     cut below what these two options ask for."""
     def pieces(start: int, end: int) -> int:
         return 1 if max_per_partition is None else math.ceil((end - start) / max_per_partition)
-    tasks = [(s, lo, hi) for s, (start, end) in ranges.items() for lo, hi in split_range(start, end, pieces(start, end))]
+    tasks = [(s, lo, hi) for s, (start, end) in ranges.items()
+             for lo, hi in split_range(start, end, pieces(start, end))]
     if min_partitions is None or len(tasks) >= min_partitions:
         return tasks
     total = sum(hi - lo for _, lo, hi in tasks)

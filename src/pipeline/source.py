@@ -2,9 +2,10 @@
 
 Offsets are ``{"stream": next_offset}``, as Spark's Kafka source keeps ``{"topic": {"p": n}}``.
 A micro-batch [start, end) per stream is one Spark partition, cut into pieces only as options
-maxRecordsPerPartition and minPartitions ask (``plan_ranges``, Kafka's rules); a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
-acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches, decoded
-from the socket's bytes straight into columns (``bulk``, ``columns``).
+maxRecordsPerPartition and minPartitions ask (``plan_ranges``, Kafka's rules); a task consumes
+with ``x-stream-offset: start`` (non-destructive: acks only grant credit) and stops at ``end``.
+Rows leave the task as Arrow record batches, decoded from the socket's bytes straight into
+columns (``bulk``, ``columns``).
 """
 
 from __future__ import annotations
