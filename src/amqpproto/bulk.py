@@ -13,7 +13,10 @@ A delivery is three or more frames on one channel: basic.deliver, its content he
 ``x-stream-offset`` field (found with ``bytes.find``, not parsed); what remains is mostly the same
 from one message to the next, so its flattened key/value lists are parsed once and reused from a
 small cache. sansmq's ``x-stream-timestamp`` (the broker's append time, on request) is cut out the
-same way and fills the timestamp column instead of the AMQP timestamp property.
+same way and fills the timestamp column instead of the AMQP timestamp property. Each row's stream
+filter value (RabbitMQ's ``x-stream-filter-value`` header) is a column of its own, taken from the
+same cache; a reader that wants no headers column (``DeliveryColumns(headers=False)``) gets no
+per-row header lists at all.
 
 Anything that is not a delivery of that channel (a method such as basic.consume-ok or
 channel.close, a frame on another channel) stops the decoder at that frame's first byte with
@@ -43,14 +46,16 @@ from . import spec
 from ._errors import INTERNAL_ERRORS, RemoteProtocolError
 from ._readers import read_table
 
-__all__ = ["OFFSET_HEADER", "STAMP_HEADER", "DeliveryColumns", "MissingStreamOffset", "StreamDeliveryDecoder",
-           "flat_headers", "frame_end", "header_text"]
+__all__ = ["OFFSET_HEADER", "STAMP_HEADER", "FILTER_HEADER", "DeliveryColumns", "MissingStreamOffset",
+           "StreamDeliveryDecoder", "flat_headers", "frame_end", "header_text"]
 
 #: the header a stream queue stamps on every delivery: the message's offset in the stream
 OFFSET_HEADER = "x-stream-offset"
 #: sansmq's stream deliveries carry the record's append time (ms) here when the consumer asked for it
 #: (consumer argument ``x-stream-timestamp: true``)
 STAMP_HEADER = "x-stream-timestamp"
+#: RabbitMQ's stream filter value of a message (its publisher sets it), kept as column ``filter_value``
+FILTER_HEADER = "x-stream-filter-value"
 _NO_END = 1 << 64  # past every offset
 
 
@@ -87,22 +92,27 @@ def flat_headers(headers: Mapping[str, Any] | None, prefix: str = "") -> list[tu
 class DeliveryColumns:
     """The column lists of decoded deliveries, one entry per row. The headers are kept as Arrow
     keeps a map column: row ``i``'s pairs are ``header_keys[header_offsets[i]:header_offsets[i + 1]]``
-    (and the same slice of ``header_values``); the offset header comes first in every row."""
+    (and the same slice of ``header_values``); the offset header comes first in every row. With
+    ``headers=False`` the three header lists stay empty (``header_offsets`` too): the decoder skips
+    them, for a reader that does not want them."""
 
     __slots__ = ("offset", "timestamp", "routing_key", "header_offsets", "header_keys", "header_values",
-                 "content_type", "body")
+                 "content_type", "body", "filter_value", "headers")
 
-    def __init__(self) -> None:
+    def __init__(self, headers: bool = True) -> None:
         self.offset: list[int] = []
         #: ms since the epoch: the broker's append time (``x-stream-timestamp``) if the delivery
         #: carries it, else the AMQP timestamp property (seconds on the wire), else None
         self.timestamp: list[int | None] = []
         self.routing_key: list[str] = []
-        self.header_offsets: list[int] = [0]
+        self.header_offsets: list[int] = [0] if headers else []
         self.header_keys: list[str] = []
         self.header_values: list[str] = []
         self.content_type: list[str | None] = []
         self.body: list[bytes] = []
+        #: the ``x-stream-filter-value`` header's text (the first one after flattening), else None
+        self.filter_value: list[str | None] = []
+        self.headers = headers
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -119,12 +129,17 @@ _STAMP_KEY = b"\x12" + STAMP_HEADER.encode()
 #: field table integer types: struct format of the value after the type octet
 _INTS = {ord(t): struct.Struct(">" + f) for t, f in (("b", "b"), ("B", "B"), ("s", "h"), ("u", "H"),
                                                        ("I", "i"), ("i", "I"), ("l", "q"), ("L", "Q"))}
+_STAMP_LEN = len(_STAMP_KEY)
 #: property flag bits, high to low, and what each property is (AMQP 0-9-1 basic class)
 _SHORTSTR, _CONTENT_TYPE, _TABLE, _OCTET, _TIMESTAMP = range(5)
 _PROPERTY_KINDS = ((15, _CONTENT_TYPE), (14, _SHORTSTR), (13, _TABLE), (12, _OCTET), (11, _OCTET),
                    (10, _SHORTSTR), (9, _SHORTSTR), (8, _SHORTSTR), (7, _SHORTSTR), (6, _TIMESTAMP),
                    (5, _SHORTSTR), (4, _SHORTSTR), (3, _SHORTSTR), (2, _SHORTSTR))
 _CACHE_MAX = 4096
+
+
+#: a headers table's flattened keys and values, and its filter value
+_Headers = tuple[list[str], list[str], str | None]
 
 
 def _kinds(flags: int) -> tuple[int, ...]:
@@ -148,8 +163,8 @@ class StreamDeliveryDecoder:
         #: the delivery tag of the last delivery decoded (acks grant credit up to it)
         self.last_tag = 0
         self._kinds: dict[int, tuple[int, ...]] = {}
-        #: the headers table without its offset field -> flattened (keys, values)
-        self._headers: dict[bytes, tuple[list[str], list[str]]] = {}
+        #: the headers table without its offset (and stamp) field -> flattened (keys, values, filter value)
+        self._headers: dict[bytes, _Headers] = {}
         #: routing keys and content types as bytes -> str
         self._strings: dict[bytes, str] = {}
 
@@ -181,7 +196,8 @@ class StreamDeliveryDecoder:
         our_channel = self.channel
         offsets, timestamps, routing_keys = cols.offset, cols.timestamp, cols.routing_key
         ckeys, cvalues, map_offsets = cols.header_keys, cols.header_values, cols.header_offsets
-        content_types, bodies = cols.content_type, cols.body
+        content_types, bodies, filter_values = cols.content_type, cols.body, cols.filter_value
+        want_headers = cols.headers
         rows = len(offsets)
         n = len(buf)
         seen = -1
@@ -276,19 +292,27 @@ class StreamDeliveryDecoder:
                 raise ValueError("properties run past their content header frame")
             pos = after
             self.last_tag = tag
-            # the offset, and the other headers from the cache (the common case, inline)
+            # the offset (and the broker's append time, which replaces the property), and the other
+            # headers from the cache: the common cases inline, the offset alone or the stamp right after it
             at = table.find(_KEY)
             fmt = _INTS.get(table[at + _KEY_LEN]) if 0 <= at < len(table) - _KEY_LEN else None
-            if fmt is not None and table.find(_KEY, at + 1) < 0 and table.find(_STAMP_KEY) < 0:
+            cached = None
+            if fmt is not None and table.find(_KEY, at + 1) < 0:
                 v = at + _KEY_LEN + 1
-                offset = fmt.unpack_from(table, v)[0]
-                cached = headers_cache.get(table[:at] + table[v + fmt.size:])
-                if cached is None:
-                    offset, _, keys, values = self._split(table)
-                else:
-                    keys, values = cached
-            else:  # odd tables, and the broker's append time (which replaces the property)
-                offset, stamp, keys, values = self._split(table)
+                after_offset = v + fmt.size
+                st = table.find(_STAMP_KEY)
+                if st < 0:
+                    cached = headers_cache.get(table[:at] + table[after_offset:])
+                elif st == after_offset and table.find(_STAMP_KEY, st + 1) < 0:
+                    sfmt = _INTS.get(table[st + _STAMP_LEN]) if st < len(table) - _STAMP_LEN else None
+                    if sfmt is not None:
+                        cached = headers_cache.get(table[:at] + table[st + _STAMP_LEN + 1 + sfmt.size:])
+                        if cached is not None:
+                            ts = sfmt.unpack_from(table, st + _STAMP_LEN + 1)[0]
+                if cached is not None:
+                    offset = fmt.unpack_from(table, v)[0]
+            if cached is None:  # odd tables, and a table seen for the first time
+                offset, stamp, cached = self._split(table)
                 if stamp is not None:
                     ts = stamp
             seen = offset
@@ -302,20 +326,22 @@ class StreamDeliveryDecoder:
             if rk is None:
                 rk = strings[rk_raw] = rk_raw.decode("utf-8", "replace")
             routing_keys.append(rk)
-            ckeys.append(OFFSET_HEADER)
-            cvalues.append(str(offset))
-            if keys:
-                ckeys.extend(keys)
-                cvalues.extend(values)
-            map_offsets.append(len(ckeys))
+            if want_headers:
+                ckeys.append(OFFSET_HEADER)
+                cvalues.append(str(offset))
+                if cached[0]:
+                    ckeys.extend(cached[0])
+                    cvalues.extend(cached[1])
+                map_offsets.append(len(ckeys))
             content_types.append(content_type)
             bodies.append(body)
+            filter_values.append(cached[2])
             rows += 1
         return pos, seen, False
 
-    def _split(self, table: bytes) -> tuple[int, int | None, list[str], list[str]]:
+    def _split(self, table: bytes) -> tuple[int, int | None, _Headers]:
         """The ``x-stream-offset`` of a headers table, its ``x-stream-timestamp`` (None without one)
-        and the other headers, flattened."""
+        and the other headers, flattened (cached by the table without those two fields)."""
         offset, rest = _cut(table, _KEY)
         if offset is None:  # absent, odd, or nested ones too: parse it all
             return self._parsed(table)
@@ -326,15 +352,14 @@ class StreamDeliveryDecoder:
                 return self._parsed(table)
         cached = self._headers.get(rest)
         if cached is None:
-            pairs = flat_headers(read_table(_U32.pack(len(rest)) + rest, 0)[0]) if rest else []
-            cached = ([k for k, _ in pairs], [v for _, v in pairs])
+            cached = _flattened(flat_headers(read_table(_U32.pack(len(rest)) + rest, 0)[0]) if rest else [])
             if len(self._headers) >= _CACHE_MAX:
                 self._headers.clear()
             self._headers[rest] = cached
-        return offset, stamp, cached[0], cached[1]
+        return offset, stamp, cached
 
     @staticmethod
-    def _parsed(table: bytes) -> tuple[int, int | None, list[str], list[str]]:
+    def _parsed(table: bytes) -> tuple[int, int | None, _Headers]:
         headers = read_table(_U32.pack(len(table)) + table, 0)[0]
         offset = headers.pop(OFFSET_HEADER, None)
         if not isinstance(offset, int) or isinstance(offset, bool):
@@ -344,8 +369,14 @@ class StreamDeliveryDecoder:
             del headers[STAMP_HEADER]
         else:
             stamp = None
-        pairs = flat_headers(headers)
-        return offset, stamp, [k for k, _ in pairs], [v for _, v in pairs]
+        return offset, stamp, _flattened(flat_headers(headers))
+
+
+def _flattened(pairs: list[tuple[str, str]]) -> _Headers:
+    """Flattened header pairs as the cache keeps them: keys, values and the filter value."""
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    return keys, values, values[keys.index(FILTER_HEADER)] if FILTER_HEADER in keys else None
 
 
 def _cut(table: bytes, key: bytes) -> tuple[int | None, bytes]:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from sansmq_client import sync
 
+from .columns import SCHEMA_DDL, selected_columns
 from .options import OptionError, ReadOptions, WriteOptions
 from .retry import with_retries
 from .sink import BatchWriter, StreamWriter, check_target
-from .source import SCHEMA_DDL, BatchReader, PushdownBatchReader, StreamReader
+from .source import BatchReader, PushdownBatchReader, StreamReader
 
 __all__ = ["SansmqDataSource"]
 
@@ -30,12 +33,18 @@ class SansmqDataSource(DataSource):
         ReadOptions.parse(self.options)
         return SCHEMA_DDL
 
+    def _read_options(self, schema: StructType) -> ReadOptions:
+        """The options, and the columns of ``schema``: the source's, or those of the schema the user
+        gave (``.schema(...)``: PySpark hands it to the source only here, not in load())."""
+        columns = selected_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+        return replace(ReadOptions.parse(self.options), columns=columns)
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ReadOptions.parse(self.options).for_batch()
+        opts = self._read_options(schema).for_batch()
         return PushdownBatchReader(opts) if opts.filter_pushdown else BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
+        return StreamReader(self._read_options(schema))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
         return WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})

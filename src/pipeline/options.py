@@ -245,6 +245,8 @@ class ReadOptions:
     filter: tuple[str, ...] | None = None
     #: the batch reader takes predicates on column ``filter`` (PySpark's pushFilters)
     filter_pushdown: bool = True
+    #: the columns read, in the order of the schema the query gave (None: all of them)
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:

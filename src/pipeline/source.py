@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -38,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 
 from . import identity
 from .bulk import read_stream_range
-from .columns import ARROW_SCHEMA, flat_headers
+from .columns import ARROW_SCHEMA, COLUMNS, SCHEMA_DDL, flat_headers
 from .dataloss import LossPolicy
 from .driver import Driver, StreamNotFound, endpoint
 from .leaders import leader_urls
@@ -53,10 +52,6 @@ log = logging.getLogger("pipeline.source")
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "PushdownBatchReader", "StreamReader",
            "read_range", "flat_headers", "pushed_values"]
-
-SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key string, "
-              "headers map<string,string>, content_type string, body binary, filter string")
-
 
 @dataclass
 class StreamRange(InputPartition):
@@ -78,25 +73,21 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     if not isinstance(part, StreamRange):
         return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
     start = part.start
+    names = opts.columns or tuple(COLUMNS)
     outage: Outage | None = None
     while start < part.end:
         try:
             with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as conn:  # the leader's node first
-                for batch in read_stream_range(conn, part.stream, start, part.end, opts.prefetch, opts.batch_rows,
-                                               opts.timeout, LossPolicy(opts.fail_on_data_loss), opts.filter):
-                    start = batch.column("offset")[-1].as_py() + 1  # go on after it
-                    yield batch if opts.filter is None else _matching(batch, opts.filter)
+                for cols in read_stream_range(conn, part.stream, start, part.end, opts.prefetch, opts.batch_rows,
+                                              opts.timeout, LossPolicy(opts.fail_on_data_loss), opts.filter,
+                                              headers="headers" in names):
+                    start = cols.offset[-1] + 1  # go on after it
+                    yield cols.batch(part.stream, names, opts.filter)
                     outage = None
             return
         except Exception as exc:  # the broker went away: read on from the next offset on a new connection
             outage = outage or Outage(opts.retry_deadline, f"reading {part.stream!r} from offset {start}")
             outage.wait(exc)
-
-
-def _matching(batch: pa.RecordBatch, values: tuple[str, ...]) -> pa.RecordBatch:
-    """The rows of ``batch`` whose filter value is one of ``values`` (what sansmq sends already; a
-    broker that cannot filter a range, RabbitMQ, sends everything)."""
-    return batch.filter(pc.is_in(batch.column("filter"), pa.array(values, pa.string())))
 
 
 def pushed_values(filters: list[Filter]) -> set[str] | None:
