@@ -24,9 +24,20 @@ def _check_target(opts: WriteOptions) -> None:
 
 
 class SansmqDataSource(DataSource):
+    #: the session's default parallelism (``for_session``)
+    parallelism = 1
+
     @classmethod
     def name(cls) -> str:
         return "sansmq"
+
+    @classmethod
+    def for_session(cls, parallelism: int) -> type[SansmqDataSource]:
+        """The format for a session of ``parallelism`` cores. Spark plans a Python source's reads in
+        processes of their own, with no SparkContext to ask, so the number travels with the class
+        (a class made here is pickled with its attributes, not imported by name)."""
+        return type(cls.__name__, (cls,), {"parallelism": parallelism, "__qualname__": f"{cls.__name__}.for_session",
+                                           "__module__": cls.__module__})
 
     def schema(self) -> str:
         # Spark asks for the schema in load() (reads only): bad option values fail there, at once
@@ -37,7 +48,7 @@ class SansmqDataSource(DataSource):
         """The options, and the columns of ``schema``: the source's, or those of the schema the user
         gave (``.schema(...)``: PySpark hands it to the source only here, not in load())."""
         columns = selected_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
-        return replace(ReadOptions.parse(self.options), columns=columns)
+        return replace(ReadOptions.parse(self.options), columns=columns, parallelism=self.parallelism)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = self._read_options(schema).for_batch()

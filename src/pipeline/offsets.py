@@ -26,7 +26,8 @@ from sansmq_client import ConsumerCancelled, Delivery, sync
 
 from .driver import Driver, StreamNotFound
 
-__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "plan_ranges", "offset_of",
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "plan_ranges",
+           "default_min_partitions", "MIN_ROWS_PER_TASK", "offset_of",
            "offset_at_time", "record_time", "stamp_arguments", "STAMP_HEADER"]
 
 #: sansmq's delivery header with the record's append time (ms), asked for with the consumer
@@ -212,6 +213,17 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
         pieces.append((lo, hi))
         lo = hi
     return pieces
+
+
+#: a range is cut for parallelism (no minPartitions given) only into pieces of at least this many
+#: rows: a task costs Spark a start-up, worth it only for that much work
+MIN_ROWS_PER_TASK = 100_000
+
+
+def default_min_partitions(rows: int, parallelism: int) -> int:
+    """The tasks to aim for when the user gives no minPartitions: one per core the session has
+    (Spark's default parallelism), but none of fewer than ``MIN_ROWS_PER_TASK`` rows."""
+    return max(1, min(parallelism, rows // MIN_ROWS_PER_TASK))
 
 
 def plan_ranges(ranges: Mapping[str, tuple[int, int]], max_per_partition: int | None,

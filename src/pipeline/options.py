@@ -247,6 +247,8 @@ class ReadOptions:
     filter_pushdown: bool = True
     #: the columns read, in the order of the schema the query gave (None: all of them)
     columns: tuple[str, ...] | None = None
+    #: the session's default parallelism (its cores), for planning without minPartitions
+    parallelism: int = 1
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:

@@ -43,7 +43,15 @@ from .driver import Driver, StreamNotFound, endpoint
 from .leaders import leader_urls
 from .listing import matching_streams
 from .metrics import SKIPPED_KEY, log_lag
-from .offsets import cap_total, offset_at_time, plan_ranges, stream_end, stream_first, wait_for_new
+from .offsets import (
+    cap_total,
+    default_min_partitions,
+    offset_at_time,
+    plan_ranges,
+    stream_end,
+    stream_first,
+    wait_for_new,
+)
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
@@ -200,8 +208,11 @@ def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) ->
     """The tasks of a batch; each reads its stream on the cluster node that leads it, if known."""
     urls = leader_urls(opts.url, opts.streams, opts.timeout)
     ranges = {s: (start.get(s, 0), end.get(s, 0)) for s in opts.streams}
+    least = opts.min_partitions
+    if least is None:  # the session's cores, without cutting below a task's worth
+        least = default_min_partitions(sum(max(0, hi - lo) for lo, hi in ranges.values()), opts.parallelism)
     return [StreamRange(s, lo, hi, urls.get(s))
-            for s, lo, hi in plan_ranges(ranges, opts.max_records_per_partition, opts.min_partitions)]
+            for s, lo, hi in plan_ranges(ranges, opts.max_records_per_partition, least)]
 
 
 def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.driver import endpoint as parse_url
-from pipeline.offsets import cap_total, plan_ranges
+from pipeline.offsets import MIN_ROWS_PER_TASK, cap_total, default_min_partitions, plan_ranges
 from pipeline.options import OptionError, ReadOptions, WriteOptions
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pipeline"
@@ -167,6 +167,14 @@ def test_plan_ranges_cuts_only_what_the_options_ask_for() -> None:
                                                   ("a", 666_667, 1_000_000), ("b", 500, 600)]
     assert plan_ranges({"a": (0, 3)}, None, 10) == [("a", 0, 1), ("a", 1, 2), ("a", 2, 3)]
     assert plan_ranges({}, None, 3) == []
+
+
+def test_without_min_partitions_ranges_are_cut_for_the_cores_but_not_below_a_tasks_worth() -> None:
+    assert default_min_partitions(10, 8) == 1
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 2 - 1, 8) == 1
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 2, 8) == 2
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 100, 8) == 8
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 100, 1) == 1
 
 
 @given(st.dictionaries(st.sampled_from("abcde"), st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1),
