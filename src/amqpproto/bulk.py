@@ -238,6 +238,10 @@ class StreamDeliveryDecoder:
             if body_size == 0:
                 body = b""
                 after = b
+            elif (n - b >= body_size + 8 and buf[b] == 3 and unpack_frame(buf, b) == (3, our_channel, body_size)
+                  and buf[b + 7 + body_size] == 0xCE):  # the common case: the whole body in one frame
+                body = buf[b + 7:b + 7 + body_size]
+                after = b + body_size + 8
             else:
                 need = body_size
                 parts: list[bytes] = []
