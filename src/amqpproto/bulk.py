@@ -136,6 +136,8 @@ _PROPERTY_KINDS = ((15, _CONTENT_TYPE), (14, _SHORTSTR), (13, _TABLE), (12, _OCT
                    (10, _SHORTSTR), (9, _SHORTSTR), (8, _SHORTSTR), (7, _SHORTSTR), (6, _TIMESTAMP),
                    (5, _SHORTSTR), (4, _SHORTSTR), (3, _SHORTSTR), (2, _SHORTSTR))
 _CACHE_MAX = 4096
+_USELESS_MAX = 4  # templates in a row that decode nothing, after which a decoder makes no more
+_OTHER, _PAST_END, _MORE = range(3)  # why a template's run stopped: another frame, offset >= end, bytes missing
 
 
 #: a headers table's flattened keys and values, and its filter value
@@ -156,7 +158,7 @@ def frame_end(buf: bytes | bytearray, pos: int) -> int:
 class StreamDeliveryDecoder:
     """Decodes whole stream deliveries of one channel from a byte string into ``DeliveryColumns``."""
 
-    __slots__ = ("channel", "last_tag", "_kinds", "_headers", "_strings")
+    __slots__ = ("channel", "last_tag", "_kinds", "_headers", "_strings", "_template", "_useless", "_last_layout")
 
     def __init__(self, channel: int = 1) -> None:
         self.channel = channel
@@ -167,6 +169,10 @@ class StreamDeliveryDecoder:
         self._headers: dict[bytes, _Headers] = {}
         #: routing keys and content types as bytes -> str
         self._strings: dict[bytes, str] = {}
+        #: the last delivery's layout, for the deliveries that repeat it (``_Template``)
+        self._template: _Template | None = None
+        self._useless = 0  # templates in a row that decoded nothing: past _USELESS_MAX none is made
+        self._last_layout: tuple[int, int, int] | None = None  # the last slow-path delivery's frame sizes, flags
 
     def decode(self, buf: bytes, pos: int, cols: DeliveryColumns, start: int = 0, end: int = _NO_END,
                limit: int = _NO_END) -> tuple[int, int, bool]:
@@ -202,8 +208,19 @@ class StreamDeliveryDecoder:
         n = len(buf)
         seen = -1
         while rows < limit:
+            template = self._template
+            if template is not None:  # the deliveries that repeat the last one's layout
+                pos, run_seen, stop = template.run(self, buf, pos, cols, start, end, limit)
+                seen = max(seen, run_seen)
+                rows = len(offsets)
+                if stop == _PAST_END or rows >= limit:
+                    break
+                if stop == _OTHER:  # the next delivery has another layout: the general path reads it
+                    self._useless = 0 if template.used else self._useless + 1
+                    self._template = None
             if n - pos < 7:
                 break
+            p0 = pos
             ftype, channel, size = unpack_frame(buf, pos)
             if n - pos < size + 8:
                 break
@@ -215,6 +232,7 @@ class StreamDeliveryDecoder:
             # basic.deliver: consumer tag, delivery tag, redelivered, exchange, routing key
             o = pos + 11
             o += 1 + buf[o]
+            tag_at = o
             tag = unpack_u64(buf, o)[0]
             o += 9
             o += 1 + buf[o]
@@ -235,6 +253,7 @@ class StreamDeliveryDecoder:
                 raise ValueError("a frame without its frame-end octet")
             body_size, flags = unpack_header(buf, h + 11)
             b = h + hsize + 8  # the body frame(s)
+            one_frame = False
             if body_size == 0:
                 body = b""
                 after = b
@@ -242,6 +261,7 @@ class StreamDeliveryDecoder:
                   and buf[b + 7 + body_size] == 0xCE):  # the common case: the whole body in one frame
                 body = buf[b + 7:b + 7 + body_size]
                 after = b + body_size + 8
+                one_frame = True
             else:
                 need = body_size
                 parts: list[bytes] = []
@@ -273,12 +293,14 @@ class StreamDeliveryDecoder:
             p = h + 21
             content_type = None
             table = b""
+            table_at = 0
             ts = None
             for kind in kinds:
                 if kind == _SHORTSTR:
                     p += 1 + buf[p]
                 elif kind == _TABLE:
                     tlen = _U32.unpack_from(buf, p)[0]
+                    table_at = p + 4
                     table = buf[p + 4:p + 4 + tlen]
                     p += 4 + tlen
                 elif kind == _OCTET:
@@ -301,6 +323,7 @@ class StreamDeliveryDecoder:
             at = table.find(_KEY)
             fmt = _INTS.get(table[at + _KEY_LEN]) if 0 <= at < len(table) - _KEY_LEN else None
             cached = None
+            sfmt = None
             if fmt is not None and table.find(_KEY, at + 1) < 0:
                 v = at + _KEY_LEN + 1
                 after_offset = v + fmt.size
@@ -315,6 +338,12 @@ class StreamDeliveryDecoder:
                             ts = sfmt.unpack_from(table, st + _STAMP_LEN + 1)[0]
                 if cached is not None:
                     offset = fmt.unpack_from(table, v)[0]
+                    layout = (size, hsize, flags)
+                    if one_frame and layout == self._last_layout and self._useless < _USELESS_MAX:
+                        # a second delivery of this layout in a row: the next ones are decoded by template
+                        self._template = _Template(buf, p0, tag_at, h, table_at + v, fmt, sfmt, b, rk_raw,
+                                                   content_type, ts, cached, self)
+                    self._last_layout = layout
             if cached is None:  # odd tables, and a table seen for the first time
                 offset, stamp, cached = self._split(table)
                 if stamp is not None:
@@ -381,6 +410,118 @@ def _flattened(pairs: list[tuple[str, str]]) -> _Headers:
     keys = [k for k, _ in pairs]
     values = [v for _, v in pairs]
     return keys, values, values[keys.index(FILTER_HEADER)] if FILTER_HEADER in keys else None
+
+
+class _Template:
+    """The layout of one delivery, to decode the deliveries that repeat it byte for byte but for the
+    delivery tag, the offset (and append time) values and the body, as a stream's deliveries to one
+    consumer mostly do: each is checked with a few ``bytes.startswith`` against the constant stretches
+    in between, nothing else parsed. Anything else (another length of a field, a heart-beat, a method)
+    ends the run and the general path reads it.
+
+    Stretches, from the delivery's first byte: basic.deliver's frame up to the delivery tag | tag |
+    the rest of that frame, the content header's frame header, class and weight | body size | flags
+    and properties up to the offset's value | offset | (if stamped: up to the stamp's value | stamp |)
+    the rest of the properties, the frame end, the body frame's type and channel | body frame size |
+    body | frame end."""
+
+    __slots__ = ("segments", "tag_at", "size_at", "offset_at", "fmt", "stamp_at", "sfmt", "body_at", "row", "used")
+
+    def __init__(self, buf: bytes, p0: int, tag_at: int, h: int, offset_at: int, fmt: struct.Struct,
+                 sfmt: struct.Struct | None, b: int, rk_raw: bytes, content_type: str | None, ts: int | None,
+                 cached: _Headers, decoder: StreamDeliveryDecoder) -> None:
+        rk = decoder._strings.get(rk_raw)
+        if rk is None:
+            rk = decoder._strings[rk_raw] = rk_raw.decode("utf-8", "replace")
+        cuts = [(tag_at, 8), (h + 11, 8), (offset_at, fmt.size)]  # (variable field, its size)
+        if sfmt is not None:  # the stamp's value follows the offset's, after its key and type octet
+            cuts.append((offset_at + fmt.size + _STAMP_LEN + 1, sfmt.size))
+        cuts.append((b + 3, 4))
+        segments, at = [], p0
+        for where, width in cuts:
+            segments.append((at - p0, buf[at:where]))
+            at = where + width
+        self.segments = tuple(segments)
+        self.tag_at, self.size_at, self.offset_at = tag_at - p0, h + 11 - p0, offset_at - p0
+        self.fmt, self.sfmt = fmt, sfmt
+        self.stamp_at = offset_at + fmt.size + _STAMP_LEN + 1 - p0
+        self.body_at = b + 7 - p0
+        #: what every row of the run shares: routing key, content type, timestamp if not stamped, headers
+        self.row = (rk, content_type, ts, cached)
+        self.used = False  # it decoded a delivery
+
+    def run(self, decoder: StreamDeliveryDecoder, buf: bytes, pos: int, cols: DeliveryColumns, start: int,
+            end: int, limit: int) -> tuple[int, int, int]:
+        """Decode the deliveries from ``pos`` on that repeat this layout, as ``_decode`` would; returns
+        (the position after them, the highest offset seen or -1, why it stopped: ``_OTHER`` a frame
+        that is not such a delivery, ``_PAST_END`` a delivery at or past ``end``, ``_MORE`` the
+        next delivery's bytes are not all there, or ``limit`` rows)."""
+        startswith = buf.startswith
+        segments = self.segments
+        unpack_u64, unpack_u32, unpack_offset = _U64.unpack_from, _U32.unpack_from, self.fmt.unpack_from
+        unpack_stamp = None if self.sfmt is None else self.sfmt.unpack_from
+        tag_at, size_at, offset_at, stamp_at, body_at = (self.tag_at, self.size_at, self.offset_at, self.stamp_at,
+                                                         self.body_at)
+        rk, content_type, ts, (keys, values, filter_value) = self.row
+        offsets, timestamps, routing_keys = cols.offset, cols.timestamp, cols.routing_key
+        ckeys, cvalues, map_offsets = cols.header_keys, cols.header_values, cols.header_offsets
+        content_types, bodies, filter_values = cols.content_type, cols.body, cols.filter_value
+        want_headers = cols.headers
+        rows = len(offsets)
+        n = len(buf)
+        seen = -1
+        tag = -1
+        stop = _MORE
+        while rows < limit:
+            if n - pos <= body_at:
+                break  # not a whole delivery of this layout: whatever it is, the general path sees it
+            for rel, stretch in segments:
+                if not startswith(stretch, pos + rel):
+                    break
+            else:
+                b = pos + body_at
+                body_size = unpack_u64(buf, pos + size_at)[0]
+                if body_size != unpack_u32(buf, b - 4)[0] or not body_size:
+                    stop = _OTHER  # not one body frame of the body's size
+                    break
+                if n - b <= body_size:
+                    break  # the rest of the body has not arrived
+                if buf[b + body_size] != 0xCE:
+                    stop = _OTHER
+                    break
+                tag = unpack_u64(buf, pos + tag_at)[0]
+                offset = unpack_offset(buf, pos + offset_at)[0]
+                stamp = ts if unpack_stamp is None else unpack_stamp(buf, pos + stamp_at)[0]
+                body = buf[b:b + body_size]
+                pos = b + body_size + 1
+                seen = offset
+                if offset < start:
+                    continue
+                if offset >= end:
+                    stop = _PAST_END
+                    break
+                # a row, as _decode appends one
+                offsets.append(offset)
+                timestamps.append(stamp)
+                routing_keys.append(rk)
+                if want_headers:
+                    ckeys.append(OFFSET_HEADER)
+                    cvalues.append(str(offset))
+                    if keys:
+                        ckeys.extend(keys)
+                        cvalues.extend(values)
+                    map_offsets.append(len(ckeys))
+                content_types.append(content_type)
+                bodies.append(body)
+                filter_values.append(filter_value)
+                rows += 1
+                continue
+            stop = _OTHER
+            break
+        if tag >= 0:
+            decoder.last_tag = tag
+            self.used = True
+        return pos, seen, stop
 
 
 def _cut(table: bytes, key: bytes) -> tuple[int | None, bytes]:

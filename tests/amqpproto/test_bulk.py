@@ -135,6 +135,35 @@ def test_bulk_decode_gives_the_rows_of_the_general_path(msgs, offsets_from, chun
 
 
 @CI
+@given(msgs=messages, repeats=st.lists(st.integers(1, 6), min_size=1), same_body=st.booleans(),
+       offsets_from=OFFSET_INTS, chunks=st.lists(st.integers(1, 5000), min_size=1, max_size=8))
+def test_runs_of_one_layout_decode_as_the_general_path_does(msgs, repeats, same_body, offsets_from, chunks):
+    """A stream's deliveries mostly repeat one layout (the template's fast path): runs of the same
+    message with other offsets, append times and (same or other length) bodies, heart-beats between."""
+    runs = []
+    for i, (rk, props, first, ts, body, stamp, filt) in enumerate(msgs):
+        for j in range(repeats[i % len(repeats)]):
+            runs.append((rk, props, first, ts, body if same_body else body + b"+" * j,
+                         None if stamp is None else stamp + j, filt))
+    offsets = list(range(offsets_from, offsets_from + len(runs)))
+    client, wire = _wire(runs, offsets)
+    expected = _rows_from_events(client, wire)
+    cols = DeliveryColumns()
+    decoder = StreamDeliveryDecoder(1)
+    assert decoder.decode(wire, 0, cols) == (len(wire), offsets[-1], False)
+    assert _rows_from_columns(cols, [row[-1] for row in expected]) == expected
+    assert decoder.last_tag == len(runs)
+    cols = _decode_chunked(wire, chunks)
+    assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == [r[:-1] for r in expected]
+    start = offsets_from + len(runs) // 3  # a range inside the runs, and a row limit
+    end = offsets_from + 2 * len(runs) // 3 + 1
+    cols = DeliveryColumns(headers=False)
+    pos, _, _ = StreamDeliveryDecoder(1).decode(wire, 0, cols, start, end, limit=max(1, len(runs) // 4))
+    want = [(*r[:3], None, *r[4:-1]) for r in expected if start <= r[0] < end][:max(1, len(runs) // 4)]
+    assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == want
+
+
+@CI
 @given(msgs=messages, data=st.data())
 def test_bulk_decode_keeps_the_range_and_stops_at_the_limit(msgs, data):
     offsets = list(range(100, 100 + len(msgs)))
