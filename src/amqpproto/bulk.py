@@ -117,6 +117,22 @@ class DeliveryColumns:
     def __len__(self) -> int:
         return len(self.offset)
 
+    def add(self, offset: int, timestamp: int | None, routing_key: str, content_type: str | None, body: bytes,
+            headers: _Headers) -> None:
+        """One row; ``headers``: the other headers' keys and values and the filter value."""
+        self.offset.append(offset)
+        self.timestamp.append(timestamp)
+        self.routing_key.append(routing_key)
+        if self.headers:
+            self.header_keys.append(OFFSET_HEADER)
+            self.header_values.append(str(offset))
+            self.header_keys.extend(headers[0])
+            self.header_values.extend(headers[1])
+            self.header_offsets.append(len(self.header_keys))
+        self.content_type.append(content_type)
+        self.body.append(body)
+        self.filter_value.append(headers[2])
+
 
 _FRAME = struct.Struct(">BHI")  # type, channel, payload size
 _DELIVER = spec.BasicDeliver.INDEX  # class 60 (basic), method 60 (deliver) as one u32
@@ -197,14 +213,9 @@ class StreamDeliveryDecoder:
         unpack_frame = _FRAME.unpack_from
         unpack_u64 = _U64.unpack_from
         unpack_header = _HEADER.unpack_from
-        strings = self._strings
         headers_cache = self._headers
         our_channel = self.channel
-        offsets, timestamps, routing_keys = cols.offset, cols.timestamp, cols.routing_key
-        ckeys, cvalues, map_offsets = cols.header_keys, cols.header_values, cols.header_offsets
-        content_types, bodies, filter_values = cols.content_type, cols.body, cols.filter_value
-        want_headers = cols.headers
-        rows = len(offsets)
+        rows = len(cols)
         n = len(buf)
         seen = -1
         while rows < limit:
@@ -212,7 +223,7 @@ class StreamDeliveryDecoder:
             if template is not None:  # the deliveries that repeat the last one's layout
                 pos, run_seen, stop = template.run(self, buf, pos, cols, start, end, limit)
                 seen = max(seen, run_seen)
-                rows = len(offsets)
+                rows = len(cols)
                 if stop == _PAST_END or rows >= limit:
                     break
                 if stop == _OTHER:  # the next delivery has another layout: the general path reads it
@@ -310,9 +321,7 @@ class StreamDeliveryDecoder:
                     p += 8
                 else:
                     raw = buf[p + 1:p + 1 + buf[p]]
-                    content_type = strings.get(raw)
-                    if content_type is None:
-                        content_type = strings[raw] = raw.decode("utf-8", "replace")
+                    content_type = self._text(raw)
                     p += 1 + len(raw)
             if p > h + 7 + hsize:
                 raise ValueError("properties run past their content header frame")
@@ -353,24 +362,16 @@ class StreamDeliveryDecoder:
                 continue
             if offset >= end:
                 break
-            offsets.append(offset)
-            timestamps.append(ts)
-            rk = strings.get(rk_raw)
-            if rk is None:
-                rk = strings[rk_raw] = rk_raw.decode("utf-8", "replace")
-            routing_keys.append(rk)
-            if want_headers:
-                ckeys.append(OFFSET_HEADER)
-                cvalues.append(str(offset))
-                if cached[0]:
-                    ckeys.extend(cached[0])
-                    cvalues.extend(cached[1])
-                map_offsets.append(len(ckeys))
-            content_types.append(content_type)
-            bodies.append(body)
-            filter_values.append(cached[2])
+            cols.add(offset, ts, self._text(rk_raw), content_type, body, cached)
             rows += 1
         return pos, seen, False
+
+    def _text(self, raw: bytes) -> str:
+        """A routing key or content type as text (decoded once per distinct value)."""
+        text = self._strings.get(raw)
+        if text is None:
+            text = self._strings[raw] = raw.decode("utf-8", "replace")
+        return text
 
     def _split(self, table: bytes) -> tuple[int, int | None, _Headers]:
         """The ``x-stream-offset`` of a headers table, its ``x-stream-timestamp`` (None without one)
@@ -430,9 +431,7 @@ class _Template:
     def __init__(self, buf: bytes, p0: int, tag_at: int, h: int, offset_at: int, fmt: struct.Struct,
                  sfmt: struct.Struct | None, b: int, rk_raw: bytes, content_type: str | None, ts: int | None,
                  cached: _Headers, decoder: StreamDeliveryDecoder) -> None:
-        rk = decoder._strings.get(rk_raw)
-        if rk is None:
-            rk = decoder._strings[rk_raw] = rk_raw.decode("utf-8", "replace")
+        rk = decoder._text(rk_raw)
         cuts = [(tag_at, 8), (h + 11, 8), (offset_at, fmt.size)]  # (variable field, its size)
         if sfmt is not None:  # the stamp's value follows the offset's, after its key and type octet
             cuts.append((offset_at + fmt.size + _STAMP_LEN + 1, sfmt.size))
@@ -500,7 +499,7 @@ class _Template:
                 if offset >= end:
                     stop = _PAST_END
                     break
-                # a row, as _decode appends one
+                # a row, as DeliveryColumns.add appends one (inline: a call per row costs)
                 offsets.append(offset)
                 timestamps.append(stamp)
                 routing_keys.append(rk)
