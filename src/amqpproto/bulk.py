@@ -18,6 +18,11 @@ filter value (RabbitMQ's ``x-stream-filter-value`` header) is a column of its ow
 same cache; a reader that wants no headers column (``DeliveryColumns(headers=False)``) gets no
 per-row header lists at all.
 
+A stream's deliveries to one consumer mostly repeat one layout byte for byte, but for the delivery
+tag, the offset (and append time) values and the body: once two in a row share their frame sizes,
+the next ones are decoded by template (``_Template``: the constant stretches compared with
+``bytes.startswith``, only the varying fields read), until one differs and the general loop reads it.
+
 Anything that is not a delivery of that channel (a method such as basic.consume-ok or
 channel.close, a frame on another channel) stops the decoder at that frame's first byte with
 ``other=True``; heart-beats are skipped. Give that frame (``frame_end`` tells where it ends) to the
