@@ -25,6 +25,8 @@ def test_selected_columns_are_the_sources_own_in_the_order_given() -> None:
 
 def test_a_narrower_schema_reads_only_its_columns_in_batch_and_streaming(spark, broker: Broker,
                                                                           tmp_path: Path) -> None:
+    from pyspark.sql.functions import col
+
     stream = broker.stream("pipe-schema")
     broker.publish(stream, [b"eu-%d" % i for i in range(30)], {"x-stream-filter-value": "eu", "k": "v"})
     broker.publish(stream, [b"us-%d" % i for i in range(20)], {"x-stream-filter-value": "us", "k": "w"})
@@ -41,6 +43,8 @@ def test_a_narrower_schema_reads_only_its_columns_in_batch_and_streaming(spark, 
     assert [(r.offset, bytes(r.body)) for r in rows] == (
         [(i, b"eu-%d" % i) for i in range(30)] + [(30 + i, b"us-%d" % i) for i in range(20)])
     assert [r.offset for r in read("offset long", filter="us").collect()] == list(range(30, 50))
+    pushed = read("offset long, filter string").where(col("filter") == "us").collect()  # pushed down
+    assert [(r.offset, r.filter) for r in pushed] == [(i, "us") for i in range(30, 50)]
     headers = read("headers map<string,string>, filter string").collect()
     assert headers[0].filter == "eu" and headers[0].headers["k"] == "v" and headers[49].headers["k"] == "w"
 
