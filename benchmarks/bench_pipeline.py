@@ -11,8 +11,8 @@ windows), then times three Spark jobs on ``--master``:
 * sink         -- ``spark.range`` rows written with ``df.write.format("sansmq")`` (publisher confirms,
   ``x-producer``/``x-publishing-id`` per row) into a second stream.
 
-The options printed with each result are the Kafka-source-style options used, then the CPU time per
-row of the broker (``--broker-pid``), the Spark JVM and its Python workers, and the load average (``--only``
+The options printed with each result are the Kafka-source-style options used (``--schema``: the
+narrower schema given to the reads), then the CPU time per row of the broker (``--broker-pid``), the Spark JVM and its Python workers, and the load average (``--only``
 picks the jobs). Needs a broker that serves stream queues (sansmq with streams, or RabbitMQ 3.10+) and
 the spark extra.
 """
@@ -79,7 +79,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
     ap.add_argument("--master", default="local[*]")
-    ap.add_argument("--max-records-per-partition", default="250000")
+    ap.add_argument("--max-records-per-partition", help="default: the source's (one task per stream's range)")
+    ap.add_argument("--min-partitions", help="default: the source's (none)")
+    ap.add_argument("--schema", help='a narrower schema for the reads, e.g. "offset long, body binary"')
     ap.add_argument("--max-records-per-trigger", default="500000")
     ap.add_argument("--prefetch", default="2000")
     ap.add_argument("--confirm-window", default="1000")
@@ -95,8 +97,16 @@ def main() -> None:
     print(f"fill: {a.rows} rows of {a.body} B in {secs:.1f}s = {a.rows / secs:,.0f} rows/s (client, confirms)")
 
     spark = make_session(a.master, "bench_pipeline")
-    read_opts = {"url": a.url, "stream": src, "maxRecordsPerPartition": a.max_records_per_partition,
-                 "prefetch": a.prefetch}
+    read_opts = {"url": a.url, "stream": src, "prefetch": a.prefetch}
+    for name, value in (("maxRecordsPerPartition", a.max_records_per_partition), ("minPartitions", a.min_partitions)):
+        if value is not None:
+            read_opts[name] = value
+    shown_read = {**read_opts, **({"schema": a.schema} if a.schema else {})}
+
+    def with_options(reader):  # the read options, and the schema if given
+        for k, v in read_opts.items():
+            reader = reader.option(k, v)
+        return reader if a.schema is None else reader.schema(a.schema)
 
     def timed(label: str, opts: dict[str, str], job) -> None:
         before = cpu_split(a.broker_pid)
@@ -110,16 +120,11 @@ def main() -> None:
               f"  load {os.getloadavg()[0]:.1f}", flush=True)
 
     def batch_read() -> int:
-        reader = spark.read.format("sansmq")
-        for k, v in read_opts.items():
-            reader = reader.option(k, v)
-        reader.load().write.format("noop").mode("overwrite").save()
+        with_options(spark.read.format("sansmq")).load().write.format("noop").mode("overwrite").save()
         return a.rows
 
     def stream_read() -> int:
-        reader = spark.readStream.format("sansmq").option("maxRecordsPerTrigger", a.max_records_per_trigger)
-        for k, v in read_opts.items():
-            reader = reader.option(k, v)
+        reader = with_options(spark.readStream.format("sansmq").option("maxRecordsPerTrigger", a.max_records_per_trigger))
         with tempfile.TemporaryDirectory() as ck:
             q = (reader.load().writeStream.format("noop").option("checkpointLocation", ck)
                  .trigger(availableNow=True).start())
@@ -134,9 +139,9 @@ def main() -> None:
         return a.rows
 
     if "batch" in a.only:
-        timed("batch read", read_opts, batch_read)
+        timed("batch read", shown_read, batch_read)
     if "stream" in a.only:
-        timed("stream read", {**read_opts, "maxRecordsPerTrigger": a.max_records_per_trigger}, stream_read)
+        timed("stream read", {**shown_read, "maxRecordsPerTrigger": a.max_records_per_trigger}, stream_read)
     if "sink" in a.only:
         timed("sink", {"stream": dst, "confirmWindow": a.confirm_window}, sink)
     spark.stop()

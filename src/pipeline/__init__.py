@@ -24,8 +24,9 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 def register(spark: Any) -> None:
     """Register format "sansmq" with ``spark`` (a SparkSession), and turn on PySpark's filter
     pushdown for Python data sources: the batch reader pushes predicates on its ``filter`` column
-    down to the broker (a session that keeps it off reads with option ``filterPushdown=false``)."""
+    down to the broker (a session that keeps it off reads with option ``filterPushdown=false``).
+    Reads without option minPartitions are planned for the session's cores (``defaultParallelism``)."""
     from .datasource import SansmqDataSource
 
     spark.conf.set(PUSHDOWN_CONF, "true")
-    spark.dataSource.register(SansmqDataSource)
+    spark.dataSource.register(SansmqDataSource.for_session(spark.sparkContext.defaultParallelism))

@@ -1,12 +1,11 @@
 """A stream range read in bulk: ``sansmq_client.bulk.read_stream`` decodes the deliveries from the
-socket's bytes straight into column lists (``amqpproto.bulk``, no object per message), turned here into
-Arrow record batches (module ``columns``), with the range's offsets checked against the loss policy."""
+socket's bytes straight into column lists (``amqpproto.bulk``, no object per message), checked here
+against the loss policy; the caller turns them into Arrow record batches (``Columns.batch``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import pyarrow as pa
+from functools import partial
 
 from sansmq_client import sync
 from sansmq_client.bulk import read_stream
@@ -30,11 +29,11 @@ def filter_arguments(conn: sync.Connection, values: tuple[str, ...] | None, end:
 
 
 def read_stream_range(conn: sync.Connection, stream: str, start: int, end: int, prefetch: int, batch_rows: int,
-                      timeout: float, policy: LossPolicy,
-                      values: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
-    """Offsets [start, end) of ``stream`` as record batches of at most ``batch_rows`` rows, ``prefetch``
-    the consumer's credit. When the range is read the consumer is gone, so the connection can read the
-    next range.
+                      timeout: float, policy: LossPolicy, values: tuple[str, ...] | None = None,
+                      headers: bool = True) -> Iterator[Columns]:
+    """Offsets [start, end) of ``stream`` as column lists of at most ``batch_rows`` rows, ``prefetch``
+    the consumer's credit; ``headers``: build the headers' lists too. When the range is read the
+    consumer is gone, so the connection can read the next range.
 
     A stream's offsets are contiguous, so rows missing from the range were removed before they
     were read (a consumer asking for an offset retention removed starts at the first one kept):
@@ -47,9 +46,10 @@ def read_stream_range(conn: sync.Connection, stream: str, start: int, end: int, 
     filtered = filter_arguments(conn, values, end)
     rows = 0
     for cols in read_stream(conn, stream, start, end, prefetch=prefetch, batch_rows=batch_rows, timeout=timeout,
-                            arguments={**stamp_arguments(conn), **(filtered or {})}, columns=Columns):
+                            arguments={**stamp_arguments(conn), **(filtered or {})},
+                            columns=partial(Columns, headers)):
         rows += len(cols) if filtered else _checked(cols, rows, stream, start, policy)
-        yield cols.batch(stream)
+        yield cols
     if rows < end - start and not filtered:
         policy.lost(stream, f"{end - start - rows} offsets of [{start}, {end}) were removed (retention) while "
                             f"the range was read", end - start - rows)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from sansmq_client import sync
 
+from .columns import SCHEMA_DDL, selected_columns
 from .options import OptionError, ReadOptions, WriteOptions
 from .retry import with_retries
 from .sink import BatchWriter, StreamWriter, check_target
-from .source import SCHEMA_DDL, BatchReader, PushdownBatchReader, StreamReader
+from .source import BatchReader, PushdownBatchReader, StreamReader
 
 __all__ = ["SansmqDataSource"]
 
@@ -21,21 +24,38 @@ def _check_target(opts: WriteOptions) -> None:
 
 
 class SansmqDataSource(DataSource):
+    #: the session's default parallelism (``for_session``)
+    parallelism = 1
+
     @classmethod
     def name(cls) -> str:
         return "sansmq"
+
+    @classmethod
+    def for_session(cls, parallelism: int) -> type[SansmqDataSource]:
+        """The format for a session of ``parallelism`` cores. Spark plans a Python source's reads in
+        processes of their own, with no SparkContext to ask, so the number travels with the class
+        (a class made here is pickled with its attributes, not imported by name)."""
+        return type(cls.__name__, (cls,), {"parallelism": parallelism, "__qualname__": f"{cls.__name__}.for_session",
+                                           "__module__": cls.__module__})
 
     def schema(self) -> str:
         # Spark asks for the schema in load() (reads only): bad option values fail there, at once
         ReadOptions.parse(self.options)
         return SCHEMA_DDL
 
+    def _read_options(self, schema: StructType) -> ReadOptions:
+        """The options, and the columns of ``schema``: the source's, or those of the schema the user
+        gave (``.schema(...)``: PySpark hands it to the source only here, not in load())."""
+        columns = selected_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+        return replace(ReadOptions.parse(self.options), columns=columns, parallelism=self.parallelism)
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ReadOptions.parse(self.options).for_batch()
+        opts = self._read_options(schema).for_batch()
         return PushdownBatchReader(opts) if opts.filter_pushdown else BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(ReadOptions.parse(self.options))  # for_stream() on its first call (see there)
+        return StreamReader(self._read_options(schema))  # for_stream() on its first call (see there)
 
     def _write_options(self, schema: StructType) -> WriteOptions:
         return WriteOptions.parse(self.options, {f.name: f.dataType.simpleString() for f in schema.fields})

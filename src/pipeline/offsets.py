@@ -26,8 +26,9 @@ from sansmq_client import ConsumerCancelled, Delivery, sync
 
 from .driver import Driver, StreamNotFound
 
-__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "offset_of", "offset_at_time",
-           "record_time", "stamp_arguments", "STAMP_HEADER"]
+__all__ = ["stream_end", "stream_first", "wait_for_new", "cap_total", "split_range", "plan_ranges",
+           "default_min_partitions", "MIN_ROWS_PER_TASK", "offset_of",
+           "offset_at_time", "record_time", "stamp_arguments", "STAMP_HEADER"]
 
 #: sansmq's delivery header with the record's append time (ms), asked for with the consumer
 #: argument of the same name where the broker's capabilities say ``stream_timestamp``
@@ -199,13 +200,12 @@ def cap_total(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> d
     return capped
 
 
-def split_range(start: int, end: int, max_per_partition: int, min_partitions: int) -> list[tuple[int, int]]:
-    """[start, end) as contiguous pieces, each at most ``max_per_partition`` long and at least
-    ``min_partitions`` of them when the range is long enough."""
+def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """[start, end) as ``parts`` contiguous pieces of near-equal length (fewer if it is shorter)."""
     n = end - start
     if n <= 0:
         return []
-    parts = min(n, max(min_partitions, math.ceil(n / max_per_partition)))
+    parts = min(n, parts)
     step, rest = divmod(n, parts)
     pieces, lo = [], start
     for i in range(parts):
@@ -213,3 +213,33 @@ def split_range(start: int, end: int, max_per_partition: int, min_partitions: in
         pieces.append((lo, hi))
         lo = hi
     return pieces
+
+
+#: a range is cut for parallelism (no minPartitions given) only into pieces of at least this many
+#: rows: a task costs Spark a start-up, worth it only for that much work
+MIN_ROWS_PER_TASK = 100_000
+
+
+def default_min_partitions(rows: int, parallelism: int) -> int:
+    """The tasks to aim for when the user gives no minPartitions: one per core the session has
+    (Spark's default parallelism), but none of fewer than ``MIN_ROWS_PER_TASK`` rows."""
+    return max(1, min(parallelism, rows // MIN_ROWS_PER_TASK))
+
+
+def plan_ranges(ranges: Mapping[str, tuple[int, int]], max_per_partition: int | None,
+                min_partitions: int | None) -> list[tuple[str, int, int]]:
+    """The tasks reading ``ranges`` ({stream: (start, end)}), as Spark's Kafka source plans them
+    (KafkaOffsetRangeCalculator): one task per stream's range, a range longer than
+    ``max_per_partition`` cut into pieces no longer than that, and only when that gives fewer tasks
+    than ``min_partitions`` are the ranges cut further, each into a share of ``min_partitions``
+    proportional to its length (at least one). A task costs Spark a start-up, so ranges are never
+    cut below what these two options ask for."""
+    def pieces(start: int, end: int) -> int:
+        return 1 if max_per_partition is None else math.ceil((end - start) / max_per_partition)
+    tasks = [(s, lo, hi) for s, (start, end) in ranges.items()
+             for lo, hi in split_range(start, end, pieces(start, end))]
+    if min_partitions is None or len(tasks) >= min_partitions:
+        return tasks
+    total = sum(hi - lo for _, lo, hi in tasks)
+    return [(s, a, b) for s, lo, hi in tasks
+            for a, b in split_range(lo, hi, max(math.floor((hi - lo) / total * min_partitions + 0.5), 1))]

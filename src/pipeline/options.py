@@ -75,6 +75,10 @@ def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) 
     return value
 
 
+def _optional_int(options: Mapping[str, str], name: str) -> int | None:
+    return None if options.get(name) is None else _int(options, name, 0)
+
+
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
@@ -229,8 +233,8 @@ class ReadOptions:
     max_trigger_delay: float  # seconds a micro-batch waits at most for min_records_per_trigger
     #: maxBytesPerTrigger: a micro-batch's records take at most this many bytes on the broker
     max_bytes_per_trigger: int | None
-    max_records_per_partition: int
-    min_partitions: int
+    max_records_per_partition: int | None  # None: a stream's range is one task (Kafka's default)
+    min_partitions: int | None
     prefetch: int
     batch_rows: int
     timeout: float
@@ -244,12 +248,15 @@ class ReadOptions:
     filter: tuple[str, ...] | None = None
     #: the batch reader takes predicates on column ``filter`` (PySpark's pushFilters)
     filter_pushdown: bool = True
+    #: the columns read, in the order of the schema the query gave (None: all of them)
+    columns: tuple[str, ...] | None = None
+    #: the session's default parallelism (its cores), for planning without minPartitions
+    parallelism: int = 1
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> ReadOptions:
         options = canonical(given, READ_OPTIONS, "source")
         streams = _streams(options)
-        mrt = options.get("maxRecordsPerTrigger")
         return cls(
             url=_url(options),
             streams=streams,
@@ -258,14 +265,12 @@ class ReadOptions:
             ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), "latest", streams),
             ending_given="endingOffsets" in options,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-            max_records_per_trigger=None if mrt is None else _int(options, "maxRecordsPerTrigger", 0),
-            min_records_per_trigger=(None if options.get("minRecordsPerTrigger") is None
-                                     else _int(options, "minRecordsPerTrigger", 0)),
+            max_records_per_trigger=_optional_int(options, "maxRecordsPerTrigger"),
+            min_records_per_trigger=_optional_int(options, "minRecordsPerTrigger"),
             max_trigger_delay=_duration(options, "maxTriggerDelay", 900.0),
-            max_bytes_per_trigger=(None if options.get("maxBytesPerTrigger") is None
-                                   else _int(options, "maxBytesPerTrigger", 0)),
-            max_records_per_partition=_int(options, "maxRecordsPerPartition", 50_000),
-            min_partitions=_int(options, "minPartitions", 1),
+            max_bytes_per_trigger=_optional_int(options, "maxBytesPerTrigger"),
+            max_records_per_partition=_optional_int(options, "maxRecordsPerPartition"),
+            min_partitions=_optional_int(options, "minPartitions"),
             prefetch=_int(options, "prefetch", 2000, minimum=2),
             batch_rows=_int(options, "batchRows", 10_000),
             timeout=float(_int(options, "timeoutMs", 30_000)) / 1000.0,

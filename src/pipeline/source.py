@@ -1,10 +1,11 @@
 """The reading side of format "sansmq": batch and micro-batch readers over stream queues.
 
 Offsets are ``{"stream": next_offset}``, as Spark's Kafka source keeps ``{"topic": {"p": n}}``.
-A micro-batch [start, end) per stream is cut into pieces (``split_range``), one Spark partition
-each; a task opens its own connection, consumes with ``x-stream-offset: start`` (non-destructive:
-acks only grant credit) and stops at ``end``. Rows leave the task as Arrow record batches, decoded
-from the socket's bytes straight into columns (``bulk``, ``columns``).
+A micro-batch [start, end) per stream is one Spark partition, cut into pieces only as options
+maxRecordsPerPartition and minPartitions ask (``plan_ranges``, Kafka's rules); a task consumes
+with ``x-stream-offset: start`` (non-destructive: acks only grant credit) and stops at ``end``.
+Rows leave the task as Arrow record batches, decoded from the socket's bytes straight into
+columns (``bulk``, ``columns``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -39,13 +39,21 @@ from pyspark.sql.streaming.datasource import (
 from . import identity
 from .admission import cap_bytes, require_byte_ranges
 from .bulk import read_stream_range
-from .columns import ARROW_SCHEMA, flat_headers
+from .columns import ARROW_SCHEMA, COLUMNS, SCHEMA_DDL, flat_headers
 from .dataloss import LossPolicy
 from .driver import Driver, StreamNotFound, endpoint
 from .leaders import leader_urls
 from .listing import matching_streams
 from .metrics import SKIPPED_KEY, log_lag
-from .offsets import cap_total, offset_at_time, split_range, stream_end, stream_first, wait_for_new
+from .offsets import (
+    cap_total,
+    default_min_partitions,
+    offset_at_time,
+    plan_ranges,
+    stream_end,
+    stream_first,
+    wait_for_new,
+)
 from .options import OffsetsSpec, OptionError, ReadOptions, check_offsets_spec
 from .pool import EXECUTOR_POOL
 from .retry import Outage, with_retries
@@ -54,10 +62,6 @@ log = logging.getLogger("pipeline.source")
 
 __all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "PushdownBatchReader", "StreamReader",
            "read_range", "flat_headers", "pushed_values"]
-
-SCHEMA_DDL = ("stream string, offset long, timestamp timestamp, routing_key string, "
-              "headers map<string,string>, content_type string, body binary, filter string")
-
 
 @dataclass
 class StreamRange(InputPartition):
@@ -79,25 +83,21 @@ def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBat
     if not isinstance(part, StreamRange):
         return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
     start = part.start
+    names = opts.columns or tuple(COLUMNS)
     outage: Outage | None = None
     while start < part.end:
         try:
             with EXECUTOR_POOL.client(part.url or opts.url, opts.timeout) as conn:  # the leader's node first
-                for batch in read_stream_range(conn, part.stream, start, part.end, opts.prefetch, opts.batch_rows,
-                                               opts.timeout, LossPolicy(opts.fail_on_data_loss), opts.filter):
-                    start = batch.column("offset")[-1].as_py() + 1  # go on after it
-                    yield batch if opts.filter is None else _matching(batch, opts.filter)
+                for cols in read_stream_range(conn, part.stream, start, part.end, opts.prefetch, opts.batch_rows,
+                                              opts.timeout, LossPolicy(opts.fail_on_data_loss), opts.filter,
+                                              headers="headers" in names):
+                    start = cols.offset[-1] + 1  # go on after it
+                    yield cols.batch(part.stream, names, opts.filter)
                     outage = None
             return
         except Exception as exc:  # the broker went away: read on from the next offset on a new connection
             outage = outage or Outage(opts.retry_deadline, f"reading {part.stream!r} from offset {start}")
             outage.wait(exc)
-
-
-def _matching(batch: pa.RecordBatch, values: tuple[str, ...]) -> pa.RecordBatch:
-    """The rows of ``batch`` whose filter value is one of ``values`` (what sansmq sends already; a
-    broker that cannot filter a range, RabbitMQ, sends everything)."""
-    return batch.filter(pc.is_in(batch.column("filter"), pa.array(values, pa.string())))
 
 
 def pushed_values(filters: list[Filter]) -> set[str] | None:
@@ -209,9 +209,12 @@ def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
 def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
     """The tasks of a batch; each reads its stream on the cluster node that leads it, if known."""
     urls = leader_urls(opts.url, opts.streams, opts.timeout)
-    return [StreamRange(s, lo, hi, urls.get(s)) for s in opts.streams
-            for lo, hi in split_range(start.get(s, 0), end.get(s, 0), opts.max_records_per_partition,
-                                      opts.min_partitions)]
+    ranges = {s: (start.get(s, 0), end.get(s, 0)) for s in opts.streams}
+    least = opts.min_partitions
+    if least is None:  # the session's cores, without cutting below a task's worth
+        least = default_min_partitions(sum(max(0, hi - lo) for lo, hi in ranges.values()), opts.parallelism)
+    return [StreamRange(s, lo, hi, urls.get(s))
+            for s, lo, hi in plan_ranges(ranges, opts.max_records_per_partition, least)]
 
 
 def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],

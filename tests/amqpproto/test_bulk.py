@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import amqpproto as a
 from amqpproto import spec
 from amqpproto.bulk import (
+    FILTER_HEADER,
     OFFSET_HEADER,
     STAMP_HEADER,
     DeliveryColumns,
@@ -33,6 +34,7 @@ messages = st.lists(st.tuples(
     st.one_of(st.none(), st.integers(0, 2**33)),                     # timestamp (seconds)
     st.binary(max_size=9000),                                       # body: over frame_max at times
     st.one_of(st.none(), st.integers(0, 2**62)),                    # x-stream-timestamp (ms), sansmq's
+    st.one_of(st.none(), st.text(max_size=4), st.binary(max_size=3)),  # x-stream-filter-value
 ), min_size=1, max_size=12)
 
 
@@ -45,8 +47,10 @@ def _wire(msgs, offsets) -> tuple[a.Connection, bytes]:
     client.receive_data(server.send(spec.BasicConsumeOk("ctag", channel=1)))
     assert isinstance(client.next_event(), spec.BasicConsumeOk)
     out = []
-    for tag, ((rk, props, first, ts, body, stamp), offset) in enumerate(zip(msgs, offsets, strict=True), 1):
+    for tag, ((rk, props, first, ts, body, stamp, *filt), offset) in enumerate(zip(msgs, offsets, strict=True), 1):
         rest = {k: v for k, v in (props.headers or {}).items() if k not in (OFFSET_HEADER, STAMP_HEADER)}
+        if filt and filt[0] is not None:
+            rest[FILTER_HEADER] = filt[0]
         headers = {OFFSET_HEADER: offset, **rest} if first else {**rest, OFFSET_HEADER: offset}
         if stamp is not None:  # where the broker puts it: after the offset
             headers[STAMP_HEADER] = stamp
@@ -73,22 +77,27 @@ def _rows_from_events(client: a.Connection, wire: bytes) -> list[tuple]:
         if STAMP_HEADER in headers:  # the broker's append time wins over the publisher's property
             ts = headers.pop(STAMP_HEADER)
         pairs = [(OFFSET_HEADER, str(offset)), *flat_headers(headers)]
-        rows.append((offset, ts, ev.routing_key, pairs, props.content_type, ev.body, ev.delivery_tag))
+        filt = next((v for k, v in pairs if k == FILTER_HEADER), None)
+        rows.append((offset, ts, ev.routing_key, pairs, props.content_type, ev.body, filt, ev.delivery_tag))
     return rows
 
 
 def _rows_from_columns(cols: DeliveryColumns, tags: list[int]) -> list[tuple]:
     hk, hv, ho = cols.header_keys, cols.header_values, cols.header_offsets
+    if not cols.headers:  # the rows without their headers: nothing was built for them
+        assert ho == hk == hv == []
+        return [(cols.offset[i], cols.timestamp[i], cols.routing_key[i], None, cols.content_type[i],
+                 cols.body[i], cols.filter_value[i], tags[i]) for i in range(len(cols))]
     assert len(ho) == len(cols) + 1 and ho[-1] == len(hk) == len(hv)
     return [(cols.offset[i], cols.timestamp[i], cols.routing_key[i],
              list(zip(hk[ho[i]:ho[i + 1]], hv[ho[i]:ho[i + 1]], strict=True)), cols.content_type[i],
-             cols.body[i], tags[i]) for i in range(len(cols))]
+             cols.body[i], cols.filter_value[i], tags[i]) for i in range(len(cols))]
 
 
-def _decode_chunked(wire: bytes, chunks: list[int]) -> DeliveryColumns:
+def _decode_chunked(wire: bytes, chunks: list[int], headers: bool = True) -> DeliveryColumns:
     """Decode as a reader does: bytes arrive in chunks, the undecoded tail is kept for the next."""
     decoder = StreamDeliveryDecoder(1)
-    cols = DeliveryColumns()
+    cols = DeliveryColumns(headers)
     buf, pos, i, k = b"", 0, 0, 0
     while True:
         pos, _, other = decoder.decode(buf, pos, cols)
@@ -104,6 +113,7 @@ def _decode_chunked(wire: bytes, chunks: list[int]) -> DeliveryColumns:
 @CI
 @given(msgs=messages, offsets_from=OFFSET_INTS, chunks=st.lists(st.integers(1, 5000), min_size=1, max_size=8))
 def test_bulk_decode_gives_the_rows_of_the_general_path(msgs, offsets_from, chunks):
+    msgs = msgs + msgs  # the same headers again: decoded from the decoder's cache (the inline paths)
     offsets = list(range(offsets_from, offsets_from + len(msgs)))
     client, wire = _wire(msgs, offsets)
     expected = _rows_from_events(client, wire)
@@ -118,6 +128,39 @@ def test_bulk_decode_gives_the_rows_of_the_general_path(msgs, offsets_from, chun
     # the same, the bytes arriving in chunks that split frames anywhere
     cols = _decode_chunked(wire, chunks)
     assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == [r[:-1] for r in expected]
+    # a reader that wants no headers column: the same rows, no header lists built
+    cols = _decode_chunked(wire, chunks, headers=False)
+    assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == [
+        (*r[:3], None, *r[4:-1]) for r in expected]
+
+
+@CI
+@given(msgs=messages, repeats=st.lists(st.integers(1, 6), min_size=1), same_body=st.booleans(),
+       offsets_from=OFFSET_INTS, chunks=st.lists(st.integers(1, 5000), min_size=1, max_size=8))
+def test_runs_of_one_layout_decode_as_the_general_path_does(msgs, repeats, same_body, offsets_from, chunks):
+    """A stream's deliveries mostly repeat one layout (the template's fast path): runs of the same
+    message with other offsets, append times and (same or other length) bodies, heart-beats between."""
+    runs = []
+    for i, (rk, props, first, ts, body, stamp, filt) in enumerate(msgs):
+        for j in range(repeats[i % len(repeats)]):
+            runs.append((rk, props, first, ts, body if same_body else body + b"+" * j,
+                         None if stamp is None else stamp + j, filt))
+    offsets = list(range(offsets_from, offsets_from + len(runs)))
+    client, wire = _wire(runs, offsets)
+    expected = _rows_from_events(client, wire)
+    cols = DeliveryColumns()
+    decoder = StreamDeliveryDecoder(1)
+    assert decoder.decode(wire, 0, cols) == (len(wire), offsets[-1], False)
+    assert _rows_from_columns(cols, [row[-1] for row in expected]) == expected
+    assert decoder.last_tag == len(runs)
+    cols = _decode_chunked(wire, chunks)
+    assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == [r[:-1] for r in expected]
+    start = offsets_from + len(runs) // 3  # a range inside the runs, and a row limit
+    end = offsets_from + 2 * len(runs) // 3 + 1
+    cols = DeliveryColumns(headers=False)
+    pos, _, _ = StreamDeliveryDecoder(1).decode(wire, 0, cols, start, end, limit=max(1, len(runs) // 4))
+    want = [(*r[:3], None, *r[4:-1]) for r in expected if start <= r[0] < end][:max(1, len(runs) // 4)]
+    assert [r[:-1] for r in _rows_from_columns(cols, [0] * len(cols))] == want
 
 
 @CI

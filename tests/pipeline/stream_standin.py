@@ -28,11 +28,18 @@ class FakeStreamBroker:
     """``messages``: (routing key, properties, body) per offset; ``properties.headers`` gets the
     ``x-stream-offset`` of each, as a stream's deliveries carry it. Offsets below ``first`` stand
     for messages retention removed: a consumer asking for one starts at ``first``, as a broker's does;
-    ``gone`` offsets are skipped in the middle (retention overtaking a slow reader)."""
+    ``gone`` offsets are skipped in the middle (retention overtaking a slow reader). With ``stamps``
+    it says it can stamp deliveries with their append time, as sansmq does (capability
+    ``stream_timestamp``), and does for a consumer that asks (``x-stream-timestamp``: a made-up
+    time per offset)."""
+
+    #: the append time (ms) ``stamps`` gives offset 0; offset n is n ms later
+    STAMP_BASE = 1_767_225_600_000
 
     def __init__(self, messages: list[tuple[str, spec.BasicProperties, bytes]], frame_max: int = 131072,
-                 first: int = 0, gone: range = range(0)) -> None:
+                 first: int = 0, gone: range = range(0), stamps: bool = False) -> None:
         self.messages = messages
+        self.stamps = stamps
         self.first = first
         self.gone = gone
         self.frame_max = frame_max
@@ -93,7 +100,8 @@ class FakeStreamBroker:
     def _answer(self, conn: Any, ev: Any) -> bytes | None:
         t = type(ev)
         if t is amqpproto.ProtocolHeader:
-            return conn.send(spec.ConnectionStart(0, 9, {"product": "fake"}, b"PLAIN", b"en_US"))
+            capabilities = {"capabilities": {"stream_timestamp": True}} if self.stamps else {}
+            return conn.send(spec.ConnectionStart(0, 9, {"product": "fake", **capabilities}, b"PLAIN", b"en_US"))
         if t is spec.ConnectionStartOk:
             return conn.send(spec.ConnectionTune(2047, self.frame_max, 0))
         if t is spec.ConnectionOpen:
@@ -117,7 +125,8 @@ class FakeStreamBroker:
         start = max(self.first, int(args.get("x-stream-offset", 0)))
         end = int(args.get("x-stream-end-offset", len(self.messages)))
         wanted = args.get("x-stream-filter")  # sansmq's filtered read: only messages with one of these values
-        key = (start, end, tuple(wanted or ()))
+        stamp = self.stamps and args.get("x-stream-timestamp") is True
+        key = (start, end, tuple(wanted or ()), stamp)
         cached = self._cache.get(key)
         if cached is None:
             out = []
@@ -127,6 +136,8 @@ class FakeStreamBroker:
                 key, props, body = self.messages[offset]
                 headers = dict(props.headers or {})
                 headers["x-stream-offset"] = offset
+                if stamp:  # where sansmq puts it: after the offset
+                    headers["x-stream-timestamp"] = self.STAMP_BASE + offset
                 encoded = spec.encode_properties(dataclasses.replace(props, headers=headers))
                 out.append(conn.send_deliver(consume.channel, "ctag", tag, False, "", key, encoded, body))
             cached = self._cache[key] = b"".join(out)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.driver import endpoint as parse_url
-from pipeline.offsets import cap_total, split_range
+from pipeline.offsets import MIN_ROWS_PER_TASK, cap_total, default_min_partitions, plan_ranges
 from pipeline.options import OptionError, ReadOptions, WriteOptions
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pipeline"
@@ -137,14 +137,44 @@ def test_kafkas_rules_for_batch_and_streaming_offsets() -> None:
     assert ReadOptions.parse({"stream": "a", "startingOffsets": "latest"}).for_stream().starting == "latest"
 
 
-@given(st.integers(0, 10**6), st.integers(0, 10**5), st.integers(1, 10**4), st.integers(1, 64))
-def test_split_range_covers_the_range_in_order(start: int, n: int, max_per: int, min_parts: int) -> None:
-    pieces = split_range(start, start + n, max_per, min_parts)
-    assert sum(hi - lo for lo, hi in pieces) == n
-    assert all(lo < hi <= lo + max_per for lo, hi in pieces)
-    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
-    if n:
-        assert pieces[0][0] == start and len(pieces) >= min(n, min_parts)
+@given(st.dictionaries(st.sampled_from("abcde"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)), min_size=1),
+       st.none() | st.integers(1, 10**4), st.none() | st.integers(1, 64))
+def test_plan_ranges_covers_each_range_in_order(ranges: dict[str, tuple[int, int]], max_per: int | None,
+                                                min_parts: int | None) -> None:
+    given = {s: (lo, lo + n) for s, (lo, n) in ranges.items()}
+    tasks = plan_ranges(given, max_per, min_parts)
+    for s, (lo, hi) in given.items():
+        pieces = [(a, b) for t, a, b in tasks if t == s]
+        assert sum(b - a for a, b in pieces) == hi - lo
+        assert all(a < b for a, b in pieces)
+        assert all(p[1] == q[0] for p, q in zip(pieces, pieces[1:], strict=False))
+        if pieces:
+            assert pieces[0][0] == lo
+    if max_per is not None and (min_parts is None or len(tasks) > min_parts):
+        assert all(b - a <= max_per for _, a, b in tasks)
+
+
+def test_plan_ranges_cuts_only_what_the_options_ask_for() -> None:
+    """Kafka's rules: one task per stream's range by default (a task costs Spark a start-up, so
+    several are never planned where one does); maxRecordsPerPartition caps a task; minPartitions
+    cuts the ranges further, in proportion to their length, only if there are fewer tasks."""
+    ranges = {"a": (0, 1_000_000), "b": (500, 600), "c": (7, 7)}
+    assert plan_ranges(ranges, None, None) == [("a", 0, 1_000_000), ("b", 500, 600)]
+    assert plan_ranges(ranges, None, 2) == [("a", 0, 1_000_000), ("b", 500, 600)]  # already 2 tasks
+    assert plan_ranges(ranges, None, 4) == [("a", 0, 250_000), ("a", 250_000, 500_000), ("a", 500_000, 750_000),
+                                            ("a", 750_000, 1_000_000), ("b", 500, 600)]
+    assert plan_ranges(ranges, 400_000, None) == [("a", 0, 333_334), ("a", 333_334, 666_667),
+                                                  ("a", 666_667, 1_000_000), ("b", 500, 600)]
+    assert plan_ranges({"a": (0, 3)}, None, 10) == [("a", 0, 1), ("a", 1, 2), ("a", 2, 3)]
+    assert plan_ranges({}, None, 3) == []
+
+
+def test_without_min_partitions_ranges_are_cut_for_the_cores_but_not_below_a_tasks_worth() -> None:
+    assert default_min_partitions(10, 8) == 1
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 2 - 1, 8) == 1
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 2, 8) == 2
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 100, 8) == 8
+    assert default_min_partitions(MIN_ROWS_PER_TASK * 100, 1) == 1
 
 
 @given(st.dictionaries(st.sampled_from("abcde"), st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1),
