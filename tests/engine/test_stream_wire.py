@@ -190,3 +190,21 @@ def test_a_channels_global_prefetch_bounds_a_stream_window_as_on_the_general_pat
     fast = _global_prefetch_run(False)
     assert fast == _global_prefetch_run(True)
     assert fast[1] == [3, 6, 8]
+
+
+def test_a_template_is_made_on_the_second_sighting_of_stored_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored bytes that never repeat (a header differing in each record) take the general path
+    without making a template each: one is made only for headers met before."""
+    from engine.amqp import stream_wire
+
+    made: list[Any] = []
+    real = stream_wire._template
+    monkeypatch.setattr(stream_wire, "_template", lambda p: made.append(p) or real(p))
+    monkeypatch.setattr(stream_wire, "_SEEN", set())
+    monkeypatch.setattr(stream_wire, "_TEMPLATES", {})
+    once = [_encode_message(Message(i, "", "s", {"n": f"unique-{i}"}, b"b", 0, None, True)) for i in range(50)]
+    delivery_items([(i, 0, p) for i, p in enumerate(once)], False)
+    assert made == []
+    twice = _encode_message(Message(0, "", "s", {"n": "again"}, b"b", 0, None, True))
+    delivery_items([(i, 0, twice) for i in range(3)], False)
+    assert len(made) == 1

@@ -1,6 +1,7 @@
 """Stream deliveries from the stored bytes: a record's AMQP content properties are spliced from a
-template made once per distinct stored header table (and route, priority and flags), so a read
-window is delivered without a ``Message`` per record.
+template made once per distinct stored header table (and route, priority and flags), on its second
+sighting (bytes met once take the general path: a template would not pay), so a read window is
+delivered without a ``Message`` per record.
 
 A delivery's properties are what ``props_bytes`` encodes for the record with its ``x-stream-offset``
 header (and ``x-stream-timestamp`` for the consumers that asked for it) added last to its headers:
@@ -45,6 +46,9 @@ Template = tuple[str, str, bytes, bytes, bytes, dict[int, bytes]] | None
 #: templates by the stored bytes from the priority to the end of the headers; bounded
 _TEMPLATES: dict[bytes, Template] = {}
 _TEMPLATES_MAX = 256
+#: keys met once: a template is made on a key's second sighting, so records whose stored bytes
+#: never repeat (an id that differs in each) cost the general path and no more; bounded
+_SEEN: set[bytes] = set()
 
 
 def _template(payload: bytes | memoryview) -> Template:
@@ -106,6 +110,12 @@ def delivery_items(records: list[tuple[int, int, Any]],
             key = key.tobytes()
         t: Any = templates.get(key, False)
         if t is False:
+            if key not in _SEEN:
+                if len(_SEEN) >= _TEMPLATES_MAX:
+                    _SEEN.clear()
+                _SEEN.add(key)
+                append(_general(offset, ts, p, stamp))
+                continue
             if len(templates) >= _TEMPLATES_MAX:
                 templates.clear()
             t = templates[key] = _template(p)
