@@ -16,14 +16,16 @@ key/value pairs (a key too long for a table) takes the general path: decoded, ``
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from amqpproto import write_table, write_value
 from amqpproto.spec import encode_properties
 
 from .._props import headers_to_props
-from ..model.streams import STREAM_OFFSET_HEADER, STREAM_TIMESTAMP_HEADER, delivery_message
+from ..model.streams import PUBLISHING_ID_HEADER, STREAM_OFFSET_HEADER, STREAM_TIMESTAMP_HEADER, delivery_message
 from ..records import _HDR_PAIRS, _MSG, _decode_message
 from ..streams import StreamRecord
 from .properties import props_bytes
@@ -40,9 +42,10 @@ _OFFSET_KEY = bytes((len(STREAM_OFFSET_HEADER),)) + STREAM_OFFSET_HEADER.encode(
 _STAMP_KEY = bytes((len(STREAM_TIMESTAMP_HEADER),)) + STREAM_TIMESTAMP_HEADER.encode()
 _HEADERS_FLAG = 0x2000
 
-#: a template: (exchange, routing key, pre, table, post, the properties up to the added entries by
-#: their length); None: the record takes the general path
-Template = tuple[str, str, bytes, bytes, bytes, dict[int, bytes]] | None
+#: a template: (exchange, routing key, pre, the headers table (up to the varying entry's value when
+#: there is one), the table after that value, post, the properties up to the spliced bytes by the
+#: length of what is spliced into the table); None: the record takes the general path
+Template = tuple[str, str, bytes, bytes, bytes, bytes, dict[int, bytes]] | None
 #: templates by the stored bytes from the priority to the end of the headers; bounded
 _TEMPLATES: dict[bytes, Template] = {}
 _TEMPLATES_MAX = 256
@@ -50,8 +53,53 @@ _TEMPLATES_MAX = 256
 #: never repeat (an id that differs in each) cost the general path and no more; bounded
 _SEEN: set[bytes] = set()
 
+#: the one header whose value may differ between the records of a template: a deduplicating
+#: producer's publishing id, different in every record (its ``x-producer`` is not)
+_VARYING_KEY = bytes((len(PUBLISHING_ID_HEADER),)) + PUBLISHING_ID_HEADER.encode()
+#: field table integer types: the value's struct after the type octet
+_INTS = {ord(tag): struct.Struct(">" + fmt) for tag, fmt in (("b", "b"), ("B", "B"), ("s", "h"), ("u", "H"),
+                                                            ("I", "i"), ("i", "I"), ("l", "q"), ("L", "Q"))}
+#: ``write_value``'s integer type by value: (lowest, highest, tag), ascending; its choice is the
+#: narrowest, so a value's width (and the table's size) depends on the value
+_WIDTHS = ((-(2**63), -(2**31) - 1, "l"), (-(2**31), -32769, "I"), (-32768, -129, "s"), (-128, 127, "b"),
+           (128, 32767, "s"), (32768, 65535, "u"), (65536, 2**31 - 1, "I"), (2**31, 2**32 - 1, "i"),
+           (2**32, 2**63 - 1, "l"), (2**63, 2**64 - 1, "L"))
+_LOWEST = [low for low, _, _ in _WIDTHS]
 
-def _template(payload: bytes | memoryview) -> Template:
+
+def _int_width(value: int) -> tuple[int, int, Callable[[int], bytes]]:
+    """The range of integers ``write_value`` encodes as it encodes ``value``, and the packing of a
+    value of that range as it does (type octet and value)."""
+    i = bisect_right(_LOWEST, value) - 1
+    if i < 0 or value > _WIDTHS[i][1]:
+        raise ValueError(f"integer {value} does not fit a field table value")
+    low, top, tag = _WIDTHS[i]
+    return low, top, partial(struct.Struct(">B" + _INTS[ord(tag)].format[1:]).pack, ord(tag))
+
+
+class _Varying:
+    """Records whose stored bytes (``size`` long) are ``before``, an integer publishing id stored as
+    ``stored`` packs it, ``after``: one template for all (``template``: its table split around the
+    id's delivered value)."""
+
+    __slots__ = ("size", "before", "after", "at", "stored", "template")
+
+    def __init__(self, key: bytes, at: int, stored: struct.Struct, template: Template) -> None:
+        self.size = len(key)
+        self.before = key[:at]
+        self.after = key[at + stored.size:]
+        self.at = at
+        self.stored = stored
+        self.template = template
+
+
+#: varying templates by their stored bytes without the id's value; None: not one (the bytes found
+#: are not that header's value alone, or the record takes the general path); bounded
+_VARYING: dict[bytes, _Varying | None] = {}
+
+
+def _template(payload: bytes | memoryview, varying: bool = False) -> Template:
+    """``varying``: the table split after the publishing id's name and type octet (an int there)."""
     msg = _decode_message(payload)
     headers = msg.headers
     flags = _MSG.unpack_from(payload, 0)[4]
@@ -66,7 +114,14 @@ def _template(payload: bytes | memoryview) -> Template:
                                              content_encoding=props.content_encoding)))
     (word,) = struct.unpack_from(">H", rest)
     pre = struct.pack(">H", word | _HEADERS_FLAG) + rest[2:lead]
-    return msg.exchange, msg.routing_key, pre, write_table(table)[4:], rest[lead:], {}
+    head, tail = write_table(table)[4:], b""
+    if varying:  # the entries before the id, its name; the entries after it
+        names = list(table)
+        i = names.index(PUBLISHING_ID_HEADER)
+        items = list(table.items())
+        head = write_table(dict(items[:i]))[4:] + _VARYING_KEY
+        tail = write_table(dict(items[i + 1:]))[4:]
+    return msg.exchange, msg.routing_key, pre, head, tail, rest[lead:], {}
 
 
 def _general(offset: int, ts: int, payload: bytes | memoryview,
@@ -75,20 +130,85 @@ def _general(offset: int, ts: int, payload: bytes | memoryview,
     return msg.exchange, msg.routing_key, props_bytes(msg), msg.body
 
 
-def _offset_width(offset: int) -> tuple[int, int, bytes, Callable[[int], bytes]]:
-    """The range of offsets ``write_value`` encodes as wide as ``offset`` (offsets are >= 0): its
-    bounds, the entry's key and type tag, the value's packing."""
-    low = 0
-    for top, tag, fmt in _WIDTHS:
-        if offset <= top:
-            return low, top, _OFFSET_KEY + tag, struct.Struct(">" + fmt).pack
-        low = top + 1
-    raise ValueError(f"offset {offset} does not fit a field table value")
+def _first_sighting(key: bytes) -> bool:
+    """Whether ``key`` is met for the first time (it is remembered)."""
+    if key in _SEEN:
+        return False
+    if len(_SEEN) >= _TEMPLATES_MAX:
+        _SEEN.clear()
+    _SEEN.add(key)
+    return True
 
 
-#: ``write_value``'s integer types for values >= 0, narrowest first: (highest value, tag, packing)
-_WIDTHS = ((0x7F, b"b", "b"), (0x7FFF, b"s", "h"), (0xFFFF, b"u", "H"), (0x7FFFFFFF, b"I", "i"),
-           (0xFFFFFFFF, b"i", "I"), (0x7FFFFFFFFFFFFFFF, b"l", "q"))
+def _same_as_general(offset: int, ts: int, payload: bytes | memoryview, stamp: bool) -> bool:
+    """Whether the template just made for ``payload`` delivers it as the general path does: each
+    template is checked once, on the record it was made from."""
+    (got,) = delivery_items([(offset, ts, payload)], stamp)
+    return got[:3] == _general(offset, ts, payload, stamp)[:3]
+
+
+def _only_the_id(payload: bytes | memoryview, at: int, stored: struct.Struct) -> bool:
+    """Whether the ``stored.size`` bytes at ``at`` are the value of the record's integer publishing
+    id header and nothing else: the record read with other bytes there has the same headers but for
+    that id, which is those bytes' value (so any value there reads so)."""
+    n = stored.size
+    raw = bytes(payload)
+    other = (int.from_bytes(raw[at:at + n], "big") ^ ((1 << 8 * n) - 1)).to_bytes(n, "big")  # all bytes differ
+    try:
+        one = _decode_message(raw).headers
+        two = _decode_message(raw[:at] + other + raw[at + n:]).headers
+    except ValueError:
+        return False
+    value = one.get(PUBLISHING_ID_HEADER)
+    return type(value) is int and value == stored.unpack_from(raw, at)[0] \
+        and two.get(PUBLISHING_ID_HEADER) == stored.unpack(other)[0] and {**two, PUBLISHING_ID_HEADER: value} == one
+
+
+def _varying(key: bytes, table_at: int, offset: int, ts: int, payload: bytes | memoryview,
+             stamp: bool) -> _Varying | None:
+    """The varying template of a record whose key (from ``table_at`` on: its headers) holds an
+    integer publishing id; None when it has none, or not one a template can vary."""
+    at = key.find(_VARYING_KEY, table_at)
+    if at < 0:
+        return None
+    at += len(_VARYING_KEY) + 1  # the value, after its type octet
+    stored = _INTS.get(key[at - 1]) if at <= len(key) else None
+    if stored is None or at + stored.size > len(key):
+        return None
+    masked = key[:at] + key[at + stored.size:]
+    shape = _VARYING.get(masked, False)
+    if shape is False:
+        if _first_sighting(masked):
+            return None
+        if len(_VARYING) >= _TEMPLATES_MAX:
+            _VARYING.clear()
+        shape = None
+        if _only_the_id(payload, _KEY_AT + at, stored):
+            template = _template(payload, True)
+            if template is not None:
+                shape = _VARYING[masked] = _Varying(key, at, stored, template)
+                if not _same_as_general(offset, ts, payload, stamp):
+                    shape = None
+        _VARYING[masked] = shape
+    return shape
+
+
+def _on_miss(key: bytes, table_at: int, offset: int, ts: int, payload: bytes | memoryview,
+             stamp: bool) -> Template | _Varying:
+    """The template of a key not among the templates: a varying one, else (on its second sighting)
+    one of its own; None (the general path) on a first sighting."""
+    shape = _varying(key, table_at, offset, ts, payload, stamp)
+    if shape is not None:
+        return shape
+    if _first_sighting(key):
+        return None
+    templates = _TEMPLATES
+    if len(templates) >= _TEMPLATES_MAX:
+        templates.clear()
+    t = templates[key] = _template(payload)
+    if t is not None and not _same_as_general(offset, ts, payload, stamp):
+        t = templates[key] = None
+    return t
 
 
 def delivery_items(records: list[tuple[int, int, Any]],
@@ -100,36 +220,48 @@ def delivery_items(records: list[tuple[int, int, Any]],
     templates = _TEMPLATES
     lengths = _LENGTHS.unpack_from
     low = top = -1
-    entry = b""
     pack: Callable[[int], bytes] = bytes
+    # what the varying template met last matches, and the width of the ids met last
+    size = 0
+    before = after = b""
+    vlow, vtop = 1, 0
+    vpack: Callable[[int], bytes] = bytes
     for offset, ts, p in records:
         lex, lrk, lhdr = lengths(p, _LENGTHS_AT)
         at = _MSG.size + lex + lrk + lhdr
         key = p[_KEY_AT:at]
         if type(key) is not bytes:
             key = key.tobytes()
-        t: Any = templates.get(key, False)
-        if t is False:
-            if key not in _SEEN:
-                if len(_SEEN) >= _TEMPLATES_MAX:
-                    _SEEN.clear()
-                _SEEN.add(key)
+        if len(key) == size and key.startswith(before) and key.endswith(after):
+            pass  # ``t``: the varying template of the record before
+        else:
+            t: Any = templates.get(key, False)
+            if t is False:
+                t = _on_miss(key, _MSG.size - _KEY_AT + lex + lrk, offset, ts, p, stamp)
+            if t is None:
                 append(_general(offset, ts, p, stamp))
                 continue
-            if len(templates) >= _TEMPLATES_MAX:
-                templates.clear()
-            t = templates[key] = _template(p)
-        if t is None:
-            append(_general(offset, ts, p, stamp))
-            continue
+            if type(t) is _Varying:
+                size, before, after = t.size, t.before, t.after
+            else:
+                size = 0
         if not low <= offset <= top:  # offsets grow: the width rarely changes within a window
-            low, top, entry, pack = _offset_width(offset)
-        added = entry + pack(offset)
+            low, top, pack = _int_width(offset)
+        added = _OFFSET_KEY + pack(offset)
         if stamp:
             added += _STAMP_KEY + write_value(ts)
-        ex, rk, pre, table, post, heads = t
-        head = heads.get(len(added))
-        if head is None:  # the properties up to the added entries, per their length
-            head = heads[len(added)] = pre + _U32(len(table) + len(added)) + table
-        append((ex, rk, head + added + post, p[at:]))
+        spliced = b""
+        if size:  # the id's value, as wide as ``write_value`` makes it
+            value = t.stored.unpack_from(key, t.at)[0]
+            if not vlow <= value <= vtop:  # ids count up: their width rarely changes either
+                vlow, vtop, vpack = _int_width(value)
+            spliced = vpack(value)
+            ex, rk, pre, table, tail, post, heads = t.template
+        else:
+            ex, rk, pre, table, tail, post, heads = t
+        n = len(spliced) + len(added)
+        head = heads.get(n)
+        if head is None:  # the properties up to the spliced bytes, per their length
+            head = heads[n] = pre + _U32(len(table) + len(tail) + n) + table
+        append((ex, rk, head + spliced + tail + added + post, p[at:]))
     return out
