@@ -18,7 +18,6 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from amqpproto import write_table, write_value
@@ -67,14 +66,14 @@ _WIDTHS = ((-(2**63), -(2**31) - 1, "l"), (-(2**31), -32769, "I"), (-32768, -129
 _LOWEST = [low for low, _, _ in _WIDTHS]
 
 
-def _int_width(value: int) -> tuple[int, int, Callable[[int], bytes]]:
-    """The range of integers ``write_value`` encodes as it encodes ``value``, and the packing of a
-    value of that range as it does (type octet and value)."""
+def _int_width(value: int) -> tuple[int, int, bytes, Callable[[int], bytes]]:
+    """The range of integers ``write_value`` encodes as it encodes ``value``: its bounds, type
+    octet and the packing of a value."""
     i = bisect_right(_LOWEST, value) - 1
     if i < 0 or value > _WIDTHS[i][1]:
         raise ValueError(f"integer {value} does not fit a field table value")
     low, top, tag = _WIDTHS[i]
-    return low, top, partial(struct.Struct(">B" + _INTS[ord(tag)].format[1:]).pack, ord(tag))
+    return low, top, tag.encode(), _INTS[ord(tag)].pack
 
 
 class _Varying:
@@ -157,7 +156,7 @@ def _only_the_id(payload: bytes | memoryview, at: int, stored: struct.Struct) ->
     try:
         one = _decode_message(raw).headers
         two = _decode_message(raw[:at] + other + raw[at + n:]).headers
-    except ValueError:
+    except Exception:  # those bytes were more than a value: whatever reading them otherwise raises
         return False
     value = one.get(PUBLISHING_ID_HEADER)
     return type(value) is int and value == stored.unpack_from(raw, at)[0] \
@@ -176,20 +175,20 @@ def _varying(key: bytes, table_at: int, offset: int, ts: int, payload: bytes | m
     if stored is None or at + stored.size > len(key):
         return None
     masked = key[:at] + key[at + stored.size:]
-    shape = _VARYING.get(masked, False)
-    if shape is False:
-        if _first_sighting(masked):
-            return None
-        if len(_VARYING) >= _TEMPLATES_MAX:
-            _VARYING.clear()
-        shape = None
-        if _only_the_id(payload, _KEY_AT + at, stored):
-            template = _template(payload, True)
-            if template is not None:
-                shape = _VARYING[masked] = _Varying(key, at, stored, template)
-                if not _same_as_general(offset, ts, payload, stamp):
-                    shape = None
-        _VARYING[masked] = shape
+    if masked in _VARYING:
+        return _VARYING[masked]
+    if _first_sighting(masked):
+        return None
+    if len(_VARYING) >= _TEMPLATES_MAX:
+        _VARYING.clear()
+    shape = None
+    if _only_the_id(payload, _KEY_AT + at, stored):
+        template = _template(payload, True)
+        if template is not None:
+            shape = _VARYING[masked] = _Varying(key, at, stored, template)
+            if not _same_as_general(offset, ts, payload, stamp):
+                shape = None
+    _VARYING[masked] = shape
     return shape
 
 
@@ -220,6 +219,7 @@ def delivery_items(records: list[tuple[int, int, Any]],
     templates = _TEMPLATES
     lengths = _LENGTHS.unpack_from
     low = top = -1
+    entry = vtag = b""
     pack: Callable[[int], bytes] = bytes
     # what the varying template met last matches, and the width of the ids met last
     size = 0
@@ -246,22 +246,26 @@ def delivery_items(records: list[tuple[int, int, Any]],
             else:
                 size = 0
         if not low <= offset <= top:  # offsets grow: the width rarely changes within a window
-            low, top, pack = _int_width(offset)
-        added = _OFFSET_KEY + pack(offset)
+            low, top, tag, pack = _int_width(offset)
+            entry = _OFFSET_KEY + tag
+        added = entry + pack(offset)
         if stamp:
             added += _STAMP_KEY + write_value(ts)
-        spliced = b""
-        if size:  # the id's value, as wide as ``write_value`` makes it
-            value = t.stored.unpack_from(key, t.at)[0]
-            if not vlow <= value <= vtop:  # ids count up: their width rarely changes either
-                vlow, vtop, vpack = _int_width(value)
-            spliced = vpack(value)
-            ex, rk, pre, table, tail, post, heads = t.template
-        else:
-            ex, rk, pre, table, tail, post, heads = t
+        if not size:
+            ex, rk, pre, table, _, post, heads = t
+            head = heads.get(len(added))
+            if head is None:  # the properties up to the added entries, per their length
+                head = heads[len(added)] = pre + _U32(len(table) + len(added)) + table
+            append((ex, rk, head + added + post, p[at:]))
+            continue
+        value = t.stored.unpack_from(key, t.at)[0]  # the id, as wide as ``write_value`` makes it
+        if not vlow <= value <= vtop:  # ids count up: their width rarely changes either
+            vlow, vtop, vtag, vpack = _int_width(value)
+        spliced = vtag + vpack(value)
+        ex, rk, pre, table, tail, post, heads = t.template
         n = len(spliced) + len(added)
         head = heads.get(n)
-        if head is None:  # the properties up to the spliced bytes, per their length
+        if head is None:  # the properties up to the id's value, per the length of what follows
             head = heads[n] = pre + _U32(len(table) + len(tail) + n) + table
         append((ex, rk, head + spliced + tail + added + post, p[at:]))
     return out
