@@ -5,6 +5,7 @@ frame_max too), offsets and timestamps, on every store."""
 
 from __future__ import annotations
 
+import struct
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine_amqp import declare, publish
 
-from amqpproto import BasicProperties, spec
+from amqpproto import BasicProperties, spec, write_value
 from engine._message import Message
+from engine._raw_message import RawMessage
 from engine.amqp.properties import props_bytes
 from engine.amqp.session import AmqpSession
 from engine.amqp.stream_wire import delivery_items
 from engine.model.streams import delivery_message
-from engine.records import _decode_message, _encode_message
+from engine.records import _MSG, _decode_message, _encode_message
 from engine.segment_store import SegmentStore
 from engine.streams import StreamRecord
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
@@ -208,3 +210,94 @@ def test_a_template_is_made_on_the_second_sighting_of_stored_headers(monkeypatch
     twice = _encode_message(Message(0, "", "s", {"n": "again"}, b"b", 0, None, True))
     delivery_items([(i, 0, twice) for i in range(3)], False)
     assert len(made) == 1
+
+
+# Records of deduplicating producers: x-producer and an x-publishing-id different in each record,
+# stored as the publisher sent it (a RawMessage's AMQP property list, any integer type) or as a
+# field table (a plain Message's: the narrowest type, or any); one template serves each shape.
+
+#: field table integer types: (tag, struct format, lowest, highest)
+_INT_TYPES = [("b", "b", -(2**7), 2**7 - 1), ("B", "B", 0, 2**8 - 1), ("s", "h", -(2**15), 2**15 - 1),
+              ("u", "H", 0, 2**16 - 1), ("I", "i", -(2**31), 2**31 - 1), ("i", "I", 0, 2**32 - 1),
+              ("l", "q", -(2**63), 2**63 - 1), ("L", "Q", 0, 2**64 - 1)]
+#: the edges of write_value's widths, where the delivered type changes
+_EDGES = sorted({v for e in (2**7, 2**8, 2**15, 2**16, 2**31, 2**32, 2**63) for v in (e - 1, e, -e, -e - 1)}
+                | {0, 2**64 - 1})
+
+
+def _table(entries: list[tuple[str, bytes]]) -> bytes:
+    body = b"".join(bytes((len(k.encode()),)) + k.encode() + v for k, v in entries)
+    return struct.pack(">I", len(body)) + body
+
+
+def _dedup_record(shape: tuple[Any, ...], pid: int, mid: int) -> bytes:
+    """A stored record of ``shape`` (encoding, integer type, producer, headers around the id,
+    persistent, content type) with publishing id ``pid``."""
+    amqp, (tag, fmt, _, _), producer, before, after, persistent, content_type = shape
+    entries = [(k, write_value(v)) for k, v in before] + [("x-producer", write_value(producer)),
+                                                           ("x-publishing-id", tag.encode() + struct.pack(">" + fmt, pid))]
+    entries += [(k, write_value(v)) for k, v in after]
+    if persistent and not amqp:  # the marker a persistent publish leaves in the model's headers
+        entries.insert(0, ("persistent", write_value("true")))
+    table = _table(entries)
+    if amqp:  # the property list as a publisher sends it: content type, headers, delivery mode
+        flags = 0x2000 | (0x8000 if content_type else 0) | (0x1000 if persistent else 0)
+        ct = bytes((len(content_type),)) + content_type.encode() if content_type else b""
+        props = struct.pack(">H", flags) + ct + table + (b"\x02" if persistent else b"")
+        return _encode_message(RawMessage(mid, "", "s", props, b"body", persistent, None, None, None))
+    plain = _encode_message(Message(mid, "", "s", {}, b"body", 0, None, persistent))
+    head = _MSG.unpack(plain[:_MSG.size])
+    return _MSG.pack(*head[:-1], len(table)) + plain[_MSG.size:len(plain) - 4] + table + b"body"
+
+
+_int_type = st.sampled_from(_INT_TYPES)
+_few_headers = st.lists(st.tuples(st.sampled_from(["a", "bb", "x-stream-filter-value"]),
+                                  st.text(max_size=3) | st.integers(-300, 300)), max_size=2, unique_by=lambda kv: kv[0])
+_shape = st.tuples(st.booleans(), _int_type, st.sampled_from(["spark-q-0", "p"]), _few_headers, _few_headers,
+                   st.booleans(), st.sampled_from(["", "text/plain"]))
+
+
+def _ids(int_type: tuple[str, str, int, int]) -> st.SearchStrategy[int]:
+    low, high = int_type[2], int_type[3]
+    return st.integers(low, high) | st.sampled_from([v for v in _EDGES if low <= v <= high])
+
+
+@st.composite
+def _dedup_runs(draw: st.DrawFn) -> list[bytes]:
+    """Records of a few shapes, mixed, each with its own id (counting up in runs, or anywhere)."""
+    shapes = draw(st.lists(_shape, min_size=1, max_size=3))
+    out = []
+    for i in range(draw(st.integers(1, 30))):
+        shape = shapes[draw(st.integers(0, len(shapes) - 1))]
+        if draw(st.integers(0, 9)) == 0:  # now and then a record of no producer
+            out.append(_encode_message(Message(i, "", "s", {"a": "b"}, b"body", 0, None, True)))
+            continue
+        pid = draw(_ids(shape[1]))
+        for j in range(draw(st.integers(1, 4))):  # a run counting up
+            out.append(_dedup_record(shape, min(pid + j, shape[1][3]), i))
+    return out
+
+
+def _general_items(records: list[tuple[int, int, bytes]], stamp: bool) -> list[tuple[Any, ...]]:
+    out = []
+    for offset, ts, p in records:
+        msg = delivery_message(StreamRecord(offset, ts, _decode_message(p)), True, stamp)
+        out.append((msg.exchange, msg.routing_key, props_bytes(msg), msg.body))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payloads=_dedup_runs(), first=st.integers(0, 2**40) | st.integers(0, 300), stamp=st.booleans(),
+       fresh=st.booleans())
+def test_records_of_deduplicating_producers_are_delivered_as_by_the_general_path(payloads: list[bytes], first: int,
+                                                                                 stamp: bool, fresh: bool) -> None:
+    from engine.amqp import stream_wire
+
+    if fresh:  # else templates made by earlier examples serve these records
+        for cache in (stream_wire._TEMPLATES, stream_wire._VARYING, stream_wire._SEEN):
+            cache.clear()
+    records = [(first + i, 1700000000000 + i, p) for i, p in enumerate(payloads)]
+    want = _general_items(records, stamp)
+    for stored in (records, [(o, ts, memoryview(p)) for o, ts, p in records]):
+        got = delivery_items(stored, stamp)
+        assert [(ex, rk, props, bytes(body)) for ex, rk, props, body in got] == want

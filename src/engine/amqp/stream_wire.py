@@ -221,11 +221,13 @@ def delivery_items(records: list[tuple[int, int, Any]],
     low = top = -1
     entry = vtag = b""
     pack: Callable[[int], bytes] = bytes
-    # what the varying template met last matches, and the width of the ids met last
+    # the varying template met last, what it matches, and the width of the ids met last
+    shape: _Varying | None = None
     size = 0
     before = after = b""
     vlow, vtop = 1, 0
     vpack: Callable[[int], bytes] = bytes
+    t: Any
     for offset, ts, p in records:
         lex, lrk, lhdr = lengths(p, _LENGTHS_AT)
         at = _MSG.size + lex + lrk + lhdr
@@ -233,25 +235,24 @@ def delivery_items(records: list[tuple[int, int, Any]],
         if type(key) is not bytes:
             key = key.tobytes()
         if len(key) == size and key.startswith(before) and key.endswith(after):
-            pass  # ``t``: the varying template of the record before
+            t = shape
         else:
-            t: Any = templates.get(key, False)
+            t = templates.get(key, False)
             if t is False:
                 t = _on_miss(key, _MSG.size - _KEY_AT + lex + lrk, offset, ts, p, stamp)
             if t is None:
                 append(_general(offset, ts, p, stamp))
                 continue
             if type(t) is _Varying:
+                shape = t
                 size, before, after = t.size, t.before, t.after
-            else:
-                size = 0
         if not low <= offset <= top:  # offsets grow: the width rarely changes within a window
             low, top, tag, pack = _int_width(offset)
             entry = _OFFSET_KEY + tag
         added = entry + pack(offset)
         if stamp:
             added += _STAMP_KEY + write_value(ts)
-        if not size:
+        if type(t) is tuple:
             ex, rk, pre, table, _, post, heads = t
             head = heads.get(len(added))
             if head is None:  # the properties up to the added entries, per their length
