@@ -301,3 +301,26 @@ def test_records_of_deduplicating_producers_are_delivered_as_by_the_general_path
     for stored in (records, [(o, ts, memoryview(p)) for o, ts, p in records]):
         got = delivery_items(stored, stamp)
         assert [(ex, rk, props, bytes(body)) for ex, rk, props, body in got] == want
+    if fresh:  # every template made passed its check against the general path (none fell back)
+        assert None not in stream_wire._TEMPLATES.values()
+        assert None not in stream_wire._VARYING.values()
+
+
+@pytest.mark.parametrize("amqp", [True, False])
+def test_records_of_a_deduplicating_producer_share_one_template(amqp: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Spark sink's records, ids counting up across every width: the general path makes the
+    first (met once) and checks the template the second made; the rest are spliced."""
+    from engine.amqp import stream_wire
+
+    general: list[int] = []
+    real = stream_wire._general
+    monkeypatch.setattr(stream_wire, "_general", lambda o, *a: general.append(o) or real(o, *a))
+    for name in ("_TEMPLATES", "_VARYING"):
+        monkeypatch.setattr(stream_wire, name, {})
+    monkeypatch.setattr(stream_wire, "_SEEN", set())
+    shape = (amqp, _INT_TYPES[-2], "spark-q-0", [("a", "b")], [("bb", 7)], True, "")
+    ids = [*range(120, 140), *range(2**31 - 10, 2**31 + 10), *range(2**32 - 5, 2**32 + 5)]
+    records = [(i, 1700000000000 + i, _dedup_record(shape, pid, i)) for i, pid in enumerate(ids)]
+    got = delivery_items(records, True)
+    assert general == [0, 1]
+    assert [item[:3] for item in got] == [item[:3] for item in _general_items(records, True)]
