@@ -34,7 +34,7 @@ STREAM = {"x-queue-type": "stream"}
 _key = st.text(max_size=8) | st.sampled_from(
     ["content-type", "content-encoding", "reply-to", "correlation-id", "message-id", "timestamp", "priority",
      "expiration", "type", "user-id", "app-id", "persistent", "x-stream-offset", "x-stream-timestamp",
-     "x-death", "k" * 300])
+     "x-death", "x-producer", "x-publishing-id", "k" * 300])
 _scalar = (st.text(max_size=8) | st.integers(-(2**63), 2**63 - 1) | st.booleans() | st.binary(max_size=8)
            | st.floats(allow_nan=False))
 _value = _scalar | st.lists(_scalar, max_size=2) | st.dictionaries(st.text(max_size=4), _scalar, max_size=2)
@@ -162,6 +162,28 @@ def test_a_consumer_receives_the_same_bytes_from_stored_bytes_as_from_messages(*
     assert fast == _run(**kw, general=True)
     if kw["start"] == "first" and kw["end"] is None:  # it read something: both paths were taken
         assert fast[1][0] > 0
+
+
+@st.composite
+def _dedup_publishes(draw: st.DrawFn) -> list[tuple[Any, bytes]]:
+    """A deduplicating producer's publishes (the Spark sink's headers), ids counting up from near
+    the edge of one of ``write_value``'s widths (so across it)."""
+    pid = draw(st.sampled_from([0, 120, 2**15 - 3, 2**16 - 3, 2**31 - 3, 2**32 - 3, 2**63 - 30]))
+    extra = draw(st.dictionaries(st.sampled_from(["a", "x-stream-filter-value"]), st.text(max_size=3), max_size=1))
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        pid += draw(st.integers(1, 2))
+        headers = {"x-producer": "spark-q-0", "x-publishing-id": pid, **extra}
+        out.append((BasicProperties(headers=headers, delivery_mode=draw(st.sampled_from([None, 2])),
+                                    content_type=draw(st.sampled_from([None, "text/plain"]))), draw(_body)))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**{**_run_args, "publishes": _dedup_publishes()})
+def test_a_consumer_receives_a_deduplicating_producers_records_as_from_messages(**kw: Any) -> None:
+    fast = _run(**kw, general=False)
+    assert fast == _run(**kw, general=True)
 
 
 def _global_prefetch_run(general: bool) -> tuple[bytes, list[int]]:
