@@ -11,6 +11,12 @@ Only the size and the added entries change from record to record. A record whose
 hold one of the added names (the added value then replaces it in place) or that were stored as
 key/value pairs (a key too long for a table) takes the general path: decoded, ``delivery_message``,
 ``props_bytes``. ``tests/engine/test_stream_wire.py`` holds both paths to the same bytes.
+
+A deduplicating producer's records (the Spark sink's) differ in one header, an integer
+``x-publishing-id``: they share a template keyed by their stored bytes without that value's bytes
+(checked once: the bytes are that header's value and nothing else), whose table is split around
+the value; each record's value is spliced in as ``write_value`` encodes it, the narrowest integer
+type (so the table's size follows the value's width, as with the offset).
 """
 
 from __future__ import annotations
@@ -115,8 +121,7 @@ def _template(payload: bytes | memoryview, varying: bool = False) -> Template:
     pre = struct.pack(">H", word | _HEADERS_FLAG) + rest[2:lead]
     head, tail = write_table(table)[4:], b""
     if varying:  # the entries before the id, its name; the entries after it
-        names = list(table)
-        i = names.index(PUBLISHING_ID_HEADER)
+        i = list(table).index(PUBLISHING_ID_HEADER)
         items = list(table.items())
         head = write_table(dict(items[:i]))[4:] + _VARYING_KEY
         tail = write_table(dict(items[i + 1:]))[4:]
