@@ -292,10 +292,10 @@ class CountingLog(FileStreamLog):
 
 
 def test_a_sync_visits_only_the_streams_changed_since_the_last_one(tmp_path, monkeypatch) -> None:
-    from engine.streams import _files
+    from engine.streams import _directory
 
-    monkeypatch.setattr(_files, "FileStreamLog", CountingLog)
-    streams = _files.FileStreams(str(tmp_path))
+    monkeypatch.setattr(_directory, "FileStreamLog", CountingLog)
+    streams = _directory.FileStreams(str(tmp_path))
     logs = [streams.open("/", f"s{i}", None) for i in range(50)]
     logs[3].append(smsg(0), T0)
     logs[7].store_offset("c", 0, T0)
@@ -317,14 +317,14 @@ def test_a_sync_visits_only_the_streams_changed_since_the_last_one(tmp_path, mon
     streams.sync()
     assert CountingLog.syncs == 0
     streams.close()
-    reopened = _files.FileStreams(str(tmp_path))
+    reopened = _directory.FileStreams(str(tmp_path))
     assert reopened.open("/", "s3", None).tail == 2
     assert reopened.open("/", "s7", None).stored_offset("c") == 0
     reopened.close()
 
 
 def test_a_sealed_segment_opened_without_its_saved_index_gets_it_at_the_next_sync(tmp_path) -> None:
-    from engine.streams._files import FileStreams
+    from engine.streams._directory import FileStreams
 
     streams = FileStreams(str(tmp_path))
     log = streams.open("/", "s", StreamSettings(segment_bytes=600))

@@ -56,7 +56,7 @@ from ..._message import Message
 from ...fs import OS_FS, FileSystem
 from ...records import _encode_message, _record, rewrite_unsynced, write_out
 from ...store import BindingDef, ExchangeDef, QueueDef, Recovered, Store, StoreError
-from ...streams._files import FileStreams
+from ...streams._directory import FileStreams
 from ._compaction import Compaction
 from ._files import FLUSH_AT, _File, zero_ahead
 from ._index import _Page, _QIndex
