@@ -120,10 +120,9 @@ class PublishMethods(ChannelBase):
             failed = exc
         if self.confirm:
             wrote = model.store_writes != before
-            first = self.pub_seq + 1
-            self.pub_seq += taken
-            for seq in range(first, self.pub_seq + 1):
-                self._hold_confirm(seq, wrote, False)
+            if taken:
+                self._hold_confirms(self.pub_seq + 1, self.pub_seq + taken, wrote)
+                self.pub_seq += taken
         if taken == len(msgs):
             return
         if not self.confirm:
@@ -269,6 +268,20 @@ class PublishMethods(ChannelBase):
                 last.n += 1
                 return
         session.after_sync(wrote, Confirm(self, seq, refused))
+
+    def _hold_confirms(self, first: int, last: int, wrote: bool) -> None:
+        """``_hold_confirm`` of ``first`` to ``last``: the rest folded into the Confirm held for
+        ``first`` at once when each of them would be folded into it in turn."""
+        self._hold_confirm(first, wrote, False)
+        if last == first:
+            return
+        held = self.session.held_last(wrote)
+        if type(held) is Confirm and held.chan is self and held.seq == first and not held.refused:
+            held.n += last - first
+            held.seq = last
+            return
+        for seq in range(first + 1, last + 1):  # released at once (no sync to wait for): each acked
+            self._hold_confirm(seq, wrote, False)
 
     def nack(self, seq: int, multiple: bool = False) -> None:
         self.flush_confirms()  # acks released before it keep their place in the sequence

@@ -171,15 +171,33 @@ class StreamLog(ABC):
         return offset
 
     def append_run(self, msgs: Sequence[RawMessage], now: float) -> None:
-        """``append`` each of ``msgs`` in order (a publisher's run: one call per run, not per
-        message), each deduplicated by its own ``producer``/``publishing_id``. A ``StoreError`` on
-        one stops the run: raised as ``RunInterrupted`` saying how many were taken before it."""
-        append = self.append
+        """``append`` each of ``msgs`` in order (a publisher's run: one call per run, each record
+        stored by ``_append`` as ``append`` stores it), each deduplicated by its own
+        ``producer``/``publishing_id``. A ``StoreError`` on one stops the run: raised as
+        ``RunInterrupted`` saying how many were taken (appended or dropped) before it."""
+        ts = max(int(now * 1000), self._last_ts)
+        producers = self._producers
+        store = self._append
         for i, msg in enumerate(msgs):
+            producer = msg.producer
+            pid = msg.publishing_id  # >= 0 when there is a producer (``amqp.stream_shapes`` checked it)
+            if producer is not None:
+                last = producers.get(producer)
+                if last is not None and pid <= last:  # type: ignore[operator]
+                    continue  # a duplicate: confirmed, not appended
+            offset = self.tail
             try:
-                append(msg, now, msg.producer, msg.publishing_id)
+                chunk_start, rolled = store(offset, ts, msg, producer, pid)
             except StoreError as exc:
                 raise RunInterrupted(str(exc), i) from exc
+            self._last_ts = ts
+            self.tail = offset + 1
+            if chunk_start:
+                self.last_chunk = offset
+            if producer is not None:
+                producers[producer] = pid  # type: ignore[assignment]
+            if rolled:
+                self.apply_retention(now)
 
     @abstractmethod
     def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
