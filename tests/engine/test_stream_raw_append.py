@@ -22,6 +22,7 @@ from engine import MemoryStore
 from engine.amqp import channel
 from engine.model.objects import extras
 from engine.segment_store import SegmentStore
+from engine.store import StoreError
 from engine.testing import AmqpSimClient, FakeStore, SimNetwork
 
 STREAM = {"x-queue-type": "stream"}
@@ -75,10 +76,32 @@ def _consume(net: SimNetwork) -> bytes:
     return b"".join(got)
 
 
-def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple[Any, ...]:
+class _FailingAt(FakeStore):
+    """The simulation's store failing the writes numbered in ``failing`` (counted once ``armed``):
+    a run's appends stopped by the store part-way, as disk full would."""
+
+    def __init__(self, failing: frozenset[int]) -> None:
+        super().__init__()
+        self.failing = failing
+        self.armed = False
+        self.writes = 0
+
+    def _check_write(self, name: str) -> None:
+        if self.armed:
+            self.writes += 1
+            if self.writes in self.failing:
+                raise StoreError(f"injected write failure {self.writes} ({name})")
+        super()._check_write(name)
+
+
+def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str, stream_args: dict[str, Any] | None = None,
+         failing: frozenset[int] = frozenset()) -> tuple[Any, ...]:
+    """``publishes`` in ``mode`` to the stream ``s`` (declared with ``stream_args`` too: small
+    segments roll over mid-run) and the queue ``c``; on the fake store, the writes numbered in
+    ``failing`` fail."""
     with tempfile.TemporaryDirectory() as root:
         st_ = SegmentStore(root, sync=False) if store == "segment" else MemoryStore() if store == "memory" \
-            else FakeStore()
+            else _FailingAt(failing)
         net = new_net(store=st_)
         model = net.broker.model
         if mode == "general":  # no publish is recognised as a stream's own
@@ -89,9 +112,11 @@ def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple
             net.broker.sessions[c.conn_id].conn._publishing.shapes = None
         if mode == "single":  # raw properties, one publish event at a time (no runs)
             net.broker.sessions[c.conn_id].conn._publishing.shapes.runs = False
-        declare(c, "s", durable=True, arguments=STREAM)
+        declare(c, "s", durable=True, arguments={**STREAM, **(stream_args or {})})
         declare(c, "c", durable=True)
         c.call(spec.ConfirmSelect(channel=1))
+        if isinstance(st_, _FailingAt):
+            st_.armed = True
         start = len(c.received)
         for i, (key, props, ends_read) in enumerate(publishes):
             if c.of(spec.ChannelClose):
@@ -101,7 +126,8 @@ def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple
                 net.run_until_idle()
         net.run_until_idle()
         s = model.vhosts["/"].queues["s"]
-        counters = (model.publishes, model.confirmed, extras(s).published, len(model.streams.log(s)))
+        log = model.streams.log(s)
+        counters = (model.publishes, model.confirmed, extras(s).published, len(log), log.first, log.producers())
         received = [(type(e).__name__, getattr(e, "delivery_tag", None), getattr(e, "multiple", None),
                      getattr(e, "reply_code", None), getattr(e, "reply_text", None)) for e in c.received[start:]]
         if store == "segment":  # read back from the files, as a restart does
@@ -112,13 +138,36 @@ def _run(store: str, publishes: list[tuple[str, Any, bool]], mode: str) -> tuple
     return received, counters, delivered
 
 
+#: stream arguments: segments small enough to roll over inside a run (and retention dropping them)
+_stream_args = st.sampled_from([{}, {}, {"x-stream-max-segment-size-bytes": 200},
+                                {"x-stream-max-segment-size-bytes": 500, "x-max-length-bytes": 1200}])
+
+
 @settings(max_examples=100, deadline=None)
-@given(publishes=st.lists(_publish, min_size=1, max_size=12), store=st.sampled_from(["segment", "memory", "fake"]))
-def test_raw_appends_answer_count_and_deliver_what_the_general_path_does(publishes, store) -> None:
-    raw = _run(store, publishes, "raw")
-    assert raw == _run(store, publishes, "general")
-    assert raw == _run(store, publishes, "decoded")
-    assert raw == _run(store, publishes, "single")
+@given(publishes=st.lists(_publish, min_size=1, max_size=12), store=st.sampled_from(["segment", "memory", "fake"]),
+       stream_args=_stream_args, failing=st.frozensets(st.integers(1, 14), max_size=3))
+def test_raw_appends_answer_count_and_deliver_what_the_general_path_does(publishes, store, stream_args,
+                                                                         failing) -> None:
+    raw = _run(store, publishes, "raw", stream_args, failing)
+    assert raw == _run(store, publishes, "general", stream_args, failing)
+    assert raw == _run(store, publishes, "decoded", stream_args, failing)
+    assert raw == _run(store, publishes, "single", stream_args, failing)
+
+
+#: one producer's run: ids repeated and going back inside it (duplicates confirmed, not appended)
+_producer_run = st.lists(st.integers(0, 25), min_size=5, max_size=40).map(
+    lambda ids: [("s", BasicProperties(delivery_mode=2, headers={"x-producer": "p", "x-publishing-id": i}), False)
+                 for i in ids])
+
+
+@settings(max_examples=30, deadline=None)
+@given(publishes=_producer_run, store=st.sampled_from(["segment", "memory", "fake"]), stream_args=_stream_args,
+       failing=st.frozensets(st.integers(1, 30), max_size=2))
+def test_a_producers_run_with_duplicates_across_segment_rollovers_is_the_general_paths(publishes, store,
+                                                                                      stream_args, failing) -> None:
+    raw = _run(store, publishes, "raw", stream_args, failing)
+    assert raw == _run(store, publishes, "general", stream_args, failing)
+    assert raw == _run(store, publishes, "single", stream_args, failing)
 
 
 def test_a_producers_run_takes_the_raw_path_and_duplicates_are_confirmed_not_appended(monkeypatch) -> None:
@@ -133,13 +182,14 @@ def test_a_producers_run_takes_the_raw_path_and_duplicates_are_confirmed_not_app
     appended: list[Any] = []
     streams = net.broker.model.streams
     log = streams.log(net.broker.model.vhosts["/"].queues["s"])
-    append = log.append
-    log.append = lambda msg, *a: appended.append(type(msg).__name__) or append(msg, *a)  # type: ignore[method-assign]
+    append_run = log.append_run
+    log.append_run = lambda msgs, *a: appended.append([type(m).__name__ for m in msgs]) \
+        or append_run(msgs, *a)  # type: ignore[method-assign]
     for pid in [2**40, 2**40 + 1, 2**40 + 1, 2**40, 2**40 + 2]:
         publish(c, "s", b"x", props=BasicProperties(delivery_mode=2, headers={"x-producer": "p",
                                                                               "x-publishing-id": pid}))
     net.run_until_idle()
-    assert appended == ["RawMessage"] * 5
+    assert appended == [["RawMessage"] * 5]  # the log appends the run in one call
     assert runs == [5]  # one read, one run
     assert len(log) == 3 and log.last_publishing_id("p") == 2**40 + 2
     acks = c.of(spec.BasicAck)

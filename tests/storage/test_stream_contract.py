@@ -305,3 +305,65 @@ def test_raw_reads_are_the_stored_bytes_of_what_read_decodes(stores) -> None:
     log = stores.log(s)
     same(log, 0)
     s.close()
+
+
+def _raw_run(ids: list[tuple[str | None, int | None, str | None]]) -> list[RawMessage]:
+    """RawMessages of a publisher's run: (producer, publishing id, filter value) each."""
+    out = []
+    for i, (producer, pid, value) in enumerate(ids):
+        headers: dict = {"n": i}
+        if producer is not None:
+            headers.update({"x-producer": producer, "x-publishing-id": pid})
+        if value is not None:
+            headers["x-stream-filter-value"] = value
+        raw = encode_properties(BasicProperties(delivery_mode=2, headers=headers))
+        out.append(RawMessage(i, "", "s", raw, b"r%d" % i * 20, True, producer, pid, value))
+    return out
+
+
+def _state(log) -> tuple:
+    recs = [(r.offset, r.timestamp, r.message.id, r.message.headers, r.message.body) for r in log.read(0, 1000)]
+    eu = [r.offset for r in log.read_filtered(0, StreamFilter(frozenset({"eu"})), 1000)[0]]
+    return recs, eu, log.first, log.tail, log.last_chunk, log.producers()
+
+
+def test_a_run_appended_in_one_call_is_its_messages_appended_one_by_one(stores) -> None:
+    """``append_run`` (a publisher's run in one call): duplicates inside the run and of earlier
+    appends dropped, each producer's last id kept, filters indexed, segments rolling over and
+    retention removing them mid-run: the same log as ``append`` of each, before and after reopen."""
+    ids = [("p", 1, None), ("p", 2, "eu"), ("p", 2, "eu"), (None, None, "us"), ("q", 7, None), ("p", 1, None),
+           ("p", 3, "eu"), ("q", 7, "eu"), ("q", 8, None)] * 3 + [("p", 9, None), (None, None, "eu")] * 5
+    settings = StreamSettings(max_bytes=500, segment_bytes=300)
+    s = stores.open()
+    for name in ("run", "one"):
+        s.add_queue(QueueDef("/", name, args={"x-queue-type": "stream"}))
+    run, one = stores.log(s, settings, "run"), stores.log(s, settings, "one")
+    run.append(_raw_run([("p", 2, None)])[0], T0, "p", 2)  # an earlier append the run repeats
+    one.append(_raw_run([("p", 2, None)])[0], T0, "p", 2)
+    msgs = _raw_run(ids)
+    run.append_run(msgs, T0 + 1)
+    for m in msgs:
+        one.append(m, T0 + 1, m.producer, m.publishing_id)
+    assert run.first > 0 and len(run) < len(msgs)  # segments rolled and retention dropped some mid-run
+    assert _state(run) == _state(one)
+    s = stores.reopen(s)
+    assert _state(stores.log(s, settings, "run")) == _state(stores.log(s, settings, "one"))
+    s.close()
+
+
+def test_a_store_error_part_way_through_a_run_says_how_many_it_took() -> None:
+    from engine.store import StoreError
+    from engine.streams import RunInterrupted
+    from engine.testing import FakeStore
+
+    s = FakeStore()
+    log = s.stream("/", "s")
+    log.append(_raw_run([("p", 5, None)])[0], T0, "p", 5)
+    msgs = _raw_run([("p", 4, None), ("p", 6, None), ("p", 7, None)])
+    s.fail_next_write(1)  # the first write of the run: its second message (the first is a duplicate)
+    with pytest.raises(RunInterrupted, match="injected") as caught:
+        log.append_run(msgs, T0)
+    assert isinstance(caught.value, StoreError) and caught.value.taken == 1
+    assert (log.tail, log.last_publishing_id("p")) == (1, 5)
+    log.append_run(msgs[1:], T0)
+    assert (log.tail, log.last_publishing_id("p")) == (3, 7)

@@ -15,6 +15,7 @@ from .._raw_message import RawMessage
 from ..model import PUBLISH_REFUSED, PUBLISH_ROUTED, PUBLISH_WROTE, Exchange, Queue, VHost
 from ..model.security import check_topic_access
 from ..store import StoreError
+from ..streams import RunInterrupted
 from .base import REPLY_TO, ChannelBase
 from .errors import AmqpConnectionError, ChannelError
 from .permissions import permit_publish
@@ -81,20 +82,56 @@ class PublishMethods(ChannelBase):
 
     def on_publish_run(self, run: PublishRun) -> None:
         """Publishes of one method in a row (the codec's ``PublishRun``): checked once, as each of
-        them would be; each appended by the stream's raw path if it can be, else published as the
-        one ``BasicPublish`` it stands for (in order)."""
+        them would be; those the stream's raw path takes appended to its log a run at a time
+        (``_append_run``), the others published as the one ``BasicPublish`` each stands for (in order)."""
         x = self._target(run)
         session = self.session
         stream = session.model.stream_by_key(self.vhost, x, run.routing_key)
         props = run.properties
         bodies = run.bodies
+        raw = stream is not None and self._raw_allowed()
+        msgs: list[RawMessage] = []
         for i in range(len(props)):
-            if stream is None or not self._append_raw(x, run.routing_key, run.mandatory, props[i], bodies[i],
-                                                      stream):
-                self._publish(x, spec.BasicPublish(run.ticket, run.exchange, run.routing_key, run.mandatory,
-                                                   run.immediate, props[i], bodies[i], run.channel))
+            msg = self._raw_message(x, run.routing_key, props[i], bodies[i]) if raw else None
+            if msg is not None:
+                msgs.append(msg)
+                continue
+            if msgs:  # those before it first: answers and records keep the publishes' order
+                self._append_run(x, run.mandatory, stream, msgs)  # type: ignore[arg-type]
+                msgs = []
+            self._publish(x, spec.BasicPublish(run.ticket, run.exchange, run.routing_key, run.mandatory,
+                                               run.immediate, props[i], bodies[i], run.channel))
             if session.channels.get(self.id) is not self:
                 return  # closed by one of them (its error): the rest go with the channel, as they would have
+        if msgs:
+            self._append_run(x, run.mandatory, stream, msgs)  # type: ignore[arg-type]
+
+    def _append_run(self, x: Exchange, mandatory: bool, stream: Queue, msgs: list[RawMessage]) -> None:
+        """``_route`` of each of ``msgs`` (the raw path's) to ``stream``, the log appending them in
+        one call: the same records, counters and confirms. A store error stops the run: the message
+        it stopped at is answered as ``_route`` answers one, the rest go one at a time as before."""
+        model = self.session.model
+        before = model.store_writes
+        try:
+            model.append_stream_run(stream, msgs)
+            taken = len(msgs)
+        except RunInterrupted as exc:
+            taken = exc.taken
+            failed = exc
+        if self.confirm:
+            wrote = model.store_writes != before
+            if taken:
+                self._hold_confirms(self.pub_seq + 1, self.pub_seq + taken, wrote)
+                self.pub_seq += taken
+        if taken == len(msgs):
+            return
+        if not self.confirm:
+            raise failed.__cause__ or failed  # nobody to nack: the session closes the connection with 541
+        self.pub_seq += 1
+        self._hold_confirm(self.pub_seq, False, True)  # refused, nothing of it written (as ``_route``)
+        for msg in msgs[taken + 1:]:
+            self.pub_seq += 1
+            self._route(x, msg, mandatory, self.pub_seq, None, stream)
 
     def on_publish(self, m: spec.BasicPublish) -> None:
         x = self._target(m)
@@ -152,30 +189,37 @@ class PublishMethods(ChannelBase):
         else:
             self.tx.append(partial(self._route, x, msg, mandatory, seq, key))
 
-    def _append_raw(self, x: Exchange, routing_key: str, mandatory: bool, props: RawProperties, body: bytes,
-                    stream: Queue) -> bool:
-        """The stream append's fast path: a publish appended to ``stream`` (the one queue it reaches,
-        by the default exchange) with its properties as published, unless the firehose, a transaction
-        or a cluster relay is on, or its property shape needs the general path (``stream_shapes``).
-        False: not taken."""
+    def _raw_allowed(self) -> bool:
+        """The raw path is off while the firehose, a transaction or a cluster relay is on."""
+        return self.tx is None and self.vhost.trace is None and not self.session.relay
+
+    def _raw_message(self, x: Exchange, routing_key: str, props: RawProperties, body: bytes) -> RawMessage | None:
+        """The publish as the stream's raw path appends it, with its properties as published;
+        None when its property shape needs the general path (``stream_shapes``)."""
         shape = props.shape
         reading = shape.memo
         if reading is None:
             reading = shape.memo = stream_shape(shape) or False
-        if reading is False or self.tx is not None:
-            return False
-        session = self.session
-        vhost = self.vhost
-        if vhost.trace is not None or session.relay:
-            return False
-        model = session.model
+        if reading is False:
+            return None
         pid = reading.publishing_id
         if reading.varying:
             pid = props.varying()
             if pid < 0:
-                return False  # the general path refuses it
-        msg = RawMessage(model.next_message_id(), x.name, routing_key, props.raw, body, reading.persistent,
-                         reading.producer, pid, reading.filter)
+                return None  # the general path refuses it
+        return RawMessage(self.session.model.next_message_id(), x.name, routing_key, props.raw, body,
+                          reading.persistent, reading.producer, pid, reading.filter)
+
+    def _append_raw(self, x: Exchange, routing_key: str, mandatory: bool, props: RawProperties, body: bytes,
+                    stream: Queue) -> bool:
+        """The stream append's fast path: a publish appended to ``stream`` (the one queue it reaches,
+        by the default exchange) with its properties as published (``_raw_message``), unless
+        ``_raw_allowed`` says no. False: not taken."""
+        if not self._raw_allowed():
+            return False
+        msg = self._raw_message(x, routing_key, props, body)
+        if msg is None:
+            return False
         if self.confirm:
             self.pub_seq += 1
         self._route(x, msg, mandatory, self.pub_seq if self.confirm else 0, None, stream)
@@ -224,6 +268,20 @@ class PublishMethods(ChannelBase):
                 last.n += 1
                 return
         session.after_sync(wrote, Confirm(self, seq, refused))
+
+    def _hold_confirms(self, first: int, last: int, wrote: bool) -> None:
+        """``_hold_confirm`` of ``first`` to ``last``: the rest folded into the Confirm held for
+        ``first`` at once when each of them would be folded into it in turn."""
+        self._hold_confirm(first, wrote, False)
+        if last == first:
+            return
+        held = self.session.held_last(wrote)
+        if type(held) is Confirm and held.chan is self and held.seq == first and not held.refused:
+            held.n += last - first
+            held.seq = last
+            return
+        for seq in range(first + 1, last + 1):  # released at once (no sync to wait for): each acked
+            self._hold_confirm(seq, wrote, False)
 
     def nack(self, seq: int, multiple: bool = False) -> None:
         self.flush_confirms()  # acks released before it keep their place in the sequence

@@ -59,7 +59,8 @@ class Model(ModelState):
     __slots__ = ("streams", "consume_stream", "delayed", "retries", "tracer", "publisher", "pager", "topology",
                  "delivery", "light", "route", "exchange", "add_vhost",
                  "declare_exchange", "delete_exchange", "declare_queue", "touch", "delete_queue", "purge",
-                 "bind", "unbind", "publish", "sole_stream", "stream_by_key", "append_stream", "enqueue", "consume",
+                 "bind", "unbind", "publish", "sole_stream", "stream_by_key", "append_stream", "append_stream_run",
+                 "enqueue", "consume",
                  "get", "give", "cancel", "return_unacked", "ack", "nack", "has_tag", "dispatch", "supports_light",
                  "bind_light", "paged_messages", "policies", "security", "delete_vhost")
 
@@ -107,6 +108,7 @@ class Model(ModelState):
         self.sole_stream = publisher.sole_stream
         self.stream_by_key = publisher.stream_by_key
         self.append_stream = publisher.append_stream
+        self.append_stream_run = publisher.append_stream_run
         self.enqueue = publisher.enqueue
         self.consume = delivery.consume
         self.consume_stream = delivery.consume_stream

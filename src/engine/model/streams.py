@@ -51,6 +51,7 @@ from .._raw_message import RawMessage
 from ..streams import (
     STREAM_QUEUE_ARGS,
     OffsetSpec,
+    RunInterrupted,
     StreamArgumentError,
     StreamLog,
     StreamRecord,
@@ -346,10 +347,25 @@ class Streams:
             producer, pid = producer_of(msg.headers)
         state = self.state
         self.logs[q].append(msg, state.now, producer, pid)
-        state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
+        self._appended(q)
+
+    def append_run(self, q: Queue, msgs: list[RawMessage]) -> None:
+        """``append`` of each of ``msgs`` in order, in one call to the log (``StreamLog.append_run``;
+        its ``RunInterrupted`` passed on after what it took is noted)."""
+        state = self.state
+        try:
+            self.logs[q].append_run(msgs, state.now)
+        except RunInterrupted as exc:
+            if exc.taken:
+                self._appended(q)
+            raise
+        self._appended(q)
+
+    def _appended(self, q: Queue) -> None:
+        self.state.store_write()  # a duplicate's confirm waits for the sync too: its original may not be durable yet
         self.uncommitted[q] = None
         if q.consumers:
-            state.dirty[q] = None
+            self.state.dirty[q] = None
 
     def committed(self) -> None:
         """A sync completed: records it covered are now visible to waiting consumers. Only the

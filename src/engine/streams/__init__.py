@@ -3,7 +3,7 @@ offset tracking and producer deduplication, on every store (segment files, Postg
 the protocol-neutral parsing of stream arguments. The protocol glue gets a log from
 ``Store.stream(vhost, name, settings)``; see ``StreamLog`` for what it offers."""
 
-from ._log import RawRecord, SegmentStats, StreamLog, StreamRecord, StreamSettings
+from ._log import RawRecord, RunInterrupted, SegmentStats, StreamLog, StreamRecord, StreamSettings
 from .args import (
     DEFAULT_SEGMENT_BYTES,
     MAX_SEGMENT_BYTES,
@@ -20,7 +20,8 @@ from .args import (
 )
 
 __all__ = [
-    "StreamLog", "StreamRecord", "RawRecord", "StreamSettings", "SegmentStats", "OffsetSpec", "StreamArgumentError",
+    "StreamLog", "RunInterrupted", "StreamRecord", "RawRecord", "StreamSettings", "SegmentStats", "OffsetSpec",
+    "StreamArgumentError",
     "parse_stream_offset", "parse_stomp_stream_offset", "parse_max_age", "parse_max_length_bytes",
     "parse_max_segment_size", "stream_settings", "resolve_offset", "DEFAULT_SEGMENT_BYTES",
     "MAX_SEGMENT_BYTES", "STREAM_QUEUE_ARGS",

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._message import Message
+from .._raw_message import RawMessage
 from ..records import MessageEncoder
+from ..store_types import StoreError
 from .filtering import DEFAULT_FILTER_BYTES, ChunkFilters, StreamFilter
 
 __all__ = ["StreamLog", "StreamRecord", "RawRecord", "BytesReads", "StreamSettings", "SegmentStats", "retained_from",
@@ -102,6 +104,15 @@ def retained_from(segments: Sequence[SegmentStats], settings: StreamSettings, no
     return n
 
 
+class RunInterrupted(StoreError):
+    """``StreamLog.append_run`` stopped by the store: the first ``taken`` messages were appended
+    (or dropped as duplicates), the next one and the rest were not."""
+
+    def __init__(self, message: str, taken: int) -> None:
+        super().__init__(message)
+        self.taken = taken
+
+
 class StreamLog(ABC):
     """One stream's log. Offsets in ``[first, tail)`` are readable."""
 
@@ -158,6 +169,35 @@ class StreamLog(ABC):
         if rolled:
             self.apply_retention(now)
         return offset
+
+    def append_run(self, msgs: Sequence[RawMessage], now: float) -> None:
+        """``append`` each of ``msgs`` in order (a publisher's run: one call per run, each record
+        stored by ``_append`` as ``append`` stores it), each deduplicated by its own
+        ``producer``/``publishing_id``. A ``StoreError`` on one stops the run: raised as
+        ``RunInterrupted`` saying how many were taken (appended or dropped) before it."""
+        ts = max(int(now * 1000), self._last_ts)
+        producers = self._producers
+        store = self._append
+        for i, msg in enumerate(msgs):
+            producer = msg.producer
+            pid = msg.publishing_id  # >= 0 when there is a producer (``amqp.stream_shapes`` checked it)
+            if producer is not None:
+                last = producers.get(producer)
+                if last is not None and pid <= last:  # type: ignore[operator]
+                    continue  # a duplicate: confirmed, not appended
+            offset = self.tail
+            try:
+                chunk_start, rolled = store(offset, ts, msg, producer, pid)
+            except StoreError as exc:
+                raise RunInterrupted(str(exc), i) from exc
+            self._last_ts = ts
+            self.tail = offset + 1
+            if chunk_start:
+                self.last_chunk = offset
+            if producer is not None:
+                producers[producer] = pid  # type: ignore[assignment]
+            if rolled:
+                self.apply_retention(now)
 
     @abstractmethod
     def _append(self, offset: int, ts: int, msg: Message, producer: str | None,
