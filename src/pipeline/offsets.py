@@ -226,6 +226,22 @@ def default_min_partitions(rows: int, parallelism: int) -> int:
     return max(1, min(parallelism, rows // MIN_ROWS_PER_TASK))
 
 
+def group_ranges(tasks: list[tuple[str, int, int]], groups: int) -> list[list[tuple[str, int, int]]]:
+    """``tasks`` (ranges of several streams) as at most ``groups`` lists of near-equal rows, each read
+    by one task in turn: a partitioned stream of more partitions than the session's cores is read by
+    as many tasks as one stream would be, so its partitions cost no extra task start-ups. Greedy,
+    longest range first into the lightest list; each list keeps the ranges' order in ``tasks``."""
+    if len(tasks) <= groups:
+        return [[t] for t in tasks]
+    load = [0] * groups
+    members: list[list[int]] = [[] for _ in range(groups)]
+    for i in sorted(range(len(tasks)), key=lambda i: (tasks[i][1] - tasks[i][2], i)):
+        g = min(range(groups), key=load.__getitem__)
+        load[g] += tasks[i][2] - tasks[i][1]
+        members[g].append(i)
+    return [[tasks[i] for i in sorted(m)] for m in members if m]
+
+
 def plan_ranges(ranges: Mapping[str, tuple[int, int]], max_per_partition: int | None,
                 min_partitions: int | None) -> list[tuple[str, int, int]]:
     """The tasks reading ``ranges`` ({stream: (start, end)}), as Spark's Kafka source plans them

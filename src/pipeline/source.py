@@ -48,6 +48,7 @@ from .metrics import SKIPPED_KEY, log_lag
 from .offsets import (
     cap_total,
     default_min_partitions,
+    group_ranges,
     offset_at_time,
     plan_ranges,
     stream_end,
@@ -60,8 +61,8 @@ from .retry import Outage, with_retries
 
 log = logging.getLogger("pipeline.source")
 
-__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "BatchReader", "PushdownBatchReader", "StreamReader",
-           "read_range", "flat_headers", "pushed_values"]
+__all__ = ["SCHEMA_DDL", "ARROW_SCHEMA", "StreamRange", "StreamRanges", "BatchReader", "PushdownBatchReader",
+           "StreamReader", "read_range", "flat_headers", "pushed_values"]
 
 @dataclass
 class StreamRange(InputPartition):
@@ -78,8 +79,22 @@ class StreamRange(InputPartition):
         self.stream, self.start, self.end, self.url = stream, start, end, url
 
 
+class StreamRanges(InputPartition):
+    """One task's work when a read has more stream ranges than the session has cores (a partitioned
+    stream): several ``StreamRange`` read in turn."""
+
+    def __init__(self, ranges: list[StreamRange]) -> None:
+        super().__init__(tuple(r.value for r in ranges))
+        self.ranges = ranges
+
+
 def read_range(opts: ReadOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows."""
+    """Offsets [part.start, part.end) of one stream as record batches of at most batch_rows rows
+    (of each of its ranges in turn for ``StreamRanges``)."""
+    if isinstance(part, StreamRanges):
+        for one in part.ranges:
+            yield from read_range(opts, one)
+        return
     if not isinstance(part, StreamRange):
         return  # nothing to read: for an empty plan Spark still runs one task, on InputPartition(None)
     start = part.start
@@ -206,15 +221,23 @@ def matching(opts: ReadOptions, pattern: str) -> tuple[str, ...]:
     return matching_streams(opts.management_url, endpoint(opts.url), pattern, opts.timeout)
 
 
-def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamRange]:
-    """The tasks of a batch; each reads its stream on the cluster node that leads it, if known."""
+def plan(opts: ReadOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[InputPartition]:
+    """The tasks of a batch; each reads its stream on the cluster node that leads it, if known.
+    Without minPartitions and maxRecordsPerPartition, a read of more stream ranges than it is worth
+    tasks (the session's cores, each task at least ``MIN_ROWS_PER_TASK`` rows) reads several ranges
+    per task: several partitions cost no more task start-ups than one stream of the same rows."""
     urls = leader_urls(opts.url, opts.streams, opts.timeout)
     ranges = {s: (start.get(s, 0), end.get(s, 0)) for s in opts.streams}
     least = opts.min_partitions
     if least is None:  # the session's cores, without cutting below a task's worth
         least = default_min_partitions(sum(max(0, hi - lo) for lo, hi in ranges.values()), opts.parallelism)
-    return [StreamRange(s, lo, hi, urls.get(s))
-            for s, lo, hi in plan_ranges(ranges, opts.max_records_per_partition, least)]
+    cut = plan_ranges(ranges, opts.max_records_per_partition, least)
+    if opts.min_partitions is None and opts.max_records_per_partition is None:
+        groups = group_ranges(cut, least)
+    else:
+        groups = [[t] for t in cut]  # as asked: Kafka's rules
+    parts = [[StreamRange(s, lo, hi, urls.get(s)) for s, lo, hi in g] for g in groups]
+    return [p[0] if len(p) == 1 else StreamRanges(p) for p in parts]
 
 
 def batch_range(opts: ReadOptions, seen: Mapping[str, Bounds],
@@ -248,7 +271,7 @@ class BatchReader(DataSourceReader):
                 return (full, *batch_range(full, seen, starting_offsets(client, full, seen)))
         self.opts, self.start, self.end = with_retries(plan_range, opts.retry_deadline, "planning the batch read")
 
-    def partitions(self) -> list[StreamRange]:  # type: ignore[override]
+    def partitions(self) -> list[InputPartition]:  # type: ignore[override]
         return plan(self.opts, self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -455,7 +478,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         skipped = {SKIPPED_KEY: dict(self._policy.skipped)} if self._policy.skipped else {}
         return {**self._latest_seen, **skipped}
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamRange]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
         begin, stamps = identity.split(start)
         stop = identity.split(end)[0]
         return plan(self.opts, self._on_driver(lambda client: self._readable(client, begin, stop, stamps)), stop)

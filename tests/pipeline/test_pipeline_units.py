@@ -169,6 +169,31 @@ def test_plan_ranges_cuts_only_what_the_options_ask_for() -> None:
     assert plan_ranges({}, None, 3) == []
 
 
+def test_more_ranges_than_tasks_are_grouped_into_balanced_tasks() -> None:
+    """A partitioned stream of more partitions than the read is worth tasks: each task reads several
+    ranges in turn (rows balanced, longest first), every range in exactly one task, in order."""
+    from pipeline.offsets import group_ranges
+
+    parts = [(f"p{i}", 0, n) for i, n in enumerate([50, 10, 40, 30, 20, 60])]
+    assert group_ranges(parts, 6) == [[p] for p in parts]
+    assert group_ranges(parts, 1) == [parts]
+    two = group_ranges(parts, 2)
+    assert sorted(t for g in two for t in g) == sorted(parts)
+    assert [sum(hi - lo for _, lo, hi in g) for g in two] == [110, 100]  # 60+30+20 | 50+40+10
+    assert all(g == sorted(g, key=parts.index) for g in two)
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=30), st.integers(1, 8))
+def test_grouped_ranges_cover_every_range_once_and_stay_balanced(sizes: list[int], groups: int) -> None:
+    from pipeline.offsets import group_ranges
+
+    parts = [(f"p{i}", 5, 5 + n) for i, n in enumerate(sizes)]
+    out = group_ranges(parts, groups)
+    assert sorted(t for g in out for t in g) == sorted(parts) and len(out) <= groups and all(out)
+    loads = [sum(hi - lo for _, lo, hi in g) for g in out]
+    assert max(loads) - min(loads) <= max(sizes)  # greedy longest-first: within one range of even
+
+
 def test_without_min_partitions_ranges_are_cut_for_the_cores_but_not_below_a_tasks_worth() -> None:
     assert default_min_partitions(10, 8) == 1
     assert default_min_partitions(MIN_ROWS_PER_TASK * 2 - 1, 8) == 1
