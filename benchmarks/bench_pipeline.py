@@ -87,13 +87,17 @@ def main() -> None:
     ap.add_argument("--confirm-window", default="1000")
     ap.add_argument("--broker-pid", type=int, help="report the broker's CPU per row too")
     ap.add_argument("--only", nargs="*", default=["batch", "stream", "sink"], help="which jobs to time")
+    ap.add_argument("--streams", type=int, default=1,
+                    help="read the rows from this many streams (rows/streams each), as a partitioned stream's")
     a = ap.parse_args()
 
-    src, dst = f"bench-pipeline-{os.getpid()}", f"bench-pipeline-out-{os.getpid()}"
+    base, dst = f"bench-pipeline-{os.getpid()}", f"bench-pipeline-out-{os.getpid()}"
+    sources = [base] if a.streams == 1 else [f"{base}-{i}" for i in range(a.streams)]
+    src = ",".join(sources)
     with sync.connect(a.url) as c:
-        for s in (src, dst):
+        for s in (*sources, dst):
             c.declare_queue(s, durable=True, arguments={"x-queue-type": "stream"})
-    secs = fill(a.url, src, a.rows, b"x" * a.body)
+    secs = sum(fill(a.url, s, a.rows // a.streams, b"x" * a.body) for s in sources)
     print(f"fill: {a.rows} rows of {a.body} B in {secs:.1f}s = {a.rows / secs:,.0f} rows/s (client, confirms)")
 
     spark = make_session(a.master, "bench_pipeline")
@@ -146,7 +150,7 @@ def main() -> None:
         timed("sink", {"stream": dst, "confirmWindow": a.confirm_window}, sink)
     spark.stop()
     with sync.connect(a.url) as c:
-        for s in (src, dst):
+        for s in (*sources, dst):
             c.delete_queue(s)
 
 

@@ -30,3 +30,8 @@ for round in 1 2; do
   run "round $round: warm, default partitions" --only batch stream
   run "round $round: warm, minPartitions=10" --only batch stream --min-partitions 10
 done
+# one stream against ten (a partitioned stream's partitions, 100,000 rows each), warm as above
+for round in 1 2; do
+  run "round $round: one stream" --only batch stream
+  run "round $round: ten streams" --only batch stream --streams 10
+done
