@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from amqpproto import spec
@@ -53,6 +55,19 @@ class Broker:
 
         with Driver(self.url, 30.0) as c:
             return stream_first(c, stream, self.end(stream))
+
+    def finish_copy(self, query, src: str, dst: str, had: int, more: int, wait: Callable[..., object],
+                    what: str) -> None:
+        """Publish rows ``had`` .. ``had + more`` (``%06d``) to ``src`` and check that the running copy
+        ``query`` makes ``dst`` exactly rows 0 .. ``had + more``, each once, in order (``wait`` the
+        suite's wait helper: (predicate, timeout, what))."""
+        total = had + more
+        self.publish(src, [b"%06d" % i for i in range(had, total)])
+        wait(lambda: query.exception() or self.end(dst) >= total, 240, what)
+        assert query.exception() is None and query.isActive, query.exception()
+        time.sleep(2)  # nothing more arrives: no row was copied twice
+        assert self.end(dst) == total
+        assert [b for _, b, _ in self.read_all(dst, total)] == [b"%06d" % i for i in range(total)]
 
     def end(self, stream: str) -> int:
         from pipeline.offsets import stream_end
