@@ -24,13 +24,10 @@ from ._state import ChannelState, ConnectionState, Role
 if TYPE_CHECKING:
     from ._rawprops import PublishParsing
 
-__all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "CACHE_MAX", "NO_TUNE"]
+__all__ = ["ConnectionBase", "ChannelRecord", "ContentMethod", "NO_TUNE"]
 
 #: The methods that carry content (properties and a body).
 ContentMethod = spec.BasicPublish | spec.BasicReturn | spec.BasicDeliver | spec.BasicGetOk
-#: Bound of each per-connection encode/decode cache (entries); a full cache is cleared, so
-#: unbounded name sets (routing keys) cost at most this many entries per connection.
-CACHE_MAX = 256
 #: ``_tune`` before a connection.tune and after its tune-ok: one shared event, never mutated
 NO_TUNE = spec.ConnectionTune(0, 0, 0)
 

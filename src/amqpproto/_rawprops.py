@@ -21,7 +21,7 @@ import struct
 from typing import Any
 
 from . import spec
-from ._base import CACHE_MAX
+from ._limits import CACHE_MAX
 
 __all__ = ["RawProperties", "PropertyShape", "PropertyShapes", "PublishParsing"]
 

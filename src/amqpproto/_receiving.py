@@ -8,10 +8,10 @@ import struct
 
 from . import _state as S
 from . import spec
-from ._base import CACHE_MAX
 from ._channels import CHANNEL_MGMT, ChannelTracking
 from ._errors import RemoteProtocolError
 from ._events import NEED_DATA, ConnectionClosed, Event, Heartbeat, NeedData, PublishRun
+from ._limits import CACHE_MAX
 from ._rawprops import PropertyShapes, RawProperties
 from ._readers import CONTENT_HEADER, FRAME_HEADER, TooDeep
 from ._state import CLIENT, SERVER

@@ -9,9 +9,10 @@ from typing import Any
 
 from . import _state as S
 from . import spec
-from ._base import CACHE_MAX, ContentMethod
+from ._base import ContentMethod
 from ._errors import LocalProtocolError
 from ._events import Heartbeat, OutgoingEvent, ProtocolHeader
+from ._limits import CACHE_MAX
 from ._readers import FRAME_HEADER
 from ._receiving import Receiving
 from ._state import SERVER
